@@ -1,0 +1,257 @@
+/* ir.h: the one shared header of tg's intermediate representation.
+ *
+ * The IR is an SSA graph: each node is one operation from the op table
+ * (ops.def) with its inputs, its result type (dtype and dims, each dim
+ * remembering the config symbol it came from, e.g. "vocab"), a name where
+ * the source gave one, the .tg location it came from, and its attributes.
+ * Nodes live in an arena and are never freed one by one: a compilation
+ * allocates freely and frees everything at once with the arena.
+ *
+ * Errors are reported through a tg_ctx: a message in the form
+ * "file:line:col: error: ...", the source line and a caret, and then a
+ * longjmp back to whoever set ctx->bail.  This keeps the frontend free of
+ * error plumbing and lets a fuzzer run the whole frontend in one process.
+ */
+#ifndef TG_IR_H
+#define TG_IR_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- arena ------------------------------------------------------------ */
+
+typedef struct tg_arena tg_arena;
+
+tg_arena *tg_arena_new(void);
+void tg_arena_free(tg_arena *a);
+void *tg_alloc(tg_arena *a, size_t size);         /* zeroed, 16-byte aligned */
+char *tg_strdup(tg_arena *a, const char *s);
+char *tg_strndup(tg_arena *a, const char *s, size_t n);
+char *tg_sprintf(tg_arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+size_t tg_arena_bytes(const tg_arena *a);         /* total bytes handed out */
+
+/* ---- source locations and diagnostics -------------------------------- */
+
+typedef struct tg_loc {
+  const char *file; /* NULL when unknown (nodes made by passes) */
+  int line, col;    /* 1-based; col counts bytes */
+} tg_loc;
+
+/* A file's text kept for quoting the offending line under a caret. */
+typedef struct tg_source {
+  struct tg_source *next;
+  const char *path;
+  const char *text;
+  size_t len;
+} tg_source;
+
+typedef struct tg_ctx {
+  tg_arena *arena;     /* owns everything made during one compilation */
+  FILE *err;           /* where diagnostics go; NULL keeps them silent */
+  jmp_buf *bail;       /* tg_bail() jumps here; must be set before use */
+  tg_source *sources;  /* every file read so far */
+  char message[512];   /* the first error's text, without location */
+  int nerrors;
+  int64_t node_limit;  /* refuse to build graphs larger than this */
+} tg_ctx;
+
+tg_ctx *tg_ctx_new(FILE *err);
+void tg_ctx_free(tg_ctx *ctx);
+
+/* Reads a whole regular file (at most TG_MAX_FILE_BYTES) and registers it as
+ * a source.  Missing, unreadable, over-large, or non-text files are errors
+ * reported at `from` (or at path:1:1 when from.file is NULL). */
+enum { TG_MAX_FILE_BYTES = 16 << 20 };
+const tg_source *tg_source_load(tg_ctx *ctx, const char *path, tg_loc from);
+/* Registers text already in memory under a name (tests, the fuzzer). */
+const tg_source *tg_source_add(tg_ctx *ctx, const char *path, const char *text,
+                               size_t len);
+/* Checks that text is UTF-8 without NUL or other control bytes except tab,
+ * newline and carriage return; reports the first offending byte. */
+void tg_source_check_text(tg_ctx *ctx, const tg_source *src);
+
+void tg_report(tg_ctx *ctx, const char *severity, tg_loc loc, const char *fmt,
+               ...) __attribute__((format(printf, 4, 5)));
+void tg_vreport(tg_ctx *ctx, const char *severity, tg_loc loc, const char *fmt,
+                va_list ap);
+_Noreturn void tg_bail(tg_ctx *ctx);
+_Noreturn void tg_error(tg_ctx *ctx, tg_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- types ------------------------------------------------------------ */
+
+enum { TG_MAX_RANK = 8 };
+/* Largest dim and element count we accept: keeps every size computation
+ * far from int64 overflow. */
+#define TG_MAX_ELEMS ((int64_t)1 << 48)
+
+typedef enum tg_dtype { TG_F32, TG_BF16, TG_F16, TG_I32, TG_BOOL, TG_NDTYPES } tg_dtype;
+
+typedef struct tg_dim {
+  int64_t size;
+  const char *sym; /* the config constant this dim came from, or NULL */
+} tg_dim;
+
+typedef struct tg_type {
+  tg_dtype dtype;
+  int rank; /* 0 for a scalar */
+  tg_dim dim[TG_MAX_RANK];
+} tg_type;
+
+const char *tg_dtype_name(tg_dtype t);
+bool tg_dtype_parse(const char *s, size_t n, tg_dtype *out);
+int tg_dtype_size(tg_dtype t);
+bool tg_dtype_is_float(tg_dtype t);
+int64_t tg_type_numel(const tg_type *t);
+bool tg_type_same_shape(const tg_type *a, const tg_type *b); /* sizes only */
+bool tg_type_equal(const tg_type *a, const tg_type *b);      /* dtype + sizes */
+/* Writes "f32[B=8, T=1024, 768]"; returns buf. */
+char *tg_type_str(const tg_type *t, char *buf, size_t n);
+enum { TG_TYPE_STR_MAX = 512 };
+
+/* ---- ops -------------------------------------------------------------- */
+
+typedef enum tg_op {
+#define X(name, arity, kind, attr, doc) TG_OP_##name,
+#include "ops.def"
+#undef X
+  TG_NOPS
+} tg_op;
+
+typedef enum tg_kind {
+  TG_KIND_LEAF,        /* no inputs: input, param, const, iota */
+  TG_KIND_ELEMENTWISE, /* one output element from the same element of each input */
+  TG_KIND_REDUCTION,   /* combines elements along axes */
+  TG_KIND_MOVEMENT,    /* rearranges elements without arithmetic */
+  TG_KIND_MATMUL,      /* goes to the BLAS library */
+  TG_KIND_SPECIAL,     /* introduced by passes */
+  TG_NKINDS
+} tg_kind;
+
+typedef enum tg_attr_kind {
+  TG_ATTR_NONE,
+  TG_ATTR_NAME,  /* input: only the node's name */
+  TG_ATTR_INIT,  /* param: initialiser */
+  TG_ATTR_VALUE, /* const: value */
+  TG_ATTR_AXIS,  /* iota, concat: axis */
+  TG_ATTR_AXES,  /* reductions: bit set of axes */
+  TG_ATTR_PERM,  /* transpose: permutation */
+  TG_ATTR_SLICE, /* slice: axis, start, len */
+  TG_ATTR_DTYPE, /* cast: target dtype (the result's dtype) */
+} tg_attr_kind;
+
+typedef struct tg_op_info {
+  const char *name;
+  int arity; /* -1: variadic */
+  tg_kind kind;
+  tg_attr_kind attr;
+  const char *doc;
+} tg_op_info;
+
+extern const tg_op_info tg_ops[TG_NOPS];
+const char *tg_kind_name(tg_kind k);
+bool tg_op_lookup(const char *name, size_t n, tg_op *out);
+
+/* ---- nodes and graphs ------------------------------------------------- */
+
+typedef enum tg_init_kind { TG_INIT_ZEROS, TG_INIT_ONES, TG_INIT_NORMAL } tg_init_kind;
+
+typedef struct tg_init {
+  tg_init_kind kind;
+  double std; /* for TG_INIT_NORMAL: mean 0, this standard deviation */
+} tg_init;
+
+typedef struct tg_node {
+  tg_op op;
+  int id;                /* position in graph order, set when added */
+  int nin;
+  struct tg_node **in;
+  tg_type type;
+  const char *name;      /* parameter/input name, or the .tg variable; may be NULL */
+  tg_loc loc;
+  /* attributes; which ones are meaningful is given by tg_ops[op].attr */
+  double value;          /* const */
+  int axis;              /* iota, concat, slice */
+  uint32_t axes;         /* reductions: bit i set = axis i reduced */
+  int perm[TG_MAX_RANK]; /* transpose */
+  int64_t start, len;    /* slice */
+  tg_init init;          /* param */
+} tg_node;
+
+typedef struct tg_config_entry {
+  const char *name;
+  double value;
+} tg_config_entry;
+
+typedef struct tg_output {
+  const char *name;
+  tg_node *node;
+} tg_output;
+
+typedef struct tg_graph {
+  tg_arena *arena; /* borrowed from the ctx that built the graph */
+  tg_node **nodes; /* in topological (construction) order */
+  int n_nodes, cap_nodes;
+  tg_config_entry *config; /* config constants after overrides */
+  int n_config, cap_config;
+  tg_output *outputs;
+  int n_outputs, cap_outputs;
+  const char *source; /* the file the graph came from */
+} tg_graph;
+
+tg_graph *tg_graph_new(tg_arena *arena);
+void tg_graph_free(tg_graph *g); /* frees the arrays, not the arena */
+
+/* A fresh node, not yet in the graph.  The caller fills in inputs and
+ * attributes (and the type, for ops whose type is not implied by their
+ * inputs: leaves, reshape, cast), then calls tg_graph_add. */
+tg_node *tg_node_new(tg_graph *g, tg_op op, tg_loc loc);
+void tg_node_set_inputs(tg_graph *g, tg_node *n, int nin, tg_node *const *in);
+
+/* Infers n's type from its inputs and attributes into *out.  For ops whose
+ * type is given (leaves, reshape, cast) it validates n->type and copies it.
+ * On failure returns false and writes a message (no location) to why. */
+bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen);
+
+/* Infers the type, then appends n to the graph.  Returns NULL on success or
+ * an arena-allocated message explaining why the node is ill-typed. */
+const char *tg_graph_add(tg_graph *g, tg_node *n);
+
+void tg_graph_set_config(tg_graph *g, const char *name, double value);
+bool tg_graph_get_config(const tg_graph *g, const char *name, double *value);
+void tg_graph_add_output(tg_graph *g, const char *name, tg_node *node);
+
+/* Checks every node: inputs precede it, arity, attributes, and that its
+ * type is what inference gives.  Reports the first problem through ctx and
+ * returns false (it does not bail). */
+bool tg_verify(tg_ctx *ctx, const tg_graph *g);
+
+/* ---- text form, Graphviz, statistics ----------------------------------- */
+
+/* The IR text form (docs/ir.md): one line per node, readable back by
+ * tg_read_ir, printing the result reproduces the text byte for byte. */
+void tg_print_ir(FILE *out, const tg_graph *g);
+tg_graph *tg_read_ir(tg_ctx *ctx, const tg_source *src); /* bails on error */
+void tg_print_dot(FILE *out, const tg_graph *g);
+
+typedef struct tg_stats {
+  int64_t n_params;        /* parameter tensors */
+  int64_t param_elems;     /* trainable numbers */
+  int64_t param_bytes;
+  int64_t n_nodes;
+  int64_t by_kind[TG_NKINDS];
+  int64_t by_op[TG_NOPS];
+} tg_stats;
+
+void tg_graph_stats(const tg_graph *g, tg_stats *s);
+void tg_print_stats(FILE *out, const tg_graph *g);
+
+/* Shortest decimal text that reads back to exactly d ("0.02", "-inf"). */
+char *tg_fmt_double(double d, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,327 @@
+/* type.c: the op table, dtypes, and type inference.
+ *
+ * tg_infer_type is the single statement of what type each op produces; the
+ * frontend, the IR reader and the verifier all go through it, so a graph
+ * that one accepts the others accept too. */
+#include "ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const tg_op_info tg_ops[TG_NOPS] = {
+#define X(name, arity, kind, attr, doc) {#name, arity, TG_KIND_##kind, TG_ATTR_##attr, doc},
+#include "ops.def"
+#undef X
+};
+
+static const char *const kind_names[TG_NKINDS] = {
+    "leaf", "elementwise", "reduction", "movement", "matmul", "special"};
+
+const char *tg_kind_name(tg_kind k) { return k < TG_NKINDS ? kind_names[k] : "?"; }
+
+bool tg_op_lookup(const char *name, size_t n, tg_op *out) {
+  for (int i = 0; i < TG_NOPS; i++)
+    if (strlen(tg_ops[i].name) == n && memcmp(tg_ops[i].name, name, n) == 0) {
+      *out = (tg_op)i;
+      return true;
+    }
+  return false;
+}
+
+static const struct {
+  const char *name;
+  int size;
+  bool is_float;
+} dtypes[TG_NDTYPES] = {
+    [TG_F32] = {"f32", 4, true}, [TG_BF16] = {"bf16", 2, true}, [TG_F16] = {"f16", 2, true},
+    [TG_I32] = {"i32", 4, false}, [TG_BOOL] = {"bool", 1, false},
+};
+
+const char *tg_dtype_name(tg_dtype t) { return t < TG_NDTYPES ? dtypes[t].name : "?"; }
+int tg_dtype_size(tg_dtype t) { return dtypes[t].size; }
+bool tg_dtype_is_float(tg_dtype t) { return t < TG_NDTYPES && dtypes[t].is_float; }
+
+bool tg_dtype_parse(const char *s, size_t n, tg_dtype *out) {
+  for (int i = 0; i < TG_NDTYPES; i++)
+    if (strlen(dtypes[i].name) == n && memcmp(dtypes[i].name, s, n) == 0) {
+      *out = (tg_dtype)i;
+      return true;
+    }
+  return false;
+}
+
+int64_t tg_type_numel(const tg_type *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= t->dim[i].size;
+  return n;
+}
+
+bool tg_type_same_shape(const tg_type *a, const tg_type *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i].size != b->dim[i].size) return false;
+  return true;
+}
+
+bool tg_type_equal(const tg_type *a, const tg_type *b) {
+  return a->dtype == b->dtype && tg_type_same_shape(a, b);
+}
+
+char *tg_type_str(const tg_type *t, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s[", tg_dtype_name(t->dtype));
+  for (int i = 0; i < t->rank && k < n; i++) {
+    const char *sep = i ? ", " : "";
+    if (t->dim[i].sym)
+      k += (size_t)snprintf(buf + k, n - k, "%s%s=%lld", sep, t->dim[i].sym,
+                            (long long)t->dim[i].size);
+    else
+      k += (size_t)snprintf(buf + k, n - k, "%s%lld", sep, (long long)t->dim[i].size);
+  }
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+char *tg_fmt_double(double d, char *buf, size_t n) {
+  if (isnan(d)) return snprintf(buf, n, "nan"), buf;
+  if (isinf(d)) return snprintf(buf, n, d < 0 ? "-inf" : "inf"), buf;
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, n, "%.*g", prec, d);
+    if (strtod(buf, NULL) == d) break;
+  }
+  /* Keep a float looking like one ("1" would read back the same, but "1.0"
+   * tells a reader of the IR that it is not an integer). */
+  if (!strpbrk(buf, ".eEn")) {
+    size_t k = strlen(buf);
+    if (k + 2 < n) memcpy(buf + k, ".0", 3);
+  }
+  return buf;
+}
+
+/* ---- inference ---------------------------------------------------------- */
+
+#define FAIL(...) \
+  do { \
+    snprintf(why, whylen, __VA_ARGS__); \
+    return false; \
+  } while (0)
+
+static bool check_shape(const tg_type *t, char *why, size_t whylen) {
+  if (t->rank < 0 || t->rank > TG_MAX_RANK) FAIL("rank %d is outside 0..%d", t->rank, TG_MAX_RANK);
+  if (t->dtype >= TG_NDTYPES) FAIL("unknown dtype");
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) {
+    int64_t d = t->dim[i].size;
+    if (d < 1) FAIL("dim %d has size %lld; sizes must be at least 1", i, (long long)d);
+    if (d > TG_MAX_ELEMS || n > TG_MAX_ELEMS / d)
+      FAIL("tensor too large (more than 2^48 elements)");
+    n *= d;
+  }
+  return true;
+}
+
+/* numpy broadcasting of a and b's shapes into out (dtype not set). */
+static bool broadcast(const tg_type *a, const tg_type *b, tg_type *out, char *why, size_t whylen) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  out->rank = r;
+  for (int i = 0; i < r; i++) {
+    int ia = a->rank - r + i, ib = b->rank - r + i;
+    tg_dim da = ia >= 0 ? a->dim[ia] : (tg_dim){1, NULL};
+    tg_dim db = ib >= 0 ? b->dim[ib] : (tg_dim){1, NULL};
+    if (da.size == db.size) out->dim[i] = (tg_dim){da.size, da.sym ? da.sym : db.sym};
+    else if (da.size == 1) out->dim[i] = db;
+    else if (db.size == 1) out->dim[i] = da;
+    else {
+      char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+      FAIL("shapes do not broadcast: %s and %s differ in dim %d (%lld vs %lld)",
+           tg_type_str(a, sa, sizeof sa), tg_type_str(b, sb, sizeof sb), i,
+           (long long)da.size, (long long)db.size);
+    }
+  }
+  return true;
+}
+
+static bool is_compare(tg_op op) {
+  return op == TG_OP_lt || op == TG_OP_le || op == TG_OP_gt || op == TG_OP_ge ||
+         op == TG_OP_eq || op == TG_OP_ne;
+}
+
+bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const tg_op_info *info = &tg_ops[n->op];
+  const char *opn = info->name;
+  if (info->arity >= 0 && n->nin != info->arity)
+    FAIL("%s takes %d input%s, got %d", opn, info->arity, info->arity == 1 ? "" : "s", n->nin);
+  if (info->arity < 0 && n->nin < 1) FAIL("%s needs at least one input", opn);
+  for (int i = 0; i < n->nin; i++)
+    if (!n->in[i]) FAIL("%s: input %d is missing", opn, i);
+  const tg_type *a = n->nin > 0 ? &n->in[0]->type : NULL;
+  const tg_type *b = n->nin > 1 ? &n->in[1]->type : NULL;
+  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+
+  switch (n->op) {
+  case TG_OP_input:
+  case TG_OP_param:
+    *out = n->type;
+    if (n->op == TG_OP_param && !tg_dtype_is_float(out->dtype))
+      FAIL("parameters must have a float dtype, not %s", tg_dtype_name(out->dtype));
+    if (n->op == TG_OP_param && n->init.kind == TG_INIT_NORMAL &&
+        !(n->init.std >= 0 && isfinite(n->init.std)))
+      FAIL("normal() needs a finite standard deviation >= 0");
+    return check_shape(out, why, whylen);
+  case TG_OP_const:
+    *out = n->type;
+    if (out->rank != 0) FAIL("const must be a scalar");
+    return true;
+  case TG_OP_iota:
+    *out = n->type;
+    if (out->dtype != TG_I32) FAIL("iota gives i32, not %s", tg_dtype_name(out->dtype));
+    if (out->rank < 1) FAIL("iota needs a shape of rank at least 1");
+    if (n->axis < 0 || n->axis >= out->rank)
+      FAIL("iota axis %d is outside 0..%d", n->axis, out->rank - 1);
+    if (!check_shape(out, why, whylen)) return false;
+    if (out->dim[n->axis].size > INT32_MAX) FAIL("iota along an axis longer than 2^31-1");
+    return true;
+
+  case TG_OP_neg:
+    if (a->dtype == TG_BOOL) FAIL("neg of a bool tensor");
+    *out = *a;
+    return true;
+  case TG_OP_exp:
+  case TG_OP_log:
+  case TG_OP_sqrt:
+  case TG_OP_rsqrt:
+  case TG_OP_tanh:
+    if (!tg_dtype_is_float(a->dtype))
+      FAIL("%s needs a float tensor, not %s", opn, tg_type_str(a, sa, sizeof sa));
+    *out = *a;
+    return true;
+  case TG_OP_cast:
+    *out = *a;
+    out->dtype = n->type.dtype;
+    if (out->dtype >= TG_NDTYPES) FAIL("cast to an unknown dtype");
+    return true;
+
+  case TG_OP_add: case TG_OP_sub: case TG_OP_mul: case TG_OP_div: case TG_OP_maximum:
+  case TG_OP_lt: case TG_OP_le: case TG_OP_gt: case TG_OP_ge: case TG_OP_eq: case TG_OP_ne:
+    if (a->dtype != b->dtype)
+      FAIL("%s of different dtypes: %s and %s", opn, tg_type_str(a, sa, sizeof sa),
+           tg_type_str(b, sb, sizeof sb));
+    if (a->dtype == TG_BOOL && n->op != TG_OP_eq && n->op != TG_OP_ne)
+      FAIL("%s of bool tensors", opn);
+    if (!broadcast(a, b, out, why, whylen)) return false;
+    out->dtype = is_compare(n->op) ? TG_BOOL : a->dtype;
+    return true;
+  case TG_OP_where: {
+    const tg_type *c = &n->in[2]->type;
+    if (a->dtype != TG_BOOL)
+      FAIL("where's condition must be bool, not %s", tg_type_str(a, sa, sizeof sa));
+    if (b->dtype != c->dtype)
+      FAIL("where's branches differ in dtype: %s and %s", tg_type_str(b, sa, sizeof sa),
+           tg_type_str(c, sb, sizeof sb));
+    tg_type t;
+    if (!broadcast(a, b, &t, why, whylen) || !broadcast(&t, c, out, why, whylen)) return false;
+    out->dtype = b->dtype;
+    return true;
+  }
+
+  case TG_OP_sum:
+  case TG_OP_max:
+    if (a->dtype == TG_BOOL) FAIL("%s of a bool tensor", opn);
+    if (n->axes == 0) FAIL("%s over no axes", opn);
+    if (a->rank < 32 && (n->axes >> a->rank) != 0)
+      FAIL("%s over an axis beyond the input's rank %d", opn, a->rank);
+    *out = *a;
+    for (int i = 0; i < a->rank; i++)
+      if (n->axes >> i & 1) out->dim[i] = (tg_dim){1, NULL};
+    return true;
+
+  case TG_OP_reshape:
+    *out = n->type;
+    out->dtype = a->dtype;
+    if (!check_shape(out, why, whylen)) return false;
+    if (tg_type_numel(out) != tg_type_numel(a))
+      FAIL("reshape of %s (%lld elements) to %s (%lld elements)", tg_type_str(a, sa, sizeof sa),
+           (long long)tg_type_numel(a), tg_type_str(out, sb, sizeof sb),
+           (long long)tg_type_numel(out));
+    return true;
+  case TG_OP_transpose: {
+    unsigned seen = 0;
+    for (int i = 0; i < a->rank; i++) {
+      int p = n->perm[i];
+      if (p < 0 || p >= a->rank || (seen >> p & 1))
+        FAIL("transpose: perm is not a permutation of 0..%d", a->rank - 1);
+      seen |= 1u << p;
+    }
+    *out = *a;
+    for (int i = 0; i < a->rank; i++) out->dim[i] = a->dim[n->perm[i]];
+    return true;
+  }
+  case TG_OP_slice:
+    if (n->axis < 0 || n->axis >= a->rank)
+      FAIL("slice axis %d is outside 0..%d", n->axis, a->rank - 1);
+    if (n->start < 0 || n->len < 1 || n->start > a->dim[n->axis].size - n->len)
+      FAIL("slice [%lld, %lld) is outside dim %d of %s", (long long)n->start,
+           (long long)(n->start + n->len), n->axis, tg_type_str(a, sa, sizeof sa));
+    *out = *a;
+    out->dim[n->axis] = (tg_dim){n->len, NULL};
+    return true;
+  case TG_OP_concat: {
+    if (n->axis < 0 || n->axis >= a->rank)
+      FAIL("concat axis %d is outside 0..%d", n->axis, a->rank - 1);
+    *out = *a;
+    int64_t total = 0;
+    for (int i = 0; i < n->nin; i++) {
+      const tg_type *t = &n->in[i]->type;
+      bool ok = t->dtype == a->dtype && t->rank == a->rank;
+      for (int d = 0; ok && d < a->rank; d++)
+        ok = d == n->axis || t->dim[d].size == a->dim[d].size;
+      if (!ok)
+        FAIL("concat along axis %d of %s and %s: other dims and dtype must agree", n->axis,
+             tg_type_str(a, sa, sizeof sa), tg_type_str(t, sb, sizeof sb));
+      total += t->dim[n->axis].size;
+      if (total > TG_MAX_ELEMS) FAIL("concat result too large");
+    }
+    out->dim[n->axis] = (tg_dim){total, NULL};
+    return check_shape(out, why, whylen);
+  }
+  case TG_OP_gather:
+    if (a->rank < 1) FAIL("gather from a scalar");
+    if (b->dtype != TG_I32)
+      FAIL("gather indices must be i32, not %s", tg_type_str(b, sb, sizeof sb));
+    if (b->rank + a->rank - 1 > TG_MAX_RANK) FAIL("gather result has rank above %d", TG_MAX_RANK);
+    out->dtype = a->dtype;
+    out->rank = b->rank + a->rank - 1;
+    for (int i = 0; i < b->rank; i++) out->dim[i] = b->dim[i];
+    for (int i = 1; i < a->rank; i++) out->dim[b->rank + i - 1] = a->dim[i];
+    return check_shape(out, why, whylen);
+
+  case TG_OP_matmul: {
+    if (a->rank < 2 || b->rank < 2)
+      FAIL("matmul needs operands of rank at least 2: %s @ %s", tg_type_str(a, sa, sizeof sa),
+           tg_type_str(b, sb, sizeof sb));
+    if (!tg_dtype_is_float(a->dtype) || a->dtype != b->dtype)
+      FAIL("matmul needs float operands of one dtype: %s @ %s", tg_type_str(a, sa, sizeof sa),
+           tg_type_str(b, sb, sizeof sb));
+    int64_t k1 = a->dim[a->rank - 1].size, k2 = b->dim[b->rank - 2].size;
+    if (k1 != k2)
+      FAIL("matmul: inner dimensions differ: %s @ %s (%lld vs %lld)",
+           tg_type_str(a, sa, sizeof sa), tg_type_str(b, sb, sizeof sb), (long long)k1,
+           (long long)k2);
+    tg_type ba = *a, bb = *b;
+    ba.rank -= 2;
+    bb.rank -= 2;
+    if (!broadcast(&ba, &bb, out, why, whylen)) {
+      char inner[256];
+      snprintf(inner, sizeof inner, "%s", why);
+      FAIL("matmul: batch dims: %s", inner);
+    }
+    out->dtype = a->dtype;
+    out->dim[out->rank] = a->dim[a->rank - 2];
+    out->dim[out->rank + 1] = b->dim[b->rank - 1];
+    out->rank += 2;
+    return check_shape(out, why, whylen);
+  }
+  default:
+    FAIL("op %s has no type rule", opn);
+  }
+}

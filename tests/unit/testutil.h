@@ -1,0 +1,23 @@
+/* testutil.h: small helpers shared by the Check unit tests. */
+#ifndef TG_TESTUTIL_H
+#define TG_TESTUTIL_H
+
+#include <check.h>
+
+#include "ir.h"
+
+/* Path of a file in the source tree: tu_path("models/gpt2.tg"). */
+const char *tu_path(const char *rel);
+
+/* A context whose diagnostics go to a memory buffer, read with tu_errors. */
+tg_ctx *tu_ctx(void);
+const char *tu_errors(tg_ctx *ctx); /* everything reported so far */
+void tu_ctx_free(tg_ctx *ctx);
+
+/* Prints g's IR text into a malloc'ed string. */
+char *tu_print_ir(const tg_graph *g);
+
+/* Runs a Check suite and returns the process exit status. */
+int tu_run(Suite *s);
+
+#endif
