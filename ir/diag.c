@@ -21,7 +21,10 @@ tg_ctx *tg_ctx_new(FILE *err) {
   }
   ctx->arena = tg_arena_new();
   ctx->err = err;
-  ctx->node_limit = 4000000;
+  /* Generous for GPT-2 (a few thousand nodes with its backward) and small
+   * enough that a runaway loop in a .tg file fails fast, not out of memory. */
+  ctx->node_limit = 1000000;
+  ctx->step_limit = 20000000;
   return ctx;
 }
 

@@ -58,6 +58,7 @@ typedef struct tg_ctx {
   char message[512];   /* the first error's text, without location */
   int nerrors;
   int64_t node_limit;  /* refuse to build graphs larger than this */
+  int64_t step_limit;  /* refuse elaborations that run longer than this */
 } tg_ctx;
 
 tg_ctx *tg_ctx_new(FILE *err);

@@ -1,0 +1,196 @@
+/* tgc: the tg compiler's command line.
+ *
+ * Reading this file tells the whole story of a compilation: read the model
+ * (.tg source, or IR text), verify it, then print what was asked for.  The
+ * passes of later stages are called here, one line each, in order. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "frontend.h"
+#include "ir.h"
+
+#define TG_VERSION "0.1.0"
+
+static const char usage[] =
+    "usage: tgc [options] MODEL.tg|GRAPH.tgir\n"
+    "\n"
+    "Compiles a tg model and prints what it was asked for (by default --stats).\n"
+    "\n"
+    "Output (one of):\n"
+    "  --stats            parameter count, config, and op counts by kind and by op\n"
+    "  --emit ir          the IR in its text form (docs/ir.md); tgc reads it back\n"
+    "  --emit dot         the graph in Graphviz form (render: dot -Tsvg)\n"
+    "  --check            check the model and print nothing\n"
+    "\n"
+    "Options:\n"
+    "  -D NAME=VALUE      override a config constant, e.g. -D n_layer=2 -D B=4 -D T=64\n"
+    "                     (repeatable; the batch B and sequence T are config constants)\n"
+    "  -I DIR             also look for imports in DIR (after the importing file's\n"
+    "                     directory; then $TG_PATH, then the installed models/)\n"
+    "  -o FILE            write the output to FILE (atomically) instead of stdout\n"
+    "  --help             this text\n"
+    "  --version          the version\n"
+    "\n"
+    "Errors are reported as file:line:col: error: message, with the source line\n"
+    "and a caret; the exit status is 1 for a bad model, 2 for bad usage.\n";
+
+enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_NONE };
+
+static const char *const known_flags[] = {"--stats", "--emit", "--check", "-D", "-I",
+                                          "-o",      "--help", "--version"};
+
+_Noreturn static void usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "tgc: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see tgc --help)\n");
+  exit(2);
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static void emit(FILE *out, enum emit what, const tg_graph *g) {
+  switch (what) {
+  case EMIT_STATS: tg_print_stats(out, g); break;
+  case EMIT_IR: tg_print_ir(out, g); break;
+  case EMIT_DOT: tg_print_dot(out, g); break;
+  case EMIT_NONE: break;
+  }
+}
+
+/* Writes to path.tmp.PID, then renames: a reader never sees half a file and
+ * a failed run leaves the old file as it was. */
+static int emit_to_file(const char *path, enum emit what, const tg_graph *g) {
+  size_t n = strlen(path) + 32;
+  char *tmp = malloc(n);
+  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "tgc: error: cannot write '%s': %s\n", tmp, strerror(errno));
+    free(tmp);
+    return 1;
+  }
+  emit(f, what, g);
+  bool ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
+    remove(tmp);
+    free(tmp);
+    return 1;
+  }
+  free(tmp);
+  return 0;
+}
+
+/* Reads the model (source or IR), checks it, and emits.  Errors in the
+ * input longjmp to main's handler through ctx->bail. */
+static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
+               const char *out_path) {
+  tg_graph *g;
+  const tg_source *src = tg_source_load(ctx, input, (tg_loc){0});
+  bool is_ir = has_suffix(input, ".tgir") || (src->len >= 8 && !memcmp(src->text, "# tg IR ", 8));
+  if (is_ir) {
+    if (opts->n_defines)
+      tg_error(ctx, (tg_loc){src->path, 1, 1},
+               "-D cannot change an IR file: its config is already bound; use the .tg source");
+    tg_source_check_text(ctx, src);
+    g = tg_read_ir(ctx, src);
+  } else {
+    g = tg_compile_source(ctx, src, opts);
+  }
+  int status = 0;
+  if (!tg_verify(ctx, g)) status = 1;
+  /* Passes of later stages (autodiff, pad_vocab, flash_attn, fuse, ...) go here. */
+  else if (out_path) status = emit_to_file(out_path, what, g);
+  else emit(stdout, what, g);
+  tg_graph_free(g);
+  if (fflush(stdout) != 0) {
+    fprintf(stderr, "tgc: error: writing the output failed: %s\n", strerror(errno));
+    status = 1;
+  }
+  return status;
+}
+
+int main(int argc, char **argv) {
+  enum emit what = EMIT_STATS;
+  const char *input = NULL, *out_path = NULL;
+  tg_define *defines = calloc((size_t)argc, sizeof *defines);
+  char (*define_names)[128] = calloc((size_t)argc, sizeof *define_names);
+  const char **incs = calloc((size_t)argc + 8, sizeof *incs);
+  int n_defines = 0, n_incs = 0;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *val = NULL;
+    /* -DNAME=V and -D NAME=V, -IDIR and -I DIR */
+    if (a[0] == '-' && (a[1] == 'D' || a[1] == 'I' || a[1] == 'o') && a[2]) val = a + 2;
+    else if (!strcmp(a, "-D") || !strcmp(a, "-I") || !strcmp(a, "-o") || !strcmp(a, "--emit")) {
+      if (i + 1 >= argc) usage_error("%s needs a value", a);
+      val = argv[++i];
+    }
+    if (!strcmp(a, "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (!strcmp(a, "--version")) {
+      printf("tgc %s\n", TG_VERSION);
+      return 0;
+    } else if (!strcmp(a, "--stats")) {
+      what = EMIT_STATS;
+    } else if (!strcmp(a, "--check")) {
+      what = EMIT_NONE;
+    } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
+      if (a[6] == '=') val = a + 7;
+      if (!strcmp(val, "ir")) what = EMIT_IR;
+      else if (!strcmp(val, "dot")) what = EMIT_DOT;
+      else usage_error("--emit %s: expected ir or dot", val);
+    } else if (a[0] == '-' && a[1] == 'D') {
+      if (!tg_define_parse(val, &defines[n_defines], define_names[n_defines],
+                           sizeof define_names[n_defines]))
+        usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
+      n_defines++;
+    } else if (a[0] == '-' && a[1] == 'I') {
+      incs[n_incs++] = val;
+    } else if (a[0] == '-' && a[1] == 'o') {
+      out_path = val;
+    } else if (a[0] == '-' && a[1]) {
+      const char *s = tg_nearest(a, known_flags, sizeof known_flags / sizeof *known_flags);
+      if (s) {
+        fprintf(stderr, "tgc: error: unknown option '%s' (did you mean '%s'?)\n", a, s);
+        fprintf(stderr, "(see tgc --help)\n");
+        exit(2);
+      }
+      usage_error("unknown option '%s'", a);
+    } else if (input) {
+      usage_error("only one input file, please (got another: '%s')", a);
+    } else {
+      input = a;
+    }
+  }
+  if (!input) usage_error("%s", "no input file");
+
+  /* Imports: the importing file's directory comes first (in the frontend),
+   * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
+  char *tg_path = getenv("TG_PATH") ? strdup(getenv("TG_PATH")) : NULL;
+  for (char *p = tg_path ? strtok(tg_path, ":") : NULL; p && n_incs < argc + 6; p = strtok(NULL, ":"))
+    incs[n_incs++] = p;
+  incs[n_incs++] = TG_MODELS_DIR;
+
+  tg_ctx *ctx = tg_ctx_new(stderr);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  tg_compile_opts opts = {defines, n_defines, incs, n_incs};
+  int status;
+  if (setjmp(bail)) status = 1;
+  else status = run(ctx, input, &opts, what, out_path);
+  tg_ctx_free(ctx);
+  free(tg_path);
+  free(defines);
+  free(define_names);
+  free(incs);
+  return status;
+}
