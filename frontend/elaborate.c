@@ -40,6 +40,7 @@ typedef struct frame {
   binding *vars;
   const char *prefix;    /* parameter name prefix, "" at top level */
   const tg_stmt *block;  /* the block being expanded; NULL at top level */
+  const tg_arg *binding; /* the argument being bound, while binding */
   tg_loc call_loc;       /* where it was called from */
   struct frame *caller;
   bool returned;
@@ -66,21 +67,46 @@ typedef struct elab {
   int n_imported, cap_imported;
   frame top, *cur;
   int depth;
+  int nesting;            /* calls of eval and exec in progress */
   int64_t steps;
 } elab;
 
 /* ---- errors -------------------------------------------------------------- */
 
-/* Reports an error at loc, then a note for every block expansion that led
- * there (innermost first), then bails. */
+/* Prints a note for every block expansion that led here (innermost first).
+ * While an argument is being bound the error is already at the call, so
+ * that frame contributes the argument's declaration instead. */
+static void call_notes(elab *E) {
+  for (frame *f = E->cur; f && f->block; f = f->caller) {
+    if (f->binding)
+      tg_report(E->ctx, "note", f->binding->loc, "block '%s' declares argument '%s' here",
+                f->block->names[0], f->binding->name);
+    else
+      tg_report(E->ctx, "note", f->call_loc, "in block '%s' called here", f->block->names[0]);
+  }
+}
+
+/* Reports an error at loc with the call notes, then bails. */
 __attribute__((format(printf, 3, 4))) _Noreturn static void fail(elab *E, tg_loc loc,
                                                                  const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   tg_vreport(E->ctx, "error", loc, fmt, ap);
   va_end(ap);
-  for (frame *f = E->cur; f && f->block; f = f->caller)
-    tg_report(E->ctx, "note", f->call_loc, "in block '%s' called here", f->block->names[0]);
+  call_notes(E);
+  tg_bail(E->ctx);
+}
+
+/* The same, for a name defined twice: a note points at the first one. */
+__attribute__((format(printf, 4, 5))) _Noreturn static void fail_twice(elab *E, tg_loc loc,
+                                                                       tg_loc first,
+                                                                       const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tg_vreport(E->ctx, "error", loc, fmt, ap);
+  va_end(ap);
+  tg_report(E->ctx, "note", first, "first defined here");
+  call_notes(E);
   tg_bail(E->ctx);
 }
 
@@ -88,6 +114,19 @@ static void step(elab *E, tg_loc loc) {
   if (++E->steps > E->ctx->step_limit)
     fail(E, loc, "elaboration takes more than %lld steps; is a loop bound too large?",
          (long long)E->ctx->step_limit);
+}
+
+/* Every recursion of the elaborator passes through eval or exec, so bounding
+ * how deeply they nest bounds the C stack.  Without it a deeply nested input
+ * (a[a[a[...]]], exp(exp(...)), or a long chain of '+', which the parser
+ * takes in a flat loop but which is a tree as deep as it is long) overflows
+ * the stack and crashes instead of failing with a message. */
+enum { MAX_NESTING = 1000 };
+
+static void enter(elab *E, tg_loc loc) {
+  if (++E->nesting > MAX_NESTING)
+    fail(E, loc, "expressions and statements nested more than %d deep; split long "
+         "expressions with assignments", MAX_NESTING);
 }
 
 static const char *value_kind_name(const value *v) {
@@ -226,10 +265,10 @@ static void claim_param_name(elab *E, const char *name, tg_loc loc) {
   size_t mask = (size_t)E->params_cap - 1, j = hash_str(name) & mask;
   for (; E->params[j].name; j = (j + 1) & mask)
     if (strcmp(E->params[j].name, name) == 0) {
-      tg_report(E->ctx, "error", loc, "parameter '%s' is declared twice", name);
-      tg_report(E->ctx, "note", E->params[j].loc, "first declared here");
-      fail(E, loc,
-           "give each call of a block with parameters its own scope, e.g. ln_1.layernorm(x)");
+      fail_twice(E, loc, E->params[j].loc,
+                 "parameter '%s' is declared twice; give each call of a block with "
+                 "parameters its own scope, e.g. ln_1.layernorm(x)",
+                 name);
     }
   E->params[j] = (param_entry){name, loc};
   E->n_params++;
@@ -345,7 +384,10 @@ static value eval_name(elab *E, const tg_expr *e) {
   const char *name = path_text(E, &e->path, e->path.n);
   value v;
   if (lookup(E, name, &v)) return v;
-  const char *known[512];
+  /* In the arena, not on the stack: eval_name recurses (a[b[c]]), and a
+   * frame this big on every level would overflow the stack long before
+   * MAX_NESTING is reached. */
+  const char **known = tg_alloc(E->ctx->arena, 512 * sizeof *known);
   int n = visible_names(E, known, 512);
   fail(E, e->loc, "unknown name '%s'%s", name, did_you_mean(E, name, known, n));
 }
@@ -401,8 +443,7 @@ static value apply_binary(elab *E, tg_op op, value a, value b, tg_loc loc) {
   return (value){.kind = V_TENSOR, .node = build(E, op, loc, 2, in)};
 }
 
-static value eval(elab *E, const tg_expr *e) {
-  step(E, e->loc);
+static value eval_expr(elab *E, const tg_expr *e) {
   switch (e->kind) {
   case TG_E_NUM:
     return (value){.kind = V_NUM, .num = e->num};
@@ -428,6 +469,14 @@ static value eval(elab *E, const tg_expr *e) {
   }
   }
   fail(E, e->loc, "internal error: unknown expression kind");
+}
+
+static value eval(elab *E, const tg_expr *e) {
+  step(E, e->loc);
+  enter(E, e->loc);
+  value v = eval_expr(E, e);
+  E->nesting--;
+  return v;
 }
 
 /* ---- builtins ------------------------------------------------------------------- */
@@ -729,7 +778,11 @@ static value expand_block(elab *E, const tg_stmt *b, const tg_expr *e, value *ar
   frame f = {.prefix = prefix, .block = b, .call_loc = e->loc, .caller = E->cur};
   E->cur = &f;
   if (++E->depth > 200) fail(E, e->loc, "blocks nested more than 200 deep");
-  for (int i = 0; i < nargs; i++) bind_arg(E, &b->args[i], args[i], e->loc);
+  for (int i = 0; i < nargs; i++) {
+    f.binding = &b->args[i];
+    bind_arg(E, &b->args[i], args[i], e->loc);
+  }
+  f.binding = NULL;
   exec_list(E, &b->body);
   if (!f.returned) fail(E, b->loc, "block '%s' ends without a return", name);
   E->cur = f.caller;
@@ -753,7 +806,7 @@ static value call(elab *E, const tg_expr *e) {
   if (b) return expand_block(E, b, e, args, n);
   if (!strcmp(name, "normal") || !strcmp(name, "zeros") || !strcmp(name, "ones"))
     fail(E, e->loc, "'%s' is an initialiser: it may only follow '=' in a param declaration", name);
-  const char *known[N_BUILTINS + 256];
+  const char **known = tg_alloc(E->ctx->arena, (N_BUILTINS + 256) * sizeof *known); /* see eval_name */
   int nk = 0;
   for (int i = 0; i < N_BUILTINS; i++) known[nk++] = builtins[i].name;
   for (int i = 0; i < E->n_blocks && nk < N_BUILTINS + 256; i++) known[nk++] = E->blocks[i]->names[0];
@@ -835,8 +888,7 @@ static void exec_for(elab *E, const tg_stmt *s) {
   }
 }
 
-static void exec(elab *E, const tg_stmt *s) {
-  step(E, s->loc);
+static void exec_stmt(elab *E, const tg_stmt *s) {
   bool top = E->cur == &E->top;
   switch (s->kind) {
   case TG_S_ASSIGN:
@@ -884,6 +936,13 @@ static void exec(elab *E, const tg_stmt *s) {
            s->kind == TG_S_CONFIG ? "config" : s->kind == TG_S_IMPORT ? "import" : "block");
     return; /* handled by declare() before the statements run */
   }
+}
+
+static void exec(elab *E, const tg_stmt *s) {
+  step(E, s->loc);
+  enter(E, s->loc);
+  exec_stmt(E, s);
+  E->nesting--;
 }
 
 static void exec_list(elab *E, const tg_stmt_list *l) {
@@ -937,10 +996,7 @@ static void declare_config(elab *E, const tg_stmt *s) {
     const tg_stmt *c = s->body.items[i];
     const char *name = c->names[0];
     binding *prev = find_in(E->config, name);
-    if (prev) {
-      tg_report(E->ctx, "error", c->loc, "config constant '%s' is defined twice", name);
-      fail(E, prev->loc, "first defined here");
-    }
+    if (prev) fail_twice(E, c->loc, prev->loc, "config constant '%s' is defined twice", name);
     if (find_builtin(name) || !strcmp(name, "inf") || !strcmp(name, "pi"))
       fail(E, c->loc, "'%s' is a builtin name and cannot be a config constant", name);
     double v = 0;
@@ -956,6 +1012,22 @@ static void declare_config(elab *E, const tg_stmt *s) {
     *b = (binding){name, {.kind = V_NUM, .num = v, .sym = name}, c->loc, E->config};
     E->config = b;
     tg_graph_set_config(E->g, name, v);
+  }
+}
+
+/* Statements that only make sense at the top level are refused inside a
+ * block when it is defined, not only when (if ever) it is called. */
+static void check_block_body(elab *E, const tg_stmt_list *body) {
+  for (int i = 0; i < body->n; i++) {
+    const tg_stmt *s = body->items[i];
+    const char *what = s->kind == TG_S_CONFIG   ? "config"
+                       : s->kind == TG_S_IMPORT ? "import"
+                       : s->kind == TG_S_BLOCK  ? "a block definition"
+                       : s->kind == TG_S_INPUT  ? "input"
+                       : s->kind == TG_S_OUTPUT ? "output"
+                                                : NULL;
+    if (what) fail(E, s->loc, "%s is only allowed at the top level, not inside a block", what);
+    if (s->kind == TG_S_FOR) check_block_body(E, &s->body);
   }
 }
 
@@ -976,10 +1048,8 @@ static void declare_file(elab *E, const tg_ast *ast, bool is_import) {
         fail(E, s->name_locs[0], "'%s' is a builtin function; choose another name for the block",
              name);
       const tg_stmt *prev = find_block(E, name);
-      if (prev) {
-        tg_report(E->ctx, "error", s->name_locs[0], "block '%s' is defined twice", name);
-        fail(E, prev->name_locs[0], "first defined here");
-      }
+      if (prev) fail_twice(E, s->name_locs[0], prev->name_locs[0], "block '%s' is defined twice", name);
+      check_block_body(E, &s->body);
       for (int a = 0; a < s->n_args; a++)
         for (int b = 0; b < a; b++)
           if (!strcmp(s->args[a].name, s->args[b].name))

@@ -54,9 +54,10 @@ static tg_expr *binary(tg_parse_state *ps, int op, tg_loc loc, tg_expr *l, tg_ex
 %token <str> IDENT "identifier"
 %token <num> NUMBER "number"
 %token <str> STRING "string"
-%token IMPORT "import" CONFIG "config" INPUT "input" PARAM "param" BLOCK "block"
-%token FOR "for" IN "in" RETURN "return" OUTPUT "output"
-%token DOTDOT ".." ELLIPSIS "..." EQ "==" NE "!=" LE "<=" GE ">="
+%token IMPORT "keyword 'import'" CONFIG "keyword 'config'" INPUT "keyword 'input'"
+%token PARAM "keyword 'param'" BLOCK "keyword 'block'" FOR "keyword 'for'" IN "keyword 'in'"
+%token RETURN "keyword 'return'" OUTPUT "keyword 'output'"
+%token DOTDOT "'..'" ELLIPSIS "'...'" EQ "'=='" NE "'!='" LE "'<='" GE "'>='"
 
 %nonassoc EQ NE '<' '>' LE GE
 %left '+' '-'

@@ -23,8 +23,8 @@ tg_ctx *tg_ctx_new(FILE *err) {
   ctx->err = err;
   /* Generous for GPT-2 (a few thousand nodes with its backward) and small
    * enough that a runaway loop in a .tg file fails fast, not out of memory. */
-  ctx->node_limit = 1000000;
-  ctx->step_limit = 20000000;
+  ctx->node_limit = 500000;
+  ctx->step_limit = 5000000;
   return ctx;
 }
 
@@ -41,19 +41,48 @@ static const tg_source *find_source(const tg_ctx *ctx, const char *path) {
   return NULL;
 }
 
-/* Prints the line `line` of src and a caret under column col. */
+static int utf8_len(const unsigned char *p, const unsigned char *end);
+
+/* Prints the line `line` of src and a caret under byte column col.  A long
+ * line is shown as a window around the column; bytes that are not valid
+ * UTF-8 or are control characters are shown as '?', so that the message is
+ * itself clean text; and a multi-byte character takes one caret column. */
 static void quote_line(FILE *out, const tg_source *src, int line, int col) {
-  const char *p = src->text, *end = src->text + src->len;
+  enum { BEFORE = 60, WIDTH = 140 };
+  const unsigned char *p = (const unsigned char *)src->text, *end = p + src->len;
   for (int l = 1; l < line && p < end; p++)
     if (*p == '\n') l++;
   if (p >= end && line > 1) return;
-  const char *eol = p;
+  const unsigned char *eol = p;
   while (eol < end && *eol != '\n' && *eol != '\r') eol++;
+  const unsigned char *at = p + (col > 1 ? col - 1 : 0);
+  if (at > eol) at = eol;
+  const unsigned char *from = at - p > BEFORE ? at - BEFORE : p;
+  const unsigned char *to = eol - from > WIDTH ? from + WIDTH : eol;
+  if (at > to) to = at;
+  /* Never start or end the window inside a UTF-8 sequence. */
+  while (from > p && (*from & 0xc0) == 0x80) from--;
+  while (to < eol && (*to & 0xc0) == 0x80) to++;
+
+  char pad[WIDTH + 64];
+  int npad = 0;
   int w = fprintf(out, "%5d | ", line) - 2;
-  fprintf(out, "%.*s\n%*s| ", (int)(eol - p), p, w, "");
-  /* Reproduce tabs so the caret lines up however the terminal shows them. */
-  for (int c = 1; c < col && p + c - 1 < eol; c++) fputc(p[c - 1] == '\t' ? '\t' : ' ', out);
-  fputs("^\n", out);
+  if (from > p) {
+    fputs("...", out);
+    memcpy(pad, "   ", 3);
+    npad = 3;
+  }
+  for (const unsigned char *q = from; q < to;) {
+    int n = *q >= 0x80 ? utf8_len(q, eol) : 1;
+    bool shown = n > 1 || *q == '\t' || (*q >= 0x20 && *q < 0x7f);
+    if (shown) fwrite(q, 1, (size_t)n, out);
+    else fputc('?', out);
+    if (q < at && npad < (int)sizeof pad - 1) pad[npad++] = *q == '\t' ? '\t' : ' ';
+    q += n > 0 ? n : 1;
+  }
+  if (to < eol) fputs("...", out);
+  pad[npad] = 0;
+  fprintf(out, "\n%*s| %s^\n", w, "", pad);
 }
 
 void tg_vreport(tg_ctx *ctx, const char *severity, tg_loc loc, const char *fmt, va_list ap) {

@@ -41,11 +41,12 @@ enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_NONE };
 static const char *const known_flags[] = {"--stats", "--emit", "--check", "-D", "-I",
                                           "-o",      "--help", "--version"};
 
-_Noreturn static void usage_error(const char *fmt, const char *arg) {
+/* Prints a usage error; returns the exit status for it. */
+static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "tgc: error: ");
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\n(see tgc --help)\n");
-  exit(2);
+  return 2;
 }
 
 static bool has_suffix(const char *s, const char *suffix) {
@@ -116,21 +117,26 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   return status;
 }
 
-int main(int argc, char **argv) {
-  enum emit what = EMIT_STATS;
-  const char *input = NULL, *out_path = NULL;
-  tg_define *defines = calloc((size_t)argc, sizeof *defines);
-  char (*define_names)[128] = calloc((size_t)argc, sizeof *define_names);
-  const char **incs = calloc((size_t)argc + 8, sizeof *incs);
-  int n_defines = 0, n_incs = 0;
+typedef struct cli {
+  enum emit what;
+  const char *input, *out_path;
+  tg_define *defines;
+  char (*define_names)[128];
+  int n_defines;
+  const char **incs;
+  int n_incs;
+  char *tg_path; /* strtok'ed copy of $TG_PATH that incs point into */
+} cli;
 
+/* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
+static int parse_args(int argc, char **argv, cli *c) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = NULL;
-    /* -DNAME=V and -D NAME=V, -IDIR and -I DIR */
+    /* -DNAME=V and -D NAME=V, -IDIR and -I DIR, -oFILE and -o FILE */
     if (a[0] == '-' && (a[1] == 'D' || a[1] == 'I' || a[1] == 'o') && a[2]) val = a + 2;
     else if (!strcmp(a, "-D") || !strcmp(a, "-I") || !strcmp(a, "-o") || !strcmp(a, "--emit")) {
-      if (i + 1 >= argc) usage_error("%s needs a value", a);
+      if (i + 1 >= argc) return usage_error("%s needs a value", a);
       val = argv[++i];
     }
     if (!strcmp(a, "--help")) {
@@ -140,57 +146,70 @@ int main(int argc, char **argv) {
       printf("tgc %s\n", TG_VERSION);
       return 0;
     } else if (!strcmp(a, "--stats")) {
-      what = EMIT_STATS;
+      c->what = EMIT_STATS;
     } else if (!strcmp(a, "--check")) {
-      what = EMIT_NONE;
+      c->what = EMIT_NONE;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
-      if (!strcmp(val, "ir")) what = EMIT_IR;
-      else if (!strcmp(val, "dot")) what = EMIT_DOT;
-      else usage_error("--emit %s: expected ir or dot", val);
+      if (!strcmp(val, "ir")) c->what = EMIT_IR;
+      else if (!strcmp(val, "dot")) c->what = EMIT_DOT;
+      else return usage_error("--emit %s: expected ir or dot", val);
     } else if (a[0] == '-' && a[1] == 'D') {
-      if (!tg_define_parse(val, &defines[n_defines], define_names[n_defines],
-                           sizeof define_names[n_defines]))
-        usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
-      n_defines++;
+      if (!tg_define_parse(val, &c->defines[c->n_defines], c->define_names[c->n_defines],
+                           sizeof c->define_names[c->n_defines]))
+        return usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
+      c->n_defines++;
     } else if (a[0] == '-' && a[1] == 'I') {
-      incs[n_incs++] = val;
+      c->incs[c->n_incs++] = val;
     } else if (a[0] == '-' && a[1] == 'o') {
-      out_path = val;
+      c->out_path = val;
     } else if (a[0] == '-' && a[1]) {
       const char *s = tg_nearest(a, known_flags, sizeof known_flags / sizeof *known_flags);
-      if (s) {
-        fprintf(stderr, "tgc: error: unknown option '%s' (did you mean '%s'?)\n", a, s);
-        fprintf(stderr, "(see tgc --help)\n");
-        exit(2);
-      }
-      usage_error("unknown option '%s'", a);
-    } else if (input) {
-      usage_error("only one input file, please (got another: '%s')", a);
+      if (!s) return usage_error("unknown option '%s'", a);
+      fprintf(stderr, "tgc: error: unknown option '%s' (did you mean '%s'?)\n(see tgc --help)\n", a, s);
+      return 2;
+    } else if (c->input) {
+      return usage_error("only one input file, please (got another: '%s')", a);
     } else {
-      input = a;
+      c->input = a;
     }
   }
-  if (!input) usage_error("%s", "no input file");
+  if (!c->input) return usage_error("%s", "no input file");
 
   /* Imports: the importing file's directory comes first (in the frontend),
    * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
-  char *tg_path = getenv("TG_PATH") ? strdup(getenv("TG_PATH")) : NULL;
-  for (char *p = tg_path ? strtok(tg_path, ":") : NULL; p && n_incs < argc + 6; p = strtok(NULL, ":"))
-    incs[n_incs++] = p;
-  incs[n_incs++] = TG_MODELS_DIR;
+  const char *env = getenv("TG_PATH");
+  c->tg_path = env ? strdup(env) : NULL;
+  for (char *p = c->tg_path ? strtok(c->tg_path, ":") : NULL; p; p = strtok(NULL, ":")) {
+    if (c->n_incs >= argc + 6) break;
+    c->incs[c->n_incs++] = p;
+  }
+  c->incs[c->n_incs++] = TG_MODELS_DIR;
+  return -1;
+}
 
-  tg_ctx *ctx = tg_ctx_new(stderr);
-  jmp_buf bail;
-  ctx->bail = &bail;
-  tg_compile_opts opts = {defines, n_defines, incs, n_incs};
-  int status;
-  if (setjmp(bail)) status = 1;
-  else status = run(ctx, input, &opts, what, out_path);
-  tg_ctx_free(ctx);
-  free(tg_path);
-  free(defines);
-  free(define_names);
-  free(incs);
+int main(int argc, char **argv) {
+  cli c = {.what = EMIT_STATS};
+  c.defines = calloc((size_t)argc, sizeof *c.defines);
+  c.define_names = calloc((size_t)argc, sizeof *c.define_names);
+  c.incs = calloc((size_t)argc + 8, sizeof *c.incs);
+  if (!c.defines || !c.define_names || !c.incs) {
+    fprintf(stderr, "tgc: out of memory\n");
+    return 1;
+  }
+  int status = parse_args(argc, argv, &c);
+  if (status < 0) {
+    tg_ctx *ctx = tg_ctx_new(stderr);
+    jmp_buf bail;
+    ctx->bail = &bail;
+    tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
+    if (setjmp(bail)) status = 1;
+    else status = run(ctx, c.input, &opts, c.what, c.out_path);
+    tg_ctx_free(ctx);
+  }
+  free(c.tg_path);
+  free(c.defines);
+  free(c.define_names);
+  free(c.incs);
   return status;
 }

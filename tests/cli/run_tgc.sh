@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# run_tgc.sh TGC SRCDIR: the tgc command line, end to end.
+#
+# Checks what a user relies on: --stats on GPT-2 (124,439,808 parameters),
+# -D overrides, the IR text round trip (print, read back, print: the same
+# bytes), -o writing atomically, --emit dot, --help covering every flag,
+# and usage errors exiting with status 2.
+set -u
+tgc=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src"
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+# expect_status WANT CMD...: runs CMD, output to $tmp/out, checks its status
+expect_status() {
+  local want=$1
+  shift
+  "$@" > "$tmp/out" 2>&1
+  local rc=$?
+  if [ $rc -eq "$want" ]; then ok; else bad "'$*' exited $rc, expected $want"; cat "$tmp/out"; fi
+}
+contains() { if grep -qF -- "$2" "$1"; then ok; else bad "$1 lacks '$2'"; head -20 "$1"; fi; }
+
+# --stats: GPT-2 124M, and the default action is the same
+expect_status 0 "$tgc" models/gpt2.tg --stats
+contains "$tmp/out" "params   124,439,808 in 148 tensors"
+cp "$tmp/out" "$tmp/stats"
+expect_status 0 "$tgc" models/gpt2.tg
+if cmp -s "$tmp/out" "$tmp/stats"; then ok; else bad "tgc with no flag differs from --stats"; fi
+
+# -D: a small GPT; its parameter count follows the formula
+L=2 C=64 V=50257 P=1024
+n=$((V * C + P * C + L * (12 * C * C + 13 * C) + 2 * C))
+want=$(echo $n | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta')  # 3,382,080
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=$L -D n_embd=$C -Dn_head=4 -D B=4 -D T=64 --stats
+contains "$tmp/out" "params   $want in"
+contains "$tmp/out" "T=64"
+
+# IR round trip on the full model, through -o
+expect_status 0 "$tgc" models/gpt2.tg --emit ir -o "$tmp/a.tgir"
+expect_status 0 "$tgc" "$tmp/a.tgir" --emit ir -o "$tmp/b.tgir"
+if cmp -s "$tmp/a.tgir" "$tmp/b.tgir"; then ok; else bad "IR round trip differs"; diff "$tmp/a.tgir" "$tmp/b.tgir" | head; fi
+head -1 "$tmp/a.tgir" > "$tmp/out"
+contains "$tmp/out" "# tg IR 1"
+if ls "$tmp" | grep -q '\.tmp\.'; then bad "-o left a temporary file"; else ok; fi
+expect_status 0 "$tgc" "$tmp/a.tgir" --stats
+contains "$tmp/out" "124,439,808"
+expect_status 1 "$tgc" "$tmp/a.tgir" -D n_layer=2
+contains "$tmp/out" "error: -D cannot change an IR file"
+
+# a failed compile leaves an existing output file alone
+echo "precious" > "$tmp/keep.tgir"
+expect_status 1 "$tgc" tests/bad/matmul_shape.tg --emit ir -o "$tmp/keep.tgir"
+contains "$tmp/keep.tgir" "precious"
+
+# --emit dot
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --emit dot
+contains "$tmp/out" "digraph"
+contains "$tmp/out" "wte.weight"
+if command -v dot > /dev/null; then
+  expect_status 0 dot -Tsvg "$tmp/out" -o "$tmp/g.svg"
+fi
+
+# --check prints nothing
+expect_status 0 "$tgc" models/gpt2.tg --check
+if [ -s "$tmp/out" ]; then bad "--check printed something"; else ok; fi
+
+# imports: -I and TG_PATH
+mkdir -p "$tmp/lib" "$tmp/model"
+printf 'block double(x) { return 2 * x }\n' > "$tmp/lib/mylib.tg"
+printf 'import "mylib.tg"\ninput x: f32[3]\noutput y = sum(double(x))\n' > "$tmp/model/m.tg"
+expect_status 1 "$tgc" "$tmp/model/m.tg"
+contains "$tmp/out" "cannot open"
+expect_status 0 "$tgc" "$tmp/model/m.tg" -I "$tmp/lib"
+expect_status 0 env TG_PATH="/nonexistent:$tmp/lib" "$tgc" "$tmp/model/m.tg"
+
+# --help documents every flag; usage errors exit 2
+expect_status 0 "$tgc" --help
+for flag in --stats "--emit ir" "--emit dot" --check -D -I -o --help --version; do
+  contains "$tmp/out" "$flag"
+done
+expect_status 0 "$tgc" --version
+expect_status 2 "$tgc"
+contains "$tmp/out" "no input file"
+expect_status 2 "$tgc" models/gpt2.tg --stat
+contains "$tmp/out" "did you mean '--stats'?"
+expect_status 2 "$tgc" models/gpt2.tg --emit cuda
+expect_status 2 "$tgc" models/gpt2.tg -D n_layer
+expect_status 2 "$tgc" models/gpt2.tg models/std.tg
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
