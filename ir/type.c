@@ -39,7 +39,7 @@ static const struct {
 };
 
 const char *tg_dtype_name(tg_dtype t) { return t < TG_NDTYPES ? dtypes[t].name : "?"; }
-int tg_dtype_size(tg_dtype t) { return dtypes[t].size; }
+int tg_dtype_size(tg_dtype t) { return t < TG_NDTYPES ? dtypes[t].size : 0; }
 bool tg_dtype_is_float(tg_dtype t) { return t < TG_NDTYPES && dtypes[t].is_float; }
 
 bool tg_dtype_parse(const char *s, size_t n, tg_dtype *out) {
@@ -89,12 +89,6 @@ char *tg_fmt_double(double d, char *buf, size_t n) {
     snprintf(buf, n, "%.*g", prec, d);
     if (strtod(buf, NULL) == d) break;
   }
-  /* Keep a float looking like one ("1" would read back the same, but "1.0"
-   * tells a reader of the IR that it is not an integer). */
-  if (!strpbrk(buf, ".eEn")) {
-    size_t k = strlen(buf);
-    if (k + 2 < n) memcpy(buf + k, ".0", 3);
-  }
   return buf;
 }
 
@@ -133,8 +127,11 @@ static bool broadcast(const tg_type *a, const tg_type *b, tg_type *out, char *wh
     else if (db.size == 1) out->dim[i] = da;
     else {
       char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
-      FAIL("shapes do not broadcast: %s and %s differ in dim %d (%lld vs %lld)",
-           tg_type_str(a, sa, sizeof sa), tg_type_str(b, sb, sizeof sb), i,
+      /* Count from the right: that is how broadcasting aligns the dims. */
+      char which[32] = "the last dim";
+      if (r - i > 1) snprintf(which, sizeof which, "dim -%d", r - i);
+      FAIL("shapes do not broadcast: %s and %s differ in %s (%lld vs %lld)",
+           tg_type_str(a, sa, sizeof sa), tg_type_str(b, sb, sizeof sb), which,
            (long long)da.size, (long long)db.size);
     }
   }
@@ -147,6 +144,7 @@ static bool is_compare(tg_op op) {
 }
 
 bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  if (n->op >= TG_NOPS) FAIL("op number %d is not in the op table", (int)n->op);
   const tg_op_info *info = &tg_ops[n->op];
   const char *opn = info->name;
   if (info->arity >= 0 && n->nin != info->arity)
@@ -260,8 +258,8 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     if (n->axis < 0 || n->axis >= a->rank)
       FAIL("slice axis %d is outside 0..%d", n->axis, a->rank - 1);
     if (n->start < 0 || n->len < 1 || n->start > a->dim[n->axis].size - n->len)
-      FAIL("slice [%lld, %lld) is outside dim %d of %s", (long long)n->start,
-           (long long)(n->start + n->len), n->axis, tg_type_str(a, sa, sizeof sa));
+      FAIL("slice of length %lld from %lld is outside dim %d of %s", (long long)n->len,
+           (long long)n->start, n->axis, tg_type_str(a, sa, sizeof sa));
     *out = *a;
     out->dim[n->axis] = (tg_dim){n->len, NULL};
     return true;

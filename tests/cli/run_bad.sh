@@ -8,7 +8,7 @@
 # absurd nesting, a directory, a missing file) are generated here.
 # With --update, writes the .expected files instead (then review the diff).
 set -u
-tgc=$1
+tgc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: the tests cd around
 src=$2
 update=${3:-}
 bad="$src/tests/bad"

@@ -6,7 +6,7 @@
 # bytes), -o writing atomically, --emit dot, --help covering every flag,
 # and usage errors exiting with status 2.
 set -u
-tgc=$1
+tgc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: the tests cd around
 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -13,7 +13,7 @@ static tg_ast *parse(tg_ctx *ctx, const char *text) {
 
 /* The expression as a fully parenthesised string, to check precedence. */
 static void show(const tg_expr *e, char *buf, size_t n) {
-  char l[256], r[256];
+  char l[200], r[200]; /* small enough that "(l op r)" always fits */
   switch (e->kind) {
   case TG_E_NUM: snprintf(buf, n, "%g", e->num); break;
   case TG_E_NAME: snprintf(buf, n, "%s", e->path.segs[e->path.n - 1].name); break;

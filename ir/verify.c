@@ -1,0 +1,92 @@
+/* verify.c: checks a graph's structural and type invariants.
+ *
+ * Passes rewrite the graph in place; running the verifier after each one
+ * catches a broken rewrite at the pass that made it, instead of as a wrong
+ * gradient or a crash in code generation much later.  Types are checked by
+ * re-running tg_infer_type, the same rule the frontend and the reader use.
+ * It reports the first problem and returns false rather than bailing, so a
+ * caller can add context (which pass ran last) before giving up. */
+#include "ir.h"
+
+/* Reports a problem with node k; always returns false. */
+static bool bad(tg_ctx *ctx, const tg_node *n, int k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bool bad(tg_ctx *ctx, const tg_node *n, int k, const char *fmt, ...) {
+  char msg[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char *op = n && (unsigned)n->op < TG_NOPS ? tg_ops[n->op].name : "?";
+  tg_report(ctx, "error", n ? n->loc : (tg_loc){0}, "verify: %%%d (%s): %s", k, op, msg);
+  return false;
+}
+
+/* Is n a node of g standing at the position its id claims? */
+static bool in_graph(const tg_graph *g, const tg_node *n) {
+  return n->id >= 0 && n->id < g->n_nodes && g->nodes[n->id] == n;
+}
+
+static bool verify_inputs(tg_ctx *ctx, const tg_graph *g, const tg_node *n, int k) {
+  const tg_op_info *info = &tg_ops[n->op];
+  if (info->arity >= 0 && n->nin != info->arity)
+    return bad(ctx, n, k, "%s takes %d input%s, got %d", info->name, info->arity,
+               info->arity == 1 ? "" : "s", n->nin);
+  if (info->arity < 0 && n->nin < 1)
+    return bad(ctx, n, k, "%s needs at least one input", info->name);
+  if (n->nin > 0 && !n->in) return bad(ctx, n, k, "its input array is missing");
+  for (int i = 0; i < n->nin; i++) {
+    const tg_node *in = n->in[i];
+    if (!in) return bad(ctx, n, k, "input %d is missing", i);
+    if (!in_graph(g, in)) return bad(ctx, n, k, "input %d is not a node of this graph", i);
+    if (in->id >= k)
+      return bad(ctx, n, k, "input %d is %%%d, which does not come before it", i, in->id);
+  }
+  return true;
+}
+
+static bool verify_type(tg_ctx *ctx, const tg_node *n, int k) {
+  if (n->type.rank < 0 || n->type.rank > TG_MAX_RANK)
+    return bad(ctx, n, k, "its type has rank %d, outside 0..%d", n->type.rank, TG_MAX_RANK);
+  if ((unsigned)n->type.dtype >= TG_NDTYPES)
+    return bad(ctx, n, k, "its type has an unknown dtype (%d)", (int)n->type.dtype);
+  if (n->op == TG_OP_param && (unsigned)n->init.kind > TG_INIT_NORMAL)
+    return bad(ctx, n, k, "unknown initialiser kind %d", (int)n->init.kind);
+  char why[600], sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+  tg_type t;
+  if (!tg_infer_type(n, &t, why, sizeof why)) return bad(ctx, n, k, "%s", why);
+  if (!tg_type_equal(&t, &n->type))
+    return bad(ctx, n, k, "its type says %s but %s of its inputs gives %s",
+               tg_type_str(&n->type, sa, sizeof sa), tg_ops[n->op].name,
+               tg_type_str(&t, sb, sizeof sb));
+  return true;
+}
+
+static bool verify_node(tg_ctx *ctx, const tg_graph *g, int k) {
+  const tg_node *n = g->nodes[k];
+  if (!n) return bad(ctx, n, k, "the node is missing");
+  if ((unsigned)n->op >= TG_NOPS) return bad(ctx, n, k, "unknown op %d", (int)n->op);
+  if (!verify_inputs(ctx, g, n, k) || !verify_type(ctx, n, k)) return false;
+  if (n->id != k) return bad(ctx, n, k, "its id is %d but it stands at position %d", n->id, k);
+  return true;
+}
+
+bool tg_verify(tg_ctx *ctx, const tg_graph *g) {
+  if (g->n_nodes < 0 || (g->n_nodes > 0 && !g->nodes)) {
+    tg_report(ctx, "error", (tg_loc){0}, "verify: the graph's node array is missing");
+    return false;
+  }
+  for (int k = 0; k < g->n_nodes; k++)
+    if (!verify_node(ctx, g, k)) return false;
+  for (int i = 0; i < g->n_outputs; i++) {
+    const tg_output *o = &g->outputs[i];
+    const char *name = o->name ? o->name : "?";
+    if (!o->node || !in_graph(g, o->node)) {
+      tg_report(ctx, "error", (tg_loc){0}, "verify: output '%s' refers to a node not in the graph",
+                name);
+      return false;
+    }
+  }
+  return true;
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# install-deps.sh [--fuzz]: installs the Debian packages that tg's build and
+# tests need.  Idempotent: when everything is present it changes nothing
+# and does not even refresh the package lists.  --fuzz adds clang and its
+# libFuzzer runtime (for tools/fuzz.sh).
+set -euo pipefail
+
+packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz)
+if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-14-dev); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo > /dev/null || { echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+echo "install-deps: done"
