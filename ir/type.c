@@ -159,10 +159,11 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   switch (n->op) {
   case TG_OP_input:
   case TG_OP_param:
+  case TG_OP_state:
     *out = n->type;
-    if (n->op == TG_OP_param && !tg_dtype_is_float(out->dtype))
+    if (n->op != TG_OP_input && !tg_dtype_is_float(out->dtype))
       FAIL("parameters must have a float dtype, not %s", tg_dtype_name(out->dtype));
-    if (n->op == TG_OP_param && n->init.kind == TG_INIT_NORMAL &&
+    if (n->op != TG_OP_input && n->init.kind == TG_INIT_NORMAL &&
         !(n->init.std >= 0 && isfinite(n->init.std)))
       FAIL("normal() needs a finite standard deviation >= 0");
     return check_shape(out, why, whylen);
@@ -292,6 +293,53 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     for (int i = 0; i < b->rank; i++) out->dim[i] = b->dim[i];
     for (int i = 1; i < a->rank; i++) out->dim[b->rank + i - 1] = a->dim[i];
     return check_shape(out, why, whylen);
+
+  case TG_OP_expand: {
+    *out = n->type;
+    out->dtype = a->dtype;
+    if (!check_shape(out, why, whylen)) return false;
+    bool ok = a->rank <= out->rank;
+    for (int i = 0; ok && i < a->rank; i++) {
+      int64_t d = a->dim[a->rank - 1 - i].size;
+      ok = d == 1 || d == out->dim[out->rank - 1 - i].size;
+    }
+    if (!ok)
+      FAIL("expand: %s does not broadcast to %s", tg_type_str(a, sa, sizeof sa),
+           tg_type_str(out, sb, sizeof sb));
+    return true;
+  }
+  case TG_OP_pad:
+    if (n->axis < 0 || n->axis >= a->rank)
+      FAIL("pad axis %d is outside 0..%d", n->axis, a->rank - 1);
+    if (n->start < 0 || n->len > TG_MAX_ELEMS || n->start > n->len - a->dim[n->axis].size)
+      FAIL("pad of dim %d of %s to length %lld at %lld does not fit", n->axis,
+           tg_type_str(a, sa, sizeof sa), (long long)n->len, (long long)n->start);
+    *out = *a;
+    out->dim[n->axis] = (tg_dim){n->len, NULL};
+    return check_shape(out, why, whylen);
+  case TG_OP_scatter_add: {
+    /* src [idx dims..., rest...], idx i32 [idx dims...] -> [V, rest...] */
+    *out = n->type;
+    out->dtype = a->dtype;
+    if (!check_shape(out, why, whylen)) return false;
+    if (b->dtype != TG_I32) FAIL("scatter_add indices must be i32, not %s", tg_type_str(b, sb, sizeof sb));
+    bool ok = out->rank >= 1 && a->rank == b->rank + out->rank - 1;
+    for (int i = 0; ok && i < b->rank; i++) ok = a->dim[i].size == b->dim[i].size;
+    for (int i = 1; ok && i < out->rank; i++) ok = a->dim[b->rank + i - 1].size == out->dim[i].size;
+    if (!ok) {
+      char sc[TG_TYPE_STR_MAX];
+      FAIL("scatter_add of %s at indices %s cannot give %s", tg_type_str(a, sa, sizeof sa),
+           tg_type_str(b, sb, sizeof sb), tg_type_str(&n->type, sc, sizeof sc));
+    }
+    return true;
+  }
+  case TG_OP_assign:
+    if (n->in[0]->op != TG_OP_param && n->in[0]->op != TG_OP_state)
+      FAIL("assign's target must be a param or state, not %s", tg_ops[n->in[0]->op].name);
+    if (!tg_type_equal(a, b))
+      FAIL("assign of %s to %s", tg_type_str(b, sb, sizeof sb), tg_type_str(a, sa, sizeof sa));
+    *out = *b;
+    return true;
 
   case TG_OP_matmul: {
     if (a->rank < 2 || b->rank < 2)

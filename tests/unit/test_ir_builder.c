@@ -487,6 +487,45 @@ START_TEST(test_config_and_outputs) {
 }
 END_TEST
 
+/* The ops autodiff and the optimizer introduce. */
+START_TEST(test_gradient_ops) {
+  tg_node *x = input(ty(TG_F32, 3, DIMS({2, "B"}, {4, "T"}, {1, NULL})));
+  tg_node *e = node(TG_OP_expand, 1, x, NULL, NULL);
+  e->type = ty(TG_F32, 3, DIMS({2, "B"}, {4, "T"}, {8, "C"}));
+  ck_assert_int_eq(add(e)->type.dim[2].size, 8);
+  tg_node *bad = node(TG_OP_expand, 1, e, NULL, NULL);
+  bad->type = ty(TG_F32, 3, DIMS({2, NULL}, {4, NULL}, {16, NULL}));
+  ck_assert_has(add_fails(bad), "expand: f32[B=2, T=4, C=8] does not broadcast to f32[2, 4, 16]");
+
+  tg_node *p = node(TG_OP_pad, 1, e, NULL, NULL);
+  p->axis = 2, p->start = 8, p->len = 24;
+  ck_assert_int_eq(add(p)->type.dim[2].size, 24);
+  tg_node *p2 = node(TG_OP_pad, 1, e, NULL, NULL);
+  p2->axis = 2, p2->start = 17, p2->len = 24;
+  ck_assert_has(add_fails(p2), "does not fit");
+
+  tg_node *idx = input(ty(TG_I32, 2, DIMS({2, "B"}, {4, "T"})));
+  tg_node *sc = node(TG_OP_scatter_add, 2, e, idx, NULL);
+  sc->type = ty(TG_F32, 2, DIMS({50, "vocab"}, {8, NULL}));
+  ck_assert_int_eq(add(sc)->type.dim[0].size, 50);
+  tg_node *sc2 = node(TG_OP_scatter_add, 2, e, idx, NULL);
+  sc2->type = ty(TG_F32, 2, DIMS({50, "vocab"}, {9, NULL}));
+  ck_assert_has(add_fails(sc2), "cannot give f32[vocab=50, 9]");
+  tg_node *sc3 = node(TG_OP_scatter_add, 2, e, e, NULL);
+  sc3->type = sc->type;
+  ck_assert_has(add_fails(sc3), "indices must be i32");
+
+  tg_node *w = param(ty(TG_F32, 2, DIMS({50, "vocab"}, {8, NULL})));
+  tg_node *st = node(TG_OP_state, 0, NULL, NULL, NULL);
+  st->type = w->type;
+  add(st);
+  add(node(TG_OP_assign, 2, w, sc, NULL));
+  add(node(TG_OP_assign, 2, st, sc, NULL));
+  ck_assert_has(add_fails(node(TG_OP_assign, 2, e, e, NULL)), "target must be a param or state");
+  ck_assert_has(add_fails(node(TG_OP_assign, 2, w, e, NULL)), "assign of f32[B=2, T=4, C=8] to");
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ir_builder");
   TCase *tc = tcase_create("builder");
@@ -512,6 +551,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_shape_limits);
   tcase_add_test(tc, test_arity);
   tcase_add_test(tc, test_config_and_outputs);
+  tcase_add_test(tc, test_gradient_ops);
   suite_add_tcase(s, tc);
   return s;
 }

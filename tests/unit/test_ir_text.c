@@ -129,6 +129,21 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   add(g, wt);
   tg_node *logits = bin(g, TG_OP_matmul, h, wt);
   logits->name = "logits";
+  /* the ops that autodiff and the optimizer introduce */
+  tg_node *ex = node(g, TG_OP_expand, 1, s, NULL, NULL);
+  ex->type = ty(TG_F32, 3, DIMS({2, "B"}, {4, "T"}, {8, "C"}));
+  add(g, ex);
+  tg_node *pd = node(g, TG_OP_pad, 1, sl, NULL, NULL);
+  pd->axis = 2, pd->start = 2, pd->len = 8;
+  add(g, pd);
+  tg_node *sc = node(g, TG_OP_scatter_add, 2, ex, idx, NULL);
+  sc->type = ty(TG_F32, 2, DIMS({16, "vocab"}, {8, "C"}));
+  add(g, sc);
+  tg_node *mom = leaf(g, TG_OP_state, ty(TG_F32, 2, DIMS({16, "vocab"}, {8, "C"})), "adam.m.wte.weight");
+  mom->init = (tg_init){TG_INIT_ZEROS, 0};
+  add(g, mom);
+  bin(g, TG_OP_assign, mom, sc);
+  bin(g, TG_OP_assign, wte, bin(g, TG_OP_sub, wte, sc));
   tg_node *loss = node(g, TG_OP_sum, 1, logits, NULL, NULL);
   loss->axes = 7;
   add(g, loss);
