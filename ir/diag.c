@@ -94,8 +94,10 @@ void tg_vreport(tg_ctx *ctx, const char *severity, tg_loc loc, const char *fmt, 
     va_end(copy);
   }
   if (!ctx->err) return;
-  if (loc.file)
+  if (loc.file && loc.line > 0)
     fprintf(ctx->err, "%s:%d:%d: %s: ", loc.file, loc.line, loc.col, severity);
+  else if (loc.file) /* a binary file (weights, a batch): no line to point at */
+    fprintf(ctx->err, "%s: %s: ", loc.file, severity);
   else
     fprintf(ctx->err, "tg: %s: ", severity);
   vfprintf(ctx->err, fmt, ap);

@@ -1,0 +1,65 @@
+/* safetensors.h: reading and writing the safetensors format.
+ *
+ * The format (huggingface/safetensors): an 8-byte little-endian header
+ * length N, N bytes of JSON mapping each tensor name to
+ * {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]} (offsets
+ * relative to the byte after the header) plus an optional "__metadata__"
+ * object of string values, then the raw little-endian data.
+ *
+ * The reader trusts nothing: every length, offset, shape and name is
+ * checked before use, and a bad file is reported through ctx as
+ * "FILE: error: tensor 'NAME': ..." and then bails. */
+#ifndef TG_SAFETENSORS_H
+#define TG_SAFETENSORS_H
+
+#include "ir.h"
+
+typedef struct tg_st_tensor {
+  const char *name;
+  tg_dtype dtype;       /* F32, BF16, F16, I32 or BOOL */
+  int rank;
+  int64_t shape[TG_MAX_RANK];
+  const void *data;     /* little-endian, inside the file's buffer */
+  size_t nbytes;
+} tg_st_tensor;
+
+typedef struct tg_st_meta {
+  const char *key, *value;
+} tg_st_meta;
+
+typedef struct tg_st_file {
+  const char *path;
+  tg_st_tensor *tensors; /* in file order */
+  int n_tensors;
+  tg_st_meta *meta;      /* the "__metadata__" entries */
+  int n_meta;
+  void *buf;             /* the whole file; freed by tg_st_free */
+  size_t size;
+} tg_st_file;
+
+/* Reads and validates a whole file; bails through ctx on any problem. */
+tg_st_file *tg_st_read(tg_ctx *ctx, const char *path);
+/* The same for bytes in memory (tests, the fuzzer); the bytes are copied. */
+tg_st_file *tg_st_parse(tg_ctx *ctx, const char *name, const void *bytes, size_t size);
+void tg_st_free(tg_st_file *f);
+
+const tg_st_tensor *tg_st_find(const tg_st_file *f, const char *name);
+const char *tg_st_meta_get(const tg_st_file *f, const char *key);
+
+/* Writes tensors (data in host order, which must be little-endian) and
+ * metadata to path atomically: a temporary file beside it, fsync, rename.
+ * Returns false with a message in why on failure (the old file is kept). */
+bool tg_st_write(const char *path, const tg_st_tensor *tensors, int n, const tg_st_meta *meta,
+                 int n_meta, char *why, size_t whylen);
+
+/* Element conversions, round to nearest even where narrowing. */
+float tg_bf16_to_f32(uint16_t h);
+uint16_t tg_f32_to_bf16(float f);
+float tg_f16_to_f32(uint16_t h);
+uint16_t tg_f32_to_f16(float f);
+
+/* Copies a tensor's elements into out as doubles, converting from its
+ * dtype (out has numel entries). */
+void tg_st_to_f64(const tg_st_tensor *t, double *out);
+
+#endif
