@@ -118,7 +118,7 @@ enum { TG_TYPE_STR_MAX = 512 };
 /* ---- ops -------------------------------------------------------------- */
 
 typedef enum tg_op {
-#define X(name, arity, kind, attr, doc) TG_OP_##name,
+#define X(name, arity, kind, attr, deriv, doc) TG_OP_##name,
 #include "ops.def"
 #undef X
   TG_NOPS

@@ -10,7 +10,7 @@
 #include <string.h>
 
 const tg_op_info tg_ops[TG_NOPS] = {
-#define X(name, arity, kind, attr, doc) {#name, arity, TG_KIND_##kind, TG_ATTR_##attr, doc},
+#define X(name, arity, kind, attr, deriv, doc) {#name, arity, TG_KIND_##kind, TG_ATTR_##attr, doc},
 #include "ops.def"
 #undef X
 };
