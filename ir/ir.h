@@ -167,8 +167,20 @@ typedef struct tg_init {
   double std; /* for TG_INIT_NORMAL: mean 0, this standard deviation */
 } tg_init;
 
+/* Which part of a training step a node belongs to, for reports and stats. */
+typedef enum tg_phase {
+  TG_PHASE_FORWARD,   /* the model as written */
+  TG_PHASE_BACKWARD,  /* gradients, added by autodiff */
+  TG_PHASE_OPTIMIZER, /* clipping and the parameter update */
+  TG_NPHASES
+} tg_phase;
+
+const char *tg_phase_name(tg_phase p);
+bool tg_phase_parse(const char *s, size_t n, tg_phase *out);
+
 typedef struct tg_node {
   tg_op op;
+  tg_phase phase;
   int id;                /* position in graph order, set when added */
   int nin;
   struct tg_node **in;
@@ -246,6 +258,7 @@ typedef struct tg_stats {
   int64_t param_bytes;
   int64_t n_nodes;
   int64_t by_kind[TG_NKINDS];
+  int64_t by_phase[TG_NPHASES];
   int64_t by_op[TG_NOPS];
 } tg_stats;
 

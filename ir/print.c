@@ -152,7 +152,15 @@ void tg_print_ir(FILE *out, const tg_graph *g) {
   for (int i = 0; i < g->n_config; i++)
     fprintf(out, "config %s = %s\n", g->config[i].name,
             tg_fmt_double(g->config[i].value, num, sizeof num));
-  for (int k = 0; k < g->n_nodes; k++) print_node(out, g, k);
+  tg_phase phase = TG_PHASE_FORWARD;
+  for (int k = 0; k < g->n_nodes; k++) {
+    /* A phase line starts each run of backward or optimizer nodes. */
+    if (g->nodes[k]->phase != phase) {
+      phase = g->nodes[k]->phase;
+      fprintf(out, "phase %s\n", tg_phase_name(phase));
+    }
+    print_node(out, g, k);
+  }
   for (int i = 0; i < g->n_outputs; i++) {
     fputs("output ", out);
     print_quoted(out, g->outputs[i].name ? g->outputs[i].name : "");

@@ -31,6 +31,7 @@ typedef struct reader {
   tg_node **args; /* scratch for one node's inputs, in the arena */
   int cap_args;
   const char *last_file; /* the previous loc's file, shared when it repeats */
+  tg_phase phase;        /* set by "phase" lines, given to the nodes after them */
 } reader;
 
 /* ---- errors ------------------------------------------------------------- */
@@ -511,6 +512,7 @@ static void read_node(reader *r) {
   if (!tg_op_lookup(opp, k, &op)) fail(r, opp, "unknown op '%.*s'", k > 24 ? 24 : (int)k, opp);
   r->p += k;
   tg_node *n = tg_node_new(g, op, (tg_loc){0});
+  n->phase = r->phase;
 
   int nin = 0;
   if (peek(r, '%')) {
@@ -599,12 +601,23 @@ static void read_line(reader *r) {
     enter(r, AT_CONFIG, at, "config lines must come before the nodes");
     r->p += k;
     read_config(r);
+  } else if (ident_is(at, k, "phase")) {
+    enter(r, AT_NODES, at, "phase lines must come before the output lines");
+    r->p += k;
+    skip_space(r);
+    const char *name = r->p;
+    size_t m = ident_len(r);
+    if (!tg_phase_parse(name, m, &r->phase))
+      fail(r, name, "unknown phase %s (forward, backward or optimizer)",
+           describe(r, name, buf, sizeof buf));
+    r->p += m;
+    expect_eol(r, "the phase line");
   } else if (ident_is(at, k, "output")) {
     enter(r, AT_OUTPUTS, at, "");
     r->p += k;
     read_output(r);
   } else {
-    fail(r, at, "expected a node (%%N = ...), 'source', 'config' or 'output' line, found %s",
+    fail(r, at, "expected a node (%%N = ...), 'source', 'config', 'phase' or 'output' line, found %s",
          describe(r, at, buf, sizeof buf));
   }
 }

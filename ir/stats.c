@@ -20,6 +20,7 @@ void tg_graph_stats(const tg_graph *g, tg_stats *s) {
     if (!n || (unsigned)n->op >= TG_NOPS) continue;
     s->by_op[n->op]++;
     s->by_kind[tg_ops[n->op].kind]++;
+    if ((unsigned)n->phase < TG_NPHASES) s->by_phase[n->phase]++;
     if (n->op == TG_OP_param && (unsigned)n->type.dtype < TG_NDTYPES) {
       int64_t e = tg_type_numel(&n->type);
       s->n_params++;
@@ -152,6 +153,21 @@ static void print_nodes(FILE *out, const tg_stats *s) {
   line_end(&l);
 }
 
+/* Forward, backward and optimizer node counts, once there is more than the
+ * forward graph. */
+static void print_phases(FILE *out, const tg_stats *s) {
+  if (s->by_phase[TG_PHASE_FORWARD] == s->n_nodes) return;
+  char num[32], item[64];
+  line l = line_start(out, "phases");
+  int shown = 0;
+  for (int p = 0; p < TG_NPHASES; p++) {
+    snprintf(item, sizeof item, "%s %s", fmt_count(s->by_phase[p], num, sizeof num),
+             tg_phase_name((tg_phase)p));
+    line_item(&l, shown++ ? ", " : "", item);
+  }
+  line_end(&l);
+}
+
 /* Every op that occurs, most frequent first, ties in op-table order. */
 static void print_ops(FILE *out, const tg_stats *s) {
   int order[TG_NOPS], n = 0;
@@ -179,12 +195,22 @@ static void print_outputs(FILE *out, const tg_graph *g) {
   if (g->n_outputs == 0) return;
   line l = line_start(out, "outputs");
   char ts[TG_TYPE_STR_MAX], item[TG_TYPE_STR_MAX + 256];
+  /* One gradient per parameter would drown the rest: count them instead. */
+  int grads = 0;
   for (int i = 0; i < g->n_outputs; i++) {
     const tg_output *o = &g->outputs[i];
+    if (o->name && !strncmp(o->name, "grad:", 5)) {
+      grads++;
+      continue;
+    }
     const tg_type *t = o->node ? &o->node->type : NULL;
     bool ok = t && t->rank >= 0 && t->rank <= TG_MAX_RANK;
     snprintf(item, sizeof item, "%.200s %s", o->name ? o->name : "?",
              ok ? tg_type_str(t, ts, sizeof ts) : "?");
+    line_item(&l, ", ", item);
+  }
+  if (grads) {
+    snprintf(item, sizeof item, "%d gradients (grad:NAME)", grads);
     line_item(&l, ", ", item);
   }
   line_end(&l);
@@ -197,6 +223,7 @@ void tg_print_stats(FILE *out, const tg_graph *g) {
   print_config(out, g);
   print_params(out, g, &s);
   print_nodes(out, &s);
+  print_phases(out, &s);
   print_ops(out, &s);
   print_outputs(out, g);
 }

@@ -18,6 +18,19 @@ const tg_op_info tg_ops[TG_NOPS] = {
 static const char *const kind_names[TG_NKINDS] = {
     "leaf", "elementwise", "reduction", "movement", "matmul", "special"};
 
+static const char *const phase_names[TG_NPHASES] = {"forward", "backward", "optimizer"};
+
+const char *tg_phase_name(tg_phase p) { return p < TG_NPHASES ? phase_names[p] : "?"; }
+
+bool tg_phase_parse(const char *s, size_t n, tg_phase *out) {
+  for (int i = 0; i < TG_NPHASES; i++)
+    if (strlen(phase_names[i]) == n && memcmp(phase_names[i], s, n) == 0) {
+      *out = (tg_phase)i;
+      return true;
+    }
+  return false;
+}
+
 const char *tg_kind_name(tg_kind k) { return k < TG_NKINDS ? kind_names[k] : "?"; }
 
 bool tg_op_lookup(const char *name, size_t n, tg_op *out) {

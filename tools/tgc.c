@@ -10,6 +10,7 @@
 
 #include "frontend.h"
 #include "ir.h"
+#include "passes.h"
 
 #define TG_VERSION "0.1.0"
 
@@ -23,6 +24,12 @@ static const char usage[] =
     "  --emit ir          the IR in its text form (docs/ir.md); tgc reads it back\n"
     "  --emit dot         the graph in Graphviz form (render: dot -Tsvg)\n"
     "  --check            check the model and print nothing\n"
+    "\n"
+    "What to compile:\n"
+    "  --grad             the whole training step: the forward graph, its gradient\n"
+    "                     (autodiff) and an AdamW update with gradient clipping\n"
+    "                     (nanoGPT's defaults: betas 0.9/0.95, eps 1e-8, weight\n"
+    "                     decay 0.1 on 2-D parameters, clip 1.0)\n"
     "\n"
     "Options:\n"
     "  -D NAME=VALUE      override a config constant, e.g. -D n_layer=2 -D B=4 -D T=64\n"
@@ -38,8 +45,8 @@ static const char usage[] =
 
 enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_NONE };
 
-static const char *const known_flags[] = {"--stats", "--emit", "--check", "-D", "-I",
-                                          "-o",      "--help", "--version"};
+static const char *const known_flags[] = {"--stats", "--emit",   "--check",  "--grad", "-D",
+                                          "-I",      "-o",       "--help",   "--version"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) {
@@ -91,7 +98,7 @@ static int emit_to_file(const char *path, enum emit what, const tg_graph *g) {
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
  * input longjmp to main's handler through ctx->bail. */
 static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
-               const char *out_path) {
+               const char *out_path, bool grad) {
   tg_graph *g;
   const tg_source *src = tg_source_load(ctx, input, (tg_loc){0});
   bool is_ir = has_suffix(input, ".tgir") || (src->len >= 8 && !memcmp(src->text, "# tg IR ", 8));
@@ -106,9 +113,16 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   int status = 0;
   if (!tg_verify(ctx, g)) status = 1;
-  /* Passes of later stages (autodiff, pad_vocab, flash_attn, fuse, ...) go here. */
-  else if (out_path) status = emit_to_file(out_path, what, g);
-  else emit(stdout, what, g);
+  if (status == 0 && grad) {
+    tg_autodiff(ctx, g);
+    tg_append_adamw(ctx, g, &tg_adamw_defaults);
+    if (!tg_verify(ctx, g)) status = 1;
+  }
+  /* Passes of later stages (pad_vocab, flash_attn, fuse, ...) go here. */
+  if (status == 0) {
+    if (out_path) status = emit_to_file(out_path, what, g);
+    else emit(stdout, what, g);
+  }
   tg_graph_free(g);
   if (fflush(stdout) != 0) {
     fprintf(stderr, "tgc: error: writing the output failed: %s\n", strerror(errno));
@@ -126,6 +140,7 @@ typedef struct cli {
   const char **incs;
   int n_incs;
   char *tg_path; /* strtok'ed copy of $TG_PATH that incs point into */
+  bool grad;
 } cli;
 
 /* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
@@ -149,6 +164,8 @@ static int parse_args(int argc, char **argv, cli *c) {
       c->what = EMIT_STATS;
     } else if (!strcmp(a, "--check")) {
       c->what = EMIT_NONE;
+    } else if (!strcmp(a, "--grad")) {
+      c->grad = true;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;
@@ -204,7 +221,7 @@ int main(int argc, char **argv) {
     ctx->bail = &bail;
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
     if (setjmp(bail)) status = 1;
-    else status = run(ctx, c.input, &opts, c.what, c.out_path);
+    else status = run(ctx, c.input, &opts, c.what, c.out_path, c.grad);
     tg_ctx_free(ctx);
   }
   free(c.tg_path);

@@ -53,6 +53,20 @@ contains "$tmp/out" "124,439,808"
 expect_status 1 "$tgc" "$tmp/a.tgir" -D n_layer=2
 contains "$tmp/out" "error: -D cannot change an IR file"
 
+# the training step (--grad): forward, backward and optimizer phases, and
+# the same round trip with its phase lines
+expect_status 0 "$tgc" models/gpt2.tg --grad -D n_layer=2 --emit ir -o "$tmp/g.tgir"
+expect_status 0 "$tgc" "$tmp/g.tgir" --emit ir -o "$tmp/g2.tgir"
+if cmp -s "$tmp/g.tgir" "$tmp/g2.tgir"; then ok; else bad "training IR round trip differs"; fi
+contains "$tmp/g.tgir" "phase backward"
+contains "$tmp/g.tgir" "phase optimizer"
+contains "$tmp/g.tgir" 'output "grad:wte.weight"'
+expect_status 0 "$tgc" models/gpt2.tg --grad --stats
+contains "$tmp/out" "phases   1,111 forward,"
+contains "$tmp/out" "outputs  loss f32[], grad_norm f32[], 148 gradients (grad:NAME)"
+expect_status 1 "$tgc" "$tmp/g.tgir" --grad
+contains "$tmp/out" "already has a backward part"
+
 # a failed compile leaves an existing output file alone
 echo "precious" > "$tmp/keep.tgir"
 expect_status 1 "$tgc" tests/bad/matmul_shape.tg --emit ir -o "$tmp/keep.tgir"
@@ -81,7 +95,7 @@ expect_status 0 env TG_PATH="/nonexistent:$tmp/lib" "$tgc" "$tmp/model/m.tg"
 
 # --help documents every flag; usage errors exit 2
 expect_status 0 "$tgc" --help
-for flag in --stats "--emit ir" "--emit dot" --check -D -I -o --help --version; do
+for flag in --stats "--emit ir" "--emit dot" --check --grad -D -I -o --help --version; do
   contains "$tmp/out" "$flag"
 done
 expect_status 0 "$tgc" --version

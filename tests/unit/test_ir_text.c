@@ -371,7 +371,7 @@ static const bad_case bad_cases[] = {
     {H "%0 =\n", 2, 5, "expected an op name after '=', found the end of the line"},
     {H "%", 2, 2, "expected a node number, found the end of the line"},
     {H "!!@#$ garbage\n", 2, 1,
-     "expected a node (%N = ...), 'source', 'config' or 'output' line, found '!!@#$'"},
+     "expected a node (%N = ...), 'source', 'config', 'phase' or 'output' line, found '!!@#$'"},
     {H "configure x = 1\n", 2, 1, "expected a node (%N = ...)"},
     {H "%0 = input : f32[1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n", 2, 14, "rank 10 exceeds 8"},
     {H "%0 = input : f32[99999999999999999999]\n", 2, 18,

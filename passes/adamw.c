@@ -1,0 +1,164 @@
+/* adamw.c: the optimizer step, appended to the graph as ordinary ops.
+ *
+ * After autodiff, one training step is then one graph: forward, backward,
+ * global-norm clipping and AdamW with decoupled weight decay.  The update
+ * follows torch.optim.AdamW's single-tensor code expression for expression,
+ * so that float32 results agree with PyTorch's:
+ *
+ *   norm  = sqrt(sum over all grads of g²);  g *= min(1, clip / (norm + 1e-6))
+ *   p    *= 1 - lr·wd                          (wd only for params of rank ≥ 2)
+ *   m     = β1·m + (1 - β1)·g
+ *   v     = β2·v + (1 - β2)·g²
+ *   p    -= lr / (1 - β1^t) · m / (sqrt(v) / sqrt(1 - β2^t) + eps)
+ *
+ * lr and t (the 1-based step) are run-time inputs, so that a schedule needs
+ * no recompilation.  Parameters and moments change through assign nodes,
+ * which take effect when the whole step has been computed. */
+#include <math.h>
+#include <string.h>
+
+#include "passes.h"
+
+const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0};
+
+typedef struct opt {
+  tg_ctx *ctx;
+  tg_graph *g;
+  tg_loc loc;
+} opt;
+
+static tg_node *add(opt *O, tg_node *n) {
+  n->phase = TG_PHASE_OPTIMIZER;
+  const char *why = tg_graph_add(O->g, n);
+  if (why) tg_error(O->ctx, O->loc, "adamw: internal error: %s", why);
+  return n;
+}
+
+static tg_node *op2(opt *O, tg_op op, tg_node *a, tg_node *b) {
+  tg_node *n = tg_node_new(O->g, op, O->loc);
+  tg_node_set_inputs(O->g, n, 2, (tg_node *[]){a, b});
+  return add(O, n);
+}
+
+static tg_node *op1(opt *O, tg_op op, tg_node *a) {
+  tg_node *n = tg_node_new(O->g, op, O->loc);
+  tg_node_set_inputs(O->g, n, 1, &a);
+  return add(O, n);
+}
+
+static tg_node *where(opt *O, tg_node *c, tg_node *a, tg_node *b) {
+  tg_node *n = tg_node_new(O->g, TG_OP_where, O->loc);
+  tg_node_set_inputs(O->g, n, 3, (tg_node *[]){c, a, b});
+  return add(O, n);
+}
+
+static tg_node *cst(opt *O, double v) {
+  tg_node *n = tg_node_new(O->g, TG_OP_const, O->loc);
+  n->value = v;
+  n->type = (tg_type){.dtype = TG_F32};
+  return add(O, n);
+}
+
+static tg_node *leaf(opt *O, tg_op op, const char *name, const tg_type *t) {
+  tg_node *n = tg_node_new(O->g, op, O->loc);
+  n->name = name;
+  n->type = *t;
+  n->init = (tg_init){TG_INIT_ZEROS, 0};
+  return add(O, n);
+}
+
+/* Σ x² over every element, as a scalar. */
+static tg_node *sum_squares(opt *O, tg_node *x) {
+  tg_node *sq = op2(O, TG_OP_mul, x, x);
+  if (x->type.rank == 0) return sq;
+  tg_node *s = tg_node_new(O->g, TG_OP_sum, O->loc);
+  tg_node_set_inputs(O->g, s, 1, &sq);
+  s->axes = (1u << x->type.rank) - 1;
+  add(O, s);
+  tg_node *r = tg_node_new(O->g, TG_OP_reshape, O->loc);
+  tg_node_set_inputs(O->g, r, 1, &s);
+  r->type = (tg_type){.dtype = s->type.dtype};
+  return add(O, r);
+}
+
+static tg_node *find_output(const tg_graph *g, const char *name) {
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!strcmp(g->outputs[i].name, name)) return g->outputs[i].node;
+  return NULL;
+}
+
+void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o) {
+  opt O = {ctx, g, {g->source, 1, 1}};
+  if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1 && o->eps > 0 &&
+        o->weight_decay >= 0 && o->grad_clip >= 0))
+    tg_error(ctx, O.loc, "adamw: need 0 <= beta < 1, eps > 0, weight decay >= 0, clip >= 0");
+
+  /* The parameters and their gradients, as autodiff left them. */
+  int nparams = 0;
+  for (int i = 0; i < g->n_nodes; i++) nparams += g->nodes[i]->op == TG_OP_param;
+  tg_node **params = tg_alloc(ctx->arena, sizeof *params * (size_t)(nparams + 1));
+  tg_node **grads = tg_alloc(ctx->arena, sizeof *grads * (size_t)(nparams + 1));
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_node *p = g->nodes[i];
+    if (p->op != TG_OP_param) continue;
+    if (p->type.dtype != TG_F32)
+      tg_error(ctx, p->loc, "adamw: parameter '%s' must be f32 (the master weights)", p->name);
+    params[k] = p;
+    grads[k] = find_output(g, tg_sprintf(ctx->arena, TG_GRAD_PREFIX "%s", p->name));
+    if (!grads[k]) tg_error(ctx, p->loc, "adamw: no gradient for '%s': run autodiff first", p->name);
+    k++;
+  }
+
+  tg_type scalar = {.dtype = TG_F32};
+  tg_node *lr = leaf(&O, TG_OP_input, "lr", &scalar);
+  tg_node *t = leaf(&O, TG_OP_input, "step", &scalar);
+
+  /* Global norm over all gradients, then one clipping factor for all. */
+  tg_node *total = NULL;
+  for (int i = 0; i < nparams; i++) {
+    O.loc = params[i]->loc;
+    tg_node *s = sum_squares(&O, grads[i]);
+    total = total ? op2(&O, TG_OP_add, total, s) : s;
+  }
+  O.loc = (tg_loc){g->source, 1, 1};
+  tg_node *norm = total ? op1(&O, TG_OP_sqrt, total) : cst(&O, 0);
+  tg_graph_add_output(g, "grad_norm", norm);
+  tg_node *coef = NULL;
+  if (o->grad_clip > 0) {
+    tg_node *c = op2(&O, TG_OP_div, cst(&O, o->grad_clip), op2(&O, TG_OP_add, norm, cst(&O, 1e-6)));
+    coef = where(&O, op2(&O, TG_OP_lt, c, cst(&O, 1)), c, cst(&O, 1));
+  }
+
+  /* Bias corrections 1 - β^t, as exp(t·log β) since t is a tensor. */
+  tg_node *bc1 = op2(&O, TG_OP_sub, cst(&O, 1),
+                     op1(&O, TG_OP_exp, op2(&O, TG_OP_mul, t, cst(&O, log(o->beta1)))));
+  tg_node *bc2 = op2(&O, TG_OP_sub, cst(&O, 1),
+                     op1(&O, TG_OP_exp, op2(&O, TG_OP_mul, t, cst(&O, log(o->beta2)))));
+  tg_node *step_size = op2(&O, TG_OP_div, lr, bc1);
+  tg_node *bc2_sqrt = op1(&O, TG_OP_sqrt, bc2);
+
+  for (int i = 0; i < nparams; i++) {
+    tg_node *p = params[i], *gr = grads[i];
+    O.loc = p->loc;
+    if (coef) gr = op2(&O, TG_OP_mul, gr, coef);
+    tg_node *m = leaf(&O, TG_OP_state, tg_sprintf(ctx->arena, TG_ADAM_M_PREFIX "%s", p->name), &p->type);
+    tg_node *v = leaf(&O, TG_OP_state, tg_sprintf(ctx->arena, TG_ADAM_V_PREFIX "%s", p->name), &p->type);
+    tg_node *pd = p;
+    if (o->weight_decay > 0 && p->type.rank >= 2) {
+      tg_node *keep = op2(&O, TG_OP_sub, cst(&O, 1), op2(&O, TG_OP_mul, lr, cst(&O, o->weight_decay)));
+      pd = op2(&O, TG_OP_mul, p, keep);
+    }
+    tg_node *m2 = op2(&O, TG_OP_add, op2(&O, TG_OP_mul, m, cst(&O, o->beta1)),
+                      op2(&O, TG_OP_mul, gr, cst(&O, 1 - o->beta1)));
+    tg_node *v2 = op2(&O, TG_OP_add, op2(&O, TG_OP_mul, v, cst(&O, o->beta2)),
+                      op2(&O, TG_OP_mul, op2(&O, TG_OP_mul, gr, gr), cst(&O, 1 - o->beta2)));
+    tg_node *denom = op2(&O, TG_OP_add, op2(&O, TG_OP_div, op1(&O, TG_OP_sqrt, v2), bc2_sqrt),
+                         cst(&O, o->eps));
+    tg_node *p2 = op2(&O, TG_OP_sub, pd, op2(&O, TG_OP_mul, op2(&O, TG_OP_div, m2, denom), step_size));
+    p2->name = tg_sprintf(ctx->arena, "new:%s", p->name);
+    op2(&O, TG_OP_assign, p, p2);
+    op2(&O, TG_OP_assign, m, m2);
+    op2(&O, TG_OP_assign, v, v2);
+  }
+}

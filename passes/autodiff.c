@@ -1,0 +1,406 @@
+/* autodiff.c: reverse-mode differentiation of the IR.
+ *
+ * Walks the forward graph from the loss back to the parameters.  Each op's
+ * derivative rule (named in ops.def's DERIV column) writes the gradients of
+ * its inputs in ordinary IR ops, so the backward graph is a graph like any
+ * other: the interpreter runs it, and the fusion pass will fuse it with the
+ * same rules as the forward.  Gradients reaching a node by several paths
+ * (weight tying: wte feeds both the embedding gather and the output head)
+ * are summed.
+ *
+ * Broadcasting is undone by reduce_to: an input that was stretched along an
+ * axis gets the sum of the gradient along that axis. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+typedef struct ad {
+  tg_ctx *ctx;
+  tg_graph *g;
+  tg_node **grad;     /* per forward node id: its gradient so far, or NULL */
+  bool *wanted;       /* per forward node id: on a path from a param to the loss */
+  tg_loc loc;         /* the forward node being differentiated */
+  const tg_node *at;  /* ... and the node itself, for error messages */
+} ad;
+
+typedef void grad_rule(ad *A, const tg_node *n, const tg_node *g);
+
+/* ---- building backward nodes ---------------------------------------------- */
+
+static tg_node *add(ad *A, tg_node *n) {
+  n->phase = TG_PHASE_BACKWARD;
+  if (A->g->n_nodes >= A->ctx->node_limit)
+    tg_error(A->ctx, A->loc, "autodiff: the graph grows beyond %lld nodes",
+             (long long)A->ctx->node_limit);
+  const char *why = tg_graph_add(A->g, n);
+  if (why)
+    tg_error(A->ctx, A->loc, "autodiff: internal error differentiating %%%d (%s): %s", A->at->id,
+             tg_ops[A->at->op].name, why);
+  return n;
+}
+
+static tg_node *mk(ad *A, tg_op op, int nin, const tg_node *a, const tg_node *b,
+                   const tg_node *c) {
+  tg_node *in[3] = {(tg_node *)a, (tg_node *)b, (tg_node *)c};
+  tg_node *n = tg_node_new(A->g, op, A->loc);
+  tg_node_set_inputs(A->g, n, nin, in);
+  return n;
+}
+
+static tg_node *op1(ad *A, tg_op op, const tg_node *a) { return add(A, mk(A, op, 1, a, NULL, NULL)); }
+static tg_node *op2(ad *A, tg_op op, const tg_node *a, const tg_node *b) {
+  return add(A, mk(A, op, 2, a, b, NULL));
+}
+static tg_node *op3(ad *A, tg_op op, const tg_node *a, const tg_node *b, const tg_node *c) {
+  return add(A, mk(A, op, 3, a, b, c));
+}
+
+static tg_node *cst(ad *A, double v, tg_dtype dt) {
+  tg_node *n = mk(A, TG_OP_const, 0, NULL, NULL, NULL);
+  n->value = v;
+  n->type = (tg_type){.dtype = dt};
+  return add(A, n);
+}
+
+static tg_node *reshape(ad *A, const tg_node *x, const tg_type *t) {
+  if (tg_type_same_shape(&x->type, t)) return (tg_node *)x;
+  tg_node *n = mk(A, TG_OP_reshape, 1, x, NULL, NULL);
+  n->type = *t;
+  return add(A, n);
+}
+
+static tg_node *expand(ad *A, const tg_node *x, const tg_type *t) {
+  if (tg_type_same_shape(&x->type, t)) return (tg_node *)x;
+  tg_node *n = mk(A, TG_OP_expand, 1, x, NULL, NULL);
+  n->type = *t;
+  return add(A, n);
+}
+
+static tg_node *transpose(ad *A, const tg_node *x, const int *perm) {
+  tg_node *n = mk(A, TG_OP_transpose, 1, x, NULL, NULL);
+  memcpy(n->perm, perm, sizeof n->perm);
+  return add(A, n);
+}
+
+/* Swaps the last two axes (for the matmul rules). */
+static tg_node *transpose_last2(ad *A, const tg_node *x) {
+  int perm[TG_MAX_RANK], r = x->type.rank;
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  return transpose(A, x, perm);
+}
+
+/* The gradient g of a broadcast result, summed back to the shape t of the
+ * input that was broadcast: over the leading axes t lacks, and over the
+ * axes where t has size 1 and g does not. */
+static tg_node *reduce_to(ad *A, const tg_node *g, const tg_type *t) {
+  if (tg_type_same_shape(&g->type, t)) return (tg_node *)g;
+  int lead = g->type.rank - t->rank;
+  uint32_t axes = 0;
+  for (int i = 0; i < g->type.rank; i++)
+    if (i < lead || (t->dim[i - lead].size == 1 && g->type.dim[i].size != 1)) axes |= 1u << i;
+  tg_node *s = (tg_node *)g;
+  if (axes) {
+    s = mk(A, TG_OP_sum, 1, g, NULL, NULL);
+    s->axes = axes;
+    add(A, s);
+  }
+  return reshape(A, s, t);
+}
+
+/* Adds a contribution to the gradient of node x (if x needs one). */
+static void accumulate(ad *A, const tg_node *x, tg_node *contrib) {
+  if (!A->wanted[x->id]) return;
+  if (!tg_type_same_shape(&contrib->type, &x->type))
+    tg_error(A->ctx, A->loc, "autodiff: internal error: gradient of %%%d has the wrong shape",
+             x->id);
+  tg_node **slot = &A->grad[x->id];
+  *slot = *slot ? op2(A, TG_OP_add, *slot, contrib) : contrib;
+}
+
+/* ---- the derivative rules, one per DERIV name in ops.def ------------------ */
+/* n is the forward node, g the gradient of its result (n's shape). */
+
+#define IN(i) (n->in[i])
+/* Binary and ternary rules build an input's gradient only if it is wanted
+ * (x + 1 needs no gradient for the 1); a unary op's input always is. */
+#define WANTED(i) (A->wanted[IN(i)->id])
+
+static void grad_none(ad *A, const tg_node *n, const tg_node *g) { (void)A, (void)n, (void)g; }
+static void grad_leaf(ad *A, const tg_node *n, const tg_node *g) { (void)A, (void)n, (void)g; }
+
+static void grad_never(ad *A, const tg_node *n, const tg_node *g) {
+  (void)g;
+  tg_error(A->ctx, n->loc, "autodiff: %s cannot be differentiated", tg_ops[n->op].name);
+}
+
+static void grad_neg(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), op1(A, TG_OP_neg, g));
+}
+
+/* d exp(x) = exp(x) dx: reuses the forward result */
+static void grad_exp(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), op2(A, TG_OP_mul, g, n));
+}
+
+static void grad_log(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), op2(A, TG_OP_div, g, IN(0)));
+}
+
+/* d sqrt(x) = dx / (2 sqrt(x)) */
+static void grad_sqrt(ad *A, const tg_node *n, const tg_node *g) {
+  tg_node *half = cst(A, 0.5, g->type.dtype);
+  accumulate(A, IN(0), op2(A, TG_OP_div, op2(A, TG_OP_mul, g, half), n));
+}
+
+/* d x^(-1/2) = -1/2 x^(-3/2) dx = -1/2 y^3 dx */
+static void grad_rsqrt(ad *A, const tg_node *n, const tg_node *g) {
+  tg_node *y3 = op2(A, TG_OP_mul, op2(A, TG_OP_mul, n, n), n);
+  tg_node *k = op2(A, TG_OP_mul, y3, cst(A, -0.5, g->type.dtype));
+  accumulate(A, IN(0), op2(A, TG_OP_mul, g, k));
+}
+
+/* d tanh(x) = (1 - tanh(x)^2) dx */
+static void grad_tanh(ad *A, const tg_node *n, const tg_node *g) {
+  tg_node *one_minus = op2(A, TG_OP_sub, cst(A, 1, g->type.dtype), op2(A, TG_OP_mul, n, n));
+  accumulate(A, IN(0), op2(A, TG_OP_mul, g, one_minus));
+}
+
+static void grad_cast(ad *A, const tg_node *n, const tg_node *g) {
+  if (!tg_dtype_is_float(IN(0)->type.dtype)) return;
+  tg_node *c = mk(A, TG_OP_cast, 1, g, NULL, NULL);
+  c->type.dtype = IN(0)->type.dtype;
+  accumulate(A, IN(0), add(A, c));
+}
+
+static void grad_add(ad *A, const tg_node *n, const tg_node *g) {
+  if (WANTED(0)) accumulate(A, IN(0), reduce_to(A, g, &IN(0)->type));
+  if (WANTED(1)) accumulate(A, IN(1), reduce_to(A, g, &IN(1)->type));
+}
+
+static void grad_sub(ad *A, const tg_node *n, const tg_node *g) {
+  if (WANTED(0)) accumulate(A, IN(0), reduce_to(A, g, &IN(0)->type));
+  if (WANTED(1)) accumulate(A, IN(1), reduce_to(A, op1(A, TG_OP_neg, g), &IN(1)->type));
+}
+
+static void grad_mul(ad *A, const tg_node *n, const tg_node *g) {
+  if (WANTED(0))
+    accumulate(A, IN(0), reduce_to(A, op2(A, TG_OP_mul, g, IN(1)), &IN(0)->type));
+  if (WANTED(1))
+    accumulate(A, IN(1), reduce_to(A, op2(A, TG_OP_mul, g, IN(0)), &IN(1)->type));
+}
+
+/* y = a / b: da = g / b, db = -g y / b */
+static void grad_div(ad *A, const tg_node *n, const tg_node *g) {
+  if (WANTED(0))
+    accumulate(A, IN(0), reduce_to(A, op2(A, TG_OP_div, g, IN(1)), &IN(0)->type));
+  if (WANTED(1)) {
+    tg_node *t = op2(A, TG_OP_div, op2(A, TG_OP_mul, g, n), IN(1));
+    accumulate(A, IN(1), reduce_to(A, op1(A, TG_OP_neg, t), &IN(1)->type));
+  }
+}
+
+/* Where a and b tie, each gets half, as PyTorch's maximum does. */
+static void grad_maximum(ad *A, const tg_node *n, const tg_node *g) {
+  tg_dtype dt = g->type.dtype;
+  tg_node *half = op2(A, TG_OP_mul, g, cst(A, 0.5, dt));
+  tg_node *tie = op2(A, TG_OP_eq, IN(0), IN(1));
+  tg_node *zero = cst(A, 0, dt);
+  if (WANTED(0)) {
+    tg_node *win = op3(A, TG_OP_where, op2(A, TG_OP_gt, IN(0), IN(1)), g, zero);
+    accumulate(A, IN(0), reduce_to(A, op3(A, TG_OP_where, tie, half, win), &IN(0)->type));
+  }
+  if (WANTED(1)) {
+    tg_node *win = op3(A, TG_OP_where, op2(A, TG_OP_lt, IN(0), IN(1)), g, zero);
+    accumulate(A, IN(1), reduce_to(A, op3(A, TG_OP_where, tie, half, win), &IN(1)->type));
+  }
+}
+
+static void grad_where(ad *A, const tg_node *n, const tg_node *g) {
+  tg_node *zero = cst(A, 0, g->type.dtype);
+  if (WANTED(1))
+    accumulate(A, IN(1), reduce_to(A, op3(A, TG_OP_where, IN(0), g, zero), &IN(1)->type));
+  if (WANTED(2))
+    accumulate(A, IN(2), reduce_to(A, op3(A, TG_OP_where, IN(0), zero, g), &IN(2)->type));
+}
+
+static void grad_sum(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), expand(A, g, &IN(0)->type));
+}
+
+/* The maximum's gradient goes to the elements equal to it, shared evenly
+ * among ties (as PyTorch's amax does). */
+static void grad_max(ad *A, const tg_node *n, const tg_node *g) {
+  tg_dtype dt = g->type.dtype;
+  tg_node *is_max = op2(A, TG_OP_eq, IN(0), n);
+  tg_node *ones = op3(A, TG_OP_where, is_max, cst(A, 1, dt), cst(A, 0, dt));
+  tg_node *count = mk(A, TG_OP_sum, 1, ones, NULL, NULL);
+  count->axes = n->axes;
+  add(A, count);
+  tg_node *share = op2(A, TG_OP_div, g, count);
+  accumulate(A, IN(0), op3(A, TG_OP_where, is_max, share, cst(A, 0, dt)));
+}
+
+static void grad_reshape(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), reshape(A, g, &IN(0)->type));
+}
+
+static void grad_transpose(ad *A, const tg_node *n, const tg_node *g) {
+  int inv[TG_MAX_RANK] = {0};
+  for (int i = 0; i < n->type.rank; i++) inv[n->perm[i]] = i;
+  accumulate(A, IN(0), transpose(A, g, inv));
+}
+
+static void grad_slice(ad *A, const tg_node *n, const tg_node *g) {
+  tg_node *p = mk(A, TG_OP_pad, 1, g, NULL, NULL);
+  p->axis = n->axis;
+  p->start = n->start;
+  p->len = IN(0)->type.dim[n->axis].size;
+  accumulate(A, IN(0), add(A, p));
+}
+
+static void grad_pad(ad *A, const tg_node *n, const tg_node *g) {
+  tg_node *s = mk(A, TG_OP_slice, 1, g, NULL, NULL);
+  s->axis = n->axis;
+  s->start = n->start;
+  s->len = IN(0)->type.dim[n->axis].size;
+  accumulate(A, IN(0), add(A, s));
+}
+
+static void grad_concat(ad *A, const tg_node *n, const tg_node *g) {
+  int64_t at = 0;
+  for (int i = 0; i < n->nin; i++) {
+    int64_t len = IN(i)->type.dim[n->axis].size;
+    if (WANTED(i)) {
+      tg_node *s = mk(A, TG_OP_slice, 1, g, NULL, NULL);
+      s->axis = n->axis;
+      s->start = at;
+      s->len = len;
+      accumulate(A, IN(i), add(A, s));
+    }
+    at += len;
+  }
+}
+
+static void grad_expand(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), reduce_to(A, g, &IN(0)->type));
+}
+
+/* table[idx]: each row's gradient is the sum over the places it was picked */
+static void grad_gather(ad *A, const tg_node *n, const tg_node *g) {
+  if (!WANTED(0)) return;
+  tg_node *s = mk(A, TG_OP_scatter_add, 2, g, IN(1), NULL);
+  s->type = IN(0)->type;
+  accumulate(A, IN(0), add(A, s));
+}
+
+static void grad_scatter_add(ad *A, const tg_node *n, const tg_node *g) {
+  if (WANTED(0)) accumulate(A, IN(0), op2(A, TG_OP_gather, g, IN(1)));
+}
+
+/* c = a @ b, a [..., M, K], b [..., K, N]:  da = g bᵀ,  db = aᵀ g, each
+ * summed over the batch dims its operand was broadcast along.  The common
+ * case of a weight matrix b [K, N] applied to a batch a [B, T, K] is done as
+ * one [K, B·T] @ [B·T, N] product rather than a batch of products summed. */
+static void grad_matmul(ad *A, const tg_node *n, const tg_node *g) {
+  const tg_node *a = IN(0), *b = IN(1);
+  if (A->wanted[a->id])
+    accumulate(A, a, reduce_to(A, op2(A, TG_OP_matmul, g, transpose_last2(A, b)), &a->type));
+  if (!A->wanted[b->id]) return;
+  if (b->type.rank == 2 && a->type.rank > 2) {
+    int64_t rows = tg_type_numel(&a->type) / a->type.dim[a->type.rank - 1].size;
+    tg_type a2 = {.dtype = a->type.dtype, .rank = 2};
+    a2.dim[0] = (tg_dim){rows, NULL};
+    a2.dim[1] = a->type.dim[a->type.rank - 1];
+    tg_type g2 = {.dtype = g->type.dtype, .rank = 2};
+    g2.dim[0] = (tg_dim){rows, NULL};
+    g2.dim[1] = g->type.dim[g->type.rank - 1];
+    tg_node *at = transpose_last2(A, reshape(A, a, &a2));
+    accumulate(A, b, op2(A, TG_OP_matmul, at, reshape(A, g, &g2)));
+    return;
+  }
+  accumulate(A, b, reduce_to(A, op2(A, TG_OP_matmul, transpose_last2(A, a), g), &b->type));
+}
+
+#undef IN
+#undef WANTED
+
+static grad_rule *const rules[TG_NOPS] = {
+#define X(name, arity, kind, attr, deriv, doc) [TG_OP_##name] = grad_##deriv,
+#include "ops.def"
+#undef X
+};
+
+/* ---- the pass ---------------------------------------------------------------- */
+
+static tg_node *find_output(const tg_graph *g, const char *name) {
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!strcmp(g->outputs[i].name, name)) return g->outputs[i].node;
+  return NULL;
+}
+
+/* Marks the nodes whose gradient is needed: those that depend on a
+ * parameter and on which the loss depends. */
+static void mark_wanted(ad *A, const tg_node *loss, int nfwd) {
+  bool *from_param = calloc((size_t)nfwd, 1), *to_loss = calloc((size_t)nfwd, 1);
+  if (!from_param || !to_loss) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  for (int i = 0; i < nfwd; i++) {
+    const tg_node *n = A->g->nodes[i];
+    from_param[i] = n->op == TG_OP_param;
+    for (int k = 0; k < n->nin && !from_param[i]; k++) from_param[i] = from_param[n->in[k]->id];
+  }
+  to_loss[loss->id] = true;
+  for (int i = loss->id; i >= 0; i--)
+    if (to_loss[i])
+      for (int k = 0; k < A->g->nodes[i]->nin; k++) to_loss[A->g->nodes[i]->in[k]->id] = true;
+  for (int i = 0; i < nfwd; i++) A->wanted[i] = from_param[i] && to_loss[i];
+  free(from_param);
+  free(to_loss);
+}
+
+void tg_autodiff(tg_ctx *ctx, tg_graph *g) {
+  tg_loc file = {g->source, 1, 1};
+  tg_node *loss = find_output(g, "loss");
+  if (!loss) tg_error(ctx, file, "autodiff: the model has no output named 'loss' to differentiate");
+  if (loss->type.rank != 0 || !tg_dtype_is_float(loss->type.dtype)) {
+    char t[TG_TYPE_STR_MAX];
+    tg_error(ctx, loss->loc, "autodiff: the loss must be a float scalar, not %s",
+             tg_type_str(&loss->type, t, sizeof t));
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->phase != TG_PHASE_FORWARD)
+      tg_error(ctx, file, "autodiff: the graph already has a backward part");
+
+  int nfwd = g->n_nodes;
+  ad A = {.ctx = ctx, .g = g};
+  /* In the arena, so an error's longjmp leaves nothing to free. */
+  A.grad = tg_alloc(ctx->arena, sizeof *A.grad * (size_t)nfwd);
+  A.wanted = tg_alloc(ctx->arena, sizeof *A.wanted * (size_t)nfwd);
+  mark_wanted(&A, loss, nfwd);
+
+  A.loc = loss->loc;
+  A.at = loss;
+  A.grad[loss->id] = cst(&A, 1.0, loss->type.dtype);
+  for (int i = loss->id; i >= 0; i--) {
+    const tg_node *n = g->nodes[i];
+    if (!A.wanted[i] || !A.grad[i]) continue;
+    A.loc = n->loc;
+    A.at = n;
+    rules[n->op](&A, n, A.grad[i]);
+  }
+
+  /* One gradient output per parameter, zeros for those the loss ignores. */
+  for (int i = 0; i < nfwd; i++) {
+    tg_node *p = g->nodes[i];
+    if (p->op != TG_OP_param) continue;
+    A.loc = p->loc;
+    A.at = p;
+    tg_node *d = A.grad[i] ? A.grad[i] : expand(&A, cst(&A, 0, p->type.dtype), &p->type);
+    tg_graph_add_output(g, tg_sprintf(ctx->arena, TG_GRAD_PREFIX "%s", p->name), d);
+  }
+}

@@ -1,0 +1,38 @@
+/* passes.h: the compiler's passes, one file and one entry point each.
+ *
+ * A pass takes the graph and extends or rewrites it.  Errors (a model that
+ * cannot be differentiated, say) are reported through ctx and bail. */
+#ifndef TG_PASSES_H
+#define TG_PASSES_H
+
+#include "ir.h"
+
+/* autodiff.c: appends the gradient of the scalar output "loss" with respect
+ * to every parameter, in IR ops (each op's rule is named in ops.def), and
+ * adds an output "grad:NAME" per parameter, in parameter order.  A
+ * parameter the loss does not depend on gets a zero gradient. */
+void tg_autodiff(tg_ctx *ctx, tg_graph *g);
+
+/* The prefix of the gradient outputs: "grad:wte.weight". */
+#define TG_GRAD_PREFIX "grad:"
+
+typedef struct tg_adamw_opts {
+  double beta1, beta2, eps;
+  double weight_decay; /* decoupled; applied to parameters of rank >= 2 only */
+  double grad_clip;    /* clip the global gradient norm to this; 0: no clipping */
+} tg_adamw_opts;
+
+/* nanoGPT's defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1. */
+extern const tg_adamw_opts tg_adamw_defaults;
+
+/* adamw.c: appends one AdamW step after autodiff: the global gradient norm
+ * (output "grad_norm"), clipping, the moments as state leaves named
+ * "adam.m.NAME" and "adam.v.NAME", and assigns of the new parameters and
+ * moments.  The learning rate and the 1-based step number are run-time
+ * inputs "lr" and "step" (f32 scalars). */
+void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts);
+
+#define TG_ADAM_M_PREFIX "adam.m."
+#define TG_ADAM_V_PREFIX "adam.v."
+
+#endif
