@@ -54,7 +54,7 @@ struct tg_expr {
 /* A dim in a block argument's type pattern: an expression, or a name that
  * binds to whatever size the argument has there. */
 typedef struct tg_type_pat {
-  const char *dtype; /* NULL: any dtype */
+  const char *dtype; /* the grammar requires one: f32[...] */
   tg_loc dtype_loc;
   bool any_prefix;   /* leading `...`: any number of leading dims */
   tg_expr_list dims;
@@ -81,6 +81,7 @@ typedef enum tg_stmt_kind {
   TG_S_CONFIG, /* config { name = value ... }: body holds TG_S_ASSIGNs */
   TG_S_IMPORT, /* import "file" */
   TG_S_BLOCK,  /* block name(args) { body } */
+  TG_S_ASSERT, /* assert value [, "message"]: a compile-time check */
 } tg_stmt_kind;
 
 struct tg_stmt {
@@ -98,7 +99,7 @@ struct tg_stmt {
   tg_stmt_list body;  /* for/config/block */
   tg_arg *args;       /* block */
   int n_args;
-  const char *file;   /* import: the file named */
+  const char *file;   /* import: the file named; assert: its message */
 };
 
 /* What one file parses to. */

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "frontend.h"
 
@@ -63,7 +64,7 @@ typedef struct elab {
   tg_loc first_config;    /* where -D errors point */
   param_entry *params;    /* open-addressing hash of parameter names */
   int params_cap, n_params;
-  const char **imported;  /* files already imported */
+  const char **imported;  /* files already imported, by file_identity */
   int n_imported, cap_imported;
   frame top, *cur;
   int depth;
@@ -73,15 +74,19 @@ typedef struct elab {
 
 /* ---- errors -------------------------------------------------------------- */
 
-/* Prints a note for every block expansion that led here (innermost first).
- * While an argument is being bound the error is already at the call, so
- * that frame contributes the argument's declaration instead. */
-static void call_notes(elab *E) {
+static bool same_loc(tg_loc a, tg_loc b) {
+  return a.line == b.line && a.col == b.col && a.file && b.file && !strcmp(a.file, b.file);
+}
+
+/* Prints a note for every block expansion that led to an error at loc
+ * (innermost first); while an argument is being bound, also where the
+ * block declares it. */
+static void call_notes(elab *E, tg_loc loc) {
   for (frame *f = E->cur; f && f->block; f = f->caller) {
     if (f->binding)
       tg_report(E->ctx, "note", f->binding->loc, "block '%s' declares argument '%s' here",
                 f->block->names[0], f->binding->name);
-    else
+    if (!same_loc(loc, f->call_loc))
       tg_report(E->ctx, "note", f->call_loc, "in block '%s' called here", f->block->names[0]);
   }
 }
@@ -93,7 +98,7 @@ __attribute__((format(printf, 3, 4))) _Noreturn static void fail(elab *E, tg_loc
   va_start(ap, fmt);
   tg_vreport(E->ctx, "error", loc, fmt, ap);
   va_end(ap);
-  call_notes(E);
+  call_notes(E, loc);
   tg_bail(E->ctx);
 }
 
@@ -106,7 +111,7 @@ __attribute__((format(printf, 4, 5))) _Noreturn static void fail_twice(elab *E, 
   tg_vreport(E->ctx, "error", loc, fmt, ap);
   va_end(ap);
   tg_report(E->ctx, "note", first, "first defined here");
-  call_notes(E);
+  call_notes(E, loc);
   tg_bail(E->ctx);
 }
 
@@ -225,8 +230,10 @@ const char *tg_nearest(const char *name, const char *const *known, int n) {
     int d = edit_distance(name, known[i]);
     if (d < best_d) best_d = d, best = known[i];
   }
-  /* A suggestion further than a third of the name away is noise. */
+  /* A suggestion further than a third of the name away is noise, and any
+   * one-letter name is one edit from every other. */
   size_t len = strlen(name);
+  if (len < 2) return NULL;
   return best && best_d <= (int)(len < 3 ? 1 : len / 3 + 1) ? best : NULL;
 }
 
@@ -596,6 +603,8 @@ static value b_transpose(elab *E, const tg_expr *e, value *a, int n) {
   int rank = x->type.rank;
   if (rank < 2) fail(E, arg_loc(e, 0), "transpose needs rank 2 or more, not %d", rank);
   int i = rank - 2, j = rank - 1;
+  if (n == 2) fail(E, e->loc, "transpose takes the tensor alone (the last two axes) or two axes: "
+                              "transpose(x) or transpose(x, 1, 2)");
   if (n == 3) {
     i = need_axis(E, a[1], rank, arg_loc(e, 1));
     j = need_axis(E, a[2], rank, arg_loc(e, 2));
@@ -744,10 +753,13 @@ static void bind_arg(elab *E, const tg_arg *arg, value v, tg_loc call_loc) {
     for (int i = 0; i < np; i++) {
       const tg_expr *d = pat->dims.items[i];
       tg_dim actual = t->dim[t->rank - np + i];
-      value known;
-      if (d->kind == TG_E_NAME && d->path.n == 1 && !d->path.segs[0].index &&
-          !lookup(E, d->path.segs[0].name, &known)) {
-        bind(E, E->cur, d->path.segs[0].name,
+      /* Only the block's own names and config constants count as known: a
+       * block must mean the same whatever variables its caller has. */
+      const char *pname = d->kind == TG_E_NAME && d->path.n == 1 && !d->path.segs[0].index
+                              ? d->path.segs[0].name
+                              : NULL;
+      if (pname && !find_in(E->cur->vars, pname) && !find_in(E->config, pname)) {
+        bind(E, E->cur, pname,
              (value){.kind = V_NUM, .num = (double)actual.size, .sym = actual.sym}, d->loc);
         continue;
       }
@@ -905,6 +917,13 @@ static void exec_stmt(elab *E, const tg_stmt *s) {
     E->cur->ret = eval(E, s->value);
     E->cur->returned = true;
     return;
+  case TG_S_ASSERT: {
+    value v = eval(E, s->value);
+    double ok = need_num(E, v, s->loc, "an assertion");
+    if (ok == 0)
+      fail(E, s->loc, "assertion failed%s%s", s->file ? ": " : "", s->file ? s->file : "");
+    return;
+  }
   case TG_S_OUTPUT: {
     if (!top) fail(E, s->loc, "'output' is only allowed at the top level, not inside a block");
     value v = eval(E, s->value);
@@ -961,10 +980,25 @@ static const char *sibling(elab *E, const char *from, const char *name) {
   return tg_sprintf(E->ctx->arena, "%.*s/%s", (int)(slash - from), from, name);
 }
 
+/* Asks stat, not fopen: opening a FIFO that an import happens to name
+ * blocks until someone writes to it, and tgc would hang there.  Anything
+ * not a regular file is passed over here and reported by tg_source_load. */
 static bool is_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f) fclose(f);
-  return f != NULL;
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* What "imported already?" compares: the file itself (device and inode),
+ * so that "a.tg", "./a.tg" and "lib/../a.tg" are one file.  Comparing the
+ * text as written let a file that imports "./a.tg" from a.tg load itself as
+ * "././a.tg", "./././a.tg", ... until the name grew too long.  A path that
+ * names no file (a missing one, or a source held in memory) stands for
+ * itself; the error, if any, comes when it is loaded. */
+static const char *file_identity(elab *E, const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return path;
+  return tg_sprintf(E->ctx->arena, "<file %llu:%llu>", (unsigned long long)st.st_dev,
+                    (unsigned long long)st.st_ino);
 }
 
 static void import_file(elab *E, const tg_stmt *s) {
@@ -979,12 +1013,24 @@ static void import_file(elab *E, const tg_stmt *s) {
       cand = tg_sprintf(E->ctx->arena, "%s/%s", E->opts->include_dirs[i], name);
       if (is_file(cand)) path = cand;
     }
-    if (!path) path = sibling(E, s->loc.file, name);
+    if (!path) {
+      struct stat st;
+      path = sibling(E, s->loc.file, name);
+      /* Something there that is not a file: tg_source_load says what. */
+      if (stat(path, &st) != 0) {
+        const char *dirs = "";
+        for (int i = 0; i < E->opts->n_include_dirs; i++)
+          dirs = tg_sprintf(E->ctx->arena, "%s, %s", dirs, E->opts->include_dirs[i]);
+        fail(E, s->loc, "cannot find '%s': looked next to %s%s%s", name, s->loc.file,
+             *dirs ? " and in " : "", *dirs ? dirs + 2 : "");
+      }
+    }
   }
+  const char *id = file_identity(E, path);
   for (int i = 0; i < E->n_imported; i++)
-    if (!strcmp(E->imported[i], path)) return; /* each file once; cycles end here */
+    if (!strcmp(E->imported[i], id)) return; /* each file once; cycles end here */
   grow_array((void **)&E->imported, E->n_imported, &E->cap_imported, sizeof *E->imported);
-  E->imported[E->n_imported++] = path;
+  E->imported[E->n_imported++] = id;
   const tg_source *src = tg_source_load(E->ctx, path, s->loc);
   tg_source_check_text(E->ctx, src);
   declare_file(E, tg_parse(E->ctx, src), true);
@@ -1016,18 +1062,23 @@ static void declare_config(elab *E, const tg_stmt *s) {
 }
 
 /* Statements that only make sense at the top level are refused inside a
- * block when it is defined, not only when (if ever) it is called. */
-static void check_block_body(elab *E, const tg_stmt_list *body) {
+ * block (or a top-level loop) when the file is read, not only when (if
+ * ever) the block is called.  Inputs and outputs may sit in a top-level
+ * loop; declarations (config, import, block) may not sit in any. */
+static void check_body(elab *E, const tg_stmt_list *body, bool in_block) {
   for (int i = 0; i < body->n; i++) {
     const tg_stmt *s = body->items[i];
     const char *what = s->kind == TG_S_CONFIG   ? "config"
                        : s->kind == TG_S_IMPORT ? "import"
                        : s->kind == TG_S_BLOCK  ? "a block definition"
+                       : !in_block              ? NULL
                        : s->kind == TG_S_INPUT  ? "input"
                        : s->kind == TG_S_OUTPUT ? "output"
                                                 : NULL;
-    if (what) fail(E, s->loc, "%s is only allowed at the top level, not inside a block", what);
-    if (s->kind == TG_S_FOR) check_block_body(E, &s->body);
+    if (what)
+      fail(E, s->loc, "%s is only allowed at the top level, not inside %s", what,
+           in_block ? "a block" : "a for loop");
+    if (s->kind == TG_S_FOR) check_body(E, &s->body, in_block);
   }
 }
 
@@ -1049,7 +1100,7 @@ static void declare_file(elab *E, const tg_ast *ast, bool is_import) {
              name);
       const tg_stmt *prev = find_block(E, name);
       if (prev) fail_twice(E, s->name_locs[0], prev->name_locs[0], "block '%s' is defined twice", name);
-      check_block_body(E, &s->body);
+      check_body(E, &s->body, true);
       for (int a = 0; a < s->n_args; a++)
         for (int b = 0; b < a; b++)
           if (!strcmp(s->args[a].name, s->args[b].name))
@@ -1061,6 +1112,7 @@ static void declare_file(elab *E, const tg_ast *ast, bool is_import) {
     default:
       if (is_import)
         fail(E, s->loc, "an imported file may only hold imports, config and blocks");
+      if (s->kind == TG_S_FOR) check_body(E, &s->body, false);
       break;
     }
   }
@@ -1104,7 +1156,7 @@ tg_graph *tg_elaborate(tg_ctx *ctx, const tg_ast *ast, const tg_compile_opts *op
 
   if (ast->items.n == 0) fail(E, start, "empty file: there is no model here");
   grow_array((void **)&E->imported, 0, &E->cap_imported, sizeof *E->imported);
-  E->imported[E->n_imported++] = ast->src->path;
+  E->imported[E->n_imported++] = file_identity(E, ast->src->path);
   declare_file(E, ast, false);
   for (int d = 0; d < E->opts->n_defines; d++)
     if (!E->define_used[d]) {

@@ -22,6 +22,9 @@ bool tg_define_parse(const char *arg, tg_define *out, char *name_buf, size_t nam
     if (!(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
           (p > arg && *p >= '0' && *p <= '9')))
       return false;
+  /* Decimal numbers only: strtod would also take hex, "inf" and spaces. */
+  for (const char *p = eq + 1; *p; p++)
+    if (!strchr("0123456789.eE+-", *p)) return false;
   char *end;
   errno = 0;
   double v = strtod(eq + 1, &end);

@@ -56,7 +56,7 @@ static tg_expr *binary(tg_parse_state *ps, int op, tg_loc loc, tg_expr *l, tg_ex
 %token <str> STRING "string"
 %token IMPORT "keyword 'import'" CONFIG "keyword 'config'" INPUT "keyword 'input'"
 %token PARAM "keyword 'param'" BLOCK "keyword 'block'" FOR "keyword 'for'" IN "keyword 'in'"
-%token RETURN "keyword 'return'" OUTPUT "keyword 'output'"
+%token RETURN "keyword 'return'" OUTPUT "keyword 'output'" ASSERT "keyword 'assert'"
 %token DOTDOT "'..'" ELLIPSIS "'...'" EQ "'=='" NE "'!='" LE "'<='" GE "'>='"
 
 %nonassoc EQ NE '<' '>' LE GE
@@ -92,6 +92,12 @@ stmt
   | param_decl
   | input_decl
   | RETURN expr           { $$ = tg_stmt_new(A, TG_S_RETURN, LOC(@1)); $$->value = $2; }
+  | ASSERT expr           { $$ = tg_stmt_new(A, TG_S_ASSERT, LOC(@2)); $$->value = $2; }
+  | ASSERT expr ',' STRING {
+      $$ = tg_stmt_new(A, TG_S_ASSERT, LOC(@2));
+      $$->value = $2;
+      $$->file = $4;
+    }
   | OUTPUT IDENT '=' expr {
       $$ = tg_stmt_new(A, TG_S_OUTPUT, LOC(@1));
       tg_stmt_add_name(A, $$, $2, LOC(@2));

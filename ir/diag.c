@@ -205,8 +205,9 @@ void tg_source_check_text(tg_ctx *ctx, const tg_source *src) {
     } else if (c == 0x7f) {
       tg_error(ctx, (tg_loc){src->path, line, col}, "this is not a text file: byte 0x7f");
     }
+    /* Columns count bytes, as the lexer and the caret printer do. */
     if (c == '\n') line++, col = 1;
-    else col++;
+    else col += n;
     p += n;
   }
 }

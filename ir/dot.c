@@ -1,4 +1,4 @@
-/* dot.c: writes a graph for Graphviz (`tgc --emit-dot | dot -Tsvg`).
+/* dot.c: writes a graph for Graphviz (`tgc --emit dot | dot -Tsvg`).
  *
  * A picture is the quickest way to see what the frontend or a pass made of
  * a model, so node shapes and fills say at a glance what each node is:

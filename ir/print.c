@@ -1,6 +1,6 @@
 /* print.c: writes a graph in the IR text form.
  *
- * The text form is what tests compare, what `tgc --emit-ir` shows and what
+ * The text form is what tests compare, what `tgc --emit ir` shows and what
  * tg_read_ir (read.c) reads back; printing, reading and printing again must
  * give the same bytes, so every field is written in one canonical spelling:
  *

@@ -546,6 +546,8 @@ static void read_node(reader *r) {
   if (!tg_type_equal(&inferred, &t))
     fail(r, typep, "type says %s but %s of its inputs gives %s", tg_type_str(&t, sa, sizeof sa),
          tg_ops[op].name, tg_type_str(&inferred, sb, sizeof sb));
+  if (!n->name && (op == TG_OP_input || op == TG_OP_param || op == TG_OP_state))
+    fail(r, opp, "%s needs a name: weights and batches are matched by it", tg_ops[op].name);
   const char *err = tg_graph_add(g, n);
   if (err) fail(r, opp, "%s", err);
   n->type = t; /* the printed type, with its symbols */
@@ -650,5 +652,11 @@ tg_graph *tg_read_ir(tg_ctx *ctx, const tg_source *src) {
       read_line(&r);
     p = nl ? nl + 1 : end;
   } while (p < end);
+  /* What the reader accepts, the verifier accepts: it alone knows the
+   * rules about the graph as a whole (unique names). */
+  if (!tg_verify(ctx, r.g)) {
+    tg_graph_free(r.g);
+    tg_bail(ctx);
+  }
   return r.g;
 }

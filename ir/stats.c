@@ -210,7 +210,7 @@ static void print_outputs(FILE *out, const tg_graph *g) {
     line_item(&l, ", ", item);
   }
   if (grads) {
-    snprintf(item, sizeof item, "%d gradients (grad:NAME)", grads);
+    snprintf(item, sizeof item, "%d gradient%s (grad:NAME)", grads, grads == 1 ? "" : "s");
     line_item(&l, ", ", item);
   }
   line_end(&l);

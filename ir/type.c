@@ -98,6 +98,11 @@ char *tg_type_str(const tg_type *t, char *buf, size_t n) {
 char *tg_fmt_double(double d, char *buf, size_t n) {
   if (isnan(d)) return snprintf(buf, n, "nan"), buf;
   if (isinf(d)) return snprintf(buf, n, d < 0 ? "-inf" : "inf"), buf;
+  /* Sizes and counts read best as plain integers: 50257, not 5.0257e+04. */
+  if (d == floor(d) && fabs(d) < 9007199254740992.0) {
+    snprintf(buf, n, "%.0f", d);
+    return buf;
+  }
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, n, "%.*g", prec, d);
     if (strtod(buf, NULL) == d) break;
@@ -183,6 +188,10 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   case TG_OP_const:
     *out = n->type;
     if (out->rank != 0) FAIL("const must be a scalar");
+    if (out->dtype == TG_I32 && !(n->value == floor(n->value) && fabs(n->value) <= 2147483647.0))
+      FAIL("an i32 const must hold an integer, not %g", n->value);
+    if (out->dtype == TG_BOOL && n->value != 0 && n->value != 1)
+      FAIL("a bool const must be 0 or 1, not %g", n->value);
     return true;
   case TG_OP_iota:
     *out = n->type;

@@ -8,6 +8,9 @@
  * caller can add context (which pass ran last) before giving up. */
 #include "ir.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* Reports a problem with node k; always returns false. */
 static bool bad(tg_ctx *ctx, const tg_node *n, int k, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -72,6 +75,44 @@ static bool verify_node(tg_ctx *ctx, const tg_graph *g, int k) {
   return true;
 }
 
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Names that others look things up by must be there and unique: inputs,
+ * params and states (weights files and batches are matched by name), and
+ * outputs.  Sorting finds duplicates in n log n even in huge graphs. */
+static bool unique_names(tg_ctx *ctx, const tg_graph *g) {
+  int n = 0;
+  const char **names = tg_alloc(ctx->arena, sizeof *names * (size_t)(g->n_nodes + g->n_outputs + 1));
+  for (int k = 0; k < g->n_nodes; k++) {
+    const tg_node *nd = g->nodes[k];
+    if (nd->op != TG_OP_input && nd->op != TG_OP_param && nd->op != TG_OP_state) continue;
+    if (!nd->name || !*nd->name) {
+      tg_report(ctx, "error", nd->loc, "verify: %%%d (%s) has no name", k, tg_ops[nd->op].name);
+      return false;
+    }
+    names[n++] = nd->name;
+  }
+  qsort(names, (size_t)n, sizeof *names, cmp_name);
+  for (int i = 1; i < n; i++)
+    if (!strcmp(names[i - 1], names[i])) {
+      tg_report(ctx, "error", (tg_loc){g->source, 1, 1}, "verify: two leaves are named '%s'",
+                names[i]);
+      return false;
+    }
+  n = 0;
+  for (int i = 0; i < g->n_outputs; i++) names[n++] = g->outputs[i].name ? g->outputs[i].name : "";
+  qsort(names, (size_t)n, sizeof *names, cmp_name);
+  for (int i = 1; i < n; i++)
+    if (!strcmp(names[i - 1], names[i])) {
+      tg_report(ctx, "error", (tg_loc){g->source, 1, 1}, "verify: two outputs are named '%s'",
+                names[i]);
+      return false;
+    }
+  return true;
+}
+
 bool tg_verify(tg_ctx *ctx, const tg_graph *g) {
   if (g->n_nodes < 0 || (g->n_nodes > 0 && !g->nodes)) {
     tg_report(ctx, "error", (tg_loc){0}, "verify: the graph's node array is missing");
@@ -88,5 +129,5 @@ bool tg_verify(tg_ctx *ctx, const tg_graph *g) {
       return false;
     }
   }
-  return true;
+  return unique_names(ctx, g);
 }

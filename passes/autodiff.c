@@ -344,11 +344,8 @@ static tg_node *find_output(const tg_graph *g, const char *name) {
 /* Marks the nodes whose gradient is needed: those that depend on a
  * parameter and on which the loss depends. */
 static void mark_wanted(ad *A, const tg_node *loss, int nfwd) {
-  bool *from_param = calloc((size_t)nfwd, 1), *to_loss = calloc((size_t)nfwd, 1);
-  if (!from_param || !to_loss) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
+  bool *from_param = tg_alloc(A->ctx->arena, (size_t)nfwd + 1);
+  bool *to_loss = tg_alloc(A->ctx->arena, (size_t)nfwd + 1);
   for (int i = 0; i < nfwd; i++) {
     const tg_node *n = A->g->nodes[i];
     from_param[i] = n->op == TG_OP_param;
@@ -359,8 +356,6 @@ static void mark_wanted(ad *A, const tg_node *loss, int nfwd) {
     if (to_loss[i])
       for (int k = 0; k < A->g->nodes[i]->nin; k++) to_loss[A->g->nodes[i]->in[k]->id] = true;
   for (int i = 0; i < nfwd; i++) A->wanted[i] = from_param[i] && to_loss[i];
-  free(from_param);
-  free(to_loss);
 }
 
 void tg_autodiff(tg_ctx *ctx, tg_graph *g) {

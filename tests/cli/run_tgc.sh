@@ -41,6 +41,10 @@ expect_status 0 "$tgc" models/gpt2.tg -D n_layer=$L -D n_embd=$C -Dn_head=4 -D B
 contains "$tmp/out" "params   $want in"
 contains "$tmp/out" "T=64"
 
+# gpt2.tg refuses a sequence longer than its position table
+expect_status 1 "$tgc" models/gpt2.tg -D T=2048
+contains "$tmp/out" "error: assertion failed: the sequence length T exceeds block_size"
+
 # IR round trip on the full model, through -o
 expect_status 0 "$tgc" models/gpt2.tg --emit ir -o "$tmp/a.tgir"
 expect_status 0 "$tgc" "$tmp/a.tgir" --emit ir -o "$tmp/b.tgir"
@@ -89,7 +93,7 @@ mkdir -p "$tmp/lib" "$tmp/model"
 printf 'block double(x) { return 2 * x }\n' > "$tmp/lib/mylib.tg"
 printf 'import "mylib.tg"\ninput x: f32[3]\noutput y = sum(double(x))\n' > "$tmp/model/m.tg"
 expect_status 1 "$tgc" "$tmp/model/m.tg"
-contains "$tmp/out" "cannot open"
+contains "$tmp/out" "cannot find 'mylib.tg'"
 expect_status 0 "$tgc" "$tmp/model/m.tg" -I "$tmp/lib"
 expect_status 0 env TG_PATH="/nonexistent:$tmp/lib" "$tgc" "$tmp/model/m.tg"
 

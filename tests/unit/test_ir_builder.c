@@ -66,15 +66,20 @@ static const char *add_fails(tg_node *n) {
 #define ck_assert_has(s, sub) \
   ck_assert_msg(strstr((s), (sub)) != NULL, "'%s' lacks '%s'", (s), (sub))
 
+/* Leaves are looked up by name, so the verifier wants them named. */
+static const char *fresh_name(void) { return tg_sprintf(ctx->arena, "leaf%d", g->n_nodes); }
+
 static tg_node *input(tg_type t) {
   tg_node *n = node(TG_OP_input, 0, NULL, NULL, NULL);
   n->type = t;
+  n->name = fresh_name();
   return add(n);
 }
 
 static tg_node *param(tg_type t) {
   tg_node *n = node(TG_OP_param, 0, NULL, NULL, NULL);
   n->type = t;
+  n->name = fresh_name();
   n->init = (tg_init){TG_INIT_NORMAL, 0.02};
   return add(n);
 }

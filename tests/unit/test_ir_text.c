@@ -69,7 +69,7 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   tg_node *gain = leaf(g, TG_OP_param, ty(TG_F32, 1, DIMS({8, "C"})), "we\"ird\\name\x01\xc3\xa9");
   gain->init = (tg_init){TG_INIT_ONES, 0};
   add(g, gain);
-  tg_node *bias = leaf(g, TG_OP_param, ty(TG_F32, 1, DIMS({8, NULL})), NULL);
+  tg_node *bias = leaf(g, TG_OP_param, ty(TG_F32, 1, DIMS({8, NULL})), "bias");
   bias->init = (tg_init){TG_INIT_ZEROS, 0};
   bias->loc = (tg_loc){NULL, 0, 0};
   add(g, bias);
@@ -347,6 +347,9 @@ typedef struct bad_case {
 #define X0 "%0 = input : f32[4, 3] \"x\"\n"
 
 static const bad_case bad_cases[] = {
+    {H "%0 = input : f32[2]\n", 2, 6, "input needs a name: weights and batches are matched by it"},
+    {H "%0 = const {value=1.5} : i32[]\n", 2, 6, "an i32 const must hold an integer, not 1.5"},
+    {H "%0 = const {value=2} : bool[]\n", 2, 6, "a bool const must be 0 or 1, not 2"},
     {"", 1, 1, "expected '# tg IR 1' on the first line"},
     {"%0 = input : f32[]\n", 1, 1, "expected '# tg IR 1' on the first line"},
     {"# tg IR 2\n", 1, 9, "unsupported IR version '2'"},
@@ -448,6 +451,20 @@ START_TEST(test_read_errors) {
   ck_assert_msg(strstr(errs, caret), "case %d: no caret at column %d:\n%s", _i, c->col, errs);
   ck_assert_int_eq(ctx->nerrors, 1);
   free(caret);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Rules about the graph as a whole come from the verifier, run on what
+ * the reader read. */
+START_TEST(test_duplicate_names) {
+  tg_ctx *ctx = tu_ctx();
+  ck_assert_ptr_null(read_text(ctx, H "%0 = input : f32[2] \"x\"\n%1 = param {init=zeros} : f32[2] \"x\"\n"));
+  ck_assert_ptr_nonnull(strstr(tu_errors(ctx), "verify: two leaves are named 'x'"));
+  tu_ctx_free(ctx);
+  ctx = tu_ctx();
+  ck_assert_ptr_null(read_text(ctx, H X0 "output \"y\" = %0\noutput \"y\" = %0\n"));
+  ck_assert_ptr_nonnull(strstr(tu_errors(ctx), "verify: two outputs are named 'y'"));
   tu_ctx_free(ctx);
 }
 END_TEST
@@ -662,6 +679,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_read_lenient_layout);
   tcase_add_loop_test(tc, test_read_errors, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
   tcase_add_test(tc, test_node_limit);
+  tcase_add_test(tc, test_duplicate_names);
   tcase_add_test(tc, test_nul_bytes);
   tcase_add_test(tc, test_truncations_and_mutations);
   tcase_add_test(tc, test_dot);

@@ -39,6 +39,8 @@ static tg_node *add(tg_graph *gr, tg_node *n) {
 static tg_node *leaf(tg_graph *gr, tg_op op, tg_type t, int line) {
   tg_node *n = node(gr, op, 0, NULL, NULL, line);
   n->type = t;
+  /* leaves are looked up by name, so the verifier wants them named */
+  n->name = tg_sprintf(ctx->arena, "leaf%d", gr->n_nodes);
   if (op == TG_OP_param) n->init = (tg_init){TG_INIT_NORMAL, 0.02};
   return add(gr, n);
 }
