@@ -1047,7 +1047,8 @@ static void declare_config(elab *E, const tg_stmt *s) {
       fail(E, c->loc, "'%s' is a builtin name and cannot be a config constant", name);
     double v = 0;
     bool overridden = false;
-    for (int d = E->opts->n_defines - 1; d >= 0 && !overridden; d--)
+    /* The last -D of a name wins, as with a C compiler's -D. */
+    for (int d = 0; d < E->opts->n_defines; d++)
       if (!strcmp(E->opts->defines[d].name, name)) {
         v = E->opts->defines[d].value;
         overridden = true;

@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *grow(void *p, int *cap, size_t elem) {
+/* The graph's arrays live in the arena like its nodes, so that an error's
+ * longjmp out of any pass leaks nothing.  Doubling wastes at most as much
+ * as the final array holds. */
+static void *grow(tg_arena *a, void *old, int n, int *cap, size_t elem) {
   *cap = *cap ? *cap * 2 : 64;
-  p = realloc(p, (size_t)*cap * elem);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
+  void *p = tg_alloc(a, (size_t)*cap * elem);
+  if (n) memcpy(p, old, (size_t)n * elem);
   return p;
 }
 
@@ -23,14 +23,14 @@ tg_graph *tg_graph_new(tg_arena *arena) {
   return g;
 }
 
+/* Everything is in the arena; this only marks the graph as done with, so
+ * that a use after it fails loudly. */
 void tg_graph_free(tg_graph *g) {
   if (!g) return;
-  free(g->nodes);
-  free(g->config);
-  free(g->outputs);
   g->nodes = NULL;
   g->config = NULL;
   g->outputs = NULL;
+  g->n_nodes = g->n_config = g->n_outputs = 0;
 }
 
 tg_node *tg_node_new(tg_graph *g, tg_op op, tg_loc loc) {
@@ -52,7 +52,8 @@ const char *tg_graph_add(tg_graph *g, tg_node *n) {
   tg_type t;
   if (!tg_infer_type(n, &t, why, sizeof why)) return tg_strdup(g->arena, why);
   n->type = t;
-  if (g->n_nodes == g->cap_nodes) g->nodes = grow(g->nodes, &g->cap_nodes, sizeof *g->nodes);
+  if (g->n_nodes == g->cap_nodes)
+    g->nodes = grow(g->arena, g->nodes, g->n_nodes, &g->cap_nodes, sizeof *g->nodes);
   n->id = g->n_nodes;
   g->nodes[g->n_nodes++] = n;
   return NULL;
@@ -64,7 +65,8 @@ void tg_graph_set_config(tg_graph *g, const char *name, double value) {
       g->config[i].value = value;
       return;
     }
-  if (g->n_config == g->cap_config) g->config = grow(g->config, &g->cap_config, sizeof *g->config);
+  if (g->n_config == g->cap_config)
+    g->config = grow(g->arena, g->config, g->n_config, &g->cap_config, sizeof *g->config);
   g->config[g->n_config++] = (tg_config_entry){tg_strdup(g->arena, name), value};
 }
 
@@ -79,6 +81,6 @@ bool tg_graph_get_config(const tg_graph *g, const char *name, double *value) {
 
 void tg_graph_add_output(tg_graph *g, const char *name, tg_node *node) {
   if (g->n_outputs == g->cap_outputs)
-    g->outputs = grow(g->outputs, &g->cap_outputs, sizeof *g->outputs);
+    g->outputs = grow(g->arena, g->outputs, g->n_outputs, &g->cap_outputs, sizeof *g->outputs);
   g->outputs[g->n_outputs++] = (tg_output){tg_strdup(g->arena, name), node};
 }

@@ -218,7 +218,8 @@ typedef struct tg_graph {
 } tg_graph;
 
 tg_graph *tg_graph_new(tg_arena *arena);
-void tg_graph_free(tg_graph *g); /* frees the arrays, not the arena */
+/* The arena owns the graph and its arrays; this marks it as no longer in use. */
+void tg_graph_free(tg_graph *g);
 
 /* A fresh node, not yet in the graph.  The caller fills in inputs and
  * attributes (and the type, for ops whose type is not implied by their

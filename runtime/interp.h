@@ -19,6 +19,16 @@ typedef enum tg_precision { TG_PREC_F64, TG_PREC_F32 } tg_precision;
 
 typedef struct tg_interp tg_interp;
 
+/* The most values (sum of every node's numel) a graph may hold: each is
+ * a double kept for the whole run, so this is 16 GiB. */
+#define TG_INTERP_MAX_VALUES ((int64_t)1 << 31)
+
+/* Whether tg_interp_new can take g: false, with a message naming the size
+ * in why, when the graph holds more than TG_INTERP_MAX_VALUES values. */
+bool tg_interp_check(const tg_graph *g, char *why, size_t whylen);
+
+/* NULL when tg_interp_check refuses g (ask it why) or memory runs out.
+ * The graph must not change while the interpreter exists. */
 tg_interp *tg_interp_new(const tg_graph *g, tg_precision prec);
 void tg_interp_free(tg_interp *it);
 
@@ -26,15 +36,17 @@ void tg_interp_free(tg_interp *it);
  * before running; params and states start as their initialiser's zeros or
  * ones (normal-initialised params start at zero: fill them with
  * tg_param_init from init.h). */
-double *tg_interp_leaf(tg_interp *it, const tg_node *leaf);
+double *tg_interp_leaf(tg_interp *it, const tg_node *leaf); /* NULL if not a leaf of the graph */
 
 /* Evaluates every node in order, then applies the assigns.  A run-time
- * error (a gather index out of range, a value that is not finite where
- * that is a bug) is reported through ctx at the node's location, naming
- * the node, and bails. */
+ * error (a gather or scatter_add index out of range, an i32 result that
+ * is not an i32: overflow, division by zero, a cast of nan) is reported
+ * through ctx at the node's location, naming the node, and bails.  Float
+ * inf and nan are not errors; they propagate as IEEE arithmetic says. */
 void tg_interp_run(tg_ctx *ctx, tg_interp *it);
 
-/* A node's value from the last run (numel doubles, row-major). */
+/* A node's value from the last run (numel doubles, row-major); NULL if n
+ * is not in the graph. */
 const double *tg_interp_value(const tg_interp *it, const tg_node *n);
 
 #endif

@@ -8,7 +8,14 @@
  *
  * The reader trusts nothing: every length, offset, shape and name is
  * checked before use, and a bad file is reported through ctx as
- * "FILE: error: tensor 'NAME': ..." and then bails. */
+ * "FILE: error: tensor 'NAME': ..." and then bails.  As the format
+ * requires, the tensors must tile the data section exactly (no overlap, no
+ * gap, no bytes left over).  A dim of 0 is allowed (nbytes is then 0); the
+ * product of the non-zero dims is at most TG_MAX_ELEMS.
+ *
+ * The format does not align tensor data: `data` may have any alignment, so
+ * copy the bytes with memcpy (or use tg_st_to_f64) rather than reading
+ * through a float * or int32_t *. */
 #ifndef TG_SAFETENSORS_H
 #define TG_SAFETENSORS_H
 
@@ -19,7 +26,7 @@ typedef struct tg_st_tensor {
   tg_dtype dtype;       /* F32, BF16, F16, I32 or BOOL */
   int rank;
   int64_t shape[TG_MAX_RANK];
-  const void *data;     /* little-endian, inside the file's buffer */
+  const void *data;     /* little-endian, inside the file's buffer; unaligned */
   size_t nbytes;
 } tg_st_tensor;
 
@@ -29,7 +36,7 @@ typedef struct tg_st_meta {
 
 typedef struct tg_st_file {
   const char *path;
-  tg_st_tensor *tensors; /* in file order */
+  tg_st_tensor *tensors; /* in the header's order */
   int n_tensors;
   tg_st_meta *meta;      /* the "__metadata__" entries */
   int n_meta;
@@ -43,6 +50,7 @@ tg_st_file *tg_st_read(tg_ctx *ctx, const char *path);
 tg_st_file *tg_st_parse(tg_ctx *ctx, const char *name, const void *bytes, size_t size);
 void tg_st_free(tg_st_file *f);
 
+/* By name, in O(log n); NULL when absent. */
 const tg_st_tensor *tg_st_find(const tg_st_file *f, const char *name);
 const char *tg_st_meta_get(const tg_st_file *f, const char *key);
 
@@ -51,6 +59,10 @@ const char *tg_st_meta_get(const tg_st_file *f, const char *key);
  * Returns false with a message in why on failure (the old file is kept). */
 bool tg_st_write(const char *path, const tg_st_tensor *tensors, int n, const tg_st_meta *meta,
                  int n_meta, char *why, size_t whylen);
+/* The bytes tg_st_write would write, in one malloc'ed buffer (*out, *size)
+ * for the caller to free (tests, the fuzzer's round trip). */
+bool tg_st_encode(const tg_st_tensor *tensors, int n, const tg_st_meta *meta, int n_meta,
+                  void **out, size_t *size, char *why, size_t whylen);
 
 /* Element conversions, round to nearest even where narrowing. */
 float tg_bf16_to_f32(uint16_t h);
@@ -59,7 +71,7 @@ float tg_f16_to_f32(uint16_t h);
 uint16_t tg_f32_to_f16(float f);
 
 /* Copies a tensor's elements into out as doubles, converting from its
- * dtype (out has numel entries). */
+ * dtype (out has numel entries; BOOL gives 0 or 1). */
 void tg_st_to_f64(const tg_st_tensor *t, double *out);
 
 #endif

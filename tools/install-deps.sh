@@ -5,7 +5,8 @@
 # libFuzzer runtime (for tools/fuzz.sh).
 set -euo pipefail
 
-packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz)
+packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz
+  python3-torch python3-numpy)  # PyTorch on the CPU: the reference in tests/torch
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-14-dev); fi
 
 missing=()

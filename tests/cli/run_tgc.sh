@@ -40,6 +40,9 @@ want=$(echo $n | sed ':a;s/\B[0-9]\{3\}\>/,&/;ta')  # 3,382,080
 expect_status 0 "$tgc" models/gpt2.tg -D n_layer=$L -D n_embd=$C -Dn_head=4 -D B=4 -D T=64 --stats
 contains "$tmp/out" "params   $want in"
 contains "$tmp/out" "T=64"
+# the last -D of a name wins
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=5 -D n_layer=$L -D n_embd=$C -Dn_head=4 --stats
+contains "$tmp/out" "params   $want in"
 
 # gpt2.tg refuses a sequence longer than its position table
 expect_status 1 "$tgc" models/gpt2.tg -D T=2048

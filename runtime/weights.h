@@ -1,0 +1,35 @@
+/* weights.h: a model's parameters to and from safetensors files.
+ *
+ * Tensors are matched to the graph's parameters by name (Hugging Face's
+ * GPT-2 names, as models/gpt2.tg declares them) and must have the
+ * parameter's shape; F32, BF16 and F16 files are accepted and converted.
+ * A missing tensor, an extra one, a wrong shape or dtype is an error that
+ * names the file and the tensor. */
+#ifndef TG_WEIGHTS_H
+#define TG_WEIGHTS_H
+
+#include "ir.h"
+
+/* Per graph node (indexed by node id): the values of each param (and of
+ * each state leaf when asked), as malloc'ed float arrays; NULL elsewhere. */
+typedef struct tg_weights {
+  const tg_graph *g;
+  float **values;
+} tg_weights;
+
+/* Reads path; with with_state, the state leaves (optimizer moments) may be
+ * in the file too and are loaded if present (zeros otherwise).  Bails
+ * through ctx on any mismatch. */
+tg_weights *tg_weights_load(tg_ctx *ctx, const tg_graph *g, const char *path, bool with_state);
+
+/* Fresh values from each leaf's initialiser (tg_param_init) and seed. */
+tg_weights *tg_weights_init(const tg_graph *g, uint64_t seed);
+
+/* Writes the params (and, with with_state, the state leaves) in graph
+ * order as F32, atomically.  Returns false with a message on failure. */
+bool tg_weights_save(const tg_weights *w, const char *path, bool with_state, char *why,
+                     size_t whylen);
+
+void tg_weights_free(tg_weights *w);
+
+#endif

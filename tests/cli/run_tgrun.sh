@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# run_tgrun.sh TGRUN SRCDIR: the tgrun command line, end to end.
+#
+# init/grad/step on a tiny GPT-2, and every way a weights or batch file can
+# disagree with the model: each must exit 1 with a message naming the file
+# and the tensor, and leave an existing output file as it was.
+set -u
+tgrun=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: the tests cd around
+src=$2
+mk="/usr/bin/python3 $src/tests/cli/make_safetensors.py"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+expect_status() {
+  local want=$1
+  shift
+  "$@" > "$tmp/out" 2>&1
+  local rc=$?
+  if [ $rc -eq "$want" ]; then ok; else bad "'$*' exited $rc, expected $want"; cat "$tmp/out"; fi
+}
+contains() { if grep -qF -- "$2" "$1"; then ok; else bad "$1 lacks '$2'"; head -20 "$1"; fi; }
+
+tiny=(models/gpt2.tg -D n_layer=1 -D n_embd=16 -D n_head=2 -D vocab=32 -D block_size=8)
+W=$tmp/w.safetensors X=$tmp/x.safetensors
+
+# usage
+expect_status 0 "$tgrun" --help
+for word in init grad step --weights --batch --out --seed --backend --precision --lr --steps --clip; do
+  contains "$tmp/out" "$word"
+done
+expect_status 2 "$tgrun"
+expect_status 2 "$tgrun" grda models/gpt2.tg
+contains "$tmp/out" "did you mean 'grad'?"
+expect_status 2 "$tgrun" grad "${tiny[@]}" --out "$tmp/g.safetensors"
+contains "$tmp/out" "need --weights FILE and --batch FILE"
+expect_status 2 "$tgrun" grad "${tiny[@]}" --weights "$W" --batch "$X" --out "$tmp/g" --backend cuda
+contains "$tmp/out" "only 'ref'"
+expect_status 2 "$tgrun" init "${tiny[@]}" --out "$W" --seed -3
+expect_status 2 "$tgrun" init "${tiny[@]}" --out "$W" --wieghts x
+contains "$tmp/out" "did you mean '--weights'?"
+
+# init: deterministic in the seed
+expect_status 0 "$tgrun" init "${tiny[@]}" --seed 5 --out "$W"
+expect_status 0 "$tgrun" init "${tiny[@]}" --seed 5 --out "$tmp/w2.safetensors"
+if cmp -s "$W" "$tmp/w2.safetensors"; then ok; else bad "the same seed gave different weights"; fi
+expect_status 0 "$tgrun" init "${tiny[@]}" --seed 6 --out "$tmp/w3.safetensors"
+if cmp -s "$W" "$tmp/w3.safetensors"; then bad "different seeds gave the same weights"; else ok; fi
+if grep -qa '"h.0.attn.c_attn.weight"' "$W"; then ok; else bad "weights lack Hugging Face names"; fi
+
+# grad and step on a good batch
+$mk "$X" idx:I32:2x4:1,2,3,4,5,6,7,8 targets:I32:2x4:2,3,4,5,6,7,8,9
+expect_status 0 "$tgrun" grad "${tiny[@]}" --weights "$W" --batch "$X" --out "$tmp/g.safetensors"
+# near ln 32 = 3.47 at initialisation: the logits start close to zero
+loss=$(grep -o 'loss [0-9.]*' "$tmp/out" | cut -d' ' -f2)
+if awk -v l="$loss" 'BEGIN { exit !(l > 3.3 && l < 3.7) }'; then ok; else bad "initial loss $loss is not near ln 32"; fi
+if grep -qa '"loss"' "$tmp/g.safetensors" && grep -qa '"wte.weight"' "$tmp/g.safetensors"; then ok
+else bad "the gradient file lacks loss or wte.weight"; fi
+expect_status 0 "$tgrun" step "${tiny[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 3 --out "$tmp/w4.safetensors"
+contains "$tmp/out" "step 3/3"
+first=$(grep -o 'loss [0-9.]*' "$tmp/out" | head -1 | cut -d' ' -f2)
+last=$(grep -o 'loss [0-9.]*' "$tmp/out" | tail -1 | cut -d' ' -f2)
+if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then ok; else bad "3 steps did not lower the loss ($first -> $last)"; fi
+
+# weights that do not fit the model
+"$tgrun" init models/gpt2.tg -D n_layer=2 -D n_embd=16 -D n_head=2 -D vocab=32 -D block_size=8 --out "$tmp/w-2layer.safetensors" > /dev/null
+"$tgrun" init models/gpt2.tg -D n_layer=1 -D n_embd=8 -D n_head=2 -D vocab=32 -D block_size=8 --out "$tmp/w-narrow.safetensors" > /dev/null
+echo "precious" > "$tmp/keep"
+check_bad() { # weights batch expected-message [extra -D...]
+  local w=$1 x=$2 msg=$3
+  shift 3
+  expect_status 1 "$tgrun" grad "${tiny[@]}" "$@" --weights "$w" --batch "$x" --out "$tmp/keep"
+  contains "$tmp/out" "$msg"
+  contains "$tmp/keep" "precious"
+}
+check_bad "$tmp/w-2layer.safetensors" "$X" "w-2layer.safetensors: error: tensor 'h.1.ln_1.weight' is not a parameter of the model"
+check_bad "$W" "$X" "w.safetensors: error: tensor 'h.1.ln_1.weight' is missing" -D n_layer=2
+check_bad "$tmp/w-narrow.safetensors" "$X" "tensor 'wte.weight' has shape [32, 8], but the model's parameter is f32[vocab=32, n_embd=16]"
+$mk "$tmp/w-int.safetensors" wte.weight:I32:2:1,2
+check_bad "$tmp/w-int.safetensors" "$X" "w-int.safetensors: error: tensor 'wte.weight' has dtype i32"
+head -c 100 "$W" > "$tmp/w-cut.safetensors"
+check_bad "$tmp/w-cut.safetensors" "$X" "w-cut.safetensors: error:"
+check_bad "$tmp/none.safetensors" "$X" "none.safetensors"
+
+# batches that do not fit
+$mk "$tmp/x-range.safetensors" idx:I32:2x4:1,2,3,4,5,6,7,8 targets:I32:2x4:2,40,4,5,6,7,8,9
+check_bad "$W" "$tmp/x-range.safetensors" "x-range.safetensors: error: tensor 'targets': id 40 at [0, 1] is outside the vocabulary [0, 32)"
+$mk "$tmp/x-half.safetensors" idx:I32:2x4:1,2,3,4,5,6,7,8
+check_bad "$W" "$tmp/x-half.safetensors" "x-half.safetensors: error: tensor 'targets' is missing"
+$mk "$tmp/x-float.safetensors" idx:F32:2x4:fill=1 targets:I32:2x4:fill=1
+check_bad "$W" "$tmp/x-float.safetensors" "tensor 'idx' has dtype f32; token ids are I32"
+$mk "$tmp/x-extra.safetensors" idx:I32:2x4:fill=1 targets:I32:2x4:fill=1 mask:I32:2x4:fill=1
+check_bad "$W" "$tmp/x-extra.safetensors" "tensor 'mask' does not belong in a batch"
+check_bad "$W" "$X" "tensor 'idx' is [2, 4] but the model's input is i32[B=3, T=4]" -D B=3
+$mk "$tmp/x-long.safetensors" idx:I32:1x16:fill=1 targets:I32:1x16:fill=1
+check_bad "$W" "$tmp/x-long.safetensors" "assertion failed: the sequence length T exceeds block_size"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,434 @@
+/* tgrun: runs tg models.
+ *
+ * Today it has the commands that check one training step against other
+ * implementations: `init` writes initial weights, `grad` computes the loss
+ * and every parameter's gradient for one batch, `step` applies AdamW steps.
+ * They run on the reference interpreter (--backend ref), the oracle that
+ * the compiled backends of later parts are held to.  Training from a
+ * train.cfg arrives with part 5. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "batch.h"
+#include "frontend.h"
+#include "interp.h"
+#include "ir.h"
+#include "passes.h"
+#include "safetensors.h"
+#include "weights.h"
+
+#define TG_VERSION "0.1.0"
+
+static const char usage[] =
+    "usage: tgrun COMMAND MODEL.tg [options]\n"
+    "\n"
+    "Commands:\n"
+    "  init   write initial weights:      tgrun init MODEL.tg --seed S --out W.safetensors\n"
+    "  grad   loss and gradients of one batch:\n"
+    "         tgrun grad MODEL.tg --weights W.safetensors --batch X.safetensors --out G.safetensors\n"
+    "  step   AdamW steps on one batch:\n"
+    "         tgrun step MODEL.tg --weights W --batch X --lr LR --steps N --out W2.safetensors\n"
+    "\n"
+    "Model options (all commands):\n"
+    "  -D NAME=VALUE      override a config constant (see tgc --help); B and T default\n"
+    "                     to the batch's shape\n"
+    "  -I DIR             also look for imports in DIR\n"
+    "\n"
+    "Files:\n"
+    "  --weights FILE     parameters, safetensors with Hugging Face names (F32, BF16, F16)\n"
+    "  --batch FILE       safetensors with int32 'idx' and 'targets', both [B, T]\n"
+    "  --out FILE         where to write (atomically): weights for init and step; for\n"
+    "                     grad, the f32 scalar 'loss' and one f32 gradient per parameter\n"
+    "                     under the parameter's name\n"
+    "\n"
+    "Options:\n"
+    "  --seed N           init: the seed of the normal initialisers (default 1337)\n"
+    "  --backend NAME     ref: the reference interpreter (the only backend so far)\n"
+    "  --precision P      f32 (default): every value rounded to float as a float32\n"
+    "                     machine would; f64: double precision throughout\n"
+    "  --lr X             step: learning rate (default 6e-4)\n"
+    "  --steps N          step: number of steps (default 1)\n"
+    "  --beta1 X --beta2 X --eps X --weight-decay X --clip X\n"
+    "                     step: AdamW settings (defaults 0.9, 0.95, 1e-8, 0.1, 1.0;\n"
+    "                     --clip 0 turns clipping off)\n"
+    "  --help, --version\n"
+    "\n"
+    "Exit status: 0 on success, 1 for a bad model, weights or batch file, 2 for bad usage.\n";
+
+typedef enum command { CMD_INIT, CMD_GRAD, CMD_STEP } command;
+
+typedef struct opts {
+  command cmd;
+  const char *model, *weights, *batch, *out;
+  tg_define *defines;
+  char (*define_names)[128];
+  int n_defines;
+  const char **incs;
+  int n_incs;
+  uint64_t seed;
+  tg_precision prec;
+  double lr;
+  long steps;
+  tg_adamw_opts adamw;
+} opts;
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "tgrun: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see tgrun --help)\n");
+  return 2;
+}
+
+static bool parse_number(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno == ERANGE || !isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+/* Options that take a value, with where it goes. */
+static int take_value(opts *o, const char *flag, const char *val) {
+  double x;
+  if (!strcmp(flag, "--weights")) o->weights = val;
+  else if (!strcmp(flag, "--batch")) o->batch = val;
+  else if (!strcmp(flag, "--out")) o->out = val;
+  else if (!strcmp(flag, "-I")) o->incs[o->n_incs++] = val;
+  else if (!strcmp(flag, "-D")) {
+    if (!tg_define_parse(val, &o->defines[o->n_defines], o->define_names[o->n_defines],
+                         sizeof o->define_names[o->n_defines]))
+      return usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
+    o->n_defines++;
+  } else if (!strcmp(flag, "--backend")) {
+    if (strcmp(val, "ref"))
+      return usage_error("--backend %s: only 'ref' (the reference interpreter) exists so far",
+                         val);
+  } else if (!strcmp(flag, "--precision")) {
+    if (!strcmp(val, "f32")) o->prec = TG_PREC_F32;
+    else if (!strcmp(val, "f64")) o->prec = TG_PREC_F64;
+    else return usage_error("--precision %s: expected f32 or f64", val);
+  } else {
+    if (!parse_number(val, &x)) return usage_error("%s needs a number", flag);
+    if (!strcmp(flag, "--seed")) {
+      if (x < 0 || x != floor(x) || x > 9007199254740992.0)
+        return usage_error("--seed %s: expected a non-negative integer", val);
+      o->seed = (uint64_t)x;
+    } else if (!strcmp(flag, "--lr")) o->lr = x;
+    else if (!strcmp(flag, "--steps")) {
+      if (x < 1 || x != floor(x) || x > 1e9) return usage_error("--steps %s: expected a count >= 1", val);
+      o->steps = (long)x;
+    } else if (!strcmp(flag, "--beta1")) o->adamw.beta1 = x;
+    else if (!strcmp(flag, "--beta2")) o->adamw.beta2 = x;
+    else if (!strcmp(flag, "--eps")) o->adamw.eps = x;
+    else if (!strcmp(flag, "--weight-decay")) o->adamw.weight_decay = x;
+    else if (!strcmp(flag, "--clip")) o->adamw.grad_clip = x;
+    else return usage_error("unknown option '%s'", flag);
+  }
+  return -1;
+}
+
+static const char *const value_flags[] = {
+    "--weights", "--batch", "--out",   "-I",    "-D",    "--backend",      "--precision",
+    "--seed",    "--lr",    "--steps", "--beta1", "--beta2", "--eps", "--weight-decay", "--clip"};
+enum { N_VALUE_FLAGS = sizeof value_flags / sizeof *value_flags };
+
+/* Fills o from argv; returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, opts *o) {
+  if (argc < 2) return usage_error("%s", "no command (init, grad or step)");
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("tgrun %s\n", TG_VERSION);
+    return 0;
+  }
+  if (!strcmp(cmd, "init")) o->cmd = CMD_INIT;
+  else if (!strcmp(cmd, "grad")) o->cmd = CMD_GRAD;
+  else if (!strcmp(cmd, "step")) o->cmd = CMD_STEP;
+  else {
+    static const char *const cmds[] = {"init", "grad", "step"};
+    const char *s = tg_nearest(cmd, cmds, 3);
+    if (s) {
+      fprintf(stderr, "tgrun: error: unknown command '%s' (did you mean '%s'?)\n", cmd, s);
+      return 2;
+    }
+    return usage_error("unknown command '%s' (init, grad or step)", cmd);
+  }
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (a[0] == '-' && (a[1] == 'D' || a[1] == 'I') && a[2]) {
+      char flag[3] = {'-', a[1], 0};
+      int st = take_value(o, flag, a + 2);
+      if (st >= 0) return st;
+      continue;
+    }
+    const char *eq = strchr(a, '=');
+    bool known = false;
+    for (int k = 0; k < N_VALUE_FLAGS && !known; k++) {
+      size_t n = strlen(value_flags[k]);
+      if (!strcmp(a, value_flags[k]) || (eq && (size_t)(eq - a) == n && !strncmp(a, value_flags[k], n)))
+        known = true;
+    }
+    if (known) {
+      char flag[32];
+      const char *val;
+      if (eq && a[0] == '-' && a[1] == '-') {
+        snprintf(flag, sizeof flag, "%.*s", (int)(eq - a), a);
+        val = eq + 1;
+      } else {
+        if (i + 1 >= argc) return usage_error("%s needs a value", a);
+        snprintf(flag, sizeof flag, "%s", a);
+        val = argv[++i];
+      }
+      int st = take_value(o, flag, val);
+      if (st >= 0) return st;
+    } else if (a[0] == '-' && a[1]) {
+      const char *s = tg_nearest(a, value_flags, N_VALUE_FLAGS);
+      if (s) {
+        fprintf(stderr, "tgrun: error: unknown option '%s' (did you mean '%s'?)\n", a, s);
+        return 2;
+      }
+      return usage_error("unknown option '%s'", a);
+    } else if (o->model) {
+      return usage_error("only one model file, please (got another: '%s')", a);
+    } else {
+      o->model = a;
+    }
+  }
+  if (!o->model) return usage_error("%s", "no model file (e.g. models/gpt2.tg)");
+  if (!o->out) return usage_error("%s", "--out FILE is required");
+  if (o->cmd != CMD_INIT && (!o->weights || !o->batch))
+    return usage_error("%s", "grad and step need --weights FILE and --batch FILE");
+  return -1;
+}
+
+/* ---- running ---------------------------------------------------------------- */
+
+static const tg_node *find_output(const tg_graph *g, const char *name) {
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!strcmp(g->outputs[i].name, name)) return g->outputs[i].node;
+  return NULL;
+}
+
+static const tg_node *find_input(const tg_graph *g, const char *name) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_input && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
+  return NULL;
+}
+
+/* Compiles the model; B and T follow the batch unless given with -D. */
+static tg_graph *compile(tg_ctx *ctx, const opts *o, const tg_batch *b) {
+  tg_define defs[2];
+  int n = o->n_defines;
+  tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(n + 2));
+  memcpy(all, o->defines, sizeof *all * (size_t)n);
+  if (b) {
+    bool hasB = false, hasT = false;
+    for (int i = 0; i < n; i++) {
+      hasB |= !strcmp(all[i].name, "B");
+      hasT |= !strcmp(all[i].name, "T");
+    }
+    defs[0] = (tg_define){"B", (double)b->B};
+    defs[1] = (tg_define){"T", (double)b->T};
+    if (!hasB) all[n++] = defs[0];
+    if (!hasT) all[n++] = defs[1];
+  }
+  tg_compile_opts co = {all, n, o->incs, o->n_incs};
+  tg_graph *g = tg_compile_file(ctx, o->model, &co);
+  if (!tg_verify(ctx, g)) tg_bail(ctx);
+  return g;
+}
+
+/* Puts the batch into the model's inputs named like its tensors. */
+static void feed_batch(tg_ctx *ctx, tg_interp *it, const tg_graph *g, const tg_batch *b,
+                       const char *path) {
+  const char *names[2] = {"idx", "targets"};
+  const int32_t *vals[2] = {b->idx, b->targets};
+  for (int k = 0; k < 2; k++) {
+    const tg_node *in = find_input(g, names[k]);
+    if (!in)
+      tg_error(ctx, (tg_loc){g->source, 1, 1}, "the model has no input '%s' to take the batch's",
+               names[k]);
+    if (in->type.rank != 2 || in->type.dim[0].size != b->B || in->type.dim[1].size != b->T) {
+      char t[TG_TYPE_STR_MAX];
+      tg_error(ctx, (tg_loc){path, 0, 0},
+               "tensor '%s' is [%lld, %lld] but the model's input is %s (check -D B and -D T)",
+               names[k], (long long)b->B, (long long)b->T, tg_type_str(&in->type, t, sizeof t));
+    }
+    double *dst = tg_interp_leaf(it, in);
+    for (int64_t i = 0; i < b->B * b->T; i++) dst[i] = vals[k][i];
+  }
+}
+
+static tg_interp *new_interp(tg_ctx *ctx, const tg_graph *g, tg_precision prec,
+                             const tg_weights *w) {
+  tg_interp *it = tg_interp_new(g, prec);
+  if (!it)
+    tg_error(ctx, (tg_loc){g->source, 1, 1},
+             "the model is too large for the reference interpreter (try smaller -D sizes)");
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (!w->values[i]) continue;
+    double *dst = tg_interp_leaf(it, n);
+    for (int64_t k = 0; k < tg_type_numel(&n->type); k++) dst[k] = w->values[i][k];
+  }
+  return it;
+}
+
+/* Copies the interpreter's current params back into w (after steps). */
+static void read_back(tg_interp *it, const tg_graph *g, tg_weights *w) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op != TG_OP_param) continue;
+    const double *src = tg_interp_leaf(it, n);
+    for (int64_t k = 0; k < tg_type_numel(&n->type); k++) w->values[i][k] = (float)src[k];
+  }
+}
+
+static int save_weights(const tg_weights *w, const char *path) {
+  char why[512];
+  if (tg_weights_save(w, path, false, why, sizeof why)) return 0;
+  fprintf(stderr, "tgrun: error: %s\n", why);
+  return 1;
+}
+
+static int cmd_init(tg_ctx *ctx, const opts *o) {
+  tg_graph *g = compile(ctx, o, NULL);
+  tg_weights *w = tg_weights_init(g, o->seed);
+  int st = save_weights(w, o->out);
+  if (st == 0) printf("wrote %s: initial weights, seed %llu\n", o->out, (unsigned long long)o->seed);
+  tg_weights_free(w);
+  tg_graph_free(g);
+  return st;
+}
+
+/* The batch, the graph (with its backward, and the optimizer for step),
+ * and the weights loaded into a fresh interpreter. */
+typedef struct session {
+  tg_batch *batch;
+  tg_graph *g;
+  tg_weights *w;
+  tg_interp *it;
+} session;
+
+static void session_free(session *s) {
+  if (!s) return;
+  if (s->it) tg_interp_free(s->it);
+  tg_weights_free(s->w);
+  if (s->g) tg_graph_free(s->g);
+  tg_batch_free(s->batch);
+  free(s);
+}
+
+static void open_session(tg_ctx *ctx, const opts *o, session *s) {
+  s->batch = tg_batch_load(ctx, o->batch);
+  s->g = compile(ctx, o, s->batch);
+  double vocab;
+  if (tg_graph_get_config(s->g, "vocab", &vocab))
+    tg_batch_check_ids(ctx, s->batch, o->batch, (int64_t)vocab);
+  tg_autodiff(ctx, s->g);
+  if (o->cmd == CMD_STEP) tg_append_adamw(ctx, s->g, &o->adamw);
+  if (!tg_verify(ctx, s->g)) tg_bail(ctx);
+  s->w = tg_weights_load(ctx, s->g, o->weights, false);
+  s->it = new_interp(ctx, s->g, o->prec, s->w);
+  feed_batch(ctx, s->it, s->g, s->batch, o->batch);
+}
+
+static int cmd_grad(tg_ctx *ctx, const opts *o, session *s) {
+  open_session(ctx, o, s);
+  tg_interp_run(ctx, s->it);
+  const tg_graph *g = s->g;
+  /* loss first, then each parameter's gradient under the parameter's name */
+  int n = 0;
+  tg_st_tensor *ts = tg_alloc(ctx->arena, sizeof *ts * (size_t)(g->n_outputs + 1));
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *name = g->outputs[i].name;
+    const tg_node *node = g->outputs[i].node;
+    bool is_grad = !strncmp(name, TG_GRAD_PREFIX, strlen(TG_GRAD_PREFIX));
+    if (!is_grad && strcmp(name, "loss")) continue;
+    int64_t numel = tg_type_numel(&node->type);
+    float *v = tg_alloc(ctx->arena, sizeof *v * (size_t)numel);
+    const double *src = tg_interp_value(s->it, node);
+    for (int64_t k = 0; k < numel; k++) v[k] = (float)src[k];
+    tg_st_tensor *t = &ts[n++];
+    t->name = is_grad ? name + strlen(TG_GRAD_PREFIX) : name;
+    t->dtype = TG_F32;
+    t->rank = node->type.rank;
+    for (int d = 0; d < t->rank; d++) t->shape[d] = node->type.dim[d].size;
+    t->data = v;
+    t->nbytes = (size_t)numel * sizeof *v;
+  }
+  char why[512];
+  if (!tg_st_write(o->out, ts, n, NULL, 0, why, sizeof why)) {
+    fprintf(stderr, "tgrun: error: %s\n", why);
+    return 1;
+  }
+  printf("loss %.8g\nwrote %s: loss and %d gradients\n",
+         tg_interp_value(s->it, find_output(g, "loss"))[0], o->out, n - 1);
+  return 0;
+}
+
+static int cmd_step(tg_ctx *ctx, const opts *o, session *s) {
+  open_session(ctx, o, s);
+  const tg_graph *g = s->g;
+  double *lr = tg_interp_leaf(s->it, find_input(g, "lr"));
+  double *t = tg_interp_leaf(s->it, find_input(g, "step"));
+  const tg_node *loss = find_output(g, "loss"), *norm = find_output(g, "grad_norm");
+  for (long i = 1; i <= o->steps; i++) {
+    *lr = o->lr;
+    *t = (double)i;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tg_interp_run(ctx, s->it);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    printf("step %ld/%ld  loss %.8g  grad_norm %.6g  lr %.3g  %.0f ms\n", i, o->steps,
+           tg_interp_value(s->it, loss)[0], tg_interp_value(s->it, norm)[0], o->lr, ms);
+    fflush(stdout);
+  }
+  read_back(s->it, g, s->w);
+  int st = save_weights(s->w, o->out);
+  if (st == 0) printf("wrote %s: weights after %ld step%s\n", o->out, o->steps, o->steps == 1 ? "" : "s");
+  return st;
+}
+
+int main(int argc, char **argv) {
+  opts o = {.seed = 1337, .prec = TG_PREC_F32, .lr = 6e-4, .steps = 1, .adamw = tg_adamw_defaults};
+  o.defines = calloc((size_t)argc + 1, sizeof *o.defines);
+  o.define_names = calloc((size_t)argc + 1, sizeof *o.define_names);
+  o.incs = calloc((size_t)argc + 2, sizeof *o.incs);
+  if (!o.defines || !o.define_names || !o.incs) {
+    fprintf(stderr, "tgrun: out of memory\n");
+    return 1;
+  }
+  int status = parse_args(argc, argv, &o);
+  if (status < 0) {
+    o.incs[o.n_incs++] = TG_MODELS_DIR;
+    tg_ctx *ctx = tg_ctx_new(stderr);
+    /* On the heap: what it holds must survive an error's longjmp. */
+    session *const s = calloc(1, sizeof *s);
+    jmp_buf bail;
+    ctx->bail = &bail;
+    if (!s) status = 1;
+    else if (setjmp(bail)) status = 1;
+    else if (o.cmd == CMD_INIT) status = cmd_init(ctx, &o);
+    else if (o.cmd == CMD_GRAD) status = cmd_grad(ctx, &o, s);
+    else status = cmd_step(ctx, &o, s);
+    session_free(s);
+    tg_ctx_free(ctx);
+  }
+  free(o.defines);
+  free(o.define_names);
+  free(o.incs);
+  return status;
+}
