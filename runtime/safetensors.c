@@ -317,6 +317,10 @@ static void parse_tensor(reader *R, const char *hdr, const tg_json *m, tg_st_ten
   if (m->key_len == 0) fail(R, "tensor '': a tensor name must not be empty");
   if (strlen(name) != m->key_len)
     fail_tensor(R, name, "the name contains a NUL byte (\\u0000)");
+  /* Names end up in messages and in IR names: no control characters. */
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    if (*p < 0x20 || *p == 0x7f)
+      fail_tensor(R, name, "the name contains the control character 0x%02x", *p);
   if (m->kind != TG_JSON_OBJECT)
     fail_tensor(R, name, "must be an object with dtype, shape and data_offsets, not %s",
                 tg_json_kind_name(m->kind));
@@ -601,6 +605,10 @@ static bool has_duplicate(const char *const *names, int n, const char **dup) {
 
 /* Everything the reader would reject, refused before a byte is written. */
 static bool check_tensor(const tg_st_tensor *t, char *why, size_t whylen) {
+  for (const unsigned char *c = (const unsigned char *)t->name; t->name && *c; c++)
+    if (*c < 0x20 || *c == 0x7f)
+      return refuse(why, whylen, "tensor '%s': the name contains the control character 0x%02x",
+                    t->name, *c);
   if (!valid_text(t->name) || !t->name[0] || strcmp(t->name, "__metadata__") == 0)
     return refuse(why, whylen, "tensor '%s': a name must be non-empty UTF-8, not '__metadata__'",
                   t->name ? t->name : "(null)");
