@@ -35,4 +35,19 @@ void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts);
 #define TG_ADAM_M_PREFIX "adam.m."
 #define TG_ADAM_V_PREFIX "adam.v."
 
+/* pipeline.c: every pass after the frontend, in order. */
+typedef struct tg_pipeline_opts {
+  bool grad;              /* add the backward (autodiff) */
+  bool step;              /* ... and the optimizer: the whole training step */
+  tg_adamw_opts adamw;
+  const char *dump_after; /* print the IR after this pass (to dump) */
+  FILE *dump;
+} tg_pipeline_opts;
+
+void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *opts);
+bool tg_pass_known(const char *name);
+bool tg_pass_needs_step(const char *name); /* runs only for a training step */
+const char *tg_pass_name(int i); /* the i-th pass, or NULL past the last */
+const char *tg_pass_what(int i); /* what it does, in a few words */
+
 #endif

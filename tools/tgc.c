@@ -30,6 +30,8 @@ static const char usage[] =
     "                     (autodiff) and an AdamW update with gradient clipping\n"
     "                     (nanoGPT's defaults: betas 0.9/0.95, eps 1e-8, weight\n"
     "                     decay 0.1 on 2-D parameters, clip 1.0)\n"
+    "  --dump-after PASS  print the IR after PASS (implies --grad for training\n"
+    "                     passes); --dump-after list names the passes\n"
     "\n"
     "Options:\n"
     "  -D NAME=VALUE      override a config constant, e.g. -D n_layer=2 -D B=4 -D T=64\n"
@@ -45,8 +47,9 @@ static const char usage[] =
 
 enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_NONE };
 
-static const char *const known_flags[] = {"--stats", "--emit",   "--check",  "--grad", "-D",
-                                          "-I",      "-o",       "--help",   "--version"};
+static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad",
+                                          "-D",      "-I",     "-o",        "--help",
+                                          "--version", "--dump-after"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) {
@@ -98,7 +101,7 @@ static int emit_to_file(const char *path, enum emit what, const tg_graph *g) {
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
  * input longjmp to main's handler through ctx->bail. */
 static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
-               const char *out_path, bool grad) {
+               const char *out_path, const tg_pipeline_opts *popts) {
   tg_graph *g;
   const tg_source *src = tg_source_load(ctx, input, (tg_loc){0});
   bool is_ir = has_suffix(input, ".tgir") || (src->len >= 8 && !memcmp(src->text, "# tg IR ", 8));
@@ -113,12 +116,8 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   int status = 0;
   if (!tg_verify(ctx, g)) status = 1;
-  if (status == 0 && grad) {
-    tg_autodiff(ctx, g);
-    tg_append_adamw(ctx, g, &tg_adamw_defaults);
-    if (!tg_verify(ctx, g)) status = 1;
-  }
-  /* Passes of later stages (pad_vocab, flash_attn, fuse, ...) go here. */
+  /* Every pass, in order: passes/pipeline.c. */
+  if (status == 0) tg_run_pipeline(ctx, g, popts);
   if (status == 0) {
     if (out_path) status = emit_to_file(out_path, what, g);
     else emit(stdout, what, g);
@@ -141,6 +140,8 @@ typedef struct cli {
   int n_incs;
   char *tg_path; /* strtok'ed copy of $TG_PATH that incs point into */
   bool grad;
+  bool what_given; /* an explicit --stats, --emit or --check */
+  const char *dump_after;
 } cli;
 
 /* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
@@ -162,8 +163,24 @@ static int parse_args(int argc, char **argv, cli *c) {
       return 0;
     } else if (!strcmp(a, "--stats")) {
       c->what = EMIT_STATS;
+      c->what_given = true;
     } else if (!strcmp(a, "--check")) {
       c->what = EMIT_NONE;
+      c->what_given = true;
+    } else if (!strcmp(a, "--dump-after")) {
+      if (i + 1 >= argc) return usage_error("%s needs a pass name (--dump-after list)", a);
+      c->dump_after = argv[++i];
+      if (!strcmp(c->dump_after, "list")) {
+        for (int k = 0; tg_pass_name(k); k++) printf("%-12s %s\n", tg_pass_name(k), tg_pass_what(k));
+        return 0;
+      }
+      if (!tg_pass_known(c->dump_after)) {
+        fprintf(stderr, "tgc: error: --dump-after %s: no such pass; the passes are:", c->dump_after);
+        for (int k = 0; tg_pass_name(k); k++) fprintf(stderr, " %s", tg_pass_name(k));
+        fprintf(stderr, "\n");
+        return 2;
+      }
+      if (tg_pass_needs_step(c->dump_after)) c->grad = true;
     } else if (!strcmp(a, "--grad")) {
       c->grad = true;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
@@ -171,6 +188,7 @@ static int parse_args(int argc, char **argv, cli *c) {
       if (!strcmp(val, "ir")) c->what = EMIT_IR;
       else if (!strcmp(val, "dot")) c->what = EMIT_DOT;
       else return usage_error("--emit %s: expected ir or dot", val);
+      c->what_given = true;
     } else if (a[0] == '-' && a[1] == 'D') {
       if (!tg_define_parse(val, &c->defines[c->n_defines], c->define_names[c->n_defines],
                            sizeof c->define_names[c->n_defines]))
@@ -192,6 +210,8 @@ static int parse_args(int argc, char **argv, cli *c) {
     }
   }
   if (!c->input) return usage_error("%s", "no input file");
+  /* A dump is the output asked for, unless something else is named too. */
+  if (c->dump_after && !c->what_given) c->what = EMIT_NONE;
 
   /* Imports: the importing file's directory comes first (in the frontend),
    * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
@@ -220,8 +240,10 @@ int main(int argc, char **argv) {
     jmp_buf bail;
     ctx->bail = &bail;
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
+    tg_pipeline_opts popts = {.grad = c.grad, .step = c.grad, .adamw = tg_adamw_defaults,
+                              .dump_after = c.dump_after, .dump = stdout};
     if (setjmp(bail)) status = 1;
-    else status = run(ctx, c.input, &opts, c.what, c.out_path, c.grad);
+    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts);
     tg_ctx_free(ctx);
   }
   free(c.tg_path);

@@ -336,9 +336,8 @@ static void open_session(tg_ctx *ctx, const opts *o, session *s) {
   double vocab;
   if (tg_graph_get_config(s->g, "vocab", &vocab))
     tg_batch_check_ids(ctx, s->batch, o->batch, (int64_t)vocab);
-  tg_autodiff(ctx, s->g);
-  if (o->cmd == CMD_STEP) tg_append_adamw(ctx, s->g, &o->adamw);
-  if (!tg_verify(ctx, s->g)) tg_bail(ctx);
+  tg_pipeline_opts popts = {.grad = true, .step = o->cmd == CMD_STEP, .adamw = o->adamw};
+  tg_run_pipeline(ctx, s->g, &popts);
   s->w = tg_weights_load(ctx, s->g, o->weights, false);
   s->it = new_interp(ctx, s->g, o->prec, s->w);
   feed_batch(ctx, s->it, s->g, s->batch, o->batch);

@@ -74,6 +74,18 @@ contains "$tmp/out" "outputs  loss f32[], grad_norm f32[], 148 gradients (grad:N
 expect_status 1 "$tgc" "$tmp/g.tgir" --grad
 contains "$tmp/out" "already has a backward part"
 
+# --dump-after: every pass's IR reads back and prints the same
+expect_status 0 "$tgc" --dump-after list models/gpt2.tg
+contains "$tmp/out" "autodiff"
+for name in $(awk '{print $1}' "$tmp/out"); do
+  expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --dump-after "$name"
+  grep -v '^# the IR above' "$tmp/out" > "$tmp/dump.tgir"
+  expect_status 0 "$tgc" "$tmp/dump.tgir" --emit ir -o "$tmp/dump2.tgir"
+  if cmp -s "$tmp/dump.tgir" "$tmp/dump2.tgir"; then ok; else bad "the IR after $name does not read back the same"; fi
+done
+expect_status 2 "$tgc" models/gpt2.tg --dump-after fuse_everything
+contains "$tmp/out" "no such pass; the passes are:"
+
 # a failed compile leaves an existing output file alone
 echo "precious" > "$tmp/keep.tgir"
 expect_status 1 "$tgc" tests/bad/matmul_shape.tg --emit ir -o "$tmp/keep.tgir"
@@ -102,7 +114,7 @@ expect_status 0 env TG_PATH="/nonexistent:$tmp/lib" "$tgc" "$tmp/model/m.tg"
 
 # --help documents every flag; usage errors exit 2
 expect_status 0 "$tgc" --help
-for flag in --stats "--emit ir" "--emit dot" --check --grad -D -I -o --help --version; do
+for flag in --stats "--emit ir" "--emit dot" --check --grad --dump-after -D -I -o --help --version; do
   contains "$tmp/out" "$flag"
 done
 expect_status 0 "$tgc" --version

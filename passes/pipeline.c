@@ -1,0 +1,66 @@
+/* pipeline.c: the compiler's passes, in order, in one visible place.
+ *
+ * Reading the table below tells what a compilation does after the frontend.
+ * Every pass is one file with one entry point; after each, the graph is
+ * verified (a broken rewrite is caught at the pass that made it) and, when
+ * asked, printed in the IR text form (`tgc --dump-after PASS`). */
+#include <string.h>
+
+#include "passes.h"
+
+static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  (void)o;
+  tg_autodiff(ctx, g);
+}
+
+static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  tg_append_adamw(ctx, g, &o->adamw);
+}
+
+/* When a pass runs: always, or only when the gradient (or the whole
+ * training step) is asked for. */
+typedef enum when { ALWAYS, FOR_GRAD, FOR_STEP } when;
+
+typedef struct pass {
+  const char *name;
+  when when;
+  void (*run)(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o);
+  const char *what;
+} pass;
+
+static const pass passes[] = {
+    {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
+    {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
+};
+enum { N_PASSES = sizeof passes / sizeof passes[0] };
+
+const char *tg_pass_name(int i) { return i >= 0 && i < N_PASSES ? passes[i].name : NULL; }
+const char *tg_pass_what(int i) { return i >= 0 && i < N_PASSES ? passes[i].what : NULL; }
+
+bool tg_pass_known(const char *name) {
+  for (int i = 0; i < N_PASSES; i++)
+    if (!strcmp(passes[i].name, name)) return true;
+  return false;
+}
+
+bool tg_pass_needs_step(const char *name) {
+  for (int i = 0; i < N_PASSES; i++)
+    if (!strcmp(passes[i].name, name)) return passes[i].when != ALWAYS;
+  return false;
+}
+
+void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  for (int i = 0; i < N_PASSES; i++) {
+    const pass *p = &passes[i];
+    if ((p->when == FOR_GRAD && !o->grad) || (p->when == FOR_STEP && !o->step)) continue;
+    p->run(ctx, g, o);
+    if (!tg_verify(ctx, g))
+      tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is broken after the %s pass", p->name);
+    if (o->dump_after && !strcmp(o->dump_after, p->name) && o->dump) {
+      /* The dump reads back with tgc; the comment goes last, since the first
+       * line must be the IR header. */
+      tg_print_ir(o->dump, g);
+      fprintf(o->dump, "# the IR above is after the %s pass: %s\n", p->name, p->what);
+    }
+  }
+}
