@@ -6,25 +6,10 @@
 # bytes), -o writing atomically, --emit dot, --help covering every flag,
 # and usage errors exiting with status 2.
 set -u
-tgc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: the tests cd around
-src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+src=$(cd "$2" && pwd)
+. "$src/tests/cli/testlib.sh"
+tgc=$(abspath "$1")
 cd "$src"
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-# expect_status WANT CMD...: runs CMD, output to $tmp/out, checks its status
-expect_status() {
-  local want=$1
-  shift
-  "$@" > "$tmp/out" 2>&1
-  local rc=$?
-  if [ $rc -eq "$want" ]; then ok; else bad "'$*' exited $rc, expected $want"; cat "$tmp/out"; fi
-}
-contains() { if grep -qF -- "$2" "$1"; then ok; else bad "$1 lacks '$2'"; head -20 "$1"; fi; }
 
 # --stats: GPT-2 124M, and the default action is the same
 expect_status 0 "$tgc" models/gpt2.tg --stats
@@ -126,5 +111,4 @@ expect_status 2 "$tgc" models/gpt2.tg --emit cuda
 expect_status 2 "$tgc" models/gpt2.tg -D n_layer
 expect_status 2 "$tgc" models/gpt2.tg models/std.tg
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

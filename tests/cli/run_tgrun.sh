@@ -5,24 +5,11 @@
 # disagree with the model: each must exit 1 with a message naming the file
 # and the tensor, and leave an existing output file as it was.
 set -u
-tgrun=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: the tests cd around
-src=$2
+src=$(cd "$2" && pwd)
+. "$src/tests/cli/testlib.sh"
+tgrun=$(abspath "$1")
 mk="/usr/bin/python3 $src/tests/cli/make_safetensors.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$src"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-expect_status() {
-  local want=$1
-  shift
-  "$@" > "$tmp/out" 2>&1
-  local rc=$?
-  if [ $rc -eq "$want" ]; then ok; else bad "'$*' exited $rc, expected $want"; cat "$tmp/out"; fi
-}
-contains() { if grep -qF -- "$2" "$1"; then ok; else bad "$1 lacks '$2'"; head -20 "$1"; fi; }
 
 tiny=(models/gpt2.tg -D n_layer=1 -D n_embd=16 -D n_head=2 -D vocab=32 -D block_size=8)
 W=$tmp/w.safetensors X=$tmp/x.safetensors
@@ -98,5 +85,4 @@ check_bad "$W" "$X" "tensor 'idx' is [2, 4] but the model's input is i32[B=3, T=
 $mk "$tmp/x-long.safetensors" idx:I32:1x16:fill=1 targets:I32:1x16:fill=1
 check_bad "$W" "$tmp/x-long.safetensors" "assertion failed: the sequence length T exceeds block_size"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
