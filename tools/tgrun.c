@@ -228,21 +228,16 @@ static const tg_node *find_input(const tg_graph *g, const char *name) {
 
 /* Compiles the model; B and T follow the batch unless given with -D. */
 static tg_graph *compile(tg_ctx *ctx, const opts *o, const tg_batch *b) {
-  tg_define defs[2];
-  int n = o->n_defines;
-  tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(n + 2));
-  memcpy(all, o->defines, sizeof *all * (size_t)n);
+  /* The batch's B and T go first: the last -D of a name wins, so an
+   * explicit -D B=... still decides (and a mismatch is then reported). */
+  int n = 0;
+  tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2));
   if (b) {
-    bool hasB = false, hasT = false;
-    for (int i = 0; i < n; i++) {
-      hasB |= !strcmp(all[i].name, "B");
-      hasT |= !strcmp(all[i].name, "T");
-    }
-    defs[0] = (tg_define){"B", (double)b->B};
-    defs[1] = (tg_define){"T", (double)b->T};
-    if (!hasB) all[n++] = defs[0];
-    if (!hasT) all[n++] = defs[1];
+    all[n++] = (tg_define){"B", (double)b->B};
+    all[n++] = (tg_define){"T", (double)b->T};
   }
+  memcpy(all + n, o->defines, sizeof *all * (size_t)o->n_defines);
+  n += o->n_defines;
   tg_compile_opts co = {all, n, o->incs, o->n_incs};
   tg_graph *g = tg_compile_file(ctx, o->model, &co);
   if (!tg_verify(ctx, g)) tg_bail(ctx);
