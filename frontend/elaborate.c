@@ -1160,7 +1160,7 @@ tg_graph *tg_elaborate(tg_ctx *ctx, const tg_ast *ast, const tg_compile_opts *op
   E->imported[E->n_imported++] = file_identity(E, ast->src->path);
   declare_file(E, ast, false);
   for (int d = 0; d < E->opts->n_defines; d++)
-    if (!E->define_used[d]) {
+    if (!E->define_used[d] && !E->opts->defines[d].if_present) {
       const char *known[512];
       int n = 0;
       for (binding *b = E->config; b && n < 512; b = b->next) known[n++] = b->name;

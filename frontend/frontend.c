@@ -33,5 +33,6 @@ bool tg_define_parse(const char *arg, tg_define *out, char *name_buf, size_t nam
   name_buf[eq - arg] = 0;
   out->name = name_buf;
   out->value = v;
+  out->if_present = false;
   return true;
 }

@@ -13,6 +13,8 @@
 typedef struct tg_define {
   const char *name;
   double value;
+  bool if_present; /* a default (tgrun's B and T from a batch): no error if
+                      the model has no such constant */
 } tg_define;
 
 typedef struct tg_compile_opts {

@@ -79,6 +79,13 @@ bool tg_graph_get_config(const tg_graph *g, const char *name, double *value) {
   return false;
 }
 
+int64_t tg_dim_unpadded(const tg_graph *g, const tg_dim *d) {
+  double v;
+  if (d->sym && tg_graph_get_config(g, d->sym, &v) && v >= 1 && v < (double)d->size)
+    return (int64_t)v;
+  return d->size;
+}
+
 void tg_graph_add_output(tg_graph *g, const char *name, tg_node *node) {
   if (g->n_outputs == g->cap_outputs)
     g->outputs = grow(g->arena, g->outputs, g->n_outputs, &g->cap_outputs, sizeof *g->outputs);

@@ -238,6 +238,11 @@ const char *tg_graph_add(tg_graph *g, tg_node *n);
 
 void tg_graph_set_config(tg_graph *g, const char *name, double value);
 bool tg_graph_get_config(const tg_graph *g, const char *name, double *value);
+/* A dim's size as the model declares it.  A pass may pad a dim (pad_vocab:
+ * vocab 50257 -> 50304) while the config keeps the true size; a dim whose
+ * symbol names a config constant smaller than the dim is such a padded dim,
+ * and this gives that constant.  Any other dim: its own size. */
+int64_t tg_dim_unpadded(const tg_graph *g, const tg_dim *d);
 void tg_graph_add_output(tg_graph *g, const char *name, tg_node *node);
 
 /* Checks every node: inputs precede it, arity, attributes, and that its

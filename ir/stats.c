@@ -12,6 +12,14 @@
 
 enum { WIDTH = 80, INDENT = 9 };
 
+/* The elements a param really has: padded dims (pad_vocab) count at their
+ * true size, since their extra rows are zeros that are never trained. */
+static int64_t unpadded_numel(const tg_graph *g, const tg_type *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= tg_dim_unpadded(g, &t->dim[d]);
+  return n;
+}
+
 void tg_graph_stats(const tg_graph *g, tg_stats *s) {
   memset(s, 0, sizeof *s);
   s->n_nodes = g->n_nodes;
@@ -22,7 +30,7 @@ void tg_graph_stats(const tg_graph *g, tg_stats *s) {
     s->by_kind[tg_ops[n->op].kind]++;
     if ((unsigned)n->phase < TG_NPHASES) s->by_phase[n->phase]++;
     if (n->op == TG_OP_param && (unsigned)n->type.dtype < TG_NDTYPES) {
-      int64_t e = tg_type_numel(&n->type);
+      int64_t e = unpadded_numel(g, &n->type);
       s->n_params++;
       s->param_elems += e;
       s->param_bytes += e * tg_dtype_size(n->type.dtype);
@@ -110,6 +118,35 @@ static void print_config(FILE *out, const tg_graph *g) {
     line_item(&l, " ", item);
   }
   line_end(&l);
+}
+
+/* Whether some node has a dim of symbol sym padded beyond its config size;
+ * that padded size in *padded. */
+static bool find_padded(const tg_graph *g, const char *sym, int64_t *padded) {
+  for (int k = 0; k < g->n_nodes; k++) {
+    const tg_node *n = g->nodes[k];
+    if (!n || n->type.rank < 0 || n->type.rank > TG_MAX_RANK) continue;
+    for (int d = 0; d < n->type.rank; d++) {
+      const tg_dim *dim = &n->type.dim[d];
+      if (dim->sym && !strcmp(dim->sym, sym) && tg_dim_unpadded(g, dim) != dim->size) {
+        *padded = dim->size;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* "vocab    50257 → 50304 (padded)" for each config constant that a pass
+ * padded (pad_vocab): the config keeps the true size. */
+static void print_padded(FILE *out, const tg_graph *g) {
+  char a[40], b[40];
+  for (int i = 0; i < g->n_config; i++) {
+    int64_t padded = 0;
+    if (!find_padded(g, g->config[i].name, &padded)) continue;
+    fprintf(out, "%-*s%s → %s (padded)\n", INDENT, g->config[i].name,
+            fmt_config(g->config[i].value, a, sizeof a), fmt_config((double)padded, b, sizeof b));
+  }
 }
 
 /* The params' one dtype, or -1 when they mix dtypes or there are none. */
@@ -221,6 +258,7 @@ void tg_print_stats(FILE *out, const tg_graph *g) {
   tg_graph_stats(g, &s);
   if (g->source) fprintf(out, "%-*s%s\n", INDENT, "model", g->source);
   print_config(out, g);
+  print_padded(out, g);
   print_params(out, g, &s);
   print_nodes(out, &s);
   print_phases(out, &s);

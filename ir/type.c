@@ -161,6 +161,38 @@ static bool is_compare(tg_op op) {
          op == TG_OP_eq || op == TG_OP_ne;
 }
 
+/* The shapes the flash attention ops share: q, k, v (the first three
+ * inputs) float [..., T, D] of one type; the lse input (at lse_at, or -1)
+ * [..., T, 1]; the o and do inputs (at o_at and o_at + 2, or -1) like q;
+ * and a finite scale. */
+static bool check_flash(const tg_node *n, int nqkv, int lse_at, int o_at, char *why,
+                        size_t whylen) {
+  const char *opn = tg_ops[n->op].name;
+  const tg_type *q = &n->in[0]->type;
+  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+  if (q->rank < 2 || !tg_dtype_is_float(q->dtype))
+    FAIL("%s needs float q of rank at least 2 ([..., T, D]), not %s", opn,
+         tg_type_str(q, sa, sizeof sa));
+  if (!isfinite(n->value)) FAIL("%s needs a finite scale", opn);
+  for (int i = 1; i < nqkv; i++)
+    if (!tg_type_equal(&n->in[i]->type, q))
+      FAIL("%s: %s differs from q %s", opn, tg_type_str(&n->in[i]->type, sa, sizeof sa),
+           tg_type_str(q, sb, sizeof sb));
+  if (o_at >= 0)
+    for (int i = o_at; i <= o_at + 2; i += 2)
+      if (!tg_type_equal(&n->in[i]->type, q))
+        FAIL("%s: %s %s differs from q %s", opn, i == o_at ? "o" : "do",
+             tg_type_str(&n->in[i]->type, sa, sizeof sa), tg_type_str(q, sb, sizeof sb));
+  if (lse_at >= 0) {
+    tg_type want = *q;
+    want.dim[want.rank - 1] = (tg_dim){1, NULL};
+    if (!tg_type_equal(&n->in[lse_at]->type, &want))
+      FAIL("%s: lse %s is not %s", opn, tg_type_str(&n->in[lse_at]->type, sa, sizeof sa),
+           tg_type_str(&want, sb, sizeof sb));
+  }
+  return true;
+}
+
 bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   if (n->op >= TG_NOPS) FAIL("op number %d is not in the op table", (int)n->op);
   const tg_op_info *info = &tg_ops[n->op];
@@ -361,6 +393,22 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     if (!tg_type_equal(a, b))
       FAIL("assign of %s to %s", tg_type_str(b, sb, sizeof sb), tg_type_str(a, sa, sizeof sa));
     *out = *b;
+    return true;
+
+  case TG_OP_flash_attention_lse:
+    if (!check_flash(n, 2, -1, -1, why, whylen)) return false;
+    *out = *a;
+    out->dim[out->rank - 1] = (tg_dim){1, NULL};
+    return true;
+  case TG_OP_flash_attention:
+    if (!check_flash(n, 3, 3, -1, why, whylen)) return false;
+    *out = *a;
+    return true;
+  case TG_OP_flash_attention_dq:
+  case TG_OP_flash_attention_dk:
+  case TG_OP_flash_attention_dv:
+    if (!check_flash(n, 3, 4, 3, why, whylen)) return false;
+    *out = n->in[n->op - TG_OP_flash_attention_dq]->type; /* q's, k's or v's */
     return true;
 
   case TG_OP_matmul: {

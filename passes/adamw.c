@@ -110,6 +110,13 @@ void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o) {
     k++;
   }
 
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->name && (n->op == TG_OP_input || n->op == TG_OP_param) &&
+        (!strcmp(n->name, "lr") || !strcmp(n->name, "step")))
+      tg_error(ctx, n->loc, "adamw: the model's own %s '%s' would clash with the optimizer's input "
+               "of that name; rename it", tg_ops[n->op].name, n->name);
+  }
   tg_type scalar = {.dtype = TG_F32};
   tg_node *lr = leaf(&O, TG_OP_input, "lr", &scalar);
   tg_node *t = leaf(&O, TG_OP_input, "step", &scalar);

@@ -324,6 +324,23 @@ static void grad_matmul(ad *A, const tg_node *n, const tg_node *g) {
   accumulate(A, b, reduce_to(A, op2(A, TG_OP_matmul, transpose_last2(A, a), g), &b->type));
 }
 
+/* o = flash_attention(q, k, v, lse): the three backward ops recompute the
+ * probabilities from the saved lse (none of the [T, T] matrices of the
+ * unsubstituted graph is kept).  lse gets no gradient: it is the forward's
+ * own saved statistic, and this rule already differentiates through it. */
+static void grad_flash_attention(ad *A, const tg_node *n, const tg_node *g) {
+  static const tg_op ops[3] = {TG_OP_flash_attention_dq, TG_OP_flash_attention_dk,
+                               TG_OP_flash_attention_dv};
+  tg_node *in[6] = {IN(0), IN(1), IN(2), (tg_node *)n, IN(3), (tg_node *)g};
+  for (int i = 0; i < 3; i++) {
+    if (!WANTED(i)) continue;
+    tg_node *d = tg_node_new(A->g, ops[i], A->loc);
+    tg_node_set_inputs(A->g, d, 6, in);
+    d->value = n->value;
+    accumulate(A, IN(i), add(A, d));
+  }
+}
+
 #undef IN
 #undef WANTED
 

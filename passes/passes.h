@@ -7,6 +7,17 @@
 
 #include "ir.h"
 
+/* pad_vocab.c: pads every dim whose symbol is "vocab" to a multiple of
+ * `multiple` (<= 1: nothing) and masks the padded logits to -inf after each
+ * matmul that makes them, so that the loss and the real parameters'
+ * gradients are those of the unpadded graph.  Runs on the forward graph,
+ * before autodiff.  The config keeps the true vocab (see tg_dim_unpadded). */
+void tg_pad_vocab(tg_ctx *ctx, tg_graph *g, int multiple);
+
+#define TG_VOCAB_SYM "vocab"
+/* What tgc and tgrun pad to unless told otherwise: 50257 -> 50304. */
+enum { TG_PAD_MULTIPLE_DEFAULT = 64 };
+
 /* autodiff.c: appends the gradient of the scalar output "loss" with respect
  * to every parameter, in IR ops (each op's rule is named in ops.def), and
  * adds an output "grad:NAME" per parameter, in parameter order.  A
@@ -35,13 +46,24 @@ void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts);
 #define TG_ADAM_M_PREFIX "adam.m."
 #define TG_ADAM_V_PREFIX "adam.v."
 
+/* flash_attn.c: replaces each causal self-attention written from primitive
+ * ops (softmax of masked, scaled q @ kᵀ, times v; see models/std.tg) by a
+ * flash_attention op and the flash_attention_lse it saves for the
+ * backward.  Runs on the forward graph, before autodiff.  When report is
+ * not NULL, writes one line per match and one per near miss (an attention
+ * look-alike that is not replaced, with the reason), then a count. */
+void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report);
+
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
   bool grad;              /* add the backward (autodiff) */
   bool step;              /* ... and the optimizer: the whole training step */
   tg_adamw_opts adamw;
+  int pad_multiple;       /* pad_vocab's multiple; 0 or 1: no padding */
   const char *dump_after; /* print the IR after this pass (to dump) */
   FILE *dump;
+  const char *report_pass; /* the pass whose report to print (to report), or NULL */
+  FILE *report;
 } tg_pipeline_opts;
 
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *opts);

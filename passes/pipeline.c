@@ -8,6 +8,15 @@
 
 #include "passes.h"
 
+static void run_pad_vocab(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  tg_pad_vocab(ctx, g, o->pad_multiple);
+}
+
+static void run_flash_attn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  bool asked = o->report_pass && !strcmp(o->report_pass, "flash_attn");
+  tg_flash_attn(ctx, g, asked ? o->report : NULL);
+}
+
 static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   (void)o;
   tg_autodiff(ctx, g);
@@ -29,6 +38,8 @@ typedef struct pass {
 } pass;
 
 static const pass passes[] = {
+    {"pad_vocab", ALWAYS, run_pad_vocab, "pads vocabulary dims to a multiple of 64, masks the extra logits"},
+    {"flash_attn", ALWAYS, run_flash_attn, "causal self-attention from primitives -> one flash_attention op"},
     {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
     {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
 };

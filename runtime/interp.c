@@ -327,6 +327,116 @@ static void matmul(tg_interp *it, int i) {
   }
 }
 
+/* ---- flash attention ---------------------------------------------------- */
+
+/* Keys per tile of the online softmax.  Small on purpose: the interpreter
+ * is checked against the unsubstituted graph on short sequences, and a
+ * small tile makes those cross several tiles, so the running max and the
+ * rescaling are exercised.  The result does not depend on it beyond
+ * rounding. */
+enum { FLASH_TILE = 4 };
+
+/* One [T, D] matrix of each of q, k, v, o, do and the T values of lse, for
+ * one batch coordinate (the leading dims, flattened). */
+typedef struct flash_mats {
+  int64_t T, D;
+  const double *q, *k, *v, *o, *lse, *dout;
+} flash_mats;
+
+static double dot(const double *a, const double *b, int64_t n) {
+  double acc = 0;
+  for (int64_t d = 0; d < n; d++) acc += a[d] * b[d];
+  return acc;
+}
+
+/* The forward of causal attention for query row i, FlashAttention's way:
+ * keys are visited a tile at a time, keeping the running max m, the
+ * running sum l of exp(s - m) and the accumulator acc = sum exp(s - m) v;
+ * when a tile raises the max, l and acc are rescaled by exp(m_old - m_new).
+ * Writes the row's output (acc / l) into o_row when non-NULL and returns
+ * the row's log-sum-exp m + log l. */
+static double flash_row(const flash_mats *M, double scale, int64_t i, double *o_row) {
+  double m = -INFINITY, l = 0;
+  if (o_row)
+    for (int64_t d = 0; d < M->D; d++) o_row[d] = 0;
+  for (int64_t j0 = 0; j0 <= i; j0 += FLASH_TILE) {
+    int64_t j1 = j0 + FLASH_TILE < i + 1 ? j0 + FLASH_TILE : i + 1;
+    double s[FLASH_TILE], tile_max = -INFINITY;
+    for (int64_t j = j0; j < j1; j++) {
+      s[j - j0] = scale * dot(M->q + i * M->D, M->k + j * M->D, M->D);
+      if (s[j - j0] > tile_max) tile_max = s[j - j0];
+    }
+    double m_new = tile_max > m ? tile_max : m;
+    double rescale = m == -INFINITY ? 0 : exp(m - m_new); /* nothing kept yet: 0 */
+    l *= rescale;
+    if (o_row)
+      for (int64_t d = 0; d < M->D; d++) o_row[d] *= rescale;
+    for (int64_t j = j0; j < j1; j++) {
+      double p = exp(s[j - j0] - m_new);
+      l += p;
+      if (o_row)
+        for (int64_t d = 0; d < M->D; d++) o_row[d] += p * M->v[j * M->D + d];
+    }
+    m = m_new;
+  }
+  if (o_row)
+    for (int64_t d = 0; d < M->D; d++) o_row[d] /= l;
+  return m + log(l);
+}
+
+/* The backward for one batch matrix, from the formulas with P recomputed
+ * from the saved lse: P_ij = exp(s_ij - lse_i) (j <= i), Drow_i = do_i.o_i,
+ * dS_ij = P_ij (do_i.v_j - Drow_i); then dq = scale dS k, dk = scale dSᵀ q,
+ * dv = Pᵀ do.  Accumulates the gradient op asks for into out (zeroed). */
+static void flash_backward(const flash_mats *M, double scale, tg_op op, double *out) {
+  int64_t T = M->T, D = M->D;
+  for (int64_t e = 0; e < T * D; e++) out[e] = 0;
+  for (int64_t i = 0; i < T; i++) {
+    const double *qi = M->q + i * D, *doi = M->dout + i * D;
+    double drow = dot(doi, M->o + i * D, D);
+    for (int64_t j = 0; j <= i; j++) {
+      const double *kj = M->k + j * D;
+      double p = exp(scale * dot(qi, kj, D) - M->lse[i]);
+      double ds = p * (dot(doi, M->v + j * D, D) - drow);
+      for (int64_t d = 0; d < D; d++) {
+        if (op == TG_OP_flash_attention_dq) out[i * D + d] += scale * ds * kj[d];
+        else if (op == TG_OP_flash_attention_dk) out[j * D + d] += scale * ds * qi[d];
+        else out[j * D + d] += p * doi[d];
+      }
+    }
+  }
+}
+
+/* Every flash attention op: loops over the batch coordinates (all dims but
+ * the last two, which the type rule makes the same for every input).
+ * flash_attention computes its output afresh with the online softmax; its
+ * lse input is there to make the saved statistic part of the forward (a
+ * kernel writes both at once), not to be read. */
+static void flash_attention(tg_interp *it, int i) {
+  const tg_node *n = it->g->nodes[i];
+  const tg_type *tq = &n->in[0]->type;
+  int64_t T = tq->dim[tq->rank - 2].size, D = tq->dim[tq->rank - 1].size;
+  int64_t batches = tg_type_numel(tq) / (T * D);
+  bool bwd = n->op != TG_OP_flash_attention_lse && n->op != TG_OP_flash_attention;
+  for (int64_t b = 0; b < batches; b++) {
+    const double *in[6] = {0};
+    for (int k = 0; k < n->nin; k++) {
+      int64_t per = it->numel[n->in[k]->id] / batches; /* T*D, or T for lse */
+      in[k] = it->val[n->in[k]->id] + b * per;
+    }
+    flash_mats M = {T, D, in[0], in[1], in[2], NULL, NULL, NULL};
+    if (bwd) {
+      M.o = in[3], M.lse = in[4], M.dout = in[5];
+      flash_backward(&M, n->value, n->op, it->val[i] + b * T * D);
+      continue;
+    }
+    for (int64_t r = 0; r < T; r++) {
+      if (n->op == TG_OP_flash_attention_lse) it->val[i][b * T + r] = flash_row(&M, n->value, r, NULL);
+      else flash_row(&M, n->value, r, it->val[i] + (b * T + r) * D);
+    }
+  }
+}
+
 /* ---- leaves ------------------------------------------------------------- */
 
 static void iota(tg_interp *it, int i) {
@@ -374,6 +484,10 @@ static void eval(tg_ctx *ctx, tg_interp *it, int i) {
   case TG_OP_gather: gather(ctx, it, i); return;
   case TG_OP_scatter_add: scatter_add(ctx, it, i); return;
   case TG_OP_matmul: matmul(it, i); return;
+  case TG_OP_flash_attention_lse: case TG_OP_flash_attention:
+  case TG_OP_flash_attention_dq: case TG_OP_flash_attention_dk: case TG_OP_flash_attention_dv:
+    flash_attention(it, i);
+    return;
   case TG_OP_assign: /* gives its value; the leaf is updated after the run */
     memcpy(it->val[i], it->val[n->in[1]->id], sizeof(double) * (size_t)it->numel[i]);
     return;

@@ -32,4 +32,17 @@ bool tg_weights_save(const tg_weights *w, const char *path, bool with_state, cha
 
 void tg_weights_free(tg_weights *w);
 
+/* Files hold tensors at their true shape, the graph at its padded one
+ * (passes/pad_vocab.c: wte.weight is [50304, 768] in the graph, [50257, 768]
+ * in a file).  The one place that decides this: t's type with every padded
+ * dim at its config size (tg_dim_unpadded); t itself when nothing is padded.
+ * Weights, optimizer state and tgrun's gradients all go through it. */
+void tg_file_type(const tg_graph *g, const tg_type *t, tg_type *out);
+
+/* Copies the leading box the two shapes share (each dim's smaller size)
+ * from src (shape `from`) to dst (shape `to`, same rank) and zeroes the rest
+ * of dst: with `to` the larger it pads with zeros, with `to` the smaller it
+ * crops. */
+void tg_copy_box(const float *src, const tg_type *from, float *dst, const tg_type *to);
+
 #endif

@@ -32,6 +32,11 @@ static const char usage[] =
     "                     decay 0.1 on 2-D parameters, clip 1.0)\n"
     "  --dump-after PASS  print the IR after PASS (implies --grad for training\n"
     "                     passes); --dump-after list names the passes\n"
+    "  --report PASS      print what PASS found (flash_attn: each causal attention\n"
+    "                     it replaced, and each look-alike it left, with why)\n"
+    "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
+    "                     50257 -> 50304); the extra logits are masked, so the\n"
+    "                     loss and gradients do not change; 1 turns padding off\n"
     "\n"
     "Options:\n"
     "  -D NAME=VALUE      override a config constant, e.g. -D n_layer=2 -D B=4 -D T=64\n"
@@ -49,7 +54,8 @@ enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_NONE };
 
 static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad",
                                           "-D",      "-I",     "-o",        "--help",
-                                          "--version", "--dump-after"};
+                                          "--version", "--dump-after", "--pad-multiple",
+                                          "--report"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) {
@@ -142,6 +148,8 @@ typedef struct cli {
   bool grad;
   bool what_given; /* an explicit --stats, --emit or --check */
   const char *dump_after;
+  const char *report; /* --report PASS */
+  int pad_multiple;
 } cli;
 
 /* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
@@ -181,8 +189,22 @@ static int parse_args(int argc, char **argv, cli *c) {
         return 2;
       }
       if (tg_pass_needs_step(c->dump_after)) c->grad = true;
+    } else if (!strcmp(a, "--pad-multiple")) {
+      if (i + 1 >= argc) return usage_error("%s needs a number (1: no padding)", a);
+      char *end;
+      errno = 0;
+      long m = strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end || errno || m < 1 || m > 1 << 20)
+        return usage_error("--pad-multiple %s: expected a whole number from 1 to 1048576", argv[i]);
+      c->pad_multiple = (int)m;
     } else if (!strcmp(a, "--grad")) {
       c->grad = true;
+    } else if (!strcmp(a, "--report")) {
+      /* Only passes that have something to say; flash_attn so far. */
+      if (i + 1 >= argc || strcmp(argv[i + 1], "flash_attn"))
+        return usage_error("--report %s: the passes with a report are: flash_attn",
+                           i + 1 < argc ? argv[i + 1] : "needs a pass name;");
+      c->report = argv[++i];
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;
@@ -210,8 +232,9 @@ static int parse_args(int argc, char **argv, cli *c) {
     }
   }
   if (!c->input) return usage_error("%s", "no input file");
-  /* A dump is the output asked for, unless something else is named too. */
-  if (c->dump_after && !c->what_given) c->what = EMIT_NONE;
+  /* A dump or a report is the output asked for, unless something else is
+   * named too. */
+  if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
 
   /* Imports: the importing file's directory comes first (in the frontend),
    * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
@@ -226,7 +249,7 @@ static int parse_args(int argc, char **argv, cli *c) {
 }
 
 int main(int argc, char **argv) {
-  cli c = {.what = EMIT_STATS};
+  cli c = {.what = EMIT_STATS, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   c.defines = calloc((size_t)argc, sizeof *c.defines);
   c.define_names = calloc((size_t)argc, sizeof *c.define_names);
   c.incs = calloc((size_t)argc + 8, sizeof *c.incs);
@@ -241,7 +264,8 @@ int main(int argc, char **argv) {
     ctx->bail = &bail;
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
     tg_pipeline_opts popts = {.grad = c.grad, .step = c.grad, .adamw = tg_adamw_defaults,
-                              .dump_after = c.dump_after, .dump = stdout};
+                              .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
+                              .report_pass = c.report, .report = stdout};
     if (setjmp(bail)) status = 1;
     else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts);
     tg_ctx_free(ctx);

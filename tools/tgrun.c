@@ -229,12 +229,13 @@ static const tg_node *find_input(const tg_graph *g, const char *name) {
 /* Compiles the model; B and T follow the batch unless given with -D. */
 static tg_graph *compile(tg_ctx *ctx, const opts *o, const tg_batch *b) {
   /* The batch's B and T go first: the last -D of a name wins, so an
-   * explicit -D B=... still decides (and a mismatch is then reported). */
+   * explicit -D B=... still decides (and a mismatch is then reported).  A
+   * model without B or T constants just does not take them. */
   int n = 0;
   tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2));
   if (b) {
-    all[n++] = (tg_define){"B", (double)b->B};
-    all[n++] = (tg_define){"T", (double)b->T};
+    all[n++] = (tg_define){"B", (double)b->B, true};
+    all[n++] = (tg_define){"T", (double)b->T, true};
   }
   memcpy(all + n, o->defines, sizeof *all * (size_t)o->n_defines);
   n += o->n_defines;
@@ -331,7 +332,8 @@ static void open_session(tg_ctx *ctx, const opts *o, session *s) {
   double vocab;
   if (tg_graph_get_config(s->g, "vocab", &vocab))
     tg_batch_check_ids(ctx, s->batch, o->batch, (int64_t)vocab);
-  tg_pipeline_opts popts = {.grad = true, .step = o->cmd == CMD_STEP, .adamw = o->adamw};
+  tg_pipeline_opts popts = {.grad = true, .step = o->cmd == CMD_STEP, .adamw = o->adamw,
+                            .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(ctx, s->g, &popts);
   s->w = tg_weights_load(ctx, s->g, o->weights, false);
   s->it = new_interp(ctx, s->g, o->prec, s->w);
@@ -354,13 +356,18 @@ static int cmd_grad(tg_ctx *ctx, const opts *o, session *s) {
     float *v = tg_alloc(ctx->arena, sizeof *v * (size_t)numel);
     const double *src = tg_interp_value(s->it, node);
     for (int64_t k = 0; k < numel; k++) v[k] = (float)src[k];
+    /* At the parameter's file shape: a padded vocab (pad_vocab) is cropped. */
+    tg_type ft;
+    tg_file_type(g, &node->type, &ft);
+    float *out = tg_alloc(ctx->arena, sizeof *out * (size_t)tg_type_numel(&ft));
+    tg_copy_box(v, &node->type, out, &ft);
     tg_st_tensor *t = &ts[n++];
     t->name = is_grad ? name + strlen(TG_GRAD_PREFIX) : name;
     t->dtype = TG_F32;
-    t->rank = node->type.rank;
-    for (int d = 0; d < t->rank; d++) t->shape[d] = node->type.dim[d].size;
-    t->data = v;
-    t->nbytes = (size_t)numel * sizeof *v;
+    t->rank = ft.rank;
+    for (int d = 0; d < t->rank; d++) t->shape[d] = ft.dim[d].size;
+    t->data = out;
+    t->nbytes = (size_t)tg_type_numel(&ft) * sizeof *out;
   }
   char why[512];
   if (!tg_st_write(o->out, ts, n, NULL, 0, why, sizeof why)) {

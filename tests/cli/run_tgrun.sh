@@ -48,9 +48,24 @@ if grep -qa '"loss"' "$tmp/g.safetensors" && grep -qa '"wte.weight"' "$tmp/g.saf
 else bad "the gradient file lacks loss or wte.weight"; fi
 expect_status 0 "$tgrun" step "${tiny[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 3 --out "$tmp/w4.safetensors"
 contains "$tmp/out" "step 3/3"
+# the graph pads vocab 32 to 64 (pad_vocab); every file keeps the model's shape
+for f in "$W" "$tmp/g.safetensors" "$tmp/w4.safetensors"; do
+  if grep -qa '"wte.weight":{"dtype":"F32","shape":\[32,16\]' "$f"; then ok
+  else bad "$f: wte.weight is not [32, 16]"; fi
+done
 first=$(grep -o 'loss [0-9.]*' "$tmp/out" | head -1 | cut -d' ' -f2)
 last=$(grep -o 'loss [0-9.]*' "$tmp/out" | tail -1 | cut -d' ' -f2)
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then ok; else bad "3 steps did not lower the loss ($first -> $last)"; fi
+
+# a model without B and T constants takes the batch's shape from its inputs
+printf 'config { V = 32 }\nparam w: [V, 4] = normal(0.02)\ninput idx: i32[2, 4]\ninput targets: i32[2, 4]\noutput loss = sum(gather(w, idx)) * 0 + sum(gather(w, targets))\n' > "$tmp/fixed.tg"
+expect_status 0 "$tgrun" init "$tmp/fixed.tg" --out "$tmp/wf.safetensors"
+expect_status 0 "$tgrun" grad "$tmp/fixed.tg" --weights "$tmp/wf.safetensors" --batch "$X" --out "$tmp/gf.safetensors"
+# a model input named like the optimizer's
+printf 'param w: [3] = zeros\ninput lr: f32[2, 4]\ninput idx: i32[2, 4]\ninput targets: i32[2, 4]\noutput loss = sum(w) + sum(lr)\n' > "$tmp/clash.tg"
+expect_status 0 "$tgrun" init "$tmp/clash.tg" --out "$tmp/wc.safetensors"
+expect_status 1 "$tgrun" step "$tmp/clash.tg" --weights "$tmp/wc.safetensors" --batch "$X" --out "$tmp/wc2.safetensors"
+contains "$tmp/out" "adamw: the model's own input 'lr' would clash with the optimizer's input"
 
 # weights that do not fit the model
 "$tgrun" init models/gpt2.tg -D n_layer=2 -D n_embd=16 -D n_head=2 -D vocab=32 -D block_size=8 --out "$tmp/w-2layer.safetensors" > /dev/null

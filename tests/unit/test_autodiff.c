@@ -234,6 +234,31 @@ START_TEST(test_gradient_op_rules) {
 }
 END_TEST
 
+/* flash_attention's rule (its three backward ops recomputing P from the
+ * saved lse), on std.tg's attention after the flash_attn pass.  T = 6
+ * crosses the interpreter's tiles of 4 keys. */
+START_TEST(test_flash_attention_rule) {
+  rng_state = 4711;
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = compile(ctx, "import \"std.tg\"\n"
+                             "param q: [2, 2, 6, 3] = zeros param k: [2, 2, 6, 3] = zeros\n"
+                             "param v: [2, 2, 6, 3] = zeros input r: f32[2, 2, 6, 3]\n"
+                             "output loss = sum(causal_attention(q, k, v) * r)",
+                        0, NULL);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("flash_attn failed: %s", tu_errors(ctx));
+  tg_flash_attn(ctx, g, NULL);
+  int found = 0;
+  for (int i = 0; i < g->n_nodes; i++) found += g->nodes[i]->op == TG_OP_flash_attention;
+  ck_assert_int_eq(found, 1);
+  /* scale 1.5: sharper probabilities than uniform in [-1, 1) gives */
+  ck_assert_int_eq(check_gradients(ctx, g, 5, 1.5), 3 * 24);
+  tg_graph_free(g);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
 static char *read_model(void) {
   FILE *f = fopen(tu_path("models/gpt2.tg"), "rb");
   ck_assert_ptr_nonnull(f);
@@ -384,6 +409,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_op_rules, 0, (int)(sizeof cases / sizeof *cases));
   tcase_add_test(tc, test_gradient_op_rules);
+  tcase_add_test(tc, test_flash_attention_rule);
   tcase_add_test(tc, test_gpt2_whole_model);
   tcase_add_test(tc, test_tied_embedding_sums_both_uses);
   tcase_add_test(tc, test_errors);

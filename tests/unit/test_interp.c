@@ -695,8 +695,10 @@ END_TEST
  * softmax is near uniform, and cross-entropy ~ ln(V) + var/2 ~ ln 64 +
  * 0.006 on average over the 16 positions; 0.05 leaves room for chance. */
 static double gpt2_tiny_loss(tg_precision prec, uint64_t seed) {
-  static const tg_define defs[] = {{"n_layer", 2}, {"n_embd", 32}, {"n_head", 4},
-                                   {"vocab", 64},  {"block_size", 16}, {"B", 2}, {"T", 8}};
+  static const tg_define defs[] = {{"n_layer", 2, false},    {"n_embd", 32, false},
+                                   {"n_head", 4, false},     {"vocab", 64, false},
+                                   {"block_size", 16, false}, {"B", 2, false},
+                                   {"T", 8, false}};
   const char *inc[1] = {tu_path("models")};
   tg_compile_opts opts = {defs, 7, inc, 1};
   jmp_buf bail;

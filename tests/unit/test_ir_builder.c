@@ -531,6 +531,48 @@ START_TEST(test_gradient_ops) {
 }
 END_TEST
 
+/* The ops of the flash_attn pass: q, k, v [..., T, D] of one type, lse
+ * [..., T, 1], o and do like q; the gradients take q's, k's, v's type. */
+static tg_node *flash(tg_op op, int nin, tg_node *const *in) {
+  tg_node *n = tg_node_new(g, op, (tg_loc){"m.tg", 1, 1});
+  tg_node_set_inputs(g, n, nin, in);
+  n->value = 0.125;
+  return n;
+}
+
+START_TEST(test_flash_attention_ops) {
+  tg_type bhtd = ty(TG_F32, 4, DIMS({2, "B"}, {3, "H"}, {5, "T"}, {8, "D"}));
+  tg_node *q = input(bhtd), *k = input(bhtd), *v = input(bhtd);
+  tg_node *lse = add(flash(TG_OP_flash_attention_lse, 2, (tg_node *[]){q, k}));
+  ck_assert_str_eq(tstr(&lse->type), "f32[B=2, H=3, T=5, 1]");
+  tg_node *o = add(flash(TG_OP_flash_attention, 4, (tg_node *[]){q, k, v, lse}));
+  ck_assert_str_eq(tstr(&o->type), "f32[B=2, H=3, T=5, D=8]");
+  for (tg_op op = TG_OP_flash_attention_dq; op <= TG_OP_flash_attention_dv; op++) {
+    tg_node *d = add(flash(op, 6, (tg_node *[]){q, k, v, o, lse, o}));
+    ck_assert(tg_type_equal(&d->type, &q->type));
+  }
+  /* a k of another shape, an lse of the wrong shape, a bad scale, ints */
+  tg_node *k2 = input(ty(TG_F32, 4, DIMS({2, NULL}, {3, NULL}, {6, NULL}, {8, NULL})));
+  ck_assert_has(add_fails(flash(TG_OP_flash_attention_lse, 2, (tg_node *[]){q, k2})),
+                "flash_attention_lse: f32[2, 3, 6, 8] differs from q f32[B=2, H=3, T=5, D=8]");
+  ck_assert_has(add_fails(flash(TG_OP_flash_attention, 4, (tg_node *[]){q, k, v, o})),
+                "flash_attention: lse f32[B=2, H=3, T=5, D=8] is not f32[B=2, H=3, T=5, 1]");
+  ck_assert_has(add_fails(flash(TG_OP_flash_attention_dv, 6, (tg_node *[]){q, k, v, lse, lse, o})),
+                "flash_attention_dv: o f32[B=2, H=3, T=5, 1] differs from q");
+  tg_node *inf = flash(TG_OP_flash_attention_lse, 2, (tg_node *[]){q, k});
+  inf->value = INFINITY;
+  ck_assert_has(add_fails(inf), "needs a finite scale");
+  tg_node *iq = input(ty(TG_I32, 2, DIMS({5, NULL}, {8, NULL})));
+  ck_assert_has(add_fails(flash(TG_OP_flash_attention_lse, 2, (tg_node *[]){iq, iq})),
+                "needs float q of rank at least 2");
+  tg_node *vec = input(ty(TG_F32, 1, DIMS({8, NULL})));
+  ck_assert_has(add_fails(flash(TG_OP_flash_attention_lse, 2, (tg_node *[]){vec, vec})),
+                "needs float q of rank at least 2");
+  ck_assert_has(add_fails(flash(TG_OP_flash_attention, 3, (tg_node *[]){q, k, v})),
+                "flash_attention takes 4 inputs, got 3");
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ir_builder");
   TCase *tc = tcase_create("builder");
@@ -557,6 +599,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_arity);
   tcase_add_test(tc, test_config_and_outputs);
   tcase_add_test(tc, test_gradient_ops);
+  tcase_add_test(tc, test_flash_attention_ops);
   suite_add_tcase(s, tc);
   return s;
 }

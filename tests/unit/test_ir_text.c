@@ -48,6 +48,14 @@ static tg_node *bin(tg_graph *g, tg_op op, tg_node *a, tg_node *b) {
   return add(g, node(g, op, 2, a, b, NULL));
 }
 
+/* A flash attention op with a scale that needs all 17 digits. */
+static tg_node *flash(tg_graph *g, tg_op op, int nin, tg_node **in) {
+  tg_node *n = tg_node_new(g, op, (tg_loc){"models/std.tg", 38, 23});
+  tg_node_set_inputs(g, n, nin, in);
+  n->value = 1 / sqrt(8.0);
+  return n;
+}
+
 /* A graph using every op of ops.def and every attribute kind, with names
  * and locations that need escaping or careful parsing. */
 static tg_graph *every_op_graph(tg_ctx *ctx) {
@@ -144,6 +152,14 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   add(g, mom);
   bin(g, TG_OP_assign, mom, sc);
   bin(g, TG_OP_assign, wte, bin(g, TG_OP_sub, wte, sc));
+  /* the ops the flash_attn pass introduces: q = x, k = h, v = x */
+  tg_node *fa_in[6] = {x, h, x};
+  tg_node *lse = add(g, flash(g, TG_OP_flash_attention_lse, 2, fa_in));
+  fa_in[3] = lse;
+  tg_node *o = add(g, flash(g, TG_OP_flash_attention, 4, fa_in));
+  fa_in[3] = o, fa_in[4] = lse, fa_in[5] = h;
+  for (tg_op op = TG_OP_flash_attention_dq; op <= TG_OP_flash_attention_dv; op++)
+    add(g, flash(g, op, 6, fa_in));
   tg_node *loss = node(g, TG_OP_sum, 1, logits, NULL, NULL);
   loss->axes = 7;
   add(g, loss);
