@@ -38,7 +38,7 @@ typedef struct pass {
 } pass;
 
 static const pass passes[] = {
-    {"pad_vocab", ALWAYS, run_pad_vocab, "pads vocabulary dims to a multiple of 64, masks the extra logits"},
+    {"pad_vocab", ALWAYS, run_pad_vocab, "pads vocabulary dims (--pad-multiple, 64 by default), masks the extra logits"},
     {"flash_attn", ALWAYS, run_flash_attn, "causal self-attention from primitives -> one flash_attention op"},
     {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
     {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},

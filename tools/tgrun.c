@@ -338,6 +338,14 @@ static void open_session(tg_ctx *ctx, const opts *o, session *s) {
   s->w = tg_weights_load(ctx, s->g, o->weights, false);
   s->it = new_interp(ctx, s->g, o->prec, s->w);
   feed_batch(ctx, s->it, s->g, s->batch, o->batch);
+  /* Every other input would silently stay zero: refuse instead. */
+  for (int i = 0; i < s->g->n_nodes; i++) {
+    const tg_node *n = s->g->nodes[i];
+    if (n->op != TG_OP_input || !strcmp(n->name, "idx") || !strcmp(n->name, "targets")) continue;
+    if (n->phase == TG_PHASE_OPTIMIZER) continue; /* lr and step, set per step */
+    tg_error(ctx, n->loc, "the model's input '%s' has no value: tgrun feeds only 'idx' and "
+             "'targets' from the batch", n->name);
+  }
 }
 
 static int cmd_grad(tg_ctx *ctx, const opts *o, session *s) {
@@ -374,8 +382,8 @@ static int cmd_grad(tg_ctx *ctx, const opts *o, session *s) {
     fprintf(stderr, "tgrun: error: %s\n", why);
     return 1;
   }
-  printf("loss %.8g\nwrote %s: loss and %d gradients\n",
-         tg_interp_value(s->it, find_output(g, "loss"))[0], o->out, n - 1);
+  printf("loss %.8g\nwrote %s: loss and %d gradient%s\n",
+         tg_interp_value(s->it, find_output(g, "loss"))[0], o->out, n - 1, n == 2 ? "" : "s");
   return 0;
 }
 

@@ -64,6 +64,8 @@ expect_status 0 "$tgrun" grad "$tmp/fixed.tg" --weights "$tmp/wf.safetensors" --
 # a model input named like the optimizer's
 printf 'param w: [3] = zeros\ninput lr: f32[2, 4]\ninput idx: i32[2, 4]\ninput targets: i32[2, 4]\noutput loss = sum(w) + sum(lr)\n' > "$tmp/clash.tg"
 expect_status 0 "$tgrun" init "$tmp/clash.tg" --out "$tmp/wc.safetensors"
+expect_status 1 "$tgrun" grad "$tmp/clash.tg" --weights "$tmp/wc.safetensors" --batch "$X" --out "$tmp/gc.safetensors"
+contains "$tmp/out" "error: the model's input 'lr' has no value: tgrun feeds only 'idx' and 'targets'"
 expect_status 1 "$tgrun" step "$tmp/clash.tg" --weights "$tmp/wc.safetensors" --batch "$X" --out "$tmp/wc2.safetensors"
 contains "$tmp/out" "adamw: the model's own input 'lr' would clash with the optimizer's input"
 
