@@ -133,7 +133,7 @@ expect_status 0 env TG_PATH="/nonexistent:$tmp/lib" "$tgc" "$tmp/model/m.tg"
 
 # --help documents every flag; usage errors exit 2
 expect_status 0 "$tgc" --help
-for flag in --stats "--emit ir" "--emit dot" --check --grad --dump-after --pad-multiple -D -I -o --help --version; do
+for flag in --stats "--emit ir" "--emit dot" --check --grad --dump-after --report --pad-multiple -D -I -o --help --version; do
   contains "$tmp/out" "$flag"
 done
 expect_status 0 "$tgc" --version
