@@ -133,6 +133,19 @@ static float *take(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f, const tg
   return out;
 }
 
+/* Hugging Face's GPT-2 checkpoints carry each layer's causal mask as a
+ * buffer, "h.N.attn.bias" (and, in older ones, "h.N.attn.masked_bias"):
+ * not parameters, and a model written from primitives builds its own mask.
+ * Only these exact names are passed over, and only when the model has no
+ * parameter of that name. */
+static bool is_hf_mask_buffer(const char *name) {
+  if (strncmp(name, "h.", 2) != 0) return false;
+  const char *p = name + 2;
+  if (*p < '0' || *p > '9') return false;
+  while (*p >= '0' && *p <= '9') p++;
+  return !strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias");
+}
+
 tg_weights *tg_weights_load(tg_ctx *ctx, const tg_graph *g, const char *path, bool with_state) {
   tg_st_file *f = tg_st_read(ctx, path);
   tg_weights *w = weights_new(g);
@@ -146,16 +159,25 @@ tg_weights *tg_weights_load(tg_ctx *ctx, const tg_graph *g, const char *path, bo
     tg_bail(ctx);
   }
   tg_loc at = {f->path, 0, 0};
+  int skipped = 0;
   for (int i = 0; i < f->n_tensors; i++) {
     const tg_st_tensor *t = &f->tensors[i];
     const tg_node *n = NULL;
     for (int k = 0; k < g->n_nodes && !n; k++)
       if (is_leaf(g->nodes[k], with_state) && !strcmp(g->nodes[k]->name, t->name)) n = g->nodes[k];
+    if (!n && is_hf_mask_buffer(t->name)) {
+      skipped++;
+      continue;
+    }
     if (!n)
       tg_error(ctx, at, "tensor '%s' is not a parameter of the model %s", t->name,
                g->source ? g->source : "");
     w->values[n->id] = take(ctx, g, f, t, n);
   }
+  if (skipped)
+    tg_report(ctx, "note", at,
+              "skipped %d Hugging Face attention buffers (h.N.attn.bias, h.N.attn.masked_bias): "
+              "they hold the causal mask, which the model builds itself", skipped);
   for (int k = 0; k < g->n_nodes; k++) {
     const tg_node *n = g->nodes[k];
     if (n->op == TG_OP_param && !w->values[k])

@@ -69,6 +69,23 @@ contains "$tmp/out" "error: the model's input 'lr' has no value: tgrun feeds onl
 expect_status 1 "$tgrun" step "$tmp/clash.tg" --weights "$tmp/wc.safetensors" --batch "$X" --out "$tmp/wc2.safetensors"
 contains "$tmp/out" "adamw: the model's own input 'lr' would clash with the optimizer's input"
 
+# Hugging Face checkpoints carry each layer's mask as h.N.attn.bias: passed over
+/usr/bin/python3 - "$W" "$tmp/w-hf.safetensors" << 'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header, body = json.loads(data[8:8 + n]), data[8 + n:]
+end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+header["h.0.attn.bias"] = {"dtype": "F32", "shape": [1, 1, 2, 2], "data_offsets": [end, end + 16]}
+header["h.0.attn.masked_bias"] = {"dtype": "F32", "shape": [], "data_offsets": [end + 16, end + 20]}
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + body[:end] + bytes(20))
+PY
+expect_status 0 "$tgrun" grad "${tiny[@]}" --weights "$tmp/w-hf.safetensors" --batch "$X" --out "$tmp/g-hf.safetensors"
+contains "$tmp/out" "note: skipped 2 Hugging Face attention buffers"
+if cmp -s "$tmp/g.safetensors" "$tmp/g-hf.safetensors"; then ok; else bad "the buffers changed the gradients"; fi
+
 # weights that do not fit the model
 "$tgrun" init models/gpt2.tg -D n_layer=2 -D n_embd=16 -D n_head=2 -D vocab=32 -D block_size=8 --out "$tmp/w-2layer.safetensors" > /dev/null
 "$tgrun" init models/gpt2.tg -D n_layer=1 -D n_embd=8 -D n_head=2 -D vocab=32 -D block_size=8 --out "$tmp/w-narrow.safetensors" > /dev/null
