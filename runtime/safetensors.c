@@ -155,7 +155,7 @@ static _Noreturn void fail_tensor(reader *R, const char *name, const char *fmt, 
   fail(R, "tensor '%s': %s", show_str(R, name), what);
 }
 
-static const char *shape_str(const int64_t *shape, int rank, char *buf, size_t n) {
+const char *tg_st_shape_str(const int64_t *shape, int rank, char *buf, size_t n) {
   size_t k = (size_t)snprintf(buf, n, "[");
   for (int i = 0; i < rank && k < n; i++)
     k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
@@ -294,7 +294,7 @@ static void parse_offsets(reader *R, const char *hdr, const char *name, const tg
     char s[256];
     fail_tensor(R, name, "data_offsets [%lld, %lld] hold %lld bytes but %s %s needs %lld",
                 (long long)b, (long long)e, (long long)(e - b), st_dtype_names[t->dtype],
-                shape_str(t->shape, t->rank, s, sizeof s), (long long)need);
+                tg_st_shape_str(t->shape, t->rank, s, sizeof s), (long long)need);
   }
   if ((uint64_t)e > R->data_size)
     fail_tensor(R, name,
@@ -629,7 +629,8 @@ static bool check_tensor(const tg_st_tensor *t, char *why, size_t whylen) {
   char s[256];
   if ((uint64_t)need != (uint64_t)t->nbytes)
     return refuse(why, whylen, "tensor '%s': nbytes is %zu but %s %s needs %lld", t->name,
-                  t->nbytes, st_dtype_names[t->dtype], shape_str(t->shape, t->rank, s, sizeof s),
+                  t->nbytes, st_dtype_names[t->dtype],
+                  tg_st_shape_str(t->shape, t->rank, s, sizeof s),
                   (long long)need);
   if (need && !t->data) return refuse(why, whylen, "tensor '%s': no data", t->name);
   return true;

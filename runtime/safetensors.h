@@ -64,6 +64,9 @@ bool tg_st_write(const char *path, const tg_st_tensor *tensors, int n, const tg_
 bool tg_st_encode(const tg_st_tensor *tensors, int n, const tg_st_meta *meta, int n_meta,
                   void **out, size_t *size, char *why, size_t whylen);
 
+/* "[768, 2304]": a shape as messages show it; returns buf. */
+const char *tg_st_shape_str(const int64_t *shape, int rank, char *buf, size_t n);
+
 /* Element conversions, round to nearest even where narrowing. */
 float tg_bf16_to_f32(uint16_t h);
 uint16_t tg_f32_to_bf16(float f);

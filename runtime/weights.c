@@ -95,14 +95,6 @@ tg_weights *tg_weights_init(const tg_graph *g, uint64_t seed) {
   return w;
 }
 
-static const char *shape_str(const int64_t *shape, int rank, char *buf, size_t n) {
-  size_t k = (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < rank && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
-  if (k < n) snprintf(buf + k, n - k, "]");
-  return buf;
-}
-
 /* Checks one tensor against its leaf (at the file's shape) and converts it
  * to floats at the graph's shape, padded dims padded with zeros. */
 static float *take(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f, const tg_st_tensor *t,
@@ -118,7 +110,7 @@ static float *take(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f, const tg
   if (!same) {
     char a[256], b[TG_TYPE_STR_MAX];
     tg_error(ctx, at, "tensor '%s' has shape %s, but the model's parameter is %s", t->name,
-             shape_str(t->shape, t->rank, a, sizeof a), tg_type_str(&ft, b, sizeof b));
+             tg_st_shape_str(t->shape, t->rank, a, sizeof a), tg_type_str(&ft, b, sizeof b));
   }
   int64_t numel = tg_type_numel(&ft);
   double *tmp = xcalloc((size_t)numel, sizeof *tmp);
