@@ -15,6 +15,17 @@ tg_graph *tg_compile_file(tg_ctx *ctx, const char *path, const tg_compile_opts *
   return tg_compile_source(ctx, tg_source_load(ctx, path, (tg_loc){0}), opts);
 }
 
+char *tg_import_path(const char **dirs, int *n, int max, const char *models_dir) {
+  const char *env = getenv("TG_PATH");
+  char *copy = env ? strdup(env) : NULL;
+  char *save = NULL;
+  for (char *p = copy ? strtok_r(copy, ":", &save) : NULL; p && *n < max - 1;
+       p = strtok_r(NULL, ":", &save))
+    dirs[(*n)++] = p;
+  if (*n < max) dirs[(*n)++] = models_dir;
+  return copy;
+}
+
 bool tg_define_parse(const char *arg, tg_define *out, char *name_buf, size_t name_len) {
   const char *eq = strchr(arg, '=');
   if (!eq || eq == arg || (size_t)(eq - arg) >= name_len) return false;

@@ -30,6 +30,12 @@ tg_graph *tg_compile_source(tg_ctx *ctx, const tg_source *src, const tg_compile_
 /* Elaborates a parsed file (frontend/elaborate.c). */
 tg_graph *tg_elaborate(tg_ctx *ctx, const tg_ast *ast, const tg_compile_opts *opts);
 
+/* Completes the import search path after the -I directories in dirs[0..*n):
+ * the directories of $TG_PATH (colon-separated), then models_dir.  Stops at
+ * max entries.  Returns the malloc'ed copy of $TG_PATH the entries point
+ * into (NULL if unset): free it when done with dirs. */
+char *tg_import_path(const char **dirs, int *n, int max, const char *models_dir);
+
 /* Parses a "name=value" -D argument; false if malformed. */
 bool tg_define_parse(const char *arg, tg_define *out, char *name_buf, size_t name_len);
 

@@ -238,13 +238,7 @@ static int parse_args(int argc, char **argv, cli *c) {
 
   /* Imports: the importing file's directory comes first (in the frontend),
    * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
-  const char *env = getenv("TG_PATH");
-  c->tg_path = env ? strdup(env) : NULL;
-  for (char *p = c->tg_path ? strtok(c->tg_path, ":") : NULL; p; p = strtok(NULL, ":")) {
-    if (c->n_incs >= argc + 6) break;
-    c->incs[c->n_incs++] = p;
-  }
-  c->incs[c->n_incs++] = TG_MODELS_DIR;
+  c->tg_path = tg_import_path(c->incs, &c->n_incs, argc + 8, TG_MODELS_DIR);
   return -1;
 }
 

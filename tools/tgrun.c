@@ -35,7 +35,8 @@ static const char usage[] =
     "Model options (all commands):\n"
     "  -D NAME=VALUE      override a config constant (see tgc --help); B and T default\n"
     "                     to the batch's shape\n"
-    "  -I DIR             also look for imports in DIR\n"
+    "  -I DIR             also look for imports in DIR (then in $TG_PATH's directories,\n"
+    "                     then the installed models/)\n"
     "\n"
     "Files:\n"
     "  --weights FILE     parameters, safetensors with Hugging Face names (F32, BF16, F16)\n"
@@ -415,14 +416,15 @@ int main(int argc, char **argv) {
   opts o = {.seed = 1337, .prec = TG_PREC_F32, .lr = 6e-4, .steps = 1, .adamw = tg_adamw_defaults};
   o.defines = calloc((size_t)argc + 1, sizeof *o.defines);
   o.define_names = calloc((size_t)argc + 1, sizeof *o.define_names);
-  o.incs = calloc((size_t)argc + 2, sizeof *o.incs);
+  o.incs = calloc((size_t)argc + 64, sizeof *o.incs);
   if (!o.defines || !o.define_names || !o.incs) {
     fprintf(stderr, "tgrun: out of memory\n");
     return 1;
   }
   int status = parse_args(argc, argv, &o);
   if (status < 0) {
-    o.incs[o.n_incs++] = TG_MODELS_DIR;
+    /* -I first, then $TG_PATH, then the source tree's models/, as tgc. */
+    char *tg_path = tg_import_path(o.incs, &o.n_incs, argc + 64, TG_MODELS_DIR);
     tg_ctx *ctx = tg_ctx_new(stderr);
     /* On the heap: what it holds must survive an error's longjmp. */
     session *const s = calloc(1, sizeof *s);
@@ -435,6 +437,7 @@ int main(int argc, char **argv) {
     else status = cmd_step(ctx, &o, s);
     session_free(s);
     tg_ctx_free(ctx);
+    free(tg_path);
   }
   free(o.defines);
   free(o.define_names);

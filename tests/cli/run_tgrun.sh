@@ -61,6 +61,14 @@ if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then ok; else bad "
 printf 'config { V = 32 }\nparam w: [V, 4] = normal(0.02)\ninput idx: i32[2, 4]\ninput targets: i32[2, 4]\noutput loss = sum(gather(w, idx)) * 0 + sum(gather(w, targets))\n' > "$tmp/fixed.tg"
 expect_status 0 "$tgrun" init "$tmp/fixed.tg" --out "$tmp/wf.safetensors"
 expect_status 0 "$tgrun" grad "$tmp/fixed.tg" --weights "$tmp/wf.safetensors" --batch "$X" --out "$tmp/gf.safetensors"
+# imports through -I and $TG_PATH, as tgc
+mkdir -p "$tmp/lib"
+printf 'block twice(x) { return 2 * x }\n' > "$tmp/lib/mylib.tg"
+printf 'import "mylib.tg"\nparam w: [32, 4] = normal(0.02)\ninput idx: i32[2, 4]\ninput targets: i32[2, 4]\noutput loss = sum(twice(gather(w, targets)))\n' > "$tmp/withlib.tg"
+expect_status 1 "$tgrun" init "$tmp/withlib.tg" --out "$tmp/wl.safetensors"
+expect_status 0 "$tgrun" init "$tmp/withlib.tg" -I "$tmp/lib" --out "$tmp/wl.safetensors"
+expect_status 0 env TG_PATH="$tmp/lib" "$tgrun" init "$tmp/withlib.tg" --out "$tmp/wl.safetensors"
+
 # a model input named like the optimizer's
 printf 'param w: [3] = zeros\ninput lr: f32[2, 4]\ninput idx: i32[2, 4]\ninput targets: i32[2, 4]\noutput loss = sum(w) + sum(lr)\n' > "$tmp/clash.tg"
 expect_status 0 "$tgrun" init "$tmp/clash.tg" --out "$tmp/wc.safetensors"
