@@ -156,7 +156,8 @@ static int parse_args(int argc, char **argv, opts *o) {
     static const char *const cmds[] = {"init", "grad", "step"};
     const char *s = tg_nearest(cmd, cmds, 3);
     if (s) {
-      fprintf(stderr, "tgrun: error: unknown command '%s' (did you mean '%s'?)\n", cmd, s);
+      fprintf(stderr, "tgrun: error: unknown command '%s' (did you mean '%s'?)\n(see tgrun --help)\n",
+              cmd, s);
       return 2;
     }
     return usage_error("unknown command '%s' (init, grad or step)", cmd);
@@ -196,7 +197,8 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if (a[0] == '-' && a[1]) {
       const char *s = tg_nearest(a, value_flags, N_VALUE_FLAGS);
       if (s) {
-        fprintf(stderr, "tgrun: error: unknown option '%s' (did you mean '%s'?)\n", a, s);
+        fprintf(stderr, "tgrun: error: unknown option '%s' (did you mean '%s'?)\n(see tgrun --help)\n",
+                a, s);
         return 2;
       }
       return usage_error("unknown option '%s'", a);
@@ -208,6 +210,13 @@ static int parse_args(int argc, char **argv, opts *o) {
   }
   if (!o->model) return usage_error("%s", "no model file (e.g. models/gpt2.tg)");
   if (!o->out) return usage_error("%s", "--out FILE is required");
+  const tg_adamw_opts *w = &o->adamw;
+  if (!(o->lr > 0)) return usage_error("%s", "--lr must be above 0");
+  if (!(w->beta1 >= 0 && w->beta1 < 1 && w->beta2 >= 0 && w->beta2 < 1))
+    return usage_error("%s", "--beta1 and --beta2 must lie in [0, 1)");
+  if (!(w->eps > 0)) return usage_error("%s", "--eps must be above 0");
+  if (!(w->weight_decay >= 0 && w->grad_clip >= 0))
+    return usage_error("%s", "--weight-decay and --clip must not be negative");
   if (o->cmd != CMD_INIT && (!o->weights || !o->batch))
     return usage_error("%s", "grad and step need --weights FILE and --batch FILE");
   return -1;
