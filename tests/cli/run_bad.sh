@@ -9,7 +9,7 @@
 # With --update, writes the .expected files instead (then review the diff).
 set -u
 tgc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")  # absolute: the tests cd around
-src=$2
+src=$(cd "$2" && pwd)  # absolute: it is also replaced by <src> in messages
 update=${3:-}
 bad="$src/tests/bad"
 gen=$(mktemp -d)
