@@ -37,8 +37,17 @@ typedef struct binding {
   struct binding *next;
 } binding;
 
+/* Names of one scope: a list (in order of definition, newest first, for
+ * suggestions) and an open-addressing index over it, so that looking a name
+ * up costs the same in a file of ten names or of a hundred thousand. */
+typedef struct scope {
+  binding *list;
+  binding **slots; /* in the arena; NULL until the first name */
+  int cap, n;
+} scope;
+
 typedef struct frame {
-  binding *vars;
+  scope vars;
   const char *prefix;    /* parameter name prefix, "" at top level */
   const tg_stmt *block;  /* the block being expanded; NULL at top level */
   const tg_arg *binding; /* the argument being bound, while binding */
@@ -59,7 +68,8 @@ typedef struct elab {
   const tg_compile_opts *opts;
   const tg_stmt **blocks; /* every block definition, from every file */
   int n_blocks, cap_blocks;
-  binding *config;        /* config constants, newest first */
+  scope config;           /* config constants */
+  scope outputs;          /* names declared with output */
   bool *define_used;      /* per -D: did a config entry take it? */
   tg_loc first_config;    /* where -D errors point */
   param_entry *params;    /* open-addressing hash of parameter names */
@@ -156,19 +166,47 @@ static void grow_array(void **p, int n, int *cap, size_t elem) {
   *p = q;
 }
 
-static binding *find_in(binding *b, const char *name) {
-  for (; b; b = b->next)
-    if (strcmp(b->name, name) == 0) return b;
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static binding *find_in(const scope *s, const char *name) {
+  if (!s->n) return NULL;
+  size_t mask = (size_t)s->cap - 1;
+  for (size_t j = hash_str(name) & mask; s->slots[j]; j = (j + 1) & mask)
+    if (strcmp(s->slots[j]->name, name) == 0) return s->slots[j];
   return NULL;
 }
 
+/* Adds a binding the scope does not have yet. */
+static void scope_add(elab *E, scope *s, binding *b) {
+  if (2 * (s->n + 1) > s->cap) {
+    int cap = s->cap ? 2 * s->cap : 16;
+    binding **slots = tg_alloc(E->ctx->arena, sizeof *slots * (size_t)cap);
+    for (binding *o = s->list; o; o = o->next) {
+      size_t j = hash_str(o->name) & (size_t)(cap - 1);
+      while (slots[j]) j = (j + 1) & (size_t)(cap - 1);
+      slots[j] = o;
+    }
+    s->slots = slots;
+    s->cap = cap;
+  }
+  b->next = s->list;
+  s->list = b;
+  size_t j = hash_str(b->name) & (size_t)(s->cap - 1);
+  while (s->slots[j]) j = (j + 1) & (size_t)(s->cap - 1);
+  s->slots[j] = b;
+  s->n++;
+}
+
 static void bind(elab *E, frame *f, const char *name, value v, tg_loc loc) {
-  binding *b = find_in(f->vars, name);
+  binding *b = find_in(&f->vars, name);
   if (!b) {
     b = tg_alloc(E->ctx->arena, sizeof *b);
     b->name = name;
-    b->next = f->vars;
-    f->vars = b;
+    scope_add(E, &f->vars, b);
   }
   b->v = v;
   b->loc = loc;
@@ -177,9 +215,9 @@ static void bind(elab *E, frame *f, const char *name, value v, tg_loc loc) {
 static const char *const builtin_consts[] = {"inf", "pi"};
 
 static bool lookup(elab *E, const char *name, value *out) {
-  binding *b = find_in(E->cur->vars, name);
-  if (!b && E->cur != &E->top) b = find_in(E->top.vars, name);
-  if (!b) b = find_in(E->config, name);
+  binding *b = find_in(&E->cur->vars, name);
+  if (!b && E->cur != &E->top) b = find_in(&E->top.vars, name);
+  if (!b) b = find_in(&E->config, name);
   if (b) {
     *out = b->v;
     return true;
@@ -195,7 +233,8 @@ static bool lookup(elab *E, const char *name, value *out) {
 /* Collects every name visible from the current frame, for suggestions. */
 static int visible_names(elab *E, const char **out, int max) {
   int n = 0;
-  binding *lists[3] = {E->cur->vars, E->cur != &E->top ? E->top.vars : NULL, E->config};
+  binding *lists[3] = {E->cur->vars.list, E->cur != &E->top ? E->top.vars.list : NULL,
+                       E->config.list};
   for (int l = 0; l < 3; l++)
     for (binding *b = lists[l]; b && n < max; b = b->next) out[n++] = b->name;
   for (size_t i = 0; i < sizeof builtin_consts / sizeof *builtin_consts && n < max; i++)
@@ -244,11 +283,6 @@ static const char *did_you_mean(elab *E, const char *name, const char *const *kn
 
 /* ---- parameters' names ------------------------------------------------------ */
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
 
 /* Registers a full parameter name; fails if it was declared before. */
 static void claim_param_name(elab *E, const char *name, tg_loc loc) {
@@ -758,7 +792,7 @@ static void bind_arg(elab *E, const tg_arg *arg, value v, tg_loc call_loc) {
       const char *pname = d->kind == TG_E_NAME && d->path.n == 1 && !d->path.segs[0].index
                               ? d->path.segs[0].name
                               : NULL;
-      if (pname && !find_in(E->cur->vars, pname) && !find_in(E->config, pname)) {
+      if (pname && !find_in(&E->cur->vars, pname) && !find_in(&E->config, pname)) {
         bind(E, E->cur, pname,
              (value){.kind = V_NUM, .num = (double)actual.size, .sym = actual.sym}, d->loc);
         continue;
@@ -928,9 +962,12 @@ static void exec_stmt(elab *E, const tg_stmt *s) {
     if (!top) fail(E, s->loc, "'output' is only allowed at the top level, not inside a block");
     value v = eval(E, s->value);
     tg_node *n = need_tensor(E, v, s->value->loc, "an output");
-    for (int i = 0; i < E->g->n_outputs; i++)
-      if (!strcmp(E->g->outputs[i].name, s->names[0]))
-        fail(E, s->name_locs[0], "output '%s' is declared twice", s->names[0]);
+    binding *prev = find_in(&E->outputs, s->names[0]);
+    if (prev)
+      fail_twice(E, s->name_locs[0], prev->loc, "output '%s' is declared twice", s->names[0]);
+    binding *b = tg_alloc(E->ctx->arena, sizeof *b);
+    *b = (binding){s->names[0], v, s->name_locs[0], NULL};
+    scope_add(E, &E->outputs, b);
     if (!n->name) n->name = s->names[0];
     tg_graph_add_output(E->g, s->names[0], n);
     bind(E, E->cur, s->names[0], v, s->name_locs[0]);
@@ -938,7 +975,7 @@ static void exec_stmt(elab *E, const tg_stmt *s) {
   }
   case TG_S_INPUT: {
     if (!top) fail(E, s->loc, "'input' is only allowed at the top level");
-    if (find_in(E->top.vars, s->names[0]))
+    if (find_in(&E->top.vars, s->names[0]))
       fail(E, s->loc, "'%s' is already defined", s->names[0]);
     tg_node *n = tg_node_new(E->g, TG_OP_input, s->loc);
     n->type = shape_of(E, &s->shape, need_dtype(E, s->dtype, s->dtype_loc), s->loc);
@@ -1041,7 +1078,7 @@ static void declare_config(elab *E, const tg_stmt *s) {
   for (int i = 0; i < s->body.n; i++) {
     const tg_stmt *c = s->body.items[i];
     const char *name = c->names[0];
-    binding *prev = find_in(E->config, name);
+    binding *prev = find_in(&E->config, name);
     if (prev) fail_twice(E, c->loc, prev->loc, "config constant '%s' is defined twice", name);
     if (find_builtin(name) || !strcmp(name, "inf") || !strcmp(name, "pi"))
       fail(E, c->loc, "'%s' is a builtin name and cannot be a config constant", name);
@@ -1056,8 +1093,8 @@ static void declare_config(elab *E, const tg_stmt *s) {
       }
     if (!overridden) v = need_num(E, eval(E, c->value), c->value->loc, "a config value");
     binding *b = tg_alloc(E->ctx->arena, sizeof *b);
-    *b = (binding){name, {.kind = V_NUM, .num = v, .sym = name}, c->loc, E->config};
-    E->config = b;
+    *b = (binding){name, {.kind = V_NUM, .num = v, .sym = name}, c->loc, NULL};
+    scope_add(E, &E->config, b);
     tg_graph_set_config(E->g, name, v);
   }
 }
@@ -1163,7 +1200,7 @@ tg_graph *tg_elaborate(tg_ctx *ctx, const tg_ast *ast, const tg_compile_opts *op
     if (!E->define_used[d] && !E->opts->defines[d].if_present) {
       const char *known[512];
       int n = 0;
-      for (binding *b = E->config; b && n < 512; b = b->next) known[n++] = b->name;
+      for (binding *b = E->config.list; b && n < 512; b = b->next) known[n++] = b->name;
       const char *name = E->opts->defines[d].name;
       fail(E, E->first_config.file ? E->first_config : start,
            "-D %s: no config constant named '%s'%s", name, name,
