@@ -37,6 +37,7 @@ tg_node *tg_node_new(tg_graph *g, tg_op op, tg_loc loc) {
   tg_node *n = tg_alloc(g->arena, sizeof *n);
   n->op = op;
   n->id = -1;
+  n->kernel = -1;
   n->loc = loc;
   return n;
 }

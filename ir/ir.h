@@ -194,6 +194,8 @@ typedef struct tg_node {
   int perm[TG_MAX_RANK]; /* transpose */
   int64_t start, len;    /* slice */
   tg_init init;          /* param */
+  int kernel;            /* index into g->kernels after the fuse pass; -1: none
+                          * (leaves, views, and every node before fusion) */
 } tg_node;
 
 typedef struct tg_config_entry {
@@ -206,6 +208,42 @@ typedef struct tg_output {
   tg_node *node;
 } tg_output;
 
+/* Kernels: the fuse pass (passes/fuse.c) groups nodes into the units that
+ * code generation turns into one GPU kernel each.  Fusion is data on the
+ * graph, not a rewrite: each node says which kernel it is in (node->kernel)
+ * and the graph keeps a table of kernels.  Kernels are numbered in the
+ * order they run; every value a kernel reads from outside itself is a leaf
+ * or an output of an earlier kernel (tg_verify checks this).  Views
+ * (reshape, transpose, slice, expand) are in no kernel: they are folded
+ * into the indexing of the kernels that read them, so "the producer" of a
+ * value is found by following views to their source (tg_kernel_base). */
+typedef enum tg_kernel_kind {
+  TG_KERNEL_ELEMENTWISE, /* one thread per element of one shape */
+  TG_KERNEL_ROW,         /* one block per row: reductions over the last axis */
+  TG_KERNEL_REDUCE,      /* reductions over leading axes (e.g. bias gradients) */
+  TG_KERNEL_MATMUL,      /* a matmul, with an optional elementwise epilogue */
+  TG_KERNEL_MULTI,       /* multi-tensor: the optimizer over every parameter */
+  TG_KERNEL_SPECIAL,     /* one special op (scatter_add, flash attention) */
+  TG_NKERNEL_KINDS
+} tg_kernel_kind;
+
+const char *tg_kernel_kind_name(tg_kernel_kind k);
+bool tg_kernel_kind_parse(const char *s, size_t n, tg_kernel_kind *out);
+
+typedef struct tg_kernel {
+  const char *name;
+  tg_kernel_kind kind;
+  /* Derived from node->kernel by tg_kernels_derive: positions in graph
+   * order.  inputs: values read from outside (leaves and other kernels'
+   * outputs, views resolved to their source); outputs: values of this
+   * kernel that another kernel, a graph output or an assign needs. */
+  int *nodes, n_nodes;
+  int *inputs, n_inputs;
+  int *outputs, n_outputs;
+  int64_t bytes_read, bytes_written; /* fused: inputs and outputs once */
+  int64_t bytes_unfused;             /* every op reading inputs and writing its result */
+} tg_kernel;
+
 typedef struct tg_graph {
   tg_arena *arena; /* borrowed from the ctx that built the graph */
   tg_node **nodes; /* in topological (construction) order */
@@ -215,6 +253,8 @@ typedef struct tg_graph {
   tg_output *outputs;
   int n_outputs, cap_outputs;
   const char *source; /* the file the graph came from */
+  tg_kernel *kernels; /* after the fuse pass; in run order */
+  int n_kernels, cap_kernels;
 } tg_graph;
 
 tg_graph *tg_graph_new(tg_arena *arena);
@@ -244,6 +284,16 @@ bool tg_graph_get_config(const tg_graph *g, const char *name, double *value);
  * and this gives that constant.  Any other dim: its own size. */
 int64_t tg_dim_unpadded(const tg_graph *g, const tg_dim *d);
 void tg_graph_add_output(tg_graph *g, const char *name, tg_node *node);
+
+/* Appends a kernel (name and kind; its node lists come from
+ * tg_kernels_derive); returns its index. */
+int tg_graph_add_kernel(tg_graph *g, const char *name, tg_kernel_kind kind);
+/* Follows views (reshape, transpose, slice, expand) to the value they show. */
+const tg_node *tg_kernel_base(const tg_node *n);
+bool tg_is_view(const tg_node *n);
+/* Fills every kernel's node, input and output lists and byte counts from
+ * node->kernel. */
+void tg_kernels_derive(tg_graph *g);
 
 /* Checks every node: inputs precede it, arity, attributes, and that its
  * type is what inference gives.  Reports the first problem through ctx and

@@ -11,6 +11,9 @@
  *   %5 = sum %2 {axes=[2]} : f32[B=8, T=1024, 1] "m" @ models/std.tg:8:7
  *   output "loss" = %123
  *
+ * After the fuse pass, "kernel k3 row \"NAME\"" lines follow the config and
+ * each node in a kernel says " in k3" before its location.
+ *
  * Nodes are numbered by their position in g->nodes, not by node->id, so the
  * text stays readable even for a graph whose ids a pass has left stale. */
 #include "ir.h"
@@ -137,6 +140,8 @@ static void print_node(FILE *out, const tg_graph *g, int k) {
     fputc(' ', out);
     print_quoted(out, n->name);
   }
+  /* before the location, which the reader takes from the line's end */
+  if (n->kernel >= 0) fprintf(out, " in k%d", n->kernel);
   if (n->loc.file) fprintf(out, " @ %s:%d:%d", n->loc.file, n->loc.line, n->loc.col);
   fputc('\n', out);
 }
@@ -152,6 +157,14 @@ void tg_print_ir(FILE *out, const tg_graph *g) {
   for (int i = 0; i < g->n_config; i++)
     fprintf(out, "config %s = %s\n", g->config[i].name,
             tg_fmt_double(g->config[i].value, num, sizeof num));
+  /* Kernels (after the fuse pass) are declared before the nodes, in run
+   * order; a node names its kernel with " in kN", since a kernel's nodes
+   * need not be contiguous in graph order. */
+  for (int k = 0; k < g->n_kernels; k++) {
+    fprintf(out, "kernel k%d %s ", k, tg_kernel_kind_name(g->kernels[k].kind));
+    print_quoted(out, g->kernels[k].name ? g->kernels[k].name : "");
+    fputc('\n', out);
+  }
   tg_phase phase = TG_PHASE_FORWARD;
   for (int k = 0; k < g->n_nodes; k++) {
     /* A phase line starts each run of backward or optimizer nodes. */

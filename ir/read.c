@@ -492,6 +492,45 @@ static tg_loc read_loc(reader *r) {
   return loc;
 }
 
+/* The optional " in kN" that puts a node in a declared kernel. */
+static void read_kernel_ref(reader *r, tg_node *n) {
+  skip_space(r);
+  const char *at = r->p;
+  size_t k = ident_len(r);
+  if (!ident_is(at, k, "in")) return;
+  r->p += k;
+  skip_space(r);
+  const char *kp = r->p;
+  if (!accept(r, 'k')) fail(r, kp, "expected a kernel kN after 'in'");
+  int64_t id = digits(r, &r->p, r->eol, r->p, INT_MAX, "a kernel number");
+  if (id >= r->g->n_kernels)
+    fail(r, kp, "kernel k%lld is not declared (kernel lines come before the nodes)", (long long)id);
+  n->kernel = (int)id;
+}
+
+/* kernel kN KIND "NAME": declares the next kernel. */
+static void read_kernel_decl(reader *r) {
+  char buf[128];
+  skip_space(r);
+  const char *kp = r->p;
+  if (!accept(r, 'k')) fail(r, kp, "expected kN after 'kernel'");
+  int64_t id = digits(r, &r->p, r->eol, r->p, INT_MAX, "a kernel number");
+  if (id != r->g->n_kernels)
+    fail(r, kp, "expected k%d, found k%lld (kernels are numbered in order)", r->g->n_kernels,
+         (long long)id);
+  skip_space(r);
+  const char *at = r->p;
+  size_t m = ident_len(r);
+  tg_kernel_kind kind;
+  if (!tg_kernel_kind_parse(at, m, &kind))
+    fail(r, at, "unknown kernel kind %s", describe(r, at, buf, sizeof buf));
+  r->p += m;
+  skip_space(r);
+  const char *name = read_string(r, "the kernel's name");
+  tg_graph_add_kernel(r->g, name, kind);
+  expect_eol(r, "the kernel line");
+}
+
 static void read_node(reader *r) {
   tg_graph *g = r->g;
   char buf[128], sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
@@ -536,6 +575,7 @@ static void read_node(reader *r) {
   const char *typep = r->p;
   tg_type t = read_type(r);
   if (peek(r, '"')) n->name = read_string(r, "a name");
+  read_kernel_ref(r, n);
   if (peek(r, '@')) n->loc = read_loc(r);
   expect_eol(r, "the node line");
 
@@ -614,6 +654,10 @@ static void read_line(reader *r) {
            describe(r, name, buf, sizeof buf));
     r->p += m;
     expect_eol(r, "the phase line");
+  } else if (ident_is(at, k, "kernel")) {
+    enter(r, AT_CONFIG, at, "kernel lines must come before the nodes");
+    r->p += k;
+    read_kernel_decl(r);
   } else if (ident_is(at, k, "output")) {
     enter(r, AT_OUTPUTS, at, "");
     r->p += k;
@@ -652,6 +696,7 @@ tg_graph *tg_read_ir(tg_ctx *ctx, const tg_source *src) {
       read_line(&r);
     p = nl ? nl + 1 : end;
   } while (p < end);
+  if (r.g->n_kernels) tg_kernels_derive(r.g);
   /* What the reader accepts, the verifier accepts: it alone knows the
    * rules about the graph as a whole (unique names). */
   if (!tg_verify(ctx, r.g)) {

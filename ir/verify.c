@@ -113,6 +113,34 @@ static bool unique_names(tg_ctx *ctx, const tg_graph *g) {
   return true;
 }
 
+/* After the fuse pass: leaves and views are in no kernel, every other
+ * node is in a kernel of the table, and the kernels in index order are a
+ * valid schedule: what a node reads from outside its kernel (through
+ * views) is a leaf or a value of an earlier kernel. */
+static bool verify_kernels(tg_ctx *ctx, const tg_graph *g) {
+  if (g->n_kernels == 0) {
+    for (int k = 0; k < g->n_nodes; k++)
+      if (g->nodes[k]->kernel != -1) return bad(ctx, g->nodes[k], k, "it names kernel k%d but the graph has no kernels", g->nodes[k]->kernel);
+    return true;
+  }
+  for (int k = 0; k < g->n_nodes; k++) {
+    const tg_node *n = g->nodes[k];
+    bool loose = tg_ops[n->op].kind == TG_KIND_LEAF || tg_is_view(n);
+    if (loose && n->kernel != -1)
+      return bad(ctx, n, k, "a leaf or a view is in kernel k%d; they are in none", n->kernel);
+    if (loose) continue;
+    if (n->kernel < 0 || n->kernel >= g->n_kernels)
+      return bad(ctx, n, k, "it is in no kernel (k%d) though the graph is fused", n->kernel);
+    for (int i = 0; i < n->nin; i++) {
+      const tg_node *b = tg_kernel_base(n->in[i]);
+      if (b->kernel > n->kernel)
+        return bad(ctx, n, k, "it is in kernel k%d but reads %%%d of the later kernel k%d", n->kernel,
+                   b->id, b->kernel);
+    }
+  }
+  return true;
+}
+
 bool tg_verify(tg_ctx *ctx, const tg_graph *g) {
   if (g->n_nodes < 0 || (g->n_nodes > 0 && !g->nodes)) {
     tg_report(ctx, "error", (tg_loc){0}, "verify: the graph's node array is missing");
@@ -129,5 +157,5 @@ bool tg_verify(tg_ctx *ctx, const tg_graph *g) {
       return false;
     }
   }
-  return unique_names(ctx, g);
+  return unique_names(ctx, g) && verify_kernels(ctx, g);
 }

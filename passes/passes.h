@@ -54,6 +54,14 @@ void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts);
  * look-alike that is not replaced, with the reason), then a count. */
 void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report);
 
+/* fuse.c: groups the training step's ops into kernels (node->kernel and
+ * g->kernels, see ir.h): layernorms, softmax + cross-entropy with its
+ * backward, matmul epilogues, the optimizer as multi-tensor kernels.  Runs
+ * last, on the whole step.  When report is not NULL, writes a row per
+ * kernel (ops with their .tg lines, bytes read and written, bytes unfused),
+ * every place fusion stopped and why, and totals. */
+void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *report);
+
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
   bool grad;              /* add the backward (autodiff) */

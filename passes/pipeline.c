@@ -26,6 +26,11 @@ static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   tg_append_adamw(ctx, g, &o->adamw);
 }
 
+static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  bool asked = o->report_pass && !strcmp(o->report_pass, "fusion");
+  tg_fuse(ctx, g, asked ? o->report : NULL);
+}
+
 /* When a pass runs: always, or only when the gradient (or the whole
  * training step) is asked for. */
 typedef enum when { ALWAYS, FOR_GRAD, FOR_STEP } when;
@@ -42,6 +47,7 @@ static const pass passes[] = {
     {"flash_attn", ALWAYS, run_flash_attn, "causal self-attention from primitives -> one flash_attention op"},
     {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
     {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
+    {"fuse", FOR_GRAD, run_fuse, "groups the ops into kernels (--report fusion)"},
 };
 enum { N_PASSES = sizeof passes / sizeof passes[0] };
 

@@ -620,3 +620,80 @@ void tg_interp_run(tg_ctx *ctx, tg_interp *it) {
     memcpy(it->val[n->in[0]->id], it->val[i], sizeof(double) * (size_t)it->numel[i]);
   }
 }
+
+/* ---- running kernel by kernel (fused graphs) ------------------------------ */
+
+typedef struct kernel_run {
+  tg_ctx *ctx;
+  tg_interp *it;
+  bool *done;   /* the node's value is computed */
+  bool *stored; /* the value is in memory: a leaf or an earlier kernel's output */
+} kernel_run;
+
+static void compute(kernel_run *r, int i) {
+  eval(r->ctx, r->it, i);
+  finish_node(r->ctx, r->it, i);
+  r->done[i] = true;
+}
+
+/* Makes input `in` of a node in kernel k readable: its source must be in
+ * memory or computed earlier in kernel k; a view over it is computed here
+ * (generated code folds it into the reader's indexing). */
+static void ensure_input(kernel_run *r, const tg_node *in, int k) {
+  if (r->done[in->id] && !tg_is_view(in)) {
+    if (r->stored[in->id] || in->kernel == k) return;
+  }
+  if (tg_is_view(in)) {
+    ensure_input(r, in->in[0], k);
+    if (!r->done[in->id]) compute(r, in->id);
+    return;
+  }
+  char ref[64];
+  if (in->kernel == k)
+    tg_error(r->ctx, in->loc, "kernel k%d reads %s before computing it", k,
+             node_ref(r->it, in->id, ref, sizeof ref));
+  tg_error(r->ctx, in->loc,
+           "kernel k%d reads %s, which kernel k%d computes but does not write to memory", k,
+           node_ref(r->it, in->id, ref, sizeof ref), in->kernel);
+}
+
+void tg_interp_run_kernels(tg_ctx *ctx, tg_interp *it) {
+  const tg_graph *g = it->g;
+  if (g->n_nodes != it->n)
+    tg_error(ctx, (tg_loc){g->source, 1, 1},
+             "the graph has %d nodes but had %d when its interpreter was made", g->n_nodes, it->n);
+  /* In the arena: an error below bails without a chance to free. */
+  kernel_run r = {ctx, it, tg_alloc(ctx->arena, (size_t)it->n + 1),
+                  tg_alloc(ctx->arena, (size_t)it->n + 1)};
+  /* Leaves first: the same values in every kernel that reads them. */
+  for (int i = 0; i < it->n; i++)
+    if (g->nodes[i]->id != i || tg_ops[g->nodes[i]->op].kind == TG_KIND_LEAF) {
+      if (g->nodes[i]->id != i)
+        tg_error(ctx, g->nodes[i]->loc, "node %%%d has id %d: ids must be graph positions", i,
+                 g->nodes[i]->id);
+      compute(&r, i);
+      r.stored[i] = true;
+    }
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    for (int a = 0; a < K->n_nodes; a++) {
+      const tg_node *n = g->nodes[K->nodes[a]];
+      for (int j = 0; j < n->nin; j++) ensure_input(&r, n->in[j], k);
+      compute(&r, n->id);
+    }
+    for (int a = 0; a < K->n_outputs; a++) r.stored[K->outputs[a]] = true;
+  }
+  /* What is left: views no kernel reads (a gradient output that is a
+   * reshape); their sources must be in memory too. */
+  for (int i = 0; i < it->n; i++)
+    if (!r.done[i]) {
+      if (!tg_is_view(g->nodes[i]))
+        tg_error(ctx, g->nodes[i]->loc, "node %%%d is in no kernel of the fused graph", i);
+      ensure_input(&r, g->nodes[i], -1);
+    }
+  for (int i = 0; i < it->n; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op != TG_OP_assign) continue;
+    memcpy(it->val[n->in[0]->id], it->val[i], sizeof(double) * (size_t)it->numel[i]);
+  }
+}

@@ -45,6 +45,15 @@ double *tg_interp_leaf(tg_interp *it, const tg_node *leaf); /* NULL if not a lea
  * inf and nan are not errors; they propagate as IEEE arithmetic says. */
 void tg_interp_run(tg_ctx *ctx, tg_interp *it);
 
+/* Runs a fused graph (after the fuse pass) the way generated code will:
+ * kernel by kernel in g->kernels order, each kernel's nodes in graph
+ * order, views when a kernel reads them; then the assigns.  Every value a
+ * kernel reads from outside itself must be a leaf or an output of an
+ * earlier kernel (g->kernels[k].outputs): reading anything else, a value
+ * fusion did not write to memory, is reported through ctx and bails.  The
+ * results are those of tg_interp_run: the same ops on the same values. */
+void tg_interp_run_kernels(tg_ctx *ctx, tg_interp *it);
+
 /* A node's value from the last run (numel doubles, row-major); NULL if n
  * is not in the graph. */
 const double *tg_interp_value(const tg_interp *it, const tg_node *n);

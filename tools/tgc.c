@@ -200,11 +200,13 @@ static int parse_args(int argc, char **argv, cli *c) {
     } else if (!strcmp(a, "--grad")) {
       c->grad = true;
     } else if (!strcmp(a, "--report")) {
-      /* Only passes that have something to say; flash_attn so far. */
-      if (i + 1 >= argc || strcmp(argv[i + 1], "flash_attn"))
-        return usage_error("--report %s: the passes with a report are: flash_attn",
+      /* Only passes that have something to say. */
+      if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "fusion")))
+        return usage_error("--report %s: the passes with a report are: flash_attn, fusion",
                            i + 1 < argc ? argv[i + 1] : "needs a pass name;");
       c->report = argv[++i];
+      /* fusion is reported on the training step, the graph it is for */
+      if (!strcmp(c->report, "fusion")) c->grad = true;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;

@@ -86,6 +86,17 @@ else bad "the IR still holds a [T, T] mask, or no flash_attention"; fi
 expect_status 2 "$tgc" models/gpt2.tg --report autodiff
 contains "$tmp/out" "the passes with a report are: flash_attn"
 
+# --report fusion: the kernels of the training step (it implies --grad),
+# compared with a golden file; after a deliberate change to the fuse pass,
+# regenerate it with
+#   tgc models/gpt2.tg -D n_layer=2 --report fusion > tests/golden/fusion_2layer.txt
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=2 --report fusion
+if cmp -s "$tmp/out" tests/golden/fusion_2layer.txt; then ok
+else bad "--report fusion differs from tests/golden/fusion_2layer.txt"; diff tests/golden/fusion_2layer.txt "$tmp/out" | head -20; fi
+contains "$tmp/out" "fusion: peak memory: (memplan not yet)"
+expect_status 0 "$tgc" models/gpt2.tg --report fusion
+contains "$tmp/out" "fusion: 303 kernels (147 matmuls)"
+
 expect_status 0 "$tgc" --dump-after list models/gpt2.tg
 contains "$tmp/out" "autodiff"
 for name in $(awk '{print $1}' "$tmp/out"); do

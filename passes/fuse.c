@@ -1,0 +1,473 @@
+/* fuse.c: groups the ops of a training step into kernels.
+ *
+ * Each unfused op reads its inputs from memory and writes its result back;
+ * on a GPU that traffic, not arithmetic, is what a transformer step costs
+ * outside its matmuls.  This pass decides which ops run together in one
+ * kernel, keeping intermediate values in registers.  It does not rewrite
+ * any op: it sets node->kernel and fills g->kernels (ir.h), and code
+ * generation (and tg_interp_run_kernels) follows that.
+ *
+ * The algorithm is one greedy walk in graph order.  Leaves and views
+ * (reshape, transpose, slice, expand: folded into their readers' indexing)
+ * are in no kernel.  Elementwise ops whose inputs are all leaves or such
+ * ops again ("free": constants, the scalar bias corrections, an iota mask)
+ * are recomputed inside the first kernel that reads them.  Every other op
+ * tries two kernels: the latest kernel among those producing its inputs
+ * (producer fusion), then the most recently made kernel (sibling fusion:
+ * the optimizer's per-parameter updates).  Joining a kernel never reads a
+ * later kernel, so kernels in creation order are a valid schedule.  A
+ * kernel has an iteration domain, and an op joins when it fits:
+ *
+ *   elementwise  one shape; an op of a shape that broadcasts into it is
+ *                recomputed per element, a bigger one widens it.
+ *   row          [rows..., C]: reductions over the last axis and every op
+ *                on [rows..., C] or [rows..., 1] (layernorm, softmax,
+ *                cross-entropy and their backward); an elementwise kernel
+ *                becomes a row kernel when such a reduction reads its domain.
+ *   reduce       reductions over leading axes (bias and layernorm weight
+ *                gradients) with their elementwise prologue; nothing may
+ *                read the sums in the same kernel (they are complete only
+ *                when every block is done).
+ *   matmul       one matmul; in the forward, an epilogue of elementwise ops
+ *                on its output whose other operands are smaller (a bias)
+ *                or leaves: bias + GELU, the vocab mask.  A full-size
+ *                operand from elsewhere (a residual) ends the epilogue, so
+ *                the residual add goes with the layernorm that follows it.
+ *   multi        the optimizer phase: every parameter's elementwise update
+ *                in one multi-tensor kernel; the sum of squares of all
+ *                gradients is another, since the clip factor needs the
+ *                whole sum (a grid-wide barrier) before any update.
+ *   special      scatter_add, and the flash attention ops together.
+ *
+ * Phases mix only where that saves memory traffic: a backward op joins a
+ * forward kernel when it reads a value of it that nothing else needs in
+ * memory (the logits gradient joins softmax + cross-entropy).  Where an op could not join, the pass records
+ * why; the report (tgc --report fusion) prints the kernels, those stops
+ * and the bytes moved fused and unfused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+typedef struct kstate {
+  tg_type dom;        /* the iteration domain (see above) */
+  uint32_t axes;      /* reduce: the reduced axes */
+  tg_phase phase;
+  bool epilogue;      /* matmul: may take an epilogue */
+  bool flash;         /* special: flash attention ops */
+} kstate;
+
+typedef struct stop {
+  int node, kernel;
+  const char *why;
+} stop;
+
+typedef struct fuser {
+  tg_graph *g;
+  kstate *ks;
+  int cap_ks;
+  bool *free_;   /* recomputed where read */
+  bool *barrier; /* a value complete only at its kernel's end */
+  bool *outside; /* read by another kernel already: it is written to memory */
+  stop *stops;
+  int n_stops, cap_stops;
+} fuser;
+
+static void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  return q;
+}
+
+/* ---- shapes ------------------------------------------------------------- */
+
+/* Does a broadcast into b (numpy rules, aligned from the right)? */
+static bool fits(const tg_type *a, const tg_type *b) {
+  if (a->rank > b->rank) return false;
+  for (int i = 1; i <= a->rank; i++) {
+    int64_t x = a->dim[a->rank - i].size, y = b->dim[b->rank - i].size;
+    if (x != y && x != 1) return false;
+  }
+  return true;
+}
+
+static bool last_axis_only(const tg_node *n) {
+  const tg_type *t = &n->in[0]->type;
+  return t->rank >= 1 && n->axes == 1u << (t->rank - 1);
+}
+
+static bool is_indexing(tg_op op) { /* elementwise over their result's shape */
+  return op == TG_OP_gather || op == TG_OP_pad || op == TG_OP_concat;
+}
+
+static bool is_elementwise(const tg_node *n) {
+  return tg_ops[n->op].kind == TG_KIND_ELEMENTWISE || is_indexing(n->op);
+}
+
+static bool is_flash(tg_op op) {
+  return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention ||
+         op == TG_OP_flash_attention_dq || op == TG_OP_flash_attention_dk ||
+         op == TG_OP_flash_attention_dv;
+}
+
+static bool is_loose(const tg_node *n) {
+  return tg_ops[n->op].kind == TG_KIND_LEAF || tg_is_view(n);
+}
+
+/* ---- joining a kernel --------------------------------------------------- */
+
+/* Does n read a value of kernel k that is complete only when k ends? */
+static bool reads_barrier(const fuser *f, const tg_node *n, int k) {
+  for (int i = 0; i < n->nin; i++) {
+    const tg_node *b = tg_kernel_base(n->in[i]);
+    if (b->kernel == k && f->barrier[b->id]) return true;
+  }
+  return false;
+}
+
+static bool reads_kernel(const tg_node *n, int k) {
+  for (int i = 0; i < n->nin; i++)
+    if (tg_kernel_base(n->in[i])->kernel == k) return true;
+  return false;
+}
+
+/* A matmul epilogue takes an elementwise op on the product's shape that
+ * reads the kernel, and otherwise only leaves, recomputed values, or
+ * smaller values (a bias row). */
+static const char *epilogue_why(const fuser *f, const tg_node *n, int k) {
+  const kstate *K = &f->ks[k];
+  if (!K->epilogue) return "a backward matmul takes no epilogue (its output feeds row and column reductions)";
+  if (k != f->g->n_kernels - 1) return "the matmul's epilogue ended when a later kernel began";
+  if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return "a matmul's epilogue takes only elementwise ops";
+  if (!tg_type_same_shape(&n->type, &K->dom)) return "the op's shape is not the matmul's output shape";
+  if (!reads_kernel(n, k)) return "the op does not read the matmul's result";
+  int64_t full = tg_type_numel(&K->dom);
+  for (int i = 0; i < n->nin; i++) {
+    const tg_node *b = tg_kernel_base(n->in[i]);
+    if (b->kernel == k || f->free_[b->id] || tg_ops[b->op].kind == TG_KIND_LEAF) continue;
+    if (tg_type_numel(&b->type) >= full)
+      return "a full-size operand from another kernel (a residual) ends the matmul's epilogue";
+  }
+  return NULL;
+}
+
+static const char *elementwise_join(fuser *f, const tg_node *n, int k) {
+  kstate *K = &f->ks[k];
+  if (is_elementwise(n)) {
+    if (fits(&n->type, &K->dom)) return NULL;
+    if (fits(&K->dom, &n->type)) {
+      K->dom = n->type; /* widen: what was computed broadcasts into it */
+      return NULL;
+    }
+    return "its shape does not fit the kernel's domain";
+  }
+  if (n->op == TG_OP_sum || n->op == TG_OP_max) {
+    const tg_type *in = &n->in[0]->type;
+    if (!fits(&K->dom, in)) return "the reduction's input shape does not fit the kernel's domain";
+    K->dom = *in;
+    if (last_axis_only(n)) {
+      f->g->kernels[k].kind = TG_KERNEL_ROW;
+    } else {
+      f->g->kernels[k].kind = TG_KERNEL_REDUCE;
+      K->axes = n->axes;
+    }
+    return NULL;
+  }
+  return "a different kind of op";
+}
+
+static const char *row_join(const fuser *f, const tg_node *n, int k) {
+  const kstate *K = &f->ks[k];
+  if (is_elementwise(n))
+    return fits(&n->type, &K->dom) ? NULL : "its shape is not [rows..., C] or [rows..., 1] of the row kernel";
+  if (n->op == TG_OP_sum || n->op == TG_OP_max) {
+    if (!last_axis_only(n)) return "a reduction over other axes than the last (another iteration space)";
+    return fits(&n->in[0]->type, &K->dom) ? NULL : "a reduction over rows of another shape";
+  }
+  return "a different kind of op";
+}
+
+static const char *reduce_join(const fuser *f, const tg_node *n, int k) {
+  const kstate *K = &f->ks[k];
+  if (reads_barrier(f, n, k)) return "it reads the kernel's column sums, complete only when the kernel ends";
+  if (is_elementwise(n))
+    return fits(&n->type, &K->dom) ? NULL : "its shape does not fit the reduction's input";
+  if (n->op == TG_OP_sum || n->op == TG_OP_max) {
+    if (n->axes != K->axes) return "a reduction over other axes";
+    return tg_type_same_shape(&n->in[0]->type, &K->dom) ? NULL : "a reduction of another shape";
+  }
+  return "a different kind of op";
+}
+
+/* The optimizer's kernel takes every op, except one that needs a global
+ * sum of this kernel to be finished; adding such sums up (the scalar
+ * accumulation of the squared norms) is still part of reducing. */
+static const char *multi_join(const fuser *f, const tg_node *n, int k) {
+  if (!reads_barrier(f, n, k)) return NULL;
+  if (n->op == TG_OP_add && n->type.rank == 0) return NULL;
+  return "it needs a global sum of this kernel to be complete (a grid-wide barrier)";
+}
+
+/* A backward op may join a forward kernel when it reads a value of that
+ * kernel that is not otherwise written to memory: this is how the
+ * gradient of the logits joins softmax + cross-entropy, so that the
+ * probabilities are never stored.  The optimizer mixes with nothing. */
+static const char *phase_why(const fuser *f, const tg_node *n, int k) {
+  const kstate *K = &f->ks[k];
+  if (n->phase == K->phase) return NULL;
+  if (n->phase != TG_PHASE_BACKWARD || K->phase != TG_PHASE_FORWARD) return "the phase changes";
+  for (int i = 0; i < n->nin; i++) {
+    const tg_node *b = tg_kernel_base(n->in[i]);
+    if (b->kernel == k && !f->outside[b->id]) return NULL;
+  }
+  return "the phase changes (and what it reads of the forward kernel is in memory anyway)";
+}
+
+/* Why n cannot join kernel k, or NULL when it can. */
+static const char *why_not(fuser *f, const tg_node *n, int k) {
+  const char *why = phase_why(f, n, k);
+  if (why) return why;
+  if (n->op == TG_OP_matmul) return "a matmul is a kernel of its own (with an optional epilogue)";
+  if (n->op == TG_OP_scatter_add) return "scatter_add is a kernel of its own (atomic adds)";
+  switch (f->g->kernels[k].kind) {
+  case TG_KERNEL_MATMUL: return epilogue_why(f, n, k);
+  case TG_KERNEL_SPECIAL:
+    return f->ks[k].flash && is_flash(n->op) ? NULL : "a special op's kernel takes nothing else";
+  case TG_KERNEL_MULTI: return multi_join(f, n, k);
+  case TG_KERNEL_ELEMENTWISE:
+    return is_flash(n->op) ? "a special op" : elementwise_join(f, n, k);
+  case TG_KERNEL_ROW: return is_flash(n->op) ? "a special op" : row_join(f, n, k);
+  case TG_KERNEL_REDUCE: return is_flash(n->op) ? "a special op" : reduce_join(f, n, k);
+  default: return "unknown kernel kind";
+  }
+}
+
+/* ---- making kernels ----------------------------------------------------- */
+
+static int new_kernel(fuser *f, const tg_node *n) {
+  tg_kernel_kind kind;
+  kstate s = {.dom = n->type, .phase = n->phase};
+  if (n->op == TG_OP_matmul) {
+    kind = TG_KERNEL_MATMUL;
+    s.epilogue = n->phase == TG_PHASE_FORWARD;
+  } else if (is_flash(n->op) || n->op == TG_OP_scatter_add) {
+    kind = TG_KERNEL_SPECIAL;
+    s.flash = is_flash(n->op);
+  } else if (n->phase == TG_PHASE_OPTIMIZER) {
+    kind = TG_KERNEL_MULTI;
+  } else if ((n->op == TG_OP_sum || n->op == TG_OP_max) && last_axis_only(n)) {
+    kind = TG_KERNEL_ROW;
+    s.dom = n->in[0]->type;
+  } else if (n->op == TG_OP_sum || n->op == TG_OP_max) {
+    kind = TG_KERNEL_REDUCE;
+    s.dom = n->in[0]->type;
+    s.axes = n->axes;
+  } else {
+    kind = TG_KERNEL_ELEMENTWISE;
+  }
+  const char *file = n->loc.file ? strrchr(n->loc.file, '/') : NULL;
+  file = file ? file + 1 : n->loc.file ? n->loc.file : "?";
+  char name[256];
+  snprintf(name, sizeof name, "%s@%s:%d", tg_ops[n->op].name, file, n->loc.line);
+  int k = tg_graph_add_kernel(f->g, name, kind);
+  if (k >= f->cap_ks) {
+    f->cap_ks = 2 * k + 16;
+    f->ks = xrealloc(f->ks, sizeof *f->ks * (size_t)f->cap_ks);
+  }
+  f->ks[k] = s;
+  return k;
+}
+
+static void add_stop(fuser *f, int node, int kernel, const char *why) {
+  if (f->n_stops == f->cap_stops) {
+    f->cap_stops = 2 * f->cap_stops + 16;
+    f->stops = xrealloc(f->stops, sizeof *f->stops * (size_t)f->cap_stops);
+  }
+  f->stops[f->n_stops++] = (stop){node, kernel, why};
+}
+
+/* The latest kernel that computes one of n's inputs, or -1. */
+static int producer_kernel(const tg_node *n) {
+  int k = -1;
+  for (int i = 0; i < n->nin; i++) {
+    int b = tg_kernel_base(n->in[i])->kernel;
+    if (b > k) k = b;
+  }
+  return k;
+}
+
+static bool is_free(const fuser *f, const tg_node *n) {
+  if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return false;
+  for (int i = 0; i < n->nin; i++) {
+    const tg_node *b = tg_kernel_base(n->in[i]);
+    if (tg_ops[b->op].kind != TG_KIND_LEAF && !f->free_[b->id]) return false;
+  }
+  return true;
+}
+
+static void place(fuser *f, tg_node *n) {
+  int p = producer_kernel(n), last = f->g->n_kernels - 1;
+  int cand[2] = {p, last > p ? last : -1};
+  const char *first_why = NULL;
+  int first_k = -1;
+  for (int c = 0; c < 2; c++) {
+    if (cand[c] < 0) continue;
+    const char *why = why_not(f, n, cand[c]);
+    if (!why) {
+      n->kernel = cand[c];
+      return;
+    }
+    if (!first_why) first_why = why, first_k = cand[c];
+  }
+  n->kernel = new_kernel(f, n);
+  if (first_why) add_stop(f, n->id, first_k, first_why);
+}
+
+/* Free nodes go to the earliest kernel that reads them (through views);
+ * reverse order sees every reader first.  One that no kernel reads gets a
+ * kernel of its own. */
+static void place_free(fuser *f) {
+  tg_graph *g = f->g;
+  int *first = xrealloc(NULL, sizeof(int) * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) first[i] = -1;
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    tg_node *n = g->nodes[i];
+    if (f->free_[i]) n->kernel = first[i] >= 0 ? first[i] : new_kernel(f, n);
+    if (n->kernel < 0) continue;
+    for (int j = 0; j < n->nin; j++) {
+      const tg_node *b = tg_kernel_base(n->in[j]);
+      if (f->free_[b->id] && (first[b->id] < 0 || n->kernel < first[b->id])) first[b->id] = n->kernel;
+    }
+  }
+  free(first);
+}
+
+/* After each kernel is placed: does n hold a value complete only at the
+ * kernel's end (a sum across blocks), or read one? */
+static void mark_barrier(fuser *f, const tg_node *n) {
+  tg_kernel_kind kind = f->g->kernels[n->kernel].kind;
+  bool across = (n->op == TG_OP_sum || n->op == TG_OP_max) &&
+                (kind == TG_KERNEL_REDUCE || kind == TG_KERNEL_MULTI);
+  f->barrier[n->id] = across || reads_barrier(f, n, n->kernel);
+}
+
+/* ---- the report ---------------------------------------------------------- */
+
+static void fmt_bytes(char *buf, size_t n, int64_t b) {
+  if (b < 10000) snprintf(buf, n, "%lld B", (long long)b);
+  else if (b < 10000000) snprintf(buf, n, "%.1f kB", (double)b / 1e3);
+  else if (b < 10000000000LL) snprintf(buf, n, "%.1f MB", (double)b / 1e6);
+  else snprintf(buf, n, "%.2f GB", (double)b / 1e9);
+}
+
+static const char *short_file(const char *file) {
+  const char *s = file ? strrchr(file, '/') : NULL;
+  return s ? s + 1 : file ? file : "?";
+}
+
+static bool same_line(const tg_node *a, const tg_node *b) {
+  if (a->loc.line != b->loc.line) return false;
+  return a->loc.file == b->loc.file || (a->loc.file && b->loc.file && !strcmp(a->loc.file, b->loc.file));
+}
+
+/* The ops of a kernel grouped by source line, in first-seen order:
+ * "std.tg:15 sum div sub; std.tg:16 mul sum div".  An op repeated on a
+ * line is counted (mul x3) so a multi-tensor kernel stays one row. */
+static void print_ops(FILE *out, const tg_graph *g, const tg_kernel *K) {
+  bool *seen = calloc((size_t)K->n_nodes + 1, sizeof *seen);
+  if (!seen) exit(1);
+  const char *sep = "";
+  for (int a = 0; a < K->n_nodes; a++) {
+    if (seen[a]) continue;
+    const tg_node *n = g->nodes[K->nodes[a]];
+    fprintf(out, "%s%s:%d", sep, short_file(n->loc.file), n->loc.line);
+    sep = "; ";
+    /* each op of this line once, with its count, in first-seen order */
+    for (int b = a; b < K->n_nodes; b++) {
+      const tg_node *m = g->nodes[K->nodes[b]];
+      if (seen[b] || !same_line(m, n)) continue;
+      int count = 0;
+      for (int c = b; c < K->n_nodes; c++) {
+        const tg_node *o = g->nodes[K->nodes[c]];
+        if (!seen[c] && o->op == m->op && same_line(o, n)) {
+          count++;
+          seen[c] = true;
+        }
+      }
+      fprintf(out, count > 1 ? " %s x%d" : " %s", tg_ops[m->op].name, count);
+    }
+  }
+  free(seen);
+}
+
+static void report(FILE *out, const fuser *f) {
+  const tg_graph *g = f->g;
+  char r[32], w[32], u[32];
+  int64_t fused = 0, unfused = 0;
+  int matmuls = 0, ops = 0;
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    fmt_bytes(r, sizeof r, K->bytes_read);
+    fmt_bytes(w, sizeof w, K->bytes_written);
+    fmt_bytes(u, sizeof u, K->bytes_unfused);
+    fprintf(out, "fusion: k%d %s \"%s\": %d ops, reads %s, writes %s, unfused %s: ", k,
+            tg_kernel_kind_name(K->kind), K->name, K->n_nodes, r, w, u);
+    print_ops(out, g, K);
+    fputc('\n', out);
+    fused += K->bytes_read + K->bytes_written;
+    unfused += K->bytes_unfused;
+    matmuls += K->kind == TG_KERNEL_MATMUL;
+    ops += K->n_nodes;
+  }
+  for (int s = 0; s < f->n_stops; s++) {
+    const tg_node *n = g->nodes[f->stops[s].node];
+    fprintf(out, "fusion: stop at %%%d %s (%s:%d): not in k%d: %s\n", n->id, tg_ops[n->op].name,
+            short_file(n->loc.file), n->loc.line, f->stops[s].kernel, f->stops[s].why);
+  }
+  fmt_bytes(r, sizeof r, fused);
+  fmt_bytes(u, sizeof u, unfused);
+  fprintf(out, "fusion: %d kernels (%d matmuls) for %d ops; %d stops\n", g->n_kernels, matmuls, ops,
+          f->n_stops);
+  fprintf(out, "fusion: bytes moved %s fused, %s unfused (%.1fx less)\n", r, u,
+          fused ? (double)unfused / (double)fused : 0.0);
+  fprintf(out, "fusion: peak memory: (memplan not yet)\n");
+}
+
+/* ---- the pass ------------------------------------------------------------ */
+
+void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
+  if (g->n_kernels) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is already fused");
+  fuser f = {.g = g};
+  f.free_ = xrealloc(NULL, (size_t)g->n_nodes + 1);
+  f.barrier = xrealloc(NULL, (size_t)g->n_nodes + 1);
+  f.outside = xrealloc(NULL, (size_t)g->n_nodes + 1);
+  memset(f.outside, 0, (size_t)g->n_nodes + 1);
+  memset(f.free_, 0, (size_t)g->n_nodes + 1);
+  memset(f.barrier, 0, (size_t)g->n_nodes + 1);
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_node *n = g->nodes[i];
+    n->kernel = -1;
+    if (is_loose(n)) continue;
+    if (is_free(&f, n)) {
+      f.free_[i] = true;
+      continue;
+    }
+    place(&f, n);
+    mark_barrier(&f, n);
+    for (int j = 0; j < n->nin; j++) {
+      const tg_node *b = tg_kernel_base(n->in[j]);
+      if (b->kernel != n->kernel) f.outside[b->id] = true;
+    }
+  }
+  place_free(&f);
+  tg_kernels_derive(g);
+  if (out) report(out, &f);
+  free(f.ks);
+  free(f.free_);
+  free(f.barrier);
+  free(f.outside);
+  free(f.stops);
+}
