@@ -244,6 +244,33 @@ typedef struct tg_kernel {
   int64_t bytes_unfused;             /* every op reading inputs and writing its result */
 } tg_kernel;
 
+/* Memory plan: the memplan pass (passes/memplan.c) gives every
+ * materialised value (an output of a kernel, see above) a place in one
+ * arena of scratch memory.  A buffer is live from the kernel that writes
+ * it to the last kernel that reads it (graph outputs and assigns: to the
+ * end of the step); buffers whose lifetimes overlap never share bytes.
+ * The plan is derived data, like a kernel's inputs: a pure function of the
+ * kernels, so the IR text form does not carry it (a dump after memplan
+ * reads back byte for byte) and tg_memplan_compute remakes it anywhere. */
+enum { TG_MEMPLAN_ALIGN = 256 }; /* every offset and size is a multiple */
+
+typedef struct tg_buffer {
+  int node;              /* the value (graph position), a kernel output */
+  int first, last;       /* kernels: written by first, last read by last;
+                          * last == n_kernels: needed after the step */
+  int64_t bytes;         /* the value's size, rounded up to the alignment */
+  int64_t offset;        /* in the arena */
+} tg_buffer;
+
+typedef struct tg_mem_plan {
+  tg_buffer *buffers;    /* in graph order of their values */
+  int n_buffers;
+  int64_t arena_bytes;   /* peak: the planned arena's size */
+  int64_t live_bytes;    /* the most bytes live at one kernel: no plan is smaller */
+  int64_t sum_bytes;     /* every buffer its own memory: no reuse */
+  int64_t persistent_bytes; /* leaves (params, inputs, state): not planned */
+} tg_mem_plan;
+
 typedef struct tg_graph {
   tg_arena *arena; /* borrowed from the ctx that built the graph */
   tg_node **nodes; /* in topological (construction) order */
@@ -255,6 +282,7 @@ typedef struct tg_graph {
   const char *source; /* the file the graph came from */
   tg_kernel *kernels; /* after the fuse pass; in run order */
   int n_kernels, cap_kernels;
+  tg_mem_plan *memplan; /* after the memplan pass; NULL before */
 } tg_graph;
 
 tg_graph *tg_graph_new(tg_arena *arena);

@@ -433,7 +433,8 @@ static void report(FILE *out, const fuser *f) {
           f->n_stops);
   fprintf(out, "fusion: bytes moved %s fused, %s unfused (%.1fx less)\n", r, u,
           fused ? (double)unfused / (double)fused : 0.0);
-  fprintf(out, "fusion: peak memory: (memplan not yet)\n");
+  /* the plan memplan will make, from the kernels just made */
+  tg_memplan_print_totals(out, "fusion: ", tg_memplan_compute(f->g));
 }
 
 /* ---- the pass ------------------------------------------------------------ */

@@ -62,6 +62,21 @@ void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report);
  * every place fusion stopped and why, and totals. */
 void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *report);
 
+/* memplan.c: plans the memory of the fused step's intermediates (ir.h:
+ * tg_mem_plan) and stores the plan in g->memplan.  Runs after fuse.  When
+ * report is not NULL, writes one line per buffer and the totals. */
+void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *report);
+/* The plan of a fused graph, made in g's arena; deterministic. */
+tg_mem_plan *tg_memplan_compute(tg_graph *g);
+/* Whether a plan is sound for g: one buffer per kernel output, lifetimes
+ * as the kernels say, every buffer aligned and inside the arena, and no two
+ * buffers with overlapping lifetimes overlapping in memory.  On failure
+ * writes why and returns false. */
+bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t whylen);
+/* "peak memory X (intermediates, planned) vs Y without reuse; parameters
+ * and state Z", for reports (the fusion report's totals). */
+void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p);
+
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
   bool grad;              /* add the backward (autodiff) */

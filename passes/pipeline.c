@@ -31,6 +31,11 @@ static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   tg_fuse(ctx, g, asked ? o->report : NULL);
 }
 
+static void run_memplan(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  bool asked = o->report_pass && !strcmp(o->report_pass, "memplan");
+  tg_memplan(ctx, g, asked ? o->report : NULL);
+}
+
 /* When a pass runs: always, or only when the gradient (or the whole
  * training step) is asked for. */
 typedef enum when { ALWAYS, FOR_GRAD, FOR_STEP } when;
@@ -48,6 +53,7 @@ static const pass passes[] = {
     {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
     {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
     {"fuse", FOR_GRAD, run_fuse, "groups the ops into kernels (--report fusion)"},
+    {"memplan", FOR_GRAD, run_memplan, "gives each kernel output a buffer by liveness, reusing memory (--report memplan)"},
 };
 enum { N_PASSES = sizeof passes / sizeof passes[0] };
 

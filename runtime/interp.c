@@ -628,6 +628,7 @@ typedef struct kernel_run {
   tg_interp *it;
   bool *done;   /* the node's value is computed */
   bool *stored; /* the value is in memory: a leaf or an earlier kernel's output */
+  const tg_mem_plan *plan; /* when checking a plan: poison what it lets die */
 } kernel_run;
 
 static void compute(kernel_run *r, int i) {
@@ -645,7 +646,8 @@ static void ensure_input(kernel_run *r, const tg_node *in, int k) {
   }
   if (tg_is_view(in)) {
     ensure_input(r, in->in[0], k);
-    if (!r->done[in->id]) compute(r, in->id);
+    /* with a plan, a view shows its source as it is now, poison included */
+    if (!r->done[in->id] || r->plan) compute(r, in->id);
     return;
   }
   char ref[64];
@@ -657,14 +659,35 @@ static void ensure_input(kernel_run *r, const tg_node *in, int k) {
            node_ref(r->it, in->id, ref, sizeof ref), in->kernel);
 }
 
-void tg_interp_run_kernels(tg_ctx *ctx, tg_interp *it) {
+static void poison(tg_interp *it, int node) {
+  for (int64_t e = 0; e < it->numel[node]; e++) it->val[node][e] = NAN;
+}
+
+/* After kernel k: the bytes of every buffer that k's outputs share are
+ * overwritten (harmless when the plan is right: those buffers are dead or
+ * not yet written), and every buffer whose planned life ends at k dies. */
+static void poison_after(kernel_run *r, int k) {
+  const tg_mem_plan *p = r->plan;
+  for (int a = 0; a < p->n_buffers; a++) {
+    const tg_buffer *x = &p->buffers[a];
+    if (x->last == k) poison(r->it, x->node);
+    if (x->first != k) continue;
+    for (int b = 0; b < p->n_buffers; b++) {
+      const tg_buffer *y = &p->buffers[b];
+      if (b != a && y->first != k && x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)
+        poison(r->it, y->node);
+    }
+  }
+}
+
+static void run_kernels(tg_ctx *ctx, tg_interp *it, const tg_mem_plan *plan) {
   const tg_graph *g = it->g;
   if (g->n_nodes != it->n)
     tg_error(ctx, (tg_loc){g->source, 1, 1},
              "the graph has %d nodes but had %d when its interpreter was made", g->n_nodes, it->n);
   /* In the arena: an error below bails without a chance to free. */
   kernel_run r = {ctx, it, tg_alloc(ctx->arena, (size_t)it->n + 1),
-                  tg_alloc(ctx->arena, (size_t)it->n + 1)};
+                  tg_alloc(ctx->arena, (size_t)it->n + 1), plan};
   /* Leaves first: the same values in every kernel that reads them. */
   for (int i = 0; i < it->n; i++)
     if (g->nodes[i]->id != i || tg_ops[g->nodes[i]->op].kind == TG_KIND_LEAF) {
@@ -682,6 +705,7 @@ void tg_interp_run_kernels(tg_ctx *ctx, tg_interp *it) {
       compute(&r, n->id);
     }
     for (int a = 0; a < K->n_outputs; a++) r.stored[K->outputs[a]] = true;
+    if (plan) poison_after(&r, k);
   }
   /* What is left: views no kernel reads (a gradient output that is a
    * reshape); their sources must be in memory too. */
@@ -696,4 +720,10 @@ void tg_interp_run_kernels(tg_ctx *ctx, tg_interp *it) {
     if (n->op != TG_OP_assign) continue;
     memcpy(it->val[n->in[0]->id], it->val[i], sizeof(double) * (size_t)it->numel[i]);
   }
+}
+
+void tg_interp_run_kernels(tg_ctx *ctx, tg_interp *it) { run_kernels(ctx, it, NULL); }
+
+void tg_interp_run_planned(tg_ctx *ctx, tg_interp *it, const tg_mem_plan *plan) {
+  run_kernels(ctx, it, plan);
 }

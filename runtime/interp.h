@@ -54,6 +54,15 @@ void tg_interp_run(tg_ctx *ctx, tg_interp *it);
  * results are those of tg_interp_run: the same ops on the same values. */
 void tg_interp_run_kernels(tg_ctx *ctx, tg_interp *it);
 
+/* tg_interp_run_kernels as memory plan `plan` (ir.h) would have it: after
+ * each kernel, every buffer sharing bytes with one the kernel wrote, and
+ * every buffer whose planned life ends there, is filled with NaN; views
+ * are recomputed at each read.  A sound plan gives exactly the results of
+ * tg_interp_run_kernels; a value read after its planned death, or clobbered
+ * by a buffer placed over it, shows up as NaN in the results (or as a
+ * run-time error, for an index). */
+void tg_interp_run_planned(tg_ctx *ctx, tg_interp *it, const tg_mem_plan *plan);
+
 /* A node's value from the last run (numel doubles, row-major); NULL if n
  * is not in the graph. */
 const double *tg_interp_value(const tg_interp *it, const tg_node *n);

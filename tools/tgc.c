@@ -33,7 +33,9 @@ static const char usage[] =
     "  --dump-after PASS  print the IR after PASS (implies --grad for training\n"
     "                     passes); --dump-after list names the passes\n"
     "  --report PASS      print what PASS found (flash_attn: each causal attention\n"
-    "                     it replaced, and each look-alike it left, with why)\n"
+    "                     it replaced, and each look-alike it left, with why;\n"
+    "                     fusion: the kernels; memplan: each intermediate's\n"
+    "                     buffer and the peak memory)\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -201,12 +203,13 @@ static int parse_args(int argc, char **argv, cli *c) {
       c->grad = true;
     } else if (!strcmp(a, "--report")) {
       /* Only passes that have something to say. */
-      if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "fusion")))
-        return usage_error("--report %s: the passes with a report are: flash_attn, fusion",
+      if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "fusion") &&
+                            strcmp(argv[i + 1], "memplan")))
+        return usage_error("--report %s: the passes with a report are: flash_attn, fusion, memplan",
                            i + 1 < argc ? argv[i + 1] : "needs a pass name;");
       c->report = argv[++i];
-      /* fusion is reported on the training step, the graph it is for */
-      if (!strcmp(c->report, "fusion")) c->grad = true;
+      /* fusion and memplan are reported on the training step, the graph they are for */
+      if (!strcmp(c->report, "fusion") || !strcmp(c->report, "memplan")) c->grad = true;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;

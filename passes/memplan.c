@@ -1,0 +1,312 @@
+/* memplan.c: gives every intermediate of a fused step a place in memory.
+ *
+ * After fusion, the values that live in memory are the kernels' outputs
+ * (ir.h: tg_kernel.outputs); everything else stays in registers.  Most of
+ * them are needed for a short while (a layer's activations until its
+ * backward, a gradient until the optimizer), so one arena with reused
+ * bytes needs far less than a buffer each.  This pass decides the reuse.
+ *
+ * Liveness is in kernel order: a buffer is live from the kernel that
+ * writes it to the last kernel that reads it; graph outputs and assigns
+ * are live to the end of the step (their values are read after it).  Two
+ * buffers may share bytes only when their lifetimes are disjoint.
+ *
+ * Placement is greedy best-fit by decreasing size, a standard heuristic
+ * for this interval-packing problem (it is NP-hard in general): buffers
+ * are placed largest first (ties: earlier writer, then graph order, so the
+ * plan is deterministic); each goes into the smallest gap, between the
+ * already placed buffers whose lifetimes overlap its own, that holds it,
+ * or on top of them when none does.  Large buffers placed first pack the
+ * arena's bottom; small ones fill the holes.  Every size is rounded up to
+ * TG_MEMPLAN_ALIGN, so every offset is aligned too.
+ *
+ * Leaves (params, inputs, state, including AdamW's moments) are not
+ * intermediates: they persist across steps and are counted apart.  The
+ * plan is not in the IR text: it is recomputed from the kernels (ir.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+static int64_t align_up(int64_t b) {
+  int64_t a = (b + TG_MEMPLAN_ALIGN - 1) / TG_MEMPLAN_ALIGN * TG_MEMPLAN_ALIGN;
+  return a ? a : TG_MEMPLAN_ALIGN; /* every buffer has an address of its own */
+}
+
+static int64_t bytes_of(const tg_node *n) {
+  return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype);
+}
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+static bool lifetimes_overlap(const tg_buffer *a, const tg_buffer *b) {
+  return a->first <= b->last && b->first <= a->last;
+}
+
+static bool memory_overlaps(const tg_buffer *a, const tg_buffer *b) {
+  return a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+}
+
+/* ---- liveness ------------------------------------------------------------ */
+
+/* Values needed after the step: graph outputs (through their views) and
+ * assigns (their value becomes a leaf's). */
+static void mark_live_out(const tg_graph *g, bool *out) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_assign && g->nodes[i]->kernel >= 0) out[i] = true;
+  for (int o = 0; o < g->n_outputs; o++) {
+    const tg_node *b = tg_kernel_base(g->outputs[o].node);
+    if (b->kernel >= 0) out[b->id] = true;
+  }
+}
+
+/* One buffer per kernel output, in graph order, with its lifetime. */
+static void find_buffers(tg_graph *g, tg_mem_plan *p) {
+  int *index = xcalloc((size_t)g->n_nodes + 1, sizeof *index);
+  bool *live_out = xcalloc((size_t)g->n_nodes + 1, sizeof *live_out);
+  for (int i = 0; i < g->n_nodes; i++) index[i] = -1;
+  mark_live_out(g, live_out);
+  int n = 0;
+  for (int k = 0; k < g->n_kernels; k++) n += g->kernels[k].n_outputs;
+  p->buffers = tg_alloc(g->arena, sizeof *p->buffers * (size_t)(n ? n : 1));
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *nd = g->nodes[i];
+    if (nd->kernel < 0) continue;
+    const tg_kernel *K = &g->kernels[nd->kernel];
+    for (int a = 0; a < K->n_outputs; a++)
+      if (K->outputs[a] == i) {
+        index[i] = p->n_buffers;
+        p->buffers[p->n_buffers++] = (tg_buffer){
+            .node = i, .first = nd->kernel, .last = live_out[i] ? g->n_kernels : nd->kernel,
+            .bytes = align_up(bytes_of(nd))};
+      }
+  }
+  /* a buffer lives until its last reader */
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    for (int a = 0; a < K->n_inputs; a++) {
+      int b = index[K->inputs[a]];
+      if (b >= 0 && p->buffers[b].last < k) p->buffers[b].last = k;
+    }
+  }
+  free(index);
+  free(live_out);
+}
+
+/* The most bytes live at any one kernel: a lower bound for any plan. */
+static int64_t max_live(const tg_graph *g, const tg_mem_plan *p) {
+  int64_t *delta = xcalloc((size_t)g->n_kernels + 2, sizeof *delta);
+  for (int b = 0; b < p->n_buffers; b++) {
+    delta[p->buffers[b].first] += p->buffers[b].bytes;
+    delta[p->buffers[b].last + 1] -= p->buffers[b].bytes;
+  }
+  int64_t live = 0, most = 0;
+  for (int k = 0; k <= g->n_kernels; k++) {
+    live += delta[k];
+    if (live > most) most = live;
+  }
+  free(delta);
+  return most;
+}
+
+/* ---- placement ----------------------------------------------------------- */
+
+static const tg_buffer *sort_buffers; /* qsort has no context argument */
+
+/* Largest first; ties by writer, then graph order: a deterministic plan. */
+static int by_size(const void *x, const void *y) {
+  const tg_buffer *a = &sort_buffers[*(const int *)x], *b = &sort_buffers[*(const int *)y];
+  if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+  if (a->first != b->first) return a->first < b->first ? -1 : 1;
+  return (a->node > b->node) - (a->node < b->node);
+}
+
+static int by_offset(const void *x, const void *y) {
+  const tg_buffer *a = &sort_buffers[*(const int *)x], *b = &sort_buffers[*(const int *)y];
+  if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+  return (a->node > b->node) - (a->node < b->node);
+}
+
+/* Best fit for buffer x among the placed buffers whose lifetimes overlap
+ * its own (their indices in busy, n of them): the smallest gap that holds
+ * it, else the top of them. */
+static int64_t best_fit(tg_buffer *bufs, const tg_buffer *x, int *busy, int n) {
+  sort_buffers = bufs;
+  qsort(busy, (size_t)n, sizeof *busy, by_offset);
+  int64_t cursor = 0, best = -1, best_gap = 0;
+  for (int a = 0; a < n; a++) {
+    const tg_buffer *o = &bufs[busy[a]];
+    int64_t gap = o->offset - cursor;
+    if (gap >= x->bytes && (best < 0 || gap < best_gap)) {
+      best = cursor;
+      best_gap = gap;
+    }
+    if (o->offset + o->bytes > cursor) cursor = o->offset + o->bytes;
+  }
+  return best >= 0 ? best : cursor;
+}
+
+static void place_all(tg_mem_plan *p) {
+  int n = p->n_buffers;
+  int *order = xcalloc((size_t)n, sizeof *order), *placed = xcalloc((size_t)n, sizeof *placed);
+  int *busy = xcalloc((size_t)n, sizeof *busy);
+  for (int b = 0; b < n; b++) order[b] = b;
+  sort_buffers = p->buffers;
+  qsort(order, (size_t)n, sizeof *order, by_size);
+  for (int a = 0; a < n; a++) {
+    tg_buffer *x = &p->buffers[order[a]];
+    int n_busy = 0;
+    for (int c = 0; c < a; c++)
+      if (lifetimes_overlap(x, &p->buffers[placed[c]])) busy[n_busy++] = placed[c];
+    x->offset = best_fit(p->buffers, x, busy, n_busy);
+    placed[a] = order[a];
+    if (x->offset + x->bytes > p->arena_bytes) p->arena_bytes = x->offset + x->bytes;
+  }
+  free(order);
+  free(placed);
+  free(busy);
+}
+
+tg_mem_plan *tg_memplan_compute(tg_graph *g) {
+  tg_mem_plan *p = tg_alloc(g->arena, sizeof *p);
+  find_buffers(g, p);
+  place_all(p);
+  for (int b = 0; b < p->n_buffers; b++) p->sum_bytes += p->buffers[b].bytes;
+  p->live_bytes = max_live(g, p);
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_op op = g->nodes[i]->op;
+    if (op == TG_OP_param || op == TG_OP_input || op == TG_OP_state) p->persistent_bytes += bytes_of(g->nodes[i]);
+  }
+  return p;
+}
+
+/* ---- the checker --------------------------------------------------------- */
+
+/* The lifetimes the kernels require, found independently of find_buffers:
+ * every kernel output has exactly one buffer, written by its kernel and
+ * alive through every reader (and to the end when needed after the step). */
+static bool check_lifetimes(const tg_graph *g, const tg_mem_plan *p, char *why, size_t n) {
+  int *index = xcalloc((size_t)g->n_nodes + 1, sizeof *index);
+  bool *live_out = xcalloc((size_t)g->n_nodes + 1, sizeof *live_out);
+  bool ok = true;
+  for (int i = 0; i < g->n_nodes; i++) index[i] = -1;
+  mark_live_out(g, live_out);
+  for (int b = 0; b < p->n_buffers && ok; b++) {
+    int i = p->buffers[b].node;
+    if (i < 0 || i >= g->n_nodes || index[i] >= 0) {
+      snprintf(why, n, "buffer %d is for node %d: not a node, or one with two buffers", b, i);
+      ok = false;
+    } else index[i] = b;
+  }
+  for (int k = 0; k < g->n_kernels && ok; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    for (int a = 0; a < K->n_outputs && ok; a++) {
+      int i = K->outputs[a], b = index[i];
+      int last = live_out[i] ? g->n_kernels : k;
+      if (b < 0) snprintf(why, n, "%%%d, an output of k%d, has no buffer", i, k);
+      else if (p->buffers[b].first != k)
+        snprintf(why, n, "the buffer of %%%d starts at k%d, but k%d writes it", i, p->buffers[b].first, k);
+      else if (p->buffers[b].last < last)
+        snprintf(why, n, "the buffer of %%%d ends at k%d, but is needed after the step", i, p->buffers[b].last);
+      ok = b >= 0 && p->buffers[b].first == k && p->buffers[b].last >= last;
+    }
+    for (int a = 0; a < K->n_inputs && ok; a++) {
+      int i = K->inputs[a];
+      if (g->nodes[i]->kernel < 0) continue; /* a leaf */
+      int b = index[i];
+      ok = b >= 0 && p->buffers[b].last >= k;
+      if (!ok) snprintf(why, n, "k%d reads %%%d after its buffer's last kernel k%d", k, i, b >= 0 ? p->buffers[b].last : -1);
+    }
+  }
+  for (int b = 0; b < p->n_buffers && ok; b++)
+    if (g->nodes[p->buffers[b].node]->kernel < 0 || index[p->buffers[b].node] != b) {
+      snprintf(why, n, "buffer %d is for %%%d, no kernel's output", b, p->buffers[b].node);
+      ok = false;
+    }
+  free(index);
+  free(live_out);
+  return ok;
+}
+
+/* Sizes, alignment, bounds, and no two live-together buffers sharing bytes. */
+static bool check_placement(const tg_graph *g, const tg_mem_plan *p, char *why, size_t n) {
+  for (int b = 0; b < p->n_buffers; b++) {
+    const tg_buffer *x = &p->buffers[b];
+    if (x->bytes < bytes_of(g->nodes[x->node]) || x->offset < 0 || x->offset % TG_MEMPLAN_ALIGN ||
+        x->offset + x->bytes > p->arena_bytes) {
+      snprintf(why, n, "the buffer of %%%d (%lld bytes at %lld) is too small, unaligned or outside the arena (%lld bytes)",
+               x->node, (long long)x->bytes, (long long)x->offset, (long long)p->arena_bytes);
+      return false;
+    }
+  }
+  for (int a = 0; a < p->n_buffers; a++)
+    for (int b = a + 1; b < p->n_buffers; b++) {
+      const tg_buffer *x = &p->buffers[a], *y = &p->buffers[b];
+      if (lifetimes_overlap(x, y) && memory_overlaps(x, y)) {
+        snprintf(why, n, "the buffers of %%%d (k%d..k%d) and %%%d (k%d..k%d) are live together and share memory",
+                 x->node, x->first, x->last, y->node, y->first, y->last);
+        return false;
+      }
+    }
+  return true;
+}
+
+bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t whylen) {
+  return check_lifetimes(g, p, why, whylen) && check_placement(g, p, why, whylen);
+}
+
+/* ---- the report ---------------------------------------------------------- */
+
+static void fmt_bytes(char *buf, size_t n, int64_t b) {
+  if (b < 10000) snprintf(buf, n, "%lld B", (long long)b);
+  else if (b < 10000000) snprintf(buf, n, "%.1f kB", (double)b / 1e3);
+  else if (b < 10000000000LL) snprintf(buf, n, "%.1f MB", (double)b / 1e6);
+  else snprintf(buf, n, "%.2f GB", (double)b / 1e9);
+}
+
+void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p) {
+  char a[32], s[32], z[32];
+  fmt_bytes(a, sizeof a, p->arena_bytes);
+  fmt_bytes(s, sizeof s, p->sum_bytes);
+  fmt_bytes(z, sizeof z, p->persistent_bytes);
+  fprintf(out, "%speak memory %s (intermediates, planned) vs %s without reuse; parameters and state %s\n",
+          prefix, a, s, z);
+}
+
+static void report(FILE *out, const tg_graph *g, const tg_mem_plan *p) {
+  char b[32];
+  for (int i = 0; i < p->n_buffers; i++) {
+    const tg_buffer *x = &p->buffers[i];
+    const tg_node *n = g->nodes[x->node];
+    fmt_bytes(b, sizeof b, x->bytes);
+    char last[32];
+    if (x->last == g->n_kernels) snprintf(last, sizeof last, "end");
+    else snprintf(last, sizeof last, "k%d", x->last);
+    fprintf(out, "memplan: %%%d %s: %s at 0x%llx, live k%d..%s\n", x->node, tg_ops[n->op].name, b,
+            (unsigned long long)x->offset, x->first, last);
+  }
+  fmt_bytes(b, sizeof b, p->live_bytes);
+  fprintf(out, "memplan: %d buffers; at most %s live at once (no plan needs less)\n", p->n_buffers, b);
+  tg_memplan_print_totals(out, "memplan: ", p);
+}
+
+/* ---- the pass ------------------------------------------------------------ */
+
+void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *out) {
+  if (!g->n_kernels && g->n_nodes)
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan needs a fused graph (run the fuse pass first)");
+  tg_mem_plan *p = tg_memplan_compute(g);
+  char why[256];
+  /* cheap next to the rest, and a broken plan is silent corruption later */
+  if (!tg_memplan_check(g, p, why, sizeof why))
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan made a broken plan: %s", why);
+  g->memplan = p;
+  if (out) report(out, g, p);
+}
