@@ -20,6 +20,10 @@ $tgc models/gpt2.tg --emit ir -o out/gpt2.tgir
 sed -n '1,/"h.0.ln_2.weight"/p' out/gpt2.tgir | head -80
 echo "   ... $(grep -c '^%' out/gpt2.tgir) nodes in all"
 echo
+echo "== the training step's kernels (tgc --report fusion; the whole report is in out/fusion-report.txt)"
+$tgc models/gpt2.tg --report fusion > out/fusion-report.txt
+grep -E '^fusion: [0-9]+ kernels|^fusion: bytes|^fusion: peak' out/fusion-report.txt
+echo
 echo "== a 2-layer GPT as Graphviz: out/gpt2-2layer.dot"
 $tgc models/gpt2.tg -D n_layer=2 --emit dot -o out/gpt2-2layer.dot
 if command -v dot > /dev/null; then
@@ -49,5 +53,6 @@ PY
 build/tgrun step "${small[@]}" --weights out/small-init.safetensors --batch out/small-batch.safetensors \
   --lr 1e-3 --steps 5 --out out/small-step5.safetensors
 echo
-echo "done. IR: out/gpt2.tgir   graph: out/gpt2-2layer.dot   weights: out/small-*.safetensors"
+echo "done. IR: out/gpt2.tgir   fusion report: out/fusion-report.txt   graph: out/gpt2-2layer.dot"
+echo "      weights: out/small-*.safetensors"
 echo "      compiler: build/tgc (tgc --help)   runner: build/tgrun (tgrun --help)"

@@ -240,6 +240,9 @@ static int parse_args(int argc, char **argv, cli *c) {
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
   if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
+  if (c->out_path && c->what == EMIT_NONE)
+    return usage_error("-o %s: nothing to write there (--report and --dump-after print to "
+                       "stdout: redirect them with > FILE)", c->out_path);
 
   /* Imports: the importing file's directory comes first (in the frontend),
    * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */

@@ -121,6 +121,10 @@ done
 expect_status 2 "$tgc" models/gpt2.tg --dump-after fuse_everything
 contains "$tmp/out" "no such pass; the passes are:"
 
+# -o with nothing to write to it is refused, not silently ignored
+expect_status 2 "$tgc" models/gpt2.tg --report fusion -o "$tmp/r.txt"
+contains "$tmp/out" "nothing to write there"
+
 # a failed compile leaves an existing output file alone
 echo "precious" > "$tmp/keep.tgir"
 expect_status 1 "$tgc" tests/bad/matmul_shape.tg --emit ir -o "$tmp/keep.tgir"
