@@ -31,17 +31,7 @@ static double uniform(void) { return (double)(next() >> 11) / 9007199254740992.0
 static double index_below(int64_t n) { return (double)((next() >> 33) % (uint64_t)n); }
 
 static tg_graph *compile(tg_ctx *ctx, const char *text, int n_defs, const char *const *defs) {
-  static tg_define d[16];
-  static char names[16][64];
-  for (int i = 0; i < n_defs; i++) ck_assert(tg_define_parse(defs[i], &d[i], names[i], sizeof names[i]));
-  const char *inc[1] = {tu_path("models")};
-  tg_compile_opts opts = {d, n_defs, inc, 1};
-  jmp_buf bail;
-  ctx->bail = &bail;
-  if (setjmp(bail)) ck_abort_msg("compile failed: %s", tu_errors(ctx));
-  tg_graph *g = tg_compile_source(ctx, tg_source_add(ctx, "case.tg", text, strlen(text)), &opts);
-  ck_assert(tg_verify(ctx, g));
-  return g;
+  return tu_compile(ctx, "case.tg", text, n_defs, defs);
 }
 
 static const tg_node *output(const tg_graph *g, const char *name) {
@@ -259,15 +249,7 @@ START_TEST(test_flash_attention_rule) {
 }
 END_TEST
 
-static char *read_model(void) {
-  FILE *f = fopen(tu_path("models/gpt2.tg"), "rb");
-  ck_assert_ptr_nonnull(f);
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  return buf;
-}
+static const char *read_model(void) { return tu_read("models/gpt2.tg"); }
 
 static const char *const tiny[] = {"n_layer=2", "n_embd=8", "n_head=2", "vocab=11",
                                    "block_size=5", "B=2",     "T=4"};
@@ -276,7 +258,7 @@ static const char *const tiny[] = {"n_layer=2", "n_embd=8", "n_head=2", "vocab=1
 START_TEST(test_gpt2_whole_model) {
   rng_state = 99;
   tg_ctx *ctx = tu_ctx();
-  char *src = read_model();
+  const char *src = read_model();
   /* models/ is the import path: std.tg resolves as for the real file */
   tg_graph *g = compile(ctx, src, 7, tiny);
   /* scale 0.5: activations well inside tanh's and softmax's live range */
@@ -292,8 +274,8 @@ END_TEST
  * model (a separate lm_head.weight holding the same values) and compare. */
 START_TEST(test_tied_embedding_sums_both_uses) {
   const char *tied_line = "logits = x @ transpose(wte.weight)";
-  char *src = read_model();
-  char *at = strstr(src, tied_line);
+  const char *src = read_model();
+  const char *at = strstr(src, tied_line);
   ck_assert_ptr_nonnull(at);
   char untied[1 << 16];
   snprintf(untied, sizeof untied, "%.*sparam lm_head.weight: [vocab, n_embd] = normal(0.02)\n"

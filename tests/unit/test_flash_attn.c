@@ -26,31 +26,6 @@
 #include "passes.h"
 #include "testutil.h"
 
-static tg_graph *compile(tg_ctx *ctx, const char *name, const char *text, int n_defs,
-                         const char *const *defs) {
-  static tg_define d[16];
-  static char names[16][64];
-  for (int i = 0; i < n_defs; i++) ck_assert(tg_define_parse(defs[i], &d[i], names[i], sizeof names[i]));
-  const char *inc[1] = {tu_path("models")};
-  tg_compile_opts opts = {d, n_defs, inc, 1};
-  jmp_buf bail;
-  ctx->bail = &bail;
-  if (setjmp(bail)) ck_abort_msg("compile failed: %s", tu_errors(ctx));
-  tg_graph *g = tg_compile_source(ctx, tg_source_add(ctx, name, text, strlen(text)), &opts);
-  ck_assert(tg_verify(ctx, g));
-  return g;
-}
-
-static char *read_file(const char *rel) {
-  FILE *f = fopen(tu_path(rel), "rb");
-  ck_assert_ptr_nonnull(f);
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  return buf;
-}
-
 /* Runs the pass, returning its report (malloc'ed) and checking the graph. */
 static char *run_pass(tg_ctx *ctx, tg_graph *g) {
   char *text = NULL;
@@ -83,7 +58,7 @@ static int count_lines(const char *text, const char *prefix) {
 
 START_TEST(test_gpt2_all_layers) {
   tg_ctx *ctx = tu_ctx();
-  tg_graph *g = compile(ctx, "models/gpt2.tg", read_file("models/gpt2.tg"), 0, NULL);
+  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), 0, NULL);
   int before = g->n_nodes;
   char *report = run_pass(ctx, g);
   ck_assert_int_eq(count_lines(report, "std.tg:38:23: "
@@ -190,7 +165,7 @@ static const struct {
 
 START_TEST(test_spellings_match) {
   tg_ctx *ctx = tu_ctx();
-  tg_graph *g = compile(ctx, "case.tg", attention_model(spellings[_i].body), 0, NULL);
+  tg_graph *g = tu_compile(ctx, "case.tg", attention_model(spellings[_i].body), 0, NULL);
   char *report = run_pass(ctx, g);
   ck_assert_msg(count_lines(report, "flash_attn: matched causal attention at case.tg:") == 1 &&
                     count_op(g, TG_OP_flash_attention) == 1 && count_op(g, TG_OP_exp) == 0,
@@ -203,7 +178,7 @@ END_TEST
 
 START_TEST(test_lookalikes_do_not_match) {
   tg_ctx *ctx = tu_ctx();
-  tg_graph *g = compile(ctx, "case.tg", attention_model(lookalikes[_i].body), 0, NULL);
+  tg_graph *g = tu_compile(ctx, "case.tg", attention_model(lookalikes[_i].body), 0, NULL);
   int before = g->n_nodes;
   char *report = run_pass(ctx, g);
   ck_assert_msg(count_op(g, TG_OP_flash_attention) == 0 && g->n_nodes == before,
@@ -227,7 +202,7 @@ START_TEST(test_shared_scores_not_matched) {
                      "s = where(iota([6, 6], 0) >= iota([6, 6], 1), (q @ transpose(k, 2, 3)) * 0.5, -inf)\n"
                      "e = exp(s - max(s, -1))\n"
                      "output loss = sum(e / sum(e, -1) @ v)\noutput probs = e\n";
-  tg_graph *g = compile(ctx, "case.tg", text, 0, NULL);
+  tg_graph *g = tu_compile(ctx, "case.tg", text, 0, NULL);
   char *report = run_pass(ctx, g);
   ck_assert_int_eq(count_op(g, TG_OP_flash_attention), 0);
   ck_assert_msg(strstr(report, "flash_attn: not matched at case.tg:6:") &&
@@ -269,8 +244,8 @@ static const tg_node *output_named(const tg_graph *g, const char *name) {
 static void compare_with_reference(const char *text, int n_defs, const char *const *defs,
                                    int64_t vocab, int want) {
   tg_ctx *ctx = tu_ctx();
-  tg_graph *ref = compile(ctx, "case.tg", text, n_defs, defs);
-  tg_graph *fa = compile(ctx, "case.tg", text, n_defs, defs);
+  tg_graph *ref = tu_compile(ctx, "case.tg", text, n_defs, defs);
+  tg_graph *fa = tu_compile(ctx, "case.tg", text, n_defs, defs);
   free(run_pass(ctx, fa));
   ck_assert_int_eq(count_op(fa, TG_OP_flash_attention), want);
   jmp_buf bail;
@@ -316,8 +291,8 @@ START_TEST(test_tiny_gpt2_agrees) {
                                    "block_size=8", "B=2", "T=8"};
   static const char *const t20[] = {"n_layer=1", "n_embd=12", "n_head=3", "vocab=30",
                                     "block_size=20", "B=1", "T=20"};
-  compare_with_reference(read_file("models/gpt2.tg"), 7, t8, 50, 2);
-  compare_with_reference(read_file("models/gpt2.tg"), 7, t20, 30, 1);
+  compare_with_reference(tu_read("models/gpt2.tg"), 7, t8, 50, 2);
+  compare_with_reference(tu_read("models/gpt2.tg"), 7, t20, 30, 1);
 }
 END_TEST
 

@@ -24,33 +24,18 @@
 #include "passes.h"
 #include "testutil.h"
 
-static char *read_file(const char *rel) {
-  FILE *f = fopen(tu_path(rel), "rb");
-  ck_assert_ptr_nonnull(f);
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  return buf;
-}
-
 /* gpt2.tg with the -D overrides through the whole pipeline of a training
  * step (fuse and memplan included). */
 static tg_graph *compile_step(tg_ctx *ctx, int n_defs, const char *const *defs) {
-  static tg_define d[16];
-  static char names[16][64];
-  for (int i = 0; i < n_defs; i++) ck_assert(tg_define_parse(defs[i], &d[i], names[i], sizeof names[i]));
-  const char *inc[1] = {tu_path("models")};
-  tg_compile_opts opts = {d, n_defs, inc, 1};
+  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), n_defs, defs);
   jmp_buf bail;
   ctx->bail = &bail;
-  if (setjmp(bail)) ck_abort_msg("compile failed: %s", tu_errors(ctx));
-  const char *text = read_file("models/gpt2.tg");
-  tg_graph *g = tg_compile_source(ctx, tg_source_add(ctx, "models/gpt2.tg", text, strlen(text)), &opts);
+  if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
   tg_pipeline_opts po = {.grad = true, .step = true, .adamw = tg_adamw_defaults,
                          .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(ctx, g, &po);
   ck_assert_ptr_nonnull(g->memplan);
+  ctx->bail = NULL; /* this frame's jmp_buf dies with it */
   return g;
 }
 

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend.h"
+
 typedef struct memerr {
   char *buf;
   size_t len;
@@ -53,6 +55,36 @@ void tu_ctx_free(tg_ctx *ctx) {
       table[i].m = (memerr){0};
     }
   tg_ctx_free(ctx);
+}
+
+const char *tu_read(const char *rel) {
+  static char buf[1 << 16];
+  FILE *f = fopen(tu_path(rel), "rb");
+  ck_assert_msg(f != NULL, "cannot open %s", rel);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  ck_assert_msg(!ferror(f) && n < sizeof buf - 1, "cannot read all of %s", rel);
+  fclose(f);
+  buf[n] = 0;
+  return buf;
+}
+
+tg_graph *tu_compile(tg_ctx *ctx, const char *name, const char *text, int n_defs,
+                     const char *const *defs) {
+  enum { MAX_DEFS = 16 };
+  static tg_define d[MAX_DEFS];
+  static char names[MAX_DEFS][64];
+  ck_assert_int_le(n_defs, MAX_DEFS);
+  for (int i = 0; i < n_defs; i++)
+    ck_assert_msg(tg_define_parse(defs[i], &d[i], names[i], sizeof names[i]), "bad -D %s", defs[i]);
+  const char *inc[1] = {tu_path("models")};
+  tg_compile_opts opts = {d, n_defs, inc, 1};
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("compiling %s failed: %s", name, tu_errors(ctx));
+  tg_graph *g = tg_compile_source(ctx, tg_source_add(ctx, name, text, strlen(text)), &opts);
+  ck_assert_msg(tg_verify(ctx, g), "%s does not verify: %s", name, tu_errors(ctx));
+  ctx->bail = NULL; /* this frame's jmp_buf dies with it */
+  return g;
 }
 
 char *tu_print_ir(const tg_graph *g) {

@@ -14,6 +14,16 @@ tg_ctx *tu_ctx(void);
 const char *tu_errors(tg_ctx *ctx); /* everything reported so far */
 void tu_ctx_free(tg_ctx *ctx);
 
+/* A source file's text, e.g. tu_read("models/gpt2.tg") (a static buffer:
+ * the next call overwrites it). */
+const char *tu_read(const char *rel);
+
+/* Compiles .tg text (shown as `name` in messages) with -D overrides such
+ * as "n_layer=2" and models/ as the import path, and verifies it; ends the
+ * test with the errors if that fails.  Leaves ctx->bail unset. */
+tg_graph *tu_compile(tg_ctx *ctx, const char *name, const char *text, int n_defs,
+                     const char *const *defs);
+
 /* Prints g's IR text into a malloc'ed string. */
 char *tu_print_ir(const tg_graph *g);
 
