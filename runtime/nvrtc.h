@@ -1,0 +1,60 @@
+/* nvrtc.h: CUDA C++ source to CUBIN with NVRTC, cached on disk.
+ *
+ * NVRTC is loaded with dlopen on first use, never linked: tgc and tgrun
+ * must start, and the CPU backend must run, on machines without CUDA.  It
+ * is looked for as libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so (the
+ * loader's search path), then in $CUDA_HOME/lib64 and /usr/local/cuda/lib64.
+ * NVRTC needs no GPU, so every generated kernel can be compiled in CI.
+ *
+ * Options: --gpu-architecture=ARCH (a real architecture, so the output is
+ * CUBIN for exactly that GPU), -std=c++17, then the caller's.  Warnings.
+ * NVRTC prints all of its warnings by default (only -w silences them) and,
+ * as of 13.0, rejects -Wall, -Werror and --Werror=all-warnings; it can only
+ * promote warnings one by one (--diag-error=177,549,...).  So the compile
+ * log is returned even on success: a test that wants "compiles with no
+ * warnings" checks that the log is empty.
+ *
+ * Kernel names in errors.  Generated sources put a line
+ *     // tg kernel: NAME
+ * before each kernel.  When compilation fails, the error names, for every
+ * line of the source that NVRTC's log mentions (as "SRC_NAME(LINE): ..."),
+ * the kernel whose section holds that line (the last marker at or before
+ * it), so a codegen bug points at the kernel that has it.
+ *
+ * The cache (cache.h) key is the SHA-256 of the source, its name, the
+ * architecture, NVRTC's version and every option; an entry is KEY.cubin
+ * with its log in KEY.log.  A hit returns both, from_cache set.
+ *
+ * Loading NVRTC is thread safe; compiling from several threads at once is
+ * too, as far as NVRTC itself is. */
+#ifndef TG_NVRTC_H
+#define TG_NVRTC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct tg_cubin {
+  void *data;      /* the CUBIN image (malloc'ed) */
+  size_t size;
+  char *log;       /* NVRTC's log, "" when it had nothing to say (malloc'ed) */
+  bool from_cache; /* true when found in the cache and not compiled */
+} tg_cubin;
+
+/* Compiles src (NUL-terminated CUDA C++) for arch ("sm_80", "sm_90a", ...).
+ * src_name is the file name NVRTC uses in its messages (NULL: "tg.cu").
+ * opts are extra NVRTC options (nopts of them, may be NULL when 0).  On
+ * success fills *out, which the caller frees with tg_cubin_free.  On
+ * failure *out is left empty (freeing it is harmless) and err holds why:
+ * NVRTC's whole log and the kernels its lines point into, or, when NVRTC
+ * cannot be loaded, every place that was tried.  A cache that cannot be
+ * read or written is an error too, not a silent recompile. */
+bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
+                      const char *const *opts, int nopts, tg_cubin *out, char *err,
+                      size_t errlen);
+
+void tg_cubin_free(tg_cubin *c);
+
+/* NVRTC's version (loading NVRTC if need be). */
+bool tg_nvrtc_version(int *major, int *minor, char *err, size_t errlen);
+
+#endif
