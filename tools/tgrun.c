@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "batch.h"
+#include "cpu_backend.h"
 #include "frontend.h"
 #include "interp.h"
 #include "ir.h"
@@ -47,9 +48,11 @@ static const char usage[] =
     "\n"
     "Options:\n"
     "  --seed N           init: the seed of the normal initialisers (default 1337)\n"
-    "  --backend NAME     ref: the reference interpreter (the only backend so far)\n"
-    "  --precision P      f32 (default): every value rounded to float as a float32\n"
-    "                     machine would; f64: double precision throughout\n"
+    "  --backend NAME     ref (default): the reference interpreter; cpu: the fused step\n"
+    "                     as generated C, built with cc -O3 -fopenmp and OpenBLAS (cached\n"
+    "                     under $TG_CACHE, $XDG_CACHE_HOME/tg or ~/.cache/tg)\n"
+    "  --precision P      ref: f32 (default): every value rounded to float as a float32\n"
+    "                     machine would; f64: double precision throughout (cpu: f32)\n"
     "  --lr X             step: learning rate (default 6e-4)\n"
     "  --steps N          step: number of steps (default 1)\n"
     "  --beta1 X --beta2 X --eps X --weight-decay X --clip X\n"
@@ -61,8 +64,11 @@ static const char usage[] =
 
 typedef enum command { CMD_INIT, CMD_GRAD, CMD_STEP } command;
 
+typedef enum backend { BACKEND_REF, BACKEND_CPU } backend;
+
 typedef struct opts {
   command cmd;
+  backend backend;
   const char *model, *weights, *batch, *out;
   tg_define *defines;
   char (*define_names)[128];
@@ -105,9 +111,9 @@ static int take_value(opts *o, const char *flag, const char *val) {
       return usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
     o->n_defines++;
   } else if (!strcmp(flag, "--backend")) {
-    if (strcmp(val, "ref"))
-      return usage_error("--backend %s: only 'ref' (the reference interpreter) exists so far",
-                         val);
+    if (!strcmp(val, "ref")) o->backend = BACKEND_REF;
+    else if (!strcmp(val, "cpu")) o->backend = BACKEND_CPU;
+    else return usage_error("--backend %s: expected ref (the reference interpreter) or cpu (generated C)", val);
   } else if (!strcmp(flag, "--precision")) {
     if (!strcmp(val, "f32")) o->prec = TG_PREC_F32;
     else if (!strcmp(val, "f64")) o->prec = TG_PREC_F64;
@@ -255,11 +261,9 @@ static tg_graph *compile(tg_ctx *ctx, const opts *o, const tg_batch *b) {
   return g;
 }
 
-/* Puts the batch into the model's inputs named like its tensors. */
-static void feed_batch(tg_ctx *ctx, tg_interp *it, const tg_graph *g, const tg_batch *b,
-                       const char *path) {
+/* Checks that the model has inputs idx and targets of the batch's shape. */
+static void check_batch_inputs(tg_ctx *ctx, const tg_graph *g, const tg_batch *b, const char *path) {
   const char *names[2] = {"idx", "targets"};
-  const int32_t *vals[2] = {b->idx, b->targets};
   for (int k = 0; k < 2; k++) {
     const tg_node *in = find_input(g, names[k]);
     if (!in)
@@ -271,6 +275,17 @@ static void feed_batch(tg_ctx *ctx, tg_interp *it, const tg_graph *g, const tg_b
                "tensor '%s' is [%lld, %lld] but the model's input is %s (check -D B and -D T)",
                names[k], (long long)b->B, (long long)b->T, tg_type_str(&in->type, t, sizeof t));
     }
+  }
+}
+
+/* Puts the batch into the model's inputs named like its tensors. */
+static void feed_batch(tg_ctx *ctx, tg_interp *it, const tg_graph *g, const tg_batch *b,
+                       const char *path) {
+  check_batch_inputs(ctx, g, b, path);
+  const char *names[2] = {"idx", "targets"};
+  const int32_t *vals[2] = {b->idx, b->targets};
+  for (int k = 0; k < 2; k++) {
+    const tg_node *in = find_input(g, names[k]);
     double *dst = tg_interp_leaf(it, in);
     for (int64_t i = 0; i < b->B * b->T; i++) dst[i] = vals[k][i];
   }
@@ -324,12 +339,14 @@ typedef struct session {
   tg_batch *batch;
   tg_graph *g;
   tg_weights *w;
-  tg_interp *it;
+  tg_interp *it; /* --backend ref */
+  tg_cpu *cpu;   /* --backend cpu */
 } session;
 
 static void session_free(session *s) {
   if (!s) return;
   if (s->it) tg_interp_free(s->it);
+  tg_cpu_free(s->cpu);
   tg_weights_free(s->w);
   if (s->g) tg_graph_free(s->g);
   tg_batch_free(s->batch);
@@ -346,8 +363,23 @@ static void open_session(tg_ctx *ctx, const opts *o, session *s) {
                             .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(ctx, s->g, &popts);
   s->w = tg_weights_load(ctx, s->g, o->weights, false);
-  s->it = new_interp(ctx, s->g, o->prec, s->w);
-  feed_batch(ctx, s->it, s->g, s->batch, o->batch);
+  if (o->backend == BACKEND_CPU) {
+    if (o->prec != TG_PREC_F32) tg_error(ctx, (tg_loc){0}, "--backend cpu computes in f32 only");
+    s->cpu = tg_cpu_new(ctx, s->g, NULL);
+    for (int i = 0; i < s->g->n_nodes; i++)
+      if (s->w->values[i])
+        memcpy(tg_cpu_leaf(s->cpu, s->g->nodes[i]), s->w->values[i],
+               sizeof(float) * (size_t)tg_type_numel(&s->g->nodes[i]->type));
+    check_batch_inputs(ctx, s->g, s->batch, o->batch);
+    const char *names[2] = {"idx", "targets"};
+    const int32_t *vals[2] = {s->batch->idx, s->batch->targets};
+    for (int k = 0; k < 2; k++)
+      memcpy(tg_cpu_leaf(s->cpu, find_input(s->g, names[k])), vals[k],
+             sizeof(int32_t) * (size_t)(s->batch->B * s->batch->T));
+  } else {
+    s->it = new_interp(ctx, s->g, o->prec, s->w);
+    feed_batch(ctx, s->it, s->g, s->batch, o->batch);
+  }
   /* Every other input would silently stay zero: refuse instead. */
   for (int i = 0; i < s->g->n_nodes; i++) {
     const tg_node *n = s->g->nodes[i];
@@ -360,10 +392,12 @@ static void open_session(tg_ctx *ctx, const opts *o, session *s) {
 
 static int cmd_grad(tg_ctx *ctx, const opts *o, session *s) {
   open_session(ctx, o, s);
-  tg_interp_run(ctx, s->it);
+  if (s->cpu) tg_cpu_run(s->cpu);
+  else tg_interp_run(ctx, s->it);
   const tg_graph *g = s->g;
   /* loss first, then each parameter's gradient under the parameter's name */
   int n = 0;
+  float loss_value = 0;
   tg_st_tensor *ts = tg_alloc(ctx->arena, sizeof *ts * (size_t)(g->n_outputs + 1));
   for (int i = 0; i < g->n_outputs; i++) {
     const char *name = g->outputs[i].name;
@@ -372,8 +406,14 @@ static int cmd_grad(tg_ctx *ctx, const opts *o, session *s) {
     if (!is_grad && strcmp(name, "loss")) continue;
     int64_t numel = tg_type_numel(&node->type);
     float *v = tg_alloc(ctx->arena, sizeof *v * (size_t)numel);
-    const double *src = tg_interp_value(s->it, node);
-    for (int64_t k = 0; k < numel; k++) v[k] = (float)src[k];
+    if (s->cpu) {
+      if (!tg_cpu_read(s->cpu, node, v))
+        tg_error(ctx, node->loc, "internal: output '%s' is not in memory after the step", name);
+    } else {
+      const double *src = tg_interp_value(s->it, node);
+      for (int64_t k = 0; k < numel; k++) v[k] = (float)src[k];
+    }
+    if (!is_grad) loss_value = v[0];
     /* At the parameter's file shape: a padded vocab (pad_vocab) is cropped. */
     tg_type ft;
     tg_file_type(g, &node->type, &ft);
@@ -392,30 +432,45 @@ static int cmd_grad(tg_ctx *ctx, const opts *o, session *s) {
     fprintf(stderr, "tgrun: error: %s\n", why);
     return 1;
   }
-  printf("loss %.8g\nwrote %s: loss and %d gradient%s\n",
-         tg_interp_value(s->it, find_output(g, "loss"))[0], o->out, n - 1, n == 2 ? "" : "s");
+  printf("loss %.8g\nwrote %s: loss and %d gradient%s\n", loss_value, o->out, n - 1, n == 2 ? "" : "s");
   return 0;
 }
 
 static int cmd_step(tg_ctx *ctx, const opts *o, session *s) {
   open_session(ctx, o, s);
   const tg_graph *g = s->g;
-  double *lr = tg_interp_leaf(s->it, find_input(g, "lr"));
-  double *t = tg_interp_leaf(s->it, find_input(g, "step"));
+  const tg_node *lr_in = find_input(g, "lr"), *step_in = find_input(g, "step");
   const tg_node *loss = find_output(g, "loss"), *norm = find_output(g, "grad_norm");
   for (long i = 1; i <= o->steps; i++) {
-    *lr = o->lr;
-    *t = (double)i;
     struct timespec t0, t1;
+    float lossv, normv;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    tg_interp_run(ctx, s->it);
+    if (s->cpu) {
+      *(float *)tg_cpu_leaf(s->cpu, lr_in) = (float)o->lr;
+      *(float *)tg_cpu_leaf(s->cpu, step_in) = (float)i;
+      tg_cpu_run(s->cpu);
+      if (!tg_cpu_read(s->cpu, loss, &lossv) || !tg_cpu_read(s->cpu, norm, &normv))
+        tg_error(ctx, loss->loc, "internal: loss or grad_norm is not in memory after the step");
+    } else {
+      *tg_interp_leaf(s->it, lr_in) = o->lr;
+      *tg_interp_leaf(s->it, step_in) = (double)i;
+      tg_interp_run(ctx, s->it);
+      lossv = (float)tg_interp_value(s->it, loss)[0];
+      normv = (float)tg_interp_value(s->it, norm)[0];
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-    printf("step %ld/%ld  loss %.8g  grad_norm %.6g  lr %.3g  %.0f ms\n", i, o->steps,
-           tg_interp_value(s->it, loss)[0], tg_interp_value(s->it, norm)[0], o->lr, ms);
+    printf("step %ld/%ld  loss %.8g  grad_norm %.6g  lr %.3g  %.0f ms\n", i, o->steps, lossv, normv, o->lr, ms);
     fflush(stdout);
   }
-  read_back(s->it, g, s->w);
+  if (s->cpu) {
+    for (int i = 0; i < g->n_nodes; i++)
+      if (g->nodes[i]->op == TG_OP_param)
+        memcpy(s->w->values[i], tg_cpu_leaf(s->cpu, g->nodes[i]),
+               sizeof(float) * (size_t)tg_type_numel(&g->nodes[i]->type));
+  } else {
+    read_back(s->it, g, s->w);
+  }
   int st = save_weights(s->w, o->out);
   if (st == 0) printf("wrote %s: weights after %ld step%s\n", o->out, o->steps, o->steps == 1 ? "" : "s");
   return st;

@@ -1,0 +1,678 @@
+/* emit.c: a nest's statements (emit.h), shared by both renderers.
+ *
+ * Each value the nest computes is emitted once, as a `const` temporary, at
+ * the loop depth its shape calls for: depth 0 (before every loop) when it
+ * varies along no axis of the domain, depth 1 (once per outer point) when
+ * it varies only along outer axes or needs a finished reduction, depth 2
+ * (inside a sweep's loop) when it varies along an inner axis.  A value read
+ * at its natural coordinates (its shape broadcast into the domain) is
+ * memoised at its depth; one read elsewhere (through a transposing view, a
+ * gather's table) is recomputed in place.  Values of other steps and
+ * kernels are loads at strided offsets (lower.h: tg_layout). */
+#include "emit.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A construct lowering should have refused: a bug in tg, not in the model. */
+static _Noreturn void internal(const tg_node *n, const char *what) {
+  fprintf(stderr, "tg: internal error in code generation at %%%d %s: %s\n", n->id, tg_ops[n->op].name, what);
+  exit(70);
+}
+
+static void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  return q;
+}
+
+void tg_sb_printf(tg_sbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int need = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (need < 0) return;
+  if (b->n + (size_t)need + 1 > b->cap) {
+    b->cap = (b->n + (size_t)need + 1) * 2;
+    b->s = xrealloc(b->s, b->cap);
+  }
+  va_start(ap, fmt);
+  vsnprintf(b->s + b->n, (size_t)need + 1, fmt, ap);
+  va_end(ap);
+  b->n += (size_t)need;
+}
+
+void tg_sb_free(tg_sbuf *b) {
+  free(b->s);
+  memset(b, 0, sizeof *b);
+}
+
+static char *sb_take(tg_sbuf *b) {
+  char *s = b->s ? b->s : xrealloc(NULL, 1);
+  if (!b->s) s[0] = 0;
+  memset(b, 0, sizeof *b);
+  return s;
+}
+
+void tg_emit_float(tg_sbuf *b, double v) {
+  float f = (float)v;
+  if (f != f) tg_sb_printf(b, "(tg_inf() - tg_inf())");
+  else if (f == (float)INFINITY) tg_sb_printf(b, "tg_inf()");
+  else if (f == -(float)INFINITY) tg_sb_printf(b, "(-tg_inf())");
+  else {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.9g", (double)f);
+    /* shortest text that reads back to the same float */
+    for (int prec = 1; prec <= 9; prec++) {
+      char t[64];
+      snprintf(t, sizeof t, "%.*g", prec, (double)f);
+      if (strtof(t, NULL) == f) {
+        memcpy(buf, t, sizeof t);
+        break;
+      }
+    }
+    bool has_dot = strpbrk(buf, ".en") != NULL;
+    tg_sb_printf(b, f < 0 ? "(%s%sf)" : "%s%sf", buf, has_dot ? "" : ".0");
+  }
+}
+
+/* ---- the emitter state ---------------------------------------------------- */
+
+enum { MAXD = 3 };
+
+typedef struct emitter {
+  const tg_program *p;
+  const tg_graph *g;
+  const tg_lkernel *lk;
+  const tg_step *st;
+  int step;
+  tg_dialect d;
+  tg_arena *arena;       /* strings live until the nest code is printed */
+  tg_sbuf buf[MAXD];     /* depth 0 (uniform), 1 (pending outer), 2 (loop body) */
+  const char **memo[MAXD];
+  signed char *dep_red;  /* per node: depends on a reduction of this step (-1 unknown) */
+  int tmp;               /* counter for unnamed temporaries */
+  bool in_loop;          /* emitting a sweep's body (depth 2 exists) */
+} emitter;
+
+static const tg_type *dom(const emitter *e) { return &e->st->nest.dom; }
+
+/* Computed by this step (or recomputed in it): in this kernel and not owned
+ * by another step; leaves and views are never computed. */
+static bool computed_here(const emitter *e, const tg_node *n) {
+  if (tg_ops[n->op].kind == TG_KIND_LEAF || tg_is_view(n)) return false;
+  if (n->kernel != e->lk->kernel) return false;
+  int s = e->p->step_of[n->id];
+  return s == e->step || s < 0;
+}
+
+static bool in_memory(const emitter *e, const tg_node *n) {
+  return e->p->store[n->id].place != TG_PLACE_NONE && !computed_here(e, n);
+}
+
+/* The coordinates a value of shape t takes at the nest's current point. */
+static const char **canon(emitter *e, const tg_type *t) {
+  const char **c = tg_alloc(e->arena, sizeof(char *) * (size_t)(t->rank + 1));
+  int off = dom(e)->rank - t->rank;
+  for (int i = 0; i < t->rank; i++)
+    c[i] = t->dim[i].size == 1 || off + i < 0 ? "0" : tg_sprintf(e->arena, "i%d", off + i);
+  return c;
+}
+
+static bool same_coords(const char **a, const char **b, int rank) {
+  for (int i = 0; i < rank; i++)
+    if (strcmp(a[i], b[i])) return false;
+  return true;
+}
+
+static bool fits_dom(const emitter *e, const tg_type *t) {
+  const tg_type *D = dom(e);
+  if (t->rank > D->rank) return false;
+  for (int i = 1; i <= t->rank; i++) {
+    int64_t x = t->dim[t->rank - i].size, y = D->dim[D->rank - i].size;
+    if (x != y && x != 1) return false;
+  }
+  return true;
+}
+
+static bool is_canonical(emitter *e, const tg_node *n, const char **c) {
+  return fits_dom(e, &n->type) && same_coords(c, canon(e, &n->type), n->type.rank);
+}
+
+static int shape_depth(const emitter *e, const tg_type *t) {
+  const tg_nest *N = &e->st->nest;
+  int d = 0;
+  for (int a = 0; a < N->dom.rank; a++)
+    if (tg_varies(t, &N->dom, a)) d = (N->inner >> a & 1) ? 2 : (d > 1 ? d : 1);
+  return d;
+}
+
+static bool depends_on_reduction(emitter *e, const tg_node *n) {
+  n = tg_kernel_base(n);
+  if (!computed_here(e, n)) return false;
+  if (e->dep_red[n->id] >= 0) return e->dep_red[n->id];
+  bool r = n->op == TG_OP_sum || n->op == TG_OP_max;
+  for (int i = 0; i < n->nin && !r; i++) r = depends_on_reduction(e, n->in[i]);
+  /* a view's chain may hold other views of this step's values */
+  e->dep_red[n->id] = r;
+  return r;
+}
+
+static int depth_of(emitter *e, const tg_node *n) {
+  int d = shape_depth(e, &n->type);
+  if (d < 1 && depends_on_reduction(e, n)) d = 1;
+  if ((n->op == TG_OP_sum || n->op == TG_OP_max) && computed_here(e, n)) d = 1;
+  return d;
+}
+
+/* ---- indices --------------------------------------------------------------- */
+
+/* offset + sum(c[i] * stride[i]) as C text, dropping zero strides. */
+static const char *affine(emitter *e, int64_t offset, const int64_t *stride, const char **c, int rank) {
+  tg_sbuf b = {0};
+  tg_sb_printf(&b, "%lld", (long long)offset);
+  for (int i = 0; i < rank; i++) {
+    if (!stride[i] || !strcmp(c[i], "0")) continue;
+    if (stride[i] == 1) tg_sb_printf(&b, " + %s", c[i]);
+    else tg_sb_printf(&b, " + (tg_idx)%s * %lld", c[i], (long long)stride[i]);
+  }
+  const char *r = tg_strdup(e->arena, b.s);
+  tg_sb_free(&b);
+  return r;
+}
+
+/* The coordinates of a reshape's input at output coordinates c: dims are
+ * matched in groups of equal element count, and within a group the
+ * coordinates are linearised and split again. */
+static const char **reshape_coords(emitter *e, const tg_type *out, const char **c, const tg_type *in) {
+  const char **r = tg_alloc(e->arena, sizeof(char *) * (size_t)(in->rank + 1));
+  int io = 0, ii = 0;
+  while (io < out->rank || ii < in->rank) {
+    /* size-1 dims are coordinate 0 on either side */
+    if (ii < in->rank && in->dim[ii].size == 1) {
+      r[ii++] = "0";
+      continue;
+    }
+    if (io < out->rank && out->dim[io].size == 1) {
+      io++;
+      continue;
+    }
+    int o0 = io, i0 = ii;
+    int64_t po = out->dim[io].size, pi = in->dim[ii].size;
+    io++, ii++;
+    while (po != pi) {
+      if (po < pi) po *= out->dim[io++].size;
+      else pi *= in->dim[ii++].size;
+    }
+    /* linear index of the group, in the output's coordinates */
+    tg_sbuf b = {0};
+    if (io - o0 == 1) tg_sb_printf(&b, "%s", c[o0]);
+    else {
+      tg_sb_printf(&b, "(");
+      for (int k = o0; k < io; k++) {
+        int64_t s = 1;
+        for (int m = k + 1; m < io; m++) s *= out->dim[m].size;
+        tg_sb_printf(&b, k > o0 ? " + (tg_idx)%s * %lld" : "(tg_idx)%s * %lld", c[k], (long long)s);
+      }
+      tg_sb_printf(&b, ")");
+    }
+    const char *lin = tg_strdup(e->arena, b.s);
+    tg_sb_free(&b);
+    if (ii - i0 == 1) r[i0] = lin;
+    else
+      for (int k = i0; k < ii; k++) {
+        int64_t s = 1;
+        for (int m = k + 1; m < ii; m++) s *= in->dim[m].size;
+        r[k] = in->dim[k].size == 1 ? "0"
+               : k == i0            ? tg_sprintf(e->arena, "(%s / %lld)", lin, (long long)s)
+                                    : tg_sprintf(e->arena, "(%s / %lld %% %lld)", lin, (long long)s,
+                                                 (long long)in->dim[k].size);
+      }
+  }
+  return r;
+}
+
+/* The coordinates of view n's input at n's coordinates c. */
+static const char **view_coords(emitter *e, const tg_node *n, const char **c) {
+  const tg_type *it = &n->in[0]->type, *ot = &n->type;
+  const char **r = tg_alloc(e->arena, sizeof(char *) * (size_t)(it->rank + 1));
+  switch (n->op) {
+  case TG_OP_transpose:
+    for (int i = 0; i < ot->rank; i++) r[n->perm[i]] = c[i];
+    return r;
+  case TG_OP_slice:
+    for (int i = 0; i < ot->rank; i++) r[i] = c[i];
+    r[n->axis] = n->start ? tg_sprintf(e->arena, "(%s + %lld)", c[n->axis], (long long)n->start) : c[n->axis];
+    return r;
+  case TG_OP_expand:
+    for (int j = 0; j < it->rank; j++) r[j] = it->dim[j].size == 1 ? "0" : c[j + ot->rank - it->rank];
+    return r;
+  default: return reshape_coords(e, ot, c, it);
+  }
+}
+
+/* ---- values ---------------------------------------------------------------- */
+
+typedef struct val {
+  const char *s;
+  tg_dtype t;
+} val;
+
+static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth);
+
+static const char *new_tmp(emitter *e) { return tg_sprintf(e->arena, "u%d", e->tmp++); }
+
+static const char *load_expr(emitter *e, tg_dtype t, int base, const char *offset) {
+  switch (t) {
+  case TG_BF16: return tg_sprintf(e->arena, "tg_bf16_load(b%d[%s])", base, offset);
+  case TG_F16: return tg_sprintf(e->arena, "tg_f16_load(b%d[%s])", base, offset);
+  case TG_BOOL: return tg_sprintf(e->arena, "(int)b%d[%s]", base, offset);
+  default: return tg_sprintf(e->arena, "b%d[%s]", base, offset);
+  }
+}
+
+/* A value in memory read through views at coordinates c. */
+static const char *load(emitter *e, const tg_node *n, const char **c) {
+  tg_layout lay;
+  if (tg_layout_of(e->p, n, &lay)) return load_expr(e, n->type.dtype, lay.base, affine(e, lay.offset, lay.stride, c, n->type.rank));
+  /* a reshape that strides cannot express: walk the views by coordinates */
+  while (tg_is_view(n)) {
+    c = view_coords(e, n, c);
+    n = n->in[0];
+  }
+  tg_layout_of(e->p, n, &lay);
+  return load_expr(e, n->type.dtype, lay.base, affine(e, lay.offset, lay.stride, c, n->type.rank));
+}
+
+/* The statement defining `name` at depth d. */
+static void define(emitter *e, int d, tg_dtype t, const char *name, const char *expr) {
+  tg_sb_printf(&e->buf[d], "const %s %s = %s;\n", tg_compute_ctype(t), name, expr);
+}
+
+static const char *cast_to(emitter *e, val v, tg_dtype to) {
+  if (tg_dtype_is_float(to)) {
+    if (tg_dtype_is_float(v.t)) return v.s;
+    return tg_sprintf(e->arena, "(float)%s", v.s);
+  }
+  if (to == TG_I32) return tg_sprintf(e->arena, "(int)%s", v.s); /* C truncates, as the interpreter does */
+  return tg_sprintf(e->arena, "(%s != 0)", v.s);
+}
+
+static const char *unary(emitter *e, const char *f, const char *x) { return tg_sprintf(e->arena, "%s(%s)", f, x); }
+
+/* The expression of op n over its inputs' values x. */
+static const char *op_expr(emitter *e, const tg_node *n, const val *x) {
+  tg_arena *A = e->arena;
+  switch (n->op) {
+  case TG_OP_neg: return tg_sprintf(A, "(-%s)", x[0].s);
+  case TG_OP_exp: return unary(e, "expf", x[0].s);
+  case TG_OP_log: return unary(e, "logf", x[0].s);
+  case TG_OP_sqrt: return unary(e, "sqrtf", x[0].s);
+  case TG_OP_rsqrt: return tg_sprintf(A, "(1.0f / sqrtf(%s))", x[0].s);
+  case TG_OP_tanh: return unary(e, "tanhf", x[0].s);
+  case TG_OP_cast: return cast_to(e, x[0], n->type.dtype);
+  case TG_OP_add: return tg_sprintf(A, "(%s + %s)", x[0].s, x[1].s);
+  case TG_OP_sub: return tg_sprintf(A, "(%s - %s)", x[0].s, x[1].s);
+  case TG_OP_mul: return tg_sprintf(A, "(%s * %s)", x[0].s, x[1].s);
+  case TG_OP_div:
+    if (n->type.dtype == TG_I32) return tg_sprintf(A, "(%s != 0 ? %s / %s : 0)", x[1].s, x[0].s, x[1].s);
+    return tg_sprintf(A, "(%s / %s)", x[0].s, x[1].s);
+  case TG_OP_maximum: /* nan wins, as in the interpreter */
+    return tg_sprintf(A, "((%s > %s || %s != %s) ? %s : %s)", x[0].s, x[1].s, x[0].s, x[0].s, x[0].s, x[1].s);
+  case TG_OP_lt: return tg_sprintf(A, "(%s < %s)", x[0].s, x[1].s);
+  case TG_OP_le: return tg_sprintf(A, "(%s <= %s)", x[0].s, x[1].s);
+  case TG_OP_gt: return tg_sprintf(A, "(%s > %s)", x[0].s, x[1].s);
+  case TG_OP_ge: return tg_sprintf(A, "(%s >= %s)", x[0].s, x[1].s);
+  case TG_OP_eq: return tg_sprintf(A, "(%s == %s)", x[0].s, x[1].s);
+  case TG_OP_ne: return tg_sprintf(A, "(%s != %s)", x[0].s, x[1].s);
+  case TG_OP_where: return tg_sprintf(A, "(%s ? %s : %s)", x[0].s, x[1].s, x[2].s);
+  default: return NULL;
+  }
+}
+
+static const char *const_text(emitter *e, const tg_node *n) {
+  if (tg_dtype_is_float(n->type.dtype)) {
+    tg_sbuf b = {0};
+    tg_emit_float(&b, n->value);
+    const char *r = tg_strdup(e->arena, b.s);
+    tg_sb_free(&b);
+    return r;
+  }
+  return tg_sprintf(e->arena, "%lld", (long long)n->value);
+}
+
+/* n's value (computed here) at coordinates c, emitted at depth d. */
+static const char *compute(emitter *e, const tg_node *n, const char **c, int d) {
+  const tg_type *t = &n->type;
+  if (n->op == TG_OP_sum || n->op == TG_OP_max) {
+    internal(n, "a reduction read before its sweep finished");
+  }
+  if (tg_ops[n->op].kind == TG_KIND_ELEMENTWISE) {
+    val x[3];
+    for (int i = 0; i < n->nin; i++) {
+      const tg_type *it = &n->in[i]->type;
+      const char **ic = tg_alloc(e->arena, sizeof(char *) * (size_t)(it->rank + 1));
+      for (int j = 0; j < it->rank; j++) ic[j] = it->dim[j].size == 1 ? "0" : c[j + t->rank - it->rank];
+      x[i] = value_at(e, n->in[i], ic, d);
+    }
+    return op_expr(e, n, x);
+  }
+  switch (n->op) {
+  case TG_OP_gather: {
+    const tg_node *table = n->in[0], *idx = n->in[1];
+    int ir = idx->type.rank;
+    val iv = value_at(e, idx, c, d);
+    const char **tc = tg_alloc(e->arena, sizeof(char *) * (size_t)(table->type.rank + 1));
+    tc[0] = tg_sprintf(e->arena, "(tg_idx)%s", iv.s);
+    for (int j = 1; j < table->type.rank; j++) tc[j] = c[ir + j - 1];
+    return value_at(e, table, tc, d).s;
+  }
+  case TG_OP_pad: {
+    /* the input at clamped coordinates (always a valid read), then chosen */
+    const tg_node *in = n->in[0];
+    int64_t len = in->type.dim[n->axis].size;
+    const char **ic = tg_alloc(e->arena, sizeof(char *) * (size_t)(t->rank + 1));
+    for (int j = 0; j < t->rank; j++) ic[j] = c[j];
+    const char *cc = c[n->axis];
+    ic[n->axis] = tg_sprintf(e->arena, "(%s < %lld ? 0 : %s >= %lld ? %lld : %s - %lld)", cc, (long long)n->start, cc,
+                             (long long)(n->start + len), (long long)(len - 1), cc, (long long)n->start);
+    val v = value_at(e, in, ic, d);
+    return tg_sprintf(e->arena, "((%s >= %lld && %s < %lld) ? %s : 0)", cc, (long long)n->start, cc,
+                      (long long)(n->start + len), v.s);
+  }
+  case TG_OP_concat: {
+    tg_sbuf b = {0};
+    int64_t at = 0;
+    const char *cc = c[n->axis];
+    for (int k = 0; k < n->nin; k++) {
+      const tg_node *in = n->in[k];
+      int64_t len = in->type.dim[n->axis].size;
+      const char **ic = tg_alloc(e->arena, sizeof(char *) * (size_t)(t->rank + 1));
+      for (int j = 0; j < t->rank; j++) ic[j] = c[j];
+      ic[n->axis] = tg_sprintf(e->arena, "(%s < %lld ? 0 : %s >= %lld ? %lld : %s - %lld)", cc, (long long)at, cc,
+                               (long long)(at + len), (long long)(len - 1), cc, (long long)at);
+      val v = value_at(e, in, ic, d);
+      if (k < n->nin - 1) tg_sb_printf(&b, "(%s < %lld ? %s : ", cc, (long long)(at + len), v.s);
+      else tg_sb_printf(&b, "%s", v.s);
+      at += len;
+    }
+    for (int k = 0; k < n->nin - 1; k++) tg_sb_printf(&b, ")");
+    const char *r = tg_strdup(e->arena, b.s);
+    tg_sb_free(&b);
+    return r;
+  }
+  case TG_OP_assign: return value_at(e, n->in[1], c, d).s;
+  default:
+    internal(n, "this op cannot be emitted inside a nest");
+  }
+}
+
+static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth) {
+  tg_dtype t = n->type.dtype;
+  if (n->op == TG_OP_const) return (val){const_text(e, n), t};
+  if (n->op == TG_OP_iota) return (val){tg_sprintf(e->arena, "(int)%s", c[n->axis]), t};
+  const tg_node *b = tg_kernel_base(n);
+  bool canonical = is_canonical(e, n, c);
+  if (canonical && e->memo[0][n->id]) return (val){e->memo[0][n->id], t};
+  if (canonical && e->memo[1][n->id]) return (val){e->memo[1][n->id], t};
+  if (canonical && e->memo[2][n->id] && e->in_loop) return (val){e->memo[2][n->id], t};
+  int d = canonical ? depth_of(e, n) : ctx_depth;
+  if (d == 2 && !e->in_loop) internal(n, "a value varying along the inner axes read outside the sweeps");
+  if (in_memory(e, b)) {
+    const char *x = load(e, n, c);
+    if (!canonical) return (val){x, t};
+    const char *name = tg_sprintf(e->arena, "t%d", n->id);
+    define(e, d, t, name, x);
+    e->memo[d][n->id] = name;
+    return (val){name, t};
+  }
+  if (tg_is_view(n)) {
+    /* a view of a value computed here: follow it by coordinates */
+    val v = value_at(e, n->in[0], view_coords(e, n, c), d);
+    if (canonical && d >= 0) e->memo[d][n->id] = v.s;
+    return v;
+  }
+  if (!computed_here(e, n))
+    internal(n, "neither in memory nor computed in its reader's kernel");
+  const char *x = compute(e, n, c, d);
+  const char *name = canonical ? tg_sprintf(e->arena, "t%d", n->id) : new_tmp(e);
+  define(e, d, t, name, x);
+  if (canonical) e->memo[d][n->id] = name;
+  return (val){name, t};
+}
+
+/* ---- stores ------------------------------------------------------------------ */
+
+static const char *store_conv(emitter *e, tg_dtype t, const char *v) {
+  switch (t) {
+  case TG_BF16: return tg_sprintf(e->arena, "tg_bf16_store(%s)", v);
+  case TG_F16: return tg_sprintf(e->arena, "tg_f16_store(%s)", v);
+  case TG_BOOL: return tg_sprintf(e->arena, "(unsigned char)(%s != 0)", v);
+  default: return v;
+  }
+}
+
+/* Stores n's value at its natural coordinates into its place; where n does
+ * not vary along a domain axis, only the point at coordinate 0 of that axis
+ * stores (the others would write the same value to the same place). */
+static void store(emitter *e, const tg_node *n, int d) {
+  const char **c = canon(e, &n->type);
+  val v = value_at(e, n, c, d);
+  int base = n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id;
+  const tg_node *bn = e->g->nodes[base];
+  tg_layout lay;
+  lay.offset = 0;
+  int64_t s = 1;
+  for (int i = bn->type.rank - 1; i >= 0; i--) {
+    lay.stride[i] = bn->type.dim[i].size == 1 ? 0 : s;
+    s *= bn->type.dim[i].size;
+  }
+  const char *off = affine(e, 0, lay.stride, c, n->type.rank);
+  tg_sbuf g = {0};
+  const tg_nest *N = &e->st->nest;
+  for (int a = 0; a < N->dom.rank; a++) {
+    bool inner = N->inner >> a & 1;
+    if (inner && d < 2) continue; /* outside the loop the inner coordinates do not exist */
+    if (N->dom.dim[a].size > 1 && !tg_varies(&n->type, &N->dom, a)) tg_sb_printf(&g, "%si%d == 0", g.n ? " && " : "", a);
+  }
+  const char *stmt = tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv(e, bn->type.dtype, v.s));
+  if (g.n) tg_sb_printf(&e->buf[d], "if (%s) %s\n", g.s, stmt);
+  else tg_sb_printf(&e->buf[d], "%s\n", stmt);
+  tg_sb_free(&g);
+}
+
+/* ---- segments -------------------------------------------------------------- */
+
+static void push_seg(tg_nest_code *c, tg_segment s) {
+  c->seg = xrealloc(c->seg, sizeof *c->seg * (size_t)(c->n_seg + 1));
+  c->seg[c->n_seg++] = s;
+}
+
+/* Moves the pending outer statements into a segment of their own. */
+static void flush_outer(emitter *e, tg_nest_code *c) {
+  if (!e->buf[1].n) return;
+  push_seg(c, (tg_segment){.loop = false, .text = sb_take(&e->buf[1])});
+}
+
+static void coords_text(emitter *e, tg_sbuf *b, const int *axes, int n, const char *var) {
+  const tg_type *D = dom(e);
+  for (int k = 0; k < n; k++) {
+    int a = axes[k];
+    int64_t s = 1;
+    for (int m = k + 1; m < n; m++) s *= D->dim[axes[m]].size;
+    if (D->dim[a].size == 1) tg_sb_printf(b, "const tg_idx i%d = 0;\n", a);
+    else if (k == 0 && s == 1) tg_sb_printf(b, "const tg_idx i%d = %s;\n", a, var);
+    else if (k == 0) tg_sb_printf(b, "const tg_idx i%d = %s / %lld;\n", a, var, (long long)s);
+    else if (s == 1) tg_sb_printf(b, "const tg_idx i%d = %s %% %lld;\n", a, var, (long long)D->dim[a].size);
+    else tg_sb_printf(b, "const tg_idx i%d = %s / %lld %% %lld;\n", a, var, (long long)s, (long long)D->dim[a].size);
+  }
+  /* coordinates of axes of size 1 that belong to neither list are 0 too */
+}
+
+static void scatter_code(emitter *e, tg_nest_code *c) {
+  const tg_node *n = e->g->nodes[e->st->node];
+  const tg_node *src = n->in[0], *idx = n->in[1];
+  int ir = idx->type.rank;
+  e->in_loop = true;
+  const char **sc = canon(e, &src->type);
+  val iv = value_at(e, idx, sc, 2);
+  val sv = value_at(e, src, sc, 2);
+  int64_t row = 1;
+  for (int j = 1; j < n->type.rank; j++) row *= n->type.dim[j].size;
+  tg_sbuf off = {0};
+  tg_sb_printf(&off, "(tg_idx)%s * %lld", iv.s, (long long)row);
+  int64_t s = 1;
+  for (int j = src->type.rank - 1; j >= ir; j--) {
+    tg_sb_printf(&off, " + i%d * %lld", j, (long long)s);
+    s *= src->type.dim[j].size;
+  }
+  tg_sb_printf(&e->buf[2], "b%d[%s] += %s;\n", n->id, off.s, sv.s);
+  tg_sb_free(&off);
+  /* each outer point owns one column of the table: it zeroes it, then adds
+   * the rows in order, so the sums are deterministic without atomics */
+  tg_sbuf col = {0};
+  s = 1;
+  for (int j = src->type.rank - 1; j >= ir; j--) {
+    tg_sb_printf(&col, " + i%d * %lld", j, (long long)s);
+    s *= src->type.dim[j].size;
+  }
+  tg_sb_printf(&e->buf[1], "for (tg_idx v = 0; v < %lld; v++) b%d[v * %lld%s] = 0;\n",
+               (long long)n->type.dim[0].size, n->id, (long long)row, col.s ? col.s : "");
+  tg_sb_free(&col);
+  char *body = sb_take(&e->buf[2]);
+  flush_outer(e, c);
+  push_seg(c, (tg_segment){.loop = true, .text = body, .ordered = true});
+}
+
+void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out) {
+  memset(out, 0, sizeof *out);
+  emitter e = {.p = p, .g = p->g, .lk = lk, .st = &lk->steps[s], .step = s, .d = d};
+  e.arena = p->g->arena;
+  for (int k = 0; k < MAXD; k++) e.memo[k] = calloc((size_t)p->g->n_nodes + 1, sizeof(char *));
+  e.dep_red = malloc((size_t)p->g->n_nodes + 1);
+  if (!e.memo[0] || !e.memo[1] || !e.memo[2] || !e.dep_red) exit(1);
+  memset(e.dep_red, -1, (size_t)p->g->n_nodes + 1);
+  const tg_nest *N = &e.st->nest;
+  tg_sbuf oc = {0}, ic = {0};
+  coords_text(&e, &oc, N->outer_axes, N->n_outer, "o");
+  coords_text(&e, &ic, N->inner_axes, N->n_inner, "j");
+  out->outer_coords = sb_take(&oc);
+  out->inner_coords = sb_take(&ic);
+  if (e.st->kind == TG_STEP_SCATTER) {
+    scatter_code(&e, out);
+  } else {
+    for (int w = 0; w < N->n_sweeps; w++) {
+      const tg_sweep *S = &N->sweeps[w];
+      e.in_loop = true;
+      memset(e.memo[2], 0, sizeof(char *) * (size_t)p->g->n_nodes);
+      tg_reduction *red = S->n_reduce ? calloc((size_t)S->n_reduce, sizeof *red) : NULL;
+      for (int r = 0; r < S->n_reduce; r++) {
+        const tg_node *rn = p->g->nodes[S->reduce[r]];
+        const tg_node *in = rn->in[0];
+        val v = value_at(&e, in, canon(&e, &in->type), 2);
+        /* inner axes along which the input is broadcast: count it once */
+        tg_sbuf g = {0};
+        for (int a = 0; a < N->dom.rank; a++)
+          if ((N->inner >> a & 1) && N->dom.dim[a].size > 1 && !tg_varies(&in->type, &N->dom, a))
+            tg_sb_printf(&g, "%si%d == 0", g.n ? " && " : "", a);
+        bool is_max = rn->op == TG_OP_max;
+        const char *x = v.s;
+        if (g.n) x = tg_sprintf(e.arena, "((%s) ? %s : %s)", g.s, v.s, is_max ? "(-tg_inf())" : "0.0f");
+        tg_sb_free(&g);
+        red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype)};
+      }
+      for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2);
+      e.in_loop = false;
+      char *body = sb_take(&e.buf[2]);
+      flush_outer(&e, out);
+      push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce});
+      for (int r = 0; r < S->n_reduce; r++) e.memo[1][S->reduce[r]] = tg_sprintf(e.arena, "t%d", S->reduce[r]);
+    }
+    e.in_loop = false;
+    tg_sbuf post = {0};
+    tg_sbuf keep = e.buf[1];
+    memset(&e.buf[1], 0, sizeof e.buf[1]);
+    /* post stores: values go to the outer statements, the stores apart */
+    for (int k = 0; k < N->n_post; k++) store(&e, p->g->nodes[N->post[k]], 1);
+    /* split: definitions stay with the outer statements (every thread), the
+     * store lines go to post_only */
+    char *all = sb_take(&e.buf[1]);
+    tg_sbuf defs = keep;
+    for (char *line = all; line && *line;) {
+      char *nl = strchr(line, '\n');
+      size_t len = nl ? (size_t)(nl - line) : strlen(line);
+      bool is_store = !strncmp(line, "b", 1) || !strncmp(line, "if (", 4);
+      tg_sb_printf(is_store ? &post : &defs, "%.*s\n", (int)len, line);
+      line = nl ? nl + 1 : NULL;
+    }
+    free(all);
+    e.buf[1] = defs;
+    flush_outer(&e, out);
+    out->post_only = sb_take(&post);
+  }
+  out->uniform = sb_take(&e.buf[0]);
+  for (int k = 0; k < MAXD; k++) {
+    tg_sb_free(&e.buf[k]);
+    free(e.memo[k]);
+  }
+  free(e.dep_red);
+}
+
+void tg_nest_code_free(tg_nest_code *c) {
+  free(c->uniform);
+  free(c->outer_coords);
+  free(c->inner_coords);
+  for (int i = 0; i < c->n_seg; i++) {
+    free(c->seg[i].text);
+    free(c->seg[i].red);
+  }
+  free(c->seg);
+  free(c->post_only);
+  memset(c, 0, sizeof *c);
+}
+
+/* ---- parameters and comments ------------------------------------------------ */
+
+void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d) {
+  const char *restrict_kw = d == TG_DIALECT_CUDA ? "__restrict__" : "restrict";
+  for (int a = 0; a < lk->n_args; a++) {
+    const tg_node *n = p->g->nodes[lk->args[a]];
+    tg_sb_printf(b, "%s%s%s *%s b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
+                 tg_storage_ctype(n->type.dtype), restrict_kw, n->id);
+  }
+  if (!lk->n_args) tg_sb_printf(b, "void");
+}
+
+static const char *short_file(const char *f) {
+  const char *s = f ? strrchr(f, '/') : NULL;
+  return s ? s + 1 : f ? f : "?";
+}
+
+void tg_emit_kernel_comment(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk) {
+  const tg_graph *g = p->g;
+  const tg_kernel *K = &g->kernels[lk->kernel];
+  tg_sb_printf(b, "/* k%d %s \"%s\": %d ops\n", lk->kernel, tg_kernel_kind_name(K->kind), K->name, K->n_nodes);
+  /* the ops by source line, in first-seen order, as the fusion report lists them */
+  for (int a = 0; a < K->n_nodes; a++) {
+    const tg_node *n = g->nodes[K->nodes[a]];
+    bool seen = false;
+    for (int x = 0; x < a && !seen; x++) {
+      const tg_node *m = g->nodes[K->nodes[x]];
+      seen = m->loc.line == n->loc.line && !strcmp(short_file(m->loc.file), short_file(n->loc.file));
+    }
+    if (seen) continue;
+    tg_sb_printf(b, " *   %s:%d:", short_file(n->loc.file), n->loc.line);
+    for (int x = a; x < K->n_nodes; x++) {
+      const tg_node *m = g->nodes[K->nodes[x]];
+      if (m->loc.line == n->loc.line && !strcmp(short_file(m->loc.file), short_file(n->loc.file)))
+        tg_sb_printf(b, " %s%%%d", tg_ops[m->op].name, m->id);
+    }
+    tg_sb_printf(b, "\n");
+  }
+  tg_sb_printf(b, " */\n");
+}

@@ -1,0 +1,72 @@
+/* emit.h: the statements of a nest, shared by the C and CUDA renderers.
+ *
+ * The loop-nest form (lower.h) says which values a nest computes, stores
+ * and reduces; this turns it into C statements that are valid in both C11
+ * and CUDA C++ (temporaries, loads with strided offsets, stores), cut into
+ * segments at the sweeps' loops.  A renderer prints the segments inside
+ * its own loops: OpenMP loops on the CPU, threads and blocks on the GPU.
+ *
+ * Names the statements use, which the renderer must define:
+ *   i0..i7          the domain coordinates (tg_idx), outer ones before the
+ *                   segments, inner ones at the top of each loop body
+ *                   (tg_nest_coords prints them)
+ *   bN              the pointer to base value %N (a kernel argument)
+ *   tg_inf()        +infinity as float
+ *   tg_bf16_load(x) tg_bf16_store(f), tg_f16_load(x), tg_f16_store(f)
+ * and every value is a `const` local named tN (value %N) or uK (an
+ * unnamed temporary). */
+#ifndef TG_EMIT_H
+#define TG_EMIT_H
+
+#include "lower.h"
+
+typedef struct tg_sbuf {
+  char *s;
+  size_t n, cap;
+} tg_sbuf;
+
+void tg_sb_printf(tg_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tg_sb_free(tg_sbuf *b);
+
+typedef struct tg_reduction {
+  int node;            /* the sum or max */
+  bool is_max;
+  const char *value;   /* the expression to fold in (0 or -inf where guarded off) */
+  const char *ctype;   /* the accumulator's type */
+} tg_reduction;
+
+typedef struct tg_segment {
+  bool loop;           /* false: statements at the outer level */
+  char *text;          /* statements (outer level), or the loop body */
+  tg_reduction *red;   /* loop: reductions folded in each iteration; after
+                        * the loop the renderer defines tN (N = node) as the
+                        * reduced value */
+  int n_red;
+  bool ordered;        /* loop: iterations must run in order (a scatter) */
+} tg_segment;
+
+typedef struct tg_nest_code {
+  char *uniform;       /* before everything: values that vary along no axis */
+  char *outer_coords;  /* defines the outer coordinates from `o` */
+  char *inner_coords;  /* defines the inner coordinates from `j` */
+  tg_segment *seg;
+  int n_seg;
+  char *post_only;     /* stores once per outer point (one thread does them) */
+} tg_nest_code;
+
+typedef enum tg_dialect { TG_DIALECT_C, TG_DIALECT_CUDA } tg_dialect;
+
+/* The statements of step s (a nest or a scatter) of kernel lk. */
+void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out);
+void tg_nest_code_free(tg_nest_code *c);
+
+/* The parameter list of kernel lk's functions: "float *__restrict__ b12, ..."
+ * (pointers to every base value it touches; inputs const). */
+void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d);
+/* A comment naming the kernel, its kind and the ops it fuses with their
+ * .tg lines. */
+void tg_emit_kernel_comment(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk);
+/* A float literal that reads back exactly ("0.5f", "-tg_inf()"). */
+void tg_emit_float(tg_sbuf *b, double v);
+
+#endif

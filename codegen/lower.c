@@ -1,0 +1,778 @@
+/* lower.c: from fused kernels to the loop-nest form of lower.h.
+ *
+ * A kernel's nodes are sorted into steps by what the fuse pass made of
+ * them (ir.h: tg_kernel_kind):
+ *
+ *   elementwise, row, reduce  one nest over the kernel's domain (its
+ *                             largest shape);
+ *   multi                     the optimizer: a nest per reduction (each
+ *                             tensor's sum of squares) and a nest per shape
+ *                             of stored values (each parameter's m, v and
+ *                             new value), so every tensor is its own loop;
+ *   matmul                    a gemm, then its epilogue as a nest;
+ *   special                   a flash attention step, or a scatter.
+ *
+ * Values cross steps only through memory: each kernel output has the
+ * arena place memplan gave it, a leaf is the runtime's, and a value only
+ * its own kernel reads in another step (the product before its epilogue,
+ * a tensor's sum before the sums are added) gets scratch memory.
+ * Everything else is recomputed where it is read, as the fuse pass
+ * intended.  An assign writes its value straight into its leaf; that is
+ * safe only when nothing after it reads the leaf's old value, which is
+ * checked here. */
+#include "lower.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+const char *tg_storage_ctype(tg_dtype t) {
+  switch (t) {
+  case TG_F32: return "float";
+  case TG_BF16: case TG_F16: return "unsigned short";
+  case TG_I32: return "int";
+  case TG_BOOL: return "unsigned char";
+  default: return "?";
+  }
+}
+
+const char *tg_compute_ctype(tg_dtype t) {
+  switch (t) {
+  case TG_F32: case TG_BF16: case TG_F16: return "float";
+  case TG_I32: return "int";
+  case TG_BOOL: return "int";
+  default: return "?";
+  }
+}
+
+bool tg_varies(const tg_type *t, const tg_type *dom, int axis) {
+  int j = axis - (dom->rank - t->rank);
+  return j >= 0 && j < t->rank && t->dim[j].size > 1;
+}
+
+static bool fits(const tg_type *a, const tg_type *b) {
+  if (a->rank > b->rank) return false;
+  for (int i = 1; i <= a->rank; i++) {
+    int64_t x = a->dim[a->rank - i].size, y = b->dim[b->rank - i].size;
+    if (x != y && x != 1) return false;
+  }
+  return true;
+}
+
+static bool is_reduction(const tg_node *n) { return n->op == TG_OP_sum || n->op == TG_OP_max; }
+
+static bool is_flash(tg_op op) {
+  return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention ||
+         op == TG_OP_flash_attention_dq || op == TG_OP_flash_attention_dk ||
+         op == TG_OP_flash_attention_dv;
+}
+
+static bool is_stored_leaf(const tg_node *n) {
+  return n->op == TG_OP_input || n->op == TG_OP_param || n->op == TG_OP_state;
+}
+
+/* ---- layouts ------------------------------------------------------------- */
+
+/* The strides of a reshape of a strided tensor without copying, when they
+ * exist: dims are grouped into chunks contiguous in memory, and each chunk
+ * of the new shape must cover whole chunks of the old one (the rule
+ * PyTorch's view() follows). */
+static bool reshape_strides(const tg_type *from, const int64_t *fs, const tg_type *to, int64_t *ts) {
+  if (from->rank == 0) {
+    for (int i = 0; i < to->rank; i++) ts[i] = 0;
+    return true;
+  }
+  int vd = to->rank - 1;
+  int64_t chunk = fs[from->rank - 1], tn = 1, vn = 1;
+  for (int td = from->rank - 1; td >= 0; td--) {
+    tn *= from->dim[td].size;
+    if (td == 0 || (from->dim[td - 1].size != 1 && fs[td - 1] != tn * chunk)) {
+      while (vd >= 0 && (vn < tn || to->dim[vd].size == 1)) {
+        ts[vd] = vn * chunk;
+        vn *= to->dim[vd].size;
+        vd--;
+      }
+      if (vn != tn) return false;
+      if (td > 0) {
+        chunk = fs[td - 1];
+        tn = vn = 1;
+      }
+    }
+  }
+  return vd == -1;
+}
+
+bool tg_layout_of(const tg_program *p, const tg_node *n, tg_layout *out) {
+  if (tg_is_view(n)) {
+    tg_layout in;
+    if (!tg_layout_of(p, n->in[0], &in)) return false;
+    const tg_type *it = &n->in[0]->type, *ot = &n->type;
+    out->base = in.base;
+    out->offset = in.offset;
+    switch (n->op) {
+    case TG_OP_transpose:
+      for (int i = 0; i < ot->rank; i++) out->stride[i] = in.stride[n->perm[i]];
+      return true;
+    case TG_OP_slice:
+      for (int i = 0; i < ot->rank; i++) out->stride[i] = in.stride[i];
+      out->offset += n->start * in.stride[n->axis];
+      return true;
+    case TG_OP_expand:
+      for (int i = 0; i < ot->rank; i++) {
+        int j = i - (ot->rank - it->rank);
+        out->stride[i] = j < 0 || it->dim[j].size == 1 ? 0 : in.stride[j];
+      }
+      return true;
+    case TG_OP_reshape: return reshape_strides(it, in.stride, ot, out->stride);
+    default: return false;
+    }
+  }
+  if (p->store[n->id].place == TG_PLACE_NONE) return false;
+  out->base = n->id;
+  out->offset = 0;
+  int64_t s = 1;
+  for (int i = n->type.rank - 1; i >= 0; i--) {
+    out->stride[i] = n->type.dim[i].size == 1 ? 0 : s;
+    s *= n->type.dim[i].size;
+  }
+  return true;
+}
+
+/* ---- building nests ------------------------------------------------------ */
+
+typedef struct ivec {
+  int *v;
+  int n, cap;
+} ivec;
+
+static void push(ivec *a, int x) {
+  if (a->n == a->cap) {
+    a->cap = a->cap ? 2 * a->cap : 8;
+    int *v = xcalloc((size_t)a->cap, sizeof *v);
+    if (a->n) memcpy(v, a->v, sizeof *v * (size_t)a->n);
+    free(a->v);
+    a->v = v;
+  }
+  a->v[a->n++] = x;
+}
+
+typedef struct lowerer {
+  tg_ctx *ctx;
+  const tg_graph *g;
+  tg_program *p;
+  bool *stored;   /* per node: written to memory by its step */
+  int *sweep_of;  /* per node: the sweep it needs finished before it (0: none) */
+  tg_arena *arena;
+  /* the steps of the kernel being lowered, and the nodes each owns */
+  tg_step *steps;
+  ivec *members;
+  int n_steps, cap_steps;
+} lowerer;
+
+static int *arena_ints(tg_arena *a, const ivec *v) {
+  int *r = tg_alloc(a, sizeof(int) * (size_t)(v->n ? v->n : 1));
+  if (v->n) memcpy(r, v->v, sizeof(int) * (size_t)v->n);
+  return r;
+}
+
+static void nest_axes(tg_nest *nest, const tg_type *dom, uint32_t inner) {
+  nest->dom = *dom;
+  nest->inner = inner;
+  nest->n_outer = nest->n_inner = 0;
+  nest->outer_count = nest->inner_count = 1;
+  for (int a = 0; a < dom->rank; a++) {
+    if (inner >> a & 1) {
+      nest->inner_axes[nest->n_inner++] = a;
+      nest->inner_count *= dom->dim[a].size;
+    } else {
+      nest->outer_axes[nest->n_outer++] = a;
+      nest->outer_count *= dom->dim[a].size;
+    }
+  }
+}
+
+/* Does n vary along an inner axis of the nest (so it is computed inside the
+ * sweeps)? */
+static bool varies_inner(const tg_nest *nest, const tg_type *t) {
+  for (int i = 0; i < nest->n_inner; i++)
+    if (tg_varies(t, &nest->dom, nest->inner_axes[i])) return true;
+  return false;
+}
+
+/* The sweep after which n's value is known: one past the latest sweep that
+ * finishes a reduction n depends on within `step` (memoised in sweep_of,
+ * which holds that number + 1 once known). */
+static int sweep_level(lowerer *L, const tg_node *n, int step) {
+  const tg_node *b = tg_kernel_base(n);
+  if (L->p->step_of[b->id] != step || tg_ops[b->op].kind == TG_KIND_LEAF) return 0;
+  if (L->sweep_of[b->id]) return L->sweep_of[b->id] - 1;
+  int level = 0;
+  for (int i = 0; i < b->nin; i++) {
+    int l = sweep_level(L, b->in[i], step);
+    if (l > level) level = l;
+  }
+  if (is_reduction(b)) level++; /* finished by the sweep numbered `level` (1-based) */
+  L->sweep_of[b->id] = level + 1;
+  return level;
+}
+
+/* Fills a nest's sweeps and post-stores from the reductions and stored
+ * values of `step` (the nodes given, in graph order). */
+static void fill_nest(lowerer *L, tg_nest *nest, const ivec *nodes, int step) {
+  int n_sweeps = 0;
+  for (int i = 0; i < nodes->n; i++) {
+    const tg_node *n = L->g->nodes[nodes->v[i]];
+    int l = sweep_level(L, n, step);
+    if (is_reduction(n) && l > n_sweeps) n_sweeps = l;
+    if (!is_reduction(n) && L->stored[n->id] && varies_inner(nest, &n->type) && l + 1 > n_sweeps) n_sweeps = l + 1;
+  }
+  ivec *red = xcalloc((size_t)n_sweeps + 1, sizeof *red), *st = xcalloc((size_t)n_sweeps + 1, sizeof *st);
+  ivec post = {0};
+  for (int i = 0; i < nodes->n; i++) {
+    const tg_node *n = L->g->nodes[nodes->v[i]];
+    int l = sweep_level(L, n, step);
+    if (is_reduction(n)) push(&red[l - 1], n->id);
+    if (is_reduction(n) ? L->stored[n->id] : L->stored[n->id] && !varies_inner(nest, &n->type)) push(&post, n->id);
+    else if (!is_reduction(n) && L->stored[n->id]) push(&st[l], n->id);
+  }
+  nest->n_sweeps = n_sweeps;
+  nest->sweeps = tg_alloc(L->arena, sizeof(tg_sweep) * (size_t)(n_sweeps ? n_sweeps : 1));
+  for (int s = 0; s < n_sweeps; s++) {
+    nest->sweeps[s] = (tg_sweep){arena_ints(L->arena, &red[s]), red[s].n, arena_ints(L->arena, &st[s]), st[s].n};
+    free(red[s].v);
+    free(st[s].v);
+  }
+  free(red[n_sweeps].v);
+  free(st[n_sweeps].v);
+  free(red);
+  free(st);
+  nest->post = arena_ints(L->arena, &post);
+  nest->n_post = post.n;
+  free(post.v);
+}
+
+/* The iteration domain of a single-nest kernel: its largest shape among
+ * values and reduction inputs (the fuse pass made every other fit it). */
+static tg_type kernel_domain(const lowerer *L, const ivec *nodes) {
+  tg_type dom = L->g->nodes[nodes->v[0]]->type;
+  for (int i = 0; i < nodes->n; i++) {
+    const tg_node *n = L->g->nodes[nodes->v[i]];
+    const tg_type *t = is_reduction(n) ? &n->in[0]->type : &n->type;
+    if (tg_type_numel(t) > tg_type_numel(&dom)) dom = *t;
+  }
+  return dom;
+}
+
+static void check_fit(lowerer *L, const tg_nest *nest, const ivec *nodes) {
+  for (int i = 0; i < nodes->n; i++) {
+    const tg_node *n = L->g->nodes[nodes->v[i]];
+    const tg_type *t = is_reduction(n) ? &n->in[0]->type : &n->type;
+    if (!fits(t, &nest->dom) && (L->stored[n->id] || is_reduction(n)))
+      tg_error(L->ctx, n->loc, "cannot lower %%%d %s: its shape does not fit its kernel's domain", n->id,
+               tg_ops[n->op].name);
+  }
+}
+
+static int new_step(lowerer *L, tg_step_kind kind) {
+  if (L->n_steps == L->cap_steps) {
+    int cap = L->cap_steps ? 2 * L->cap_steps : 8;
+    tg_step *s = xcalloc((size_t)cap, sizeof *s);
+    ivec *m = xcalloc((size_t)cap, sizeof *m);
+    if (L->n_steps) {
+      memcpy(s, L->steps, sizeof *s * (size_t)L->n_steps);
+      memcpy(m, L->members, sizeof *m * (size_t)L->n_steps);
+    }
+    free(L->steps);
+    free(L->members);
+    L->steps = s;
+    L->members = m;
+    L->cap_steps = cap;
+  }
+  int i = L->n_steps++;
+  memset(&L->steps[i], 0, sizeof L->steps[i]);
+  memset(&L->members[i], 0, sizeof L->members[i]);
+  L->steps[i].kind = kind;
+  L->steps[i].node = -1;
+  for (int a = 0; a < 9; a++) L->steps[i].flash_args[a] = -1;
+  return i;
+}
+
+static void own(lowerer *L, int step, int node) {
+  push(&L->members[step], node);
+  L->p->step_of[node] = step;
+}
+
+/* One nest over the given nodes: elementwise, row and reduce kernels, and
+ * matmul epilogues.  Its inner axes: a row kernel's last axis, a reduce
+ * kernel's reduced axes, else the last axis (the vectorised loop). */
+static void single_nest(lowerer *L, int step, tg_kernel_kind kind) {
+  const ivec *nodes = &L->members[step];
+  tg_type dom = kernel_domain(L, nodes);
+  uint32_t inner = 0;
+  if (kind == TG_KERNEL_ROW && dom.rank) inner = 1u << (dom.rank - 1);
+  for (int i = 0; i < nodes->n && kind == TG_KERNEL_REDUCE; i++) {
+    const tg_node *n = L->g->nodes[nodes->v[i]];
+    if (is_reduction(n)) inner = n->axes;
+  }
+  if (!inner && dom.rank) inner = 1u << (dom.rank - 1);
+  nest_axes(&L->steps[step].nest, &dom, inner);
+}
+
+/* The optimizer kernel: every reduction is a nest of its own (a tensor's
+ * sum of squares); stored values group by shape, consecutive in graph
+ * order (one parameter's m, v and new value); everything else is
+ * recomputed inside the nests that read it. */
+static void multi_steps(lowerer *L, const tg_kernel *K) {
+  int cur = -1;
+  for (int i = 0; i < K->n_nodes; i++) {
+    const tg_node *n = L->g->nodes[K->nodes[i]];
+    if (is_reduction(n)) {
+      int s = new_step(L, TG_STEP_NEST);
+      own(L, s, n->id);
+      nest_axes(&L->steps[s].nest, &n->in[0]->type, n->axes);
+      cur = -1;
+    } else if (L->stored[n->id]) {
+      if (cur < 0 || !tg_type_same_shape(&L->steps[cur].nest.dom, &n->type)) {
+        cur = new_step(L, TG_STEP_NEST);
+        uint32_t inner = n->type.rank ? 1u << (n->type.rank - 1) : 0;
+        nest_axes(&L->steps[cur].nest, &n->type, inner);
+      }
+      own(L, cur, n->id);
+    }
+  }
+}
+
+/* A flash operand: a view of a value in memory, or (self) an output of the
+ * step, which is its own contiguous base. */
+static void flash_operand(lowerer *L, const tg_node *n, tg_flash_operand *op, int *arg, bool self) {
+  tg_layout lay;
+  if (self) {
+    L->stored[n->id] = true;
+    lay.base = n->id;
+    lay.offset = 0;
+    int64_t s = 1;
+    for (int i = n->type.rank - 1; i >= 0; i--) {
+      lay.stride[i] = n->type.dim[i].size == 1 ? 0 : s;
+      s *= n->type.dim[i].size;
+    }
+  } else if (!tg_layout_of(L->p, n, &lay))
+    tg_error(L->ctx, n->loc, "cannot lower flash attention: operand %%%d is not a strided view", n->id);
+  const tg_type *t = &n->type;
+  if (t->rank < 2 || t->rank > 4)
+    tg_error(L->ctx, n->loc, "cannot lower flash attention: operands of rank %d (2 to 4 supported)", t->rank);
+  memset(op, 0, sizeof *op);
+  op->offset = lay.offset;
+  for (int i = 0; i < t->rank; i++) op->stride[4 - t->rank + i] = lay.stride[i];
+  op->bf16 = t->dtype == TG_BF16;
+  if (t->dtype != TG_F32 && t->dtype != TG_BF16)
+    tg_error(L->ctx, n->loc, "cannot lower flash attention on %s values", tg_dtype_name(t->dtype));
+  *arg = lay.base;
+}
+
+static void flash_step(lowerer *L, const tg_kernel *K) {
+  const tg_node *fwd = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+  for (int i = 0; i < K->n_nodes; i++) {
+    const tg_node *n = L->g->nodes[K->nodes[i]];
+    if (n->op == TG_OP_flash_attention) fwd = n;
+    if (n->op == TG_OP_flash_attention_lse) lse = n;
+    if (n->op == TG_OP_flash_attention_dq) dq = n;
+    if (n->op == TG_OP_flash_attention_dk) dk = n;
+    if (n->op == TG_OP_flash_attention_dv) dv = n;
+  }
+  bool bwd = dq || dk || dv;
+  const tg_node *any = bwd ? (dq ? dq : dk ? dk : dv) : fwd ? fwd : lse;
+  if (!bwd && !(fwd && lse))
+    tg_error(L->ctx, any->loc, "cannot lower a flash attention kernel without both its forward ops");
+  if (bwd && !(dq && dk && dv))
+    tg_error(L->ctx, any->loc, "cannot lower a flash attention backward without all of dq, dk and dv");
+  int s = new_step(L, bwd ? TG_STEP_FLASH_BWD : TG_STEP_FLASH_FWD);
+  for (int i = 0; i < K->n_nodes; i++) own(L, s, K->nodes[i]);
+  tg_step *st = &L->steps[s];
+  st->node = any->id;
+  tg_flash_shape *f = &st->flash;
+  const tg_type *qt = &any->in[0]->type;
+  f->nb = qt->rank >= 4 ? qt->dim[qt->rank - 4].size : 1;
+  f->nh = qt->rank >= 3 ? qt->dim[qt->rank - 3].size : 1;
+  f->T = qt->dim[qt->rank - 2].size;
+  f->D = qt->dim[qt->rank - 1].size;
+  f->scale = any->value;
+  flash_operand(L, any->in[0], &f->q, &st->flash_args[0], false);
+  flash_operand(L, any->in[1], &f->k, &st->flash_args[1], false);
+  flash_operand(L, any->in[2], &f->v, &st->flash_args[2], false);
+  if (bwd) {
+    flash_operand(L, any->in[3], &f->o, &st->flash_args[3], false);
+    flash_operand(L, any->in[4], &f->lse, &st->flash_args[4], false);
+    flash_operand(L, any->in[5], &f->dout, &st->flash_args[5], false);
+    flash_operand(L, dq, &f->dq, &st->flash_args[6], true);
+    flash_operand(L, dk, &f->dk, &st->flash_args[7], true);
+    flash_operand(L, dv, &f->dv, &st->flash_args[8], true);
+  } else {
+    flash_operand(L, fwd, &f->o, &st->flash_args[3], true);
+    flash_operand(L, lse, &f->lse, &st->flash_args[4], true);
+  }
+}
+
+/* A matmul operand's 2-D view for BLAS: row-major with a leading dim, or
+ * transposed; false when neither (a copy would be needed). */
+static bool blas_2d(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool *trans, int64_t *ld) {
+  if (cs == 1 || cols == 1) {
+    int64_t l = rows == 1 ? cols : rs;
+    if (l >= cols && l >= 1) {
+      *trans = false;
+      *ld = l;
+      return true;
+    }
+  }
+  if (rs == 1 || rows == 1) {
+    int64_t l = cols == 1 ? rows : cs;
+    if (l >= rows && l >= 1) {
+      *trans = true;
+      *ld = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+static void contiguous(const tg_node *n, tg_layout *lay) {
+  lay->base = n->id;
+  lay->offset = 0;
+  int64_t s = 1;
+  for (int i = n->type.rank - 1; i >= 0; i--) {
+    lay->stride[i] = n->type.dim[i].size == 1 ? 0 : s;
+    s *= n->type.dim[i].size;
+  }
+}
+
+/* Whether BLAS can read matmul operand x where it is: a strided view whose
+ * last two dims are a row-major or transposed matrix. */
+static bool blas_ready(const tg_program *p, const tg_node *x) {
+  tg_layout lay;
+  if (!tg_layout_of(p, x, &lay)) return false;
+  int r = x->type.rank;
+  bool t;
+  int64_t ld;
+  return blas_2d(x->type.dim[r - 2].size, x->type.dim[r - 1].size, lay.stride[r - 2], lay.stride[r - 1], &t, &ld);
+}
+
+/* A step that copies view x into scratch, contiguous, for a matmul that
+ * cannot read it in place (attention's output, transposed back and
+ * reshaped, is such a view).  Its nest stores x itself. */
+static int pack_step(lowerer *L, const tg_node *x) {
+  if (L->p->step_of[x->id] >= 0)
+    tg_error(L->ctx, x->loc, "cannot lower: the view %%%d would be copied for two matmuls", x->id);
+  int s = new_step(L, TG_STEP_NEST);
+  own(L, s, x->id);
+  L->stored[x->id] = true;
+  L->steps[s].node = x->id;
+  nest_axes(&L->steps[s].nest, &x->type, x->type.rank ? 1u << (x->type.rank - 1) : 0);
+  return s;
+}
+
+static void gemm_step(lowerer *L, const tg_node *mm) {
+  const tg_node *a = mm->in[0], *b = mm->in[1];
+  int pa = blas_ready(L->p, a) ? -1 : pack_step(L, a);
+  int pb = blas_ready(L->p, b) ? -1 : pack_step(L, b);
+  int s = new_step(L, TG_STEP_GEMM);
+  own(L, s, mm->id);
+  L->stored[mm->id] = true;
+  tg_gemm *G = &L->steps[s].gemm;
+  G->node = mm->id;
+  G->after = pa > pb ? pa : pb;
+  const tg_type *at = &a->type, *bt = &b->type, *ct = &mm->type;
+  if (at->dtype != TG_F32 || bt->dtype != TG_F32)
+    tg_error(L->ctx, mm->loc, "cannot lower a matmul of %s values (f32 only so far)", tg_dtype_name(at->dtype));
+  if (pa >= 0) contiguous(a, &G->a);
+  else tg_layout_of(L->p, a, &G->a);
+  if (pb >= 0) contiguous(b, &G->b);
+  else tg_layout_of(L->p, b, &G->b);
+  int ar = at->rank, br = bt->rank, cr = ct->rank;
+  G->m = ct->dim[cr - 2].size;
+  G->n = ct->dim[cr - 1].size;
+  G->k = at->dim[ar - 1].size;
+  int64_t sam = G->a.stride[ar - 2], sak = G->a.stride[ar - 1];
+  int64_t sbk = G->b.stride[br - 2], sbn = G->b.stride[br - 1];
+  /* batch dims of the result; an operand's missing or size-1 dims broadcast */
+  G->batch_rank = cr - 2;
+  G->batch = 1;
+  bool b_broadcast = true, a_folds = true;
+  int64_t expect = sam * G->m; /* a's batch dims fold into m when contiguous over it */
+  for (int j = cr - 3; j >= 0; j--) {
+    G->batch_dims[j] = ct->dim[j].size;
+    G->batch *= ct->dim[j].size;
+    int ja = j - (cr - ar), jb = j - (cr - br);
+    G->a_bstride[j] = ja >= 0 && at->dim[ja].size > 1 ? G->a.stride[ja] : 0;
+    G->b_bstride[j] = jb >= 0 && bt->dim[jb].size > 1 ? G->b.stride[jb] : 0;
+    if (G->b_bstride[j]) b_broadcast = false;
+    if (ct->dim[j].size > 1 && G->a_bstride[j] != expect) a_folds = false;
+    expect *= ct->dim[j].size;
+  }
+  int64_t cs = G->n * G->m;
+  for (int j = cr - 3; j >= 0; j--) {
+    G->c_bstride[j] = cs;
+    cs *= ct->dim[j].size;
+  }
+  G->a_off = G->a.offset;
+  G->b_off = G->b.offset;
+  if (G->batch > 1 && b_broadcast && a_folds && sak == 1) {
+    /* one product: [batch*m, k] @ [k, n] (a linear layer over [B, T, C]) */
+    G->m *= G->batch;
+    G->batch = 1;
+    G->batch_rank = 0;
+  }
+  if (!blas_2d(G->m, G->k, sam, sak, &G->trans_a, &G->lda) || !blas_2d(G->k, G->n, sbk, sbn, &G->trans_b, &G->ldb))
+    tg_error(L->ctx, mm->loc, "cannot lower matmul %%%d: an operand's strides are not a BLAS layout", mm->id);
+  G->ldc = G->n;
+}
+
+static void scatter_step(lowerer *L, const tg_node *n) {
+  int s = new_step(L, TG_STEP_SCATTER);
+  own(L, s, n->id);
+  L->stored[n->id] = true;
+  L->steps[s].node = n->id;
+  const tg_type *src = &n->in[0]->type;
+  int ir = n->in[1]->type.rank;
+  uint32_t inner = 0;
+  for (int a = 0; a < ir; a++) inner |= 1u << a;
+  nest_axes(&L->steps[s].nest, src, inner);
+}
+
+/* ---- values crossing steps ----------------------------------------------- */
+
+/* Marks what step `s` reads from other steps of its kernel (through values
+ * it recomputes) as stored, and returns the latest wave among them. */
+static int cross_reads(lowerer *L, int s, const tg_node *n, int kernel, bool *seen, int wave) {
+  const tg_node *b = tg_kernel_base(n);
+  if (b->kernel != kernel || seen[b->id]) return wave;
+  seen[b->id] = true;
+  int o = L->p->step_of[b->id];
+  if (o >= 0 && o != s) {
+    L->stored[b->id] = true;
+    return L->steps[o].wave + 1 > wave ? L->steps[o].wave + 1 : wave;
+  }
+  for (int i = 0; i < b->nin; i++) wave = cross_reads(L, s, b->in[i], kernel, seen, wave);
+  /* a view's chain may pass values of the kernel on its way to the base */
+  return wave;
+}
+
+/* ---- the program --------------------------------------------------------- */
+
+static void lower_kernel(lowerer *L, int k) {
+  const tg_graph *g = L->g;
+  const tg_kernel *K = &g->kernels[k];
+  L->n_steps = 0;
+  const tg_node *first = g->nodes[K->nodes[0]];
+  switch (K->kind) {
+  case TG_KERNEL_MATMUL: {
+    const tg_node *mm = NULL;
+    for (int i = 0; i < K->n_nodes && !mm; i++)
+      if (g->nodes[K->nodes[i]]->op == TG_OP_matmul) mm = g->nodes[K->nodes[i]];
+    gemm_step(L, mm);
+    if (K->n_nodes > 1) {
+      int s = new_step(L, TG_STEP_NEST);
+      for (int i = 0; i < K->n_nodes; i++)
+        if (K->nodes[i] != mm->id) own(L, s, K->nodes[i]);
+      single_nest(L, s, TG_KERNEL_ELEMENTWISE);
+    }
+    break;
+  }
+  case TG_KERNEL_SPECIAL:
+    if (first->op == TG_OP_scatter_add) scatter_step(L, first);
+    else if (is_flash(first->op)) flash_step(L, K);
+    else tg_error(L->ctx, first->loc, "cannot lower a special kernel of %s", tg_ops[first->op].name);
+    break;
+  case TG_KERNEL_MULTI: multi_steps(L, K); break;
+  default: {
+    int s = new_step(L, TG_STEP_NEST);
+    for (int i = 0; i < K->n_nodes; i++) own(L, s, K->nodes[i]);
+    single_nest(L, s, K->kind);
+  }
+  }
+  /* waves, and what crosses steps */
+  bool *seen = xcalloc((size_t)g->n_nodes + 1, 1);
+  int n_waves = 0;
+  for (int s = 0; s < L->n_steps; s++) {
+    memset(seen, 0, (size_t)g->n_nodes + 1);
+    int wave = 0;
+    const ivec *m = &L->members[s];
+    for (int i = 0; i < m->n; i++) seen[m->v[i]] = true;
+    for (int i = 0; i < m->n; i++) {
+      const tg_node *n = g->nodes[m->v[i]];
+      for (int j = 0; j < n->nin; j++) wave = cross_reads(L, s, n->in[j], k, seen, wave);
+    }
+    if (L->steps[s].kind == TG_STEP_GEMM && L->steps[s].gemm.after >= 0 &&
+        L->steps[L->steps[s].gemm.after].wave + 1 > wave)
+      wave = L->steps[L->steps[s].gemm.after].wave + 1; /* after the copies of its operands */
+    L->steps[s].wave = wave;
+    if (wave + 1 > n_waves) n_waves = wave + 1;
+  }
+  free(seen);
+  for (int s = 0; s < L->n_steps; s++) {
+    if (L->steps[s].kind != TG_STEP_NEST) continue;
+    check_fit(L, &L->steps[s].nest, &L->members[s]);
+    fill_nest(L, &L->steps[s].nest, &L->members[s], s);
+  }
+  tg_lkernel *lk = &L->p->kernels[k];
+  lk->kernel = k;
+  lk->n_steps = L->n_steps;
+  lk->n_waves = n_waves;
+  lk->steps = tg_alloc(L->arena, sizeof(tg_step) * (size_t)L->n_steps);
+  memcpy(lk->steps, L->steps, sizeof(tg_step) * (size_t)L->n_steps);
+  for (int s = 0; s < L->n_steps; s++) {
+    lk->steps[s].fn = tg_sprintf(L->arena, "k%d_%d", k, s);
+    free(L->members[s].v);
+  }
+}
+
+/* Places every stored value: leaves are the runtime's, kernel outputs are
+ * where memplan put them, assigns write into their leaf, and the rest get
+ * scratch memory private to their kernel. */
+static void place_values(lowerer *L) {
+  const tg_graph *g = L->g;
+  tg_program *p = L->p;
+  int *leaf_index = xcalloc((size_t)g->n_nodes + 1, sizeof *leaf_index);
+  for (int i = 0; i < p->n_leaves; i++) leaf_index[p->leaves[i]] = i;
+  for (int b = 0; b < g->memplan->n_buffers; b++) {
+    const tg_buffer *B = &g->memplan->buffers[b];
+    p->store[B->node] = (tg_storage){TG_PLACE_ARENA, -1, B->offset};
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (is_stored_leaf(n)) p->store[i] = (tg_storage){TG_PLACE_LEAF, leaf_index[i], 0};
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op == TG_OP_assign) {
+      const tg_node *leaf = tg_kernel_base(n->in[0]);
+      p->store[i] = p->store[leaf->id];
+    }
+  }
+  p->arena_bytes = g->memplan->arena_bytes;
+  /* scratch: per kernel, from 0; the runtime gives the largest */
+  for (int k = 0; k < g->n_kernels; k++) {
+    int64_t top = 0;
+    const tg_kernel *K = &g->kernels[k];
+    const tg_lkernel *lk = &p->kernels[k];
+    for (int j = 0; j < K->n_nodes + lk->n_steps; j++) {
+      /* the kernel's values, then the views its matmuls copy */
+      int i = j < K->n_nodes ? K->nodes[j] : lk->steps[j - K->n_nodes].kind == TG_STEP_NEST ? lk->steps[j - K->n_nodes].node : -1;
+      if (i < 0 || !L->stored[i] || p->store[i].place != TG_PLACE_NONE) continue;
+      int64_t bytes = tg_type_numel(&g->nodes[i]->type) * tg_dtype_size(g->nodes[i]->type.dtype);
+      p->store[i] = (tg_storage){TG_PLACE_SCRATCH, -1, top};
+      top += (bytes + TG_MEMPLAN_ALIGN - 1) / TG_MEMPLAN_ALIGN * TG_MEMPLAN_ALIGN;
+    }
+    if (top > p->scratch_bytes) p->scratch_bytes = top;
+  }
+  free(leaf_index);
+}
+
+/* An assign writes its leaf in place: nothing may read the leaf's old value
+ * after that, except the same nest reading the same element. */
+static void check_assigns(lowerer *L) {
+  const tg_graph *g = L->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *a = g->nodes[i];
+    if (a->op != TG_OP_assign) continue;
+    const tg_node *leaf = tg_kernel_base(a->in[0]);
+    int sa = L->p->step_of[a->id];
+    const tg_lkernel *lk = &L->p->kernels[a->kernel];
+    for (int j = 0; j < g->n_nodes; j++) {
+      const tg_node *r = g->nodes[j];
+      if (r == a || r->kernel < 0) continue;
+      for (int x = 0; x < r->nin; x++) {
+        if (tg_kernel_base(r->in[x]) != leaf) continue;
+        bool ok;
+        if (r->kernel != a->kernel) ok = r->kernel < a->kernel;
+        else {
+          int sr = L->p->step_of[r->id];
+          bool same_elem = r->in[x] == leaf && tg_type_same_shape(&leaf->type, &lk->steps[sa].nest.dom) &&
+                           tg_type_same_shape(&r->type, &leaf->type);
+          ok = (sr == sa || sr < 0) ? same_elem : lk->steps[sr].wave < lk->steps[sa].wave;
+        }
+        if (!ok)
+          tg_error(L->ctx, r->loc,
+                   "cannot update '%s' in place: %%%d %s reads its old value after (or beside) the assign %%%d",
+                   leaf->name ? leaf->name : "?", r->id, tg_ops[r->op].name, a->id);
+      }
+    }
+  }
+}
+
+/* The base values each kernel touches, in a fixed order: the argument list
+ * of its generated function(s). */
+static void kernel_args(lowerer *L, int k) {
+  const tg_graph *g = L->g;
+  tg_lkernel *lk = &L->p->kernels[k];
+  const tg_kernel *K = &g->kernels[k];
+  bool *in = xcalloc((size_t)g->n_nodes + 1, 1), *w = xcalloc((size_t)g->n_nodes + 1, 1);
+  for (int j = 0; j < K->n_nodes; j++) {
+    const tg_node *n = g->nodes[K->nodes[j]];
+    if (L->stored[n->id]) {
+      int b = n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id;
+      in[b] = w[b] = true;
+    }
+    for (int x = 0; x < n->nin; x++) {
+      const tg_node *b = tg_kernel_base(n->in[x]);
+      if (L->p->store[b->id].place != TG_PLACE_NONE) in[b->id] = true;
+    }
+  }
+  for (int s = 0; s < lk->n_steps; s++)
+    if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) in[lk->steps[s].node] = w[lk->steps[s].node] = true;
+  ivec args = {0};
+  for (int i = 0; i < g->n_nodes; i++)
+    if (in[i]) push(&args, i);
+  lk->args = arena_ints(L->arena, &args);
+  lk->n_args = args.n;
+  lk->arg_written = tg_alloc(L->arena, (size_t)(args.n ? args.n : 1));
+  for (int a = 0; a < args.n; a++) lk->arg_written[a] = w[args.v[a]];
+  free(args.v);
+  free(in);
+  free(w);
+}
+
+tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) {
+  if (!g->n_kernels || !g->memplan)
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "code generation needs a fused and planned graph");
+  tg_program *p = tg_alloc(ctx->arena, sizeof *p);
+  p->g = g;
+  p->store = tg_alloc(ctx->arena, sizeof(tg_storage) * (size_t)g->n_nodes + 1);
+  p->step_of = tg_alloc(ctx->arena, sizeof(int) * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) p->step_of[i] = -1;
+  p->kernels = tg_alloc(ctx->arena, sizeof(tg_lkernel) * (size_t)g->n_kernels);
+  p->n_kernels = g->n_kernels;
+  ivec leaves = {0};
+  for (int i = 0; i < g->n_nodes; i++)
+    if (is_stored_leaf(g->nodes[i])) push(&leaves, i);
+  p->leaves = arena_ints(ctx->arena, &leaves);
+  p->n_leaves = leaves.n;
+  free(leaves.v);
+
+  lowerer L = {.ctx = ctx, .g = g, .p = p, .arena = ctx->arena};
+  L.stored = xcalloc((size_t)g->n_nodes + 1, 1);
+  L.sweep_of = xcalloc((size_t)g->n_nodes + 1, sizeof(int));
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    for (int j = 0; j < K->n_outputs; j++) L.stored[K->outputs[j]] = true;
+  }
+  /* leaves first: flash and gemm steps read their layouts while lowering */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
+  for (int b = 0; b < g->memplan->n_buffers; b++) p->store[g->memplan->buffers[b].node].place = TG_PLACE_ARENA;
+  for (int k = 0; k < g->n_kernels; k++) lower_kernel(&L, k);
+  place_values(&L);
+  check_assigns(&L);
+  for (int k = 0; k < g->n_kernels; k++) kernel_args(&L, k);
+  free(L.steps);
+  free(L.members);
+  free(L.stored);
+  free(L.sweep_of);
+  return p;
+}

@@ -1,0 +1,140 @@
+/* lower.h: the loop-nest form that both renderers (CUDA C and plain C) share.
+ *
+ * Lowering turns a fused, planned graph (after the fuse and memplan passes)
+ * into a program: for each kernel, the steps that compute it, and for every
+ * value that lives in memory, where it lives.  Everything a renderer needs
+ * to decide is decided here, once, so the two renderers differ only in how
+ * they spell loops, threads and library calls (docs/codegen.md):
+ *
+ *   nest      a loop nest over an iteration domain (a shape).  Its axes are
+ *             split into outer axes, each point of which is independent (a
+ *             thread or a block on the GPU, an OpenMP iteration on the CPU),
+ *             and inner axes walked in one or more sweeps: in a row kernel
+ *             (layernorm, softmax) the inner axis is the row, and each sweep
+ *             finishes reductions that the next sweep reads (the mean before
+ *             the variance).  An elementwise nest has one sweep over its
+ *             last axis.  Which node is computed at which loop depth follows
+ *             from its shape: a value that does not vary along the inner
+ *             axes is computed once per outer point, one that varies along
+ *             nothing once per nest.
+ *   gemm      a matmul, as a BLAS/cuBLASLt call with strides; its epilogue
+ *             is a nest that follows it.
+ *   flash     the flash attention forward or backward (codegen/flash.h).
+ *   scatter   scatter_add: zero the table, add rows in a fixed order.
+ *
+ * Steps of one kernel carry a wave number: steps of a wave are independent
+ * of each other (one CUDA launch holds them all: the multi-tensor optimizer),
+ * and a wave reads what earlier waves wrote. */
+#ifndef TG_LOWER_H
+#define TG_LOWER_H
+
+#include "flash.h"
+#include "ir.h"
+
+/* Where a materialised value lives. */
+typedef enum tg_place {
+  TG_PLACE_NONE,    /* not in memory: computed where it is read */
+  TG_PLACE_LEAF,    /* a param, input or state: the runtime owns it */
+  TG_PLACE_ARENA,   /* an intermediate planned by memplan */
+  TG_PLACE_SCRATCH, /* an intermediate only its own kernel reads (a matmul
+                     * product before its epilogue, a per-tensor sum) */
+} tg_place;
+
+typedef struct tg_storage {
+  tg_place place;
+  int leaf;       /* TG_PLACE_LEAF: index into tg_program.leaves */
+  int64_t offset; /* TG_PLACE_ARENA / SCRATCH: bytes from the start */
+} tg_storage;
+
+/* A view of a value in memory as strides: element (c0, c1, ...) of the
+ * view is at offset + sum(ci * stride[i]) elements of the base value. */
+typedef struct tg_layout {
+  int base;                  /* graph position of the materialised value */
+  int64_t offset;
+  int64_t stride[TG_MAX_RANK];
+} tg_layout;
+
+typedef struct tg_sweep {
+  int *reduce, n_reduce; /* sum/max nodes finished by this sweep */
+  int *store, n_store;   /* values stored from inside it (vary along inner axes) */
+} tg_sweep;
+
+typedef struct tg_nest {
+  tg_type dom;            /* iteration domain */
+  uint32_t inner;         /* bit set of the inner axes */
+  int outer_axes[TG_MAX_RANK], n_outer;
+  int inner_axes[TG_MAX_RANK], n_inner;
+  int64_t outer_count;    /* points of the outer axes (1 when none) */
+  int64_t inner_count;    /* points of the inner axes (1 when none) */
+  tg_sweep *sweeps;
+  int n_sweeps;
+  int *post, n_post;      /* stores once per outer point, after the sweeps */
+} tg_nest;
+
+typedef struct tg_gemm {
+  int node;               /* the matmul */
+  int after;              /* the last step copying an operand to scratch, or -1 */
+  int64_t m, n, k;        /* per product */
+  int64_t batch;          /* products (1 when the batch folds into m) */
+  bool trans_a, trans_b;  /* operand stored transposed (column-major) */
+  int64_t lda, ldb, ldc;  /* leading dims of the row-major view */
+  tg_layout a, b;         /* operand views; element (i, k) at offset + i*s0 + k*s1 */
+  int64_t a_off, b_off;   /* element offsets of product 0 */
+  /* product p's operands start at a_off + sum_j bcoord_j * a_bstride[j], etc;
+   * bcoord is p unravelled over batch_dims */
+  int batch_rank;
+  int64_t batch_dims[TG_MAX_RANK];
+  int64_t a_bstride[TG_MAX_RANK], b_bstride[TG_MAX_RANK], c_bstride[TG_MAX_RANK];
+} tg_gemm;
+
+typedef enum tg_step_kind { TG_STEP_NEST, TG_STEP_GEMM, TG_STEP_FLASH_FWD, TG_STEP_FLASH_BWD, TG_STEP_SCATTER } tg_step_kind;
+
+typedef struct tg_step {
+  tg_step_kind kind;
+  int wave;
+  tg_nest nest;           /* NEST; SCATTER: outer = the table's row axes, inner = idx's axes */
+  tg_gemm gemm;           /* GEMM */
+  tg_flash_shape flash;   /* FLASH_*: strides relative to each operand's base */
+  int flash_args[9];      /* FLASH_*: base values of q k v o lse do dq dk dv (-1: unused) */
+  int node;               /* SCATTER: the scatter_add; FLASH_*: an op of it; a NEST
+                           * that copies a view for a matmul: the view; else -1 */
+  const char *fn;         /* the generated function's name */
+} tg_step;
+
+typedef struct tg_lkernel {
+  int kernel;             /* index into g->kernels */
+  tg_step *steps;
+  int n_steps, n_waves;
+  int *args, n_args;      /* every base value the kernel reads or writes, in order */
+  bool *arg_written;
+} tg_lkernel;
+
+typedef struct tg_program {
+  const tg_graph *g;
+  tg_storage *store;      /* per graph position */
+  int *step_of;           /* per graph position: the step computing it in its
+                           * kernel, or -1 (leaves, views, inlined values) */
+  tg_lkernel *kernels;
+  int n_kernels;
+  int *leaves, n_leaves;  /* graph positions of input/param/state leaves */
+  int64_t arena_bytes, scratch_bytes;
+} tg_program;
+
+/* Lowers a graph after fuse and memplan.  What cannot be lowered (a layout
+ * BLAS cannot take, an in-place update that a later read would see) is
+ * reported through ctx and bails. */
+tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g);
+
+/* The view `n` (a chain of views over a materialised value) as strides;
+ * false when a reshape breaks the strided form. */
+bool tg_layout_of(const tg_program *p, const tg_node *n, tg_layout *out);
+
+/* Does the value vary along domain axis `axis` (its shape broadcast into dom)? */
+bool tg_varies(const tg_type *t, const tg_type *dom, int axis);
+
+/* The C element type a dtype is stored as ("float", "unsigned short", ...). */
+const char *tg_storage_ctype(tg_dtype t);
+/* The C type values of a dtype are computed in (bf16/f16 in float). */
+const char *tg_compute_ctype(tg_dtype t);
+
+#endif

@@ -1,0 +1,36 @@
+/* render.h: the two renderers of the loop-nest form (lower.h).
+ *
+ * Both print one self-contained file for a whole program (every kernel of a
+ * training step, in order), each kernel headed by a comment listing the ops
+ * it fuses and their .tg lines.  The output depends only on the program:
+ * the same graph gives the same bytes. */
+#ifndef TG_RENDER_H
+#define TG_RENDER_H
+
+#include <stdio.h>
+
+#include "lower.h"
+
+/* C11 for the CPU backend: OpenMP loops, OpenBLAS's cblas_sgemm for the
+ * matmuls, and an entry point
+ *   void tg_step(void *const *leaves, char *arena, char *scratch);
+ * that runs every kernel in order.  leaves[i] points at leaf
+ * p->leaves[i]'s elements; arena and scratch are p->arena_bytes and
+ * p->scratch_bytes, 256-byte aligned. */
+void tg_render_c(FILE *out, const tg_program *p);
+
+/* CUDA C++ for NVRTC, with no #include: one extern "C" __global__ function
+ * per wave of each kernel (a multi-tensor kernel's tensors share a launch),
+ * plus the flash attention kernels.  Matmuls are cuBLASLt calls made by the
+ * runtime; the manifest describes them. */
+void tg_render_cuda(FILE *out, const tg_program *p);
+
+/* JSON describing every launch of the CUDA file in order: function names,
+ * grid and block shapes, arguments (which value, where it lives) and the
+ * cuBLASLt matmuls. */
+void tg_render_manifest(FILE *out, const tg_program *p, const char *cuda_file);
+
+/* The launch shape of a wave's __global__ function. */
+enum { TG_CUDA_BLOCK = 256 };
+
+#endif

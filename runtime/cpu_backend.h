@@ -1,0 +1,34 @@
+/* cpu_backend.h: runs a fused, planned training step as generated C.
+ *
+ * The graph is lowered (codegen/lower.h), rendered as C (codegen/render.h),
+ * built into a shared object with the system compiler (runtime/ccjit.h,
+ * cached on disk) and loaded with dlopen.  The backend owns the memory: one
+ * buffer per leaf (params, inputs, optimizer state) in its dtype, the
+ * arena memplan planned, and the scratch lowering asked for. */
+#ifndef TG_CPU_BACKEND_H
+#define TG_CPU_BACKEND_H
+
+#include "ir.h"
+
+typedef struct tg_cpu tg_cpu;
+
+/* Builds and loads the step of g (after fuse and memplan; g must outlive
+ * the backend).  When c_path is not NULL the generated C is also written
+ * there.  Errors (a graph that cannot be lowered, a compiler failure with
+ * its log) are reported through ctx and bail. */
+tg_cpu *tg_cpu_new(tg_ctx *ctx, const tg_graph *g, const char *c_path);
+void tg_cpu_free(tg_cpu *c);
+
+/* The storage of leaf n (numel elements of its dtype), NULL if n is not a
+ * leaf of the graph.  Everything starts zeroed. */
+void *tg_cpu_leaf(tg_cpu *c, const tg_node *n);
+/* Runs the step once: every kernel in order (assigns update the leaves). */
+void tg_cpu_run(tg_cpu *c);
+/* The value of n after a run, as floats (numel of n's type), for a graph
+ * output or any value the step keeps in memory at its end; false when n
+ * is not in memory then. */
+bool tg_cpu_read(tg_cpu *c, const tg_node *n, float *dst);
+/* Whether the shared object came from the cache (for progress messages). */
+bool tg_cpu_from_cache(const tg_cpu *c);
+
+#endif
