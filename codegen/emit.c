@@ -511,7 +511,8 @@ static void coords_text(emitter *e, tg_sbuf *b, const int *axes, int n, const ch
     else if (s == 1) tg_sb_printf(b, "const tg_idx i%d = %s %% %lld;\n", a, var, (long long)D->dim[a].size);
     else tg_sb_printf(b, "const tg_idx i%d = %s / %lld %% %lld;\n", a, var, (long long)s, (long long)D->dim[a].size);
   }
-  /* coordinates of axes of size 1 that belong to neither list are 0 too */
+  /* not every statement list reads every coordinate; say that is fine */
+  for (int k = 0; k < n; k++) tg_sb_printf(b, "(void)i%d;\n", axes[k]);
 }
 
 static void scatter_code(emitter *e, tg_nest_code *c) {

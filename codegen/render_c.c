@@ -66,7 +66,7 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
   int64_t work = N->outer_count * N->inner_count;
   bool par = N->outer_count > 1 && work >= PARALLEL_MIN_WORK;
   if (par) fprintf(out, "  #pragma omp parallel for schedule(static)\n");
-  fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n", (long long)N->outer_count);
+  fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n    (void)o;\n", (long long)N->outer_count);
   print_code(out, c.outer_coords, "    ");
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];

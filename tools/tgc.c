@@ -4,6 +4,7 @@
  * (.tg source, or IR text), verify it, then print what was asked for.  The
  * passes of later stages are called here, one line each, in order. */
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include "frontend.h"
 #include "ir.h"
 #include "passes.h"
+#include "render.h"
 
 #define TG_VERSION "0.1.0"
 
@@ -23,6 +25,12 @@ static const char usage[] =
     "  --stats            parameter count, config, and op counts by kind and by op\n"
     "  --emit ir          the IR in its text form (docs/ir.md); tgc reads it back\n"
     "  --emit dot         the graph in Graphviz form (render: dot -Tsvg)\n"
+    "  --emit cuda        the training step's kernels as one self-contained CUDA\n"
+    "                     file for NVRTC (implies --grad); with -o DIR, writes\n"
+    "                     DIR/MODEL.cu, DIR/manifest.json (every launch: grid, block,\n"
+    "                     arguments; the cuBLASLt matmuls) and DIR/fusion.txt\n"
+    "  --emit c           the same as C for the CPU backend (OpenMP, OpenBLAS):\n"
+    "                     DIR/MODEL.c, DIR/manifest.json, DIR/fusion.txt with -o DIR\n"
     "  --check            check the model and print nothing\n"
     "\n"
     "What to compile:\n"
@@ -45,14 +53,15 @@ static const char usage[] =
     "                     (repeatable; the batch B and sequence T are config constants)\n"
     "  -I DIR             also look for imports in DIR (after the importing file's\n"
     "                     directory; then $TG_PATH, then the installed models/)\n"
-    "  -o FILE            write the output to FILE (atomically) instead of stdout\n"
+    "  -o FILE            write the output to FILE (atomically) instead of stdout;\n"
+    "                     for --emit cuda and --emit c, a directory (made if missing)\n"
     "  --help             this text\n"
     "  --version          the version\n"
     "\n"
     "Errors are reported as file:line:col: error: message, with the source line\n"
     "and a caret; the exit status is 1 for a bad model, 2 for bad usage.\n";
 
-enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_NONE };
+enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMIT_NONE };
 
 static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad",
                                           "-D",      "-I",     "-o",        "--help",
@@ -72,18 +81,28 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static void emit(FILE *out, enum emit what, const tg_graph *g) {
+/* What is emitted from: the graph, and for code its lowered program. */
+typedef struct emitted {
+  const tg_graph *g;
+  const tg_program *p;
+  const char *cuda_name; /* the manifest names the .cu file */
+} emitted;
+
+static void emit(FILE *out, enum emit what, const emitted *e) {
   switch (what) {
-  case EMIT_STATS: tg_print_stats(out, g); break;
-  case EMIT_IR: tg_print_ir(out, g); break;
-  case EMIT_DOT: tg_print_dot(out, g); break;
+  case EMIT_STATS: tg_print_stats(out, e->g); break;
+  case EMIT_IR: tg_print_ir(out, e->g); break;
+  case EMIT_DOT: tg_print_dot(out, e->g); break;
+  case EMIT_CUDA: tg_render_cuda(out, e->p); break;
+  case EMIT_C: tg_render_c(out, e->p); break;
+  case EMIT_MANIFEST: tg_render_manifest(out, e->p, e->cuda_name); break;
   case EMIT_NONE: break;
   }
 }
 
 /* Writes to path.tmp.PID, then renames: a reader never sees half a file and
  * a failed run leaves the old file as it was. */
-static int emit_to_file(const char *path, enum emit what, const tg_graph *g) {
+static int emit_to_file(const char *path, enum emit what, const emitted *g) {
   size_t n = strlen(path) + 32;
   char *tmp = malloc(n);
   snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
@@ -124,12 +143,55 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   int status = 0;
   if (!tg_verify(ctx, g)) status = 1;
-  /* Every pass, in order: passes/pipeline.c. */
-  if (status == 0) tg_run_pipeline(ctx, g, popts);
-  if (status == 0) {
-    if (out_path) status = emit_to_file(out_path, what, g);
-    else emit(stdout, what, g);
+  bool code = what == EMIT_CUDA || what == EMIT_C;
+  tg_pipeline_opts po = *popts;
+  char *dir_file = NULL;
+  FILE *fusion = NULL;
+  if (status == 0 && code && out_path) {
+    /* -o DIR: the code, its manifest and the fusion report side by side */
+    if (mkdir(out_path, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "tgc: error: cannot make directory '%s': %s\n", out_path, strerror(errno));
+      status = 1;
+    } else {
+      dir_file = malloc(strlen(out_path) + strlen(input) + 32);
+      sprintf(dir_file, "%s/fusion.txt", out_path);
+      fusion = fopen(dir_file, "w");
+      if (!fusion) {
+        fprintf(stderr, "tgc: error: cannot write '%s': %s\n", dir_file, strerror(errno));
+        status = 1;
+      }
+      po.report_pass = "fusion";
+      po.report = fusion;
+    }
   }
+  /* Every pass, in order: passes/pipeline.c. */
+  if (status == 0) tg_run_pipeline(ctx, g, &po);
+  emitted e = {g, NULL, NULL};
+  if (status == 0 && code) e.p = tg_lower(ctx, g);
+  if (status == 0 && code && out_path) {
+    if (fclose(fusion) != 0) status = 1;
+    fusion = NULL;
+    const char *base = strrchr(input, '/');
+    base = base ? base + 1 : input;
+    const char *dot = strrchr(base, '.');
+    int stem = dot ? (int)(dot - base) : (int)strlen(base);
+    char *name = malloc((size_t)stem + 8);
+    sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
+    e.cuda_name = what == EMIT_CUDA ? name : NULL;
+    sprintf(dir_file, "%s/%s", out_path, name);
+    status = emit_to_file(dir_file, what, &e);
+    sprintf(dir_file, "%s/manifest.json", out_path);
+    if (status == 0) status = emit_to_file(dir_file, EMIT_MANIFEST, &e);
+    if (status == 0)
+      printf("wrote %s/%s (%d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, g->n_kernels, out_path,
+             out_path);
+    free(name);
+  } else if (status == 0) {
+    if (out_path) status = emit_to_file(out_path, what, &e);
+    else emit(stdout, what, &e);
+  }
+  if (fusion) fclose(fusion);
+  free(dir_file);
   tg_graph_free(g);
   if (fflush(stdout) != 0) {
     fprintf(stderr, "tgc: error: writing the output failed: %s\n", strerror(errno));
@@ -214,7 +276,9 @@ static int parse_args(int argc, char **argv, cli *c) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;
       else if (!strcmp(val, "dot")) c->what = EMIT_DOT;
-      else return usage_error("--emit %s: expected ir or dot", val);
+      else if (!strcmp(val, "cuda")) c->what = EMIT_CUDA, c->grad = true;
+      else if (!strcmp(val, "c")) c->what = EMIT_C, c->grad = true;
+      else return usage_error("--emit %s: expected ir, dot, cuda or c", val);
       c->what_given = true;
     } else if (a[0] == '-' && a[1] == 'D') {
       if (!tg_define_parse(val, &c->defines[c->n_defines], c->define_names[c->n_defines],

@@ -1,0 +1,621 @@
+/* flash_cuda.c: flash attention rendered as CUDA for the GPU backend (flash.h).
+ *
+ * FlashAttention-2's scheme on the bf16 tensor cores (mma.sync m16n8k16,
+ * sm_80 and later), written out with the shapes as constants:
+ *
+ *   forward   one block of 4 warps per 64 query rows of one (batch, head),
+ *             each warp 16 rows.  Q is staged once and kept in registers
+ *             as mma A fragments; K and V are staged 64 keys at a time up
+ *             to the diagonal.  S = Q K^T lands in registers in the mma
+ *             accumulator layout, which is also the A layout of P for
+ *             O += P V, so P never touches shared memory.  Softmax in log2
+ *             units (ex2.approx), statistics and lse in f32.
+ *   backward  two kernels, so that every output element is summed by one
+ *             thread in a fixed order (deterministic, no atomics and no
+ *             scratch buffer): dkdv, a block per 64 keys visiting the query
+ *             tiles at or after them (S^T = K Q^T, dP^T = V dO^T, then
+ *             dV += P^T dO and dK += dS^T Q), and dq, a block per 64 query
+ *             rows visiting the key tiles up to them (S = Q K^T,
+ *             dP = dO V^T, dQ += dS K).  P and dS are recomputed in both;
+ *             Di = do_i . o_i is computed in f32 from the operands where it
+ *             is needed.
+ *
+ * Shared tiles hold bf16 pairs as 32-bit words, each row padded by 8 bf16
+ * (4 words): with W = D/2 + 4 words a row and D a multiple of 16, W/4 is
+ * odd, so the 8 rows x 4 words a fragment load or an ldmatrix phase touches
+ * fall in 32 distinct banks.  Operands that mma wants transposed (V in the
+ * forward, dO and Q for dV and dK, K for dQ) are read from their row-major
+ * tiles with ldmatrix .trans.  Masking: keys past the query row (or past T)
+ * are -inf on diagonal tiles only; rows past T are staged as zeros, which
+ * keeps them finite, and are not stored.
+ *
+ * The streamed tile (keys in dq, queries in dkdv) is 64 rows when shared
+ * memory allows and 32 or 16 for larger D, so that every kernel's static
+ * shared memory stays within the 48 KiB that needs no opt-in. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "flash.h"
+
+enum { BM = 64, THREADS = 128, SMEM_LIMIT = 48 * 1024 };
+
+static int words(int64_t D) { return (int)(D / 2 + 4); }
+
+static int64_t fwd_smem(int64_t D) { return 2 * BM * words(D) * 4; }
+
+/* The larger of the two backward kernels' static shared memory. */
+static int64_t bwd_smem(int64_t D, int bn) {
+  int64_t tiles = (2 * BM + 2 * bn) * (int64_t)words(D) * 4;
+  int64_t dkdv = tiles + 2 * bn * 4, dq = tiles + BM * 4;
+  return dkdv > dq ? dkdv : dq;
+}
+
+static int bwd_bn(int64_t D) {
+  int bn = 64;
+  while (bn > 16 && bwd_smem(D, bn) > SMEM_LIMIT) bn /= 2;
+  return bn;
+}
+
+bool tg_flash_supported(const tg_flash_shape *s, char *why, size_t n) {
+  const char *msg = NULL;
+  char buf[200];
+  if (s->nb < 1 || s->nh < 1 || s->T < 1 || s->D < 1)
+    msg = "flash attention: empty shape (nb, nh, T and D must be positive)";
+  else if (s->D % 16 || s->D > 128) {
+    snprintf(buf, sizeof buf,
+             "flash attention (CUDA): head size D=%" PRId64 " is not a multiple of 16 up to 128 "
+             "(the bf16 mma takes 16 at a time; larger tiles would not fit in registers)",
+             s->D);
+    msg = buf;
+  } else if (s->nb > 65535 || s->nh > 65535)
+    msg = "flash attention (CUDA): nb and nh must each be at most 65535 (grid z and y)";
+  else if (s->T > INT32_MAX - 2 * BM)
+    msg = "flash attention (CUDA): T must be below 2^31 - 128 (rows are counted in int)";
+  else if (!isfinite(s->scale))
+    msg = "flash attention: the scale is not finite";
+  else if (bwd_smem(s->D, bwd_bn(s->D)) > SMEM_LIMIT || fwd_smem(s->D) > SMEM_LIMIT)
+    msg = "flash attention (CUDA): tiles do not fit in 48 KiB of shared memory"; /* not for D <= 128 */
+  if (why && n) snprintf(why, n, "%s", msg ? msg : "");
+  return !msg;
+}
+
+static bool is_ident(const char *p) {
+  if (!p || !(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))) return false;
+  size_t n = 0;
+  for (; *p; p++, n++)
+    if (!(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+      return false;
+  return n <= 100; /* kernel names add at most 9 characters and must fit tg_flash_launch.name */
+}
+
+/* ---- emitting text ----------------------------------------------------------- */
+
+/* Copies text to f with every "$P" replaced by the prefix. */
+static void put(FILE *f, const char *prefix, const char *text) {
+  for (const char *p = text; *p; p++) {
+    if (p[0] == '$' && p[1] == 'P') {
+      fputs(prefix, f);
+      p++;
+    } else {
+      fputc(*p, f);
+    }
+  }
+}
+
+static void flt(FILE *f, const char *name, double x, const char *comment) {
+  fprintf(f, "  const float %s = %.9ef;%s%s\n", name, (double)(float)x, comment ? "  // " : "",
+          comment ? comment : "");
+}
+
+static const char *ptype(const tg_flash_operand *o) { return o->bf16 ? "unsigned short" : "float"; }
+
+/* "const float *qp = q + (offset + b*SB + h*SH);" and the row and column
+ * strides Q_ST, Q_SD (upper-case name). */
+static void operand(FILE *f, const char *name, const char *up, const tg_flash_operand *o, bool konst,
+                    bool cols) {
+  fprintf(f,
+          "  %s%s *%sp = %s + (%" PRId64 "LL + (long long)blockIdx.z * %" PRId64
+          "LL + (long long)blockIdx.y * %" PRId64 "LL);\n",
+          konst ? "const " : "", ptype(o), name, name, o->offset, o->stride[0], o->stride[1]);
+  if (cols)
+    fprintf(f, "  const long long %s_ST = %" PRId64 "LL, %s_SD = %" PRId64 "LL;\n", up, o->stride[2], up,
+            o->stride[3]);
+  else
+    fprintf(f, "  const long long %s_ST = %" PRId64 "LL;\n", up, o->stride[2]);
+}
+
+static const char *helpers =
+    "// tg helpers: $P\n"
+    "// Written out here because the source is compiled with no include path:\n"
+    "// bf16 conversions, the PTX instructions the kernels use, and tile staging.\n"
+    "\n"
+    "// Two floats as a bf16 pair rounded to nearest even, lo in bits 0-15\n"
+    "// (cvt puts its first source in the upper half).\n"
+    "__device__ __forceinline__ unsigned $P_pack(float lo, float hi) {\n"
+    "  unsigned r;\n"
+    "  asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
+    "  return r;\n"
+    "}\n"
+    "__device__ __forceinline__ float $P_ld(const float *p, long long i) { return p[i]; }\n"
+    "__device__ __forceinline__ float $P_ld(const unsigned short *p, long long i) {\n"
+    "  return __uint_as_float((unsigned)p[i] << 16);\n"
+    "}\n"
+    "__device__ __forceinline__ void $P_st(float *p, long long i, float x) { p[i] = x; }\n"
+    "__device__ __forceinline__ void $P_st(unsigned short *p, long long i, float x) {\n"
+    "  p[i] = (unsigned short)($P_pack(x, 0.0f) & 0xffffu);\n"
+    "}\n"
+    "__device__ __forceinline__ float $P_ex2(float x) {\n"
+    "  float y;\n"
+    "  asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
+    "  return y;\n"
+    "}\n"
+    "__device__ __forceinline__ float $P_lg2(float x) {\n"
+    "  float y;\n"
+    "  asm(\"lg2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
+    "  return y;\n"
+    "}\n"
+    "__device__ __forceinline__ float $P_ninf() { return -__int_as_float(0x7f800000); }\n"
+    "\n"
+    "// c (16x8 f32) += a (16x16 bf16, row-major) b (16x8 bf16, column-major).\n"
+    "// Lane l, g = l / 4, t = l % 4, holds a: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..2t+9),\n"
+    "// (g+8, 2t+8..); b: (2t..2t+1, g), (2t+8..2t+9, g); c: (g, 2t), (g, 2t+1), (g+8, 2t),\n"
+    "// (g+8, 2t+1) (row, column); a pair's lower column (row for b) in the low half.\n"
+    "__device__ __forceinline__ void $P_mma(float *c, const unsigned *a, unsigned b0, unsigned b1) {\n"
+    "  asm volatile(\n"
+    "      \"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, \"\n"
+    "      \"{%8, %9}, {%0, %1, %2, %3};\"\n"
+    "      : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
+    "}\n"
+    "\n"
+    "// The mma b operand for rows k0..k0+15, columns n0..n0+7 of a row-major [k][n] bf16\n"
+    "// tile in shared memory (b wants it column-major, hence .trans): lane l passes the\n"
+    "// address of row k0 + (l & 15) at column n0 (lanes 16-31 repeat valid addresses).\n"
+    "__device__ __forceinline__ void $P_ldsm_t(const unsigned *row, unsigned *b) {\n"
+    "  unsigned a;\n"
+    "  asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(row));\n"
+    "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\"\n"
+    "               : \"=r\"(b[0]), \"=r\"(b[1]) : \"r\"(a) : \"memory\");\n"
+    "}\n"
+    "\n"
+    "// The a operand for rows r0..r0+15, columns 16*kk..16*kk+15 of a [rows][W words] tile.\n"
+    "__device__ __forceinline__ void $P_frag_a(unsigned *a, const unsigned *tile, int W, int r0, int kk) {\n"
+    "  const int lane = threadIdx.x & 31;\n"
+    "  const unsigned *p = tile + (r0 + (lane >> 2)) * W + kk * 8 + (lane & 3);\n"
+    "  a[0] = p[0];\n"
+    "  a[1] = p[8 * W];\n"
+    "  a[2] = p[4];\n"
+    "  a[3] = p[8 * W + 4];\n"
+    "}\n"
+    "\n"
+    "// Rows r0..r0+R-1 of a [T, D] operand (row stride st, column stride sd) into a\n"
+    "// [R][W words] shared tile as bf16 pairs; rows at or past T become zeros.\n"
+    "template <typename X>\n"
+    "__device__ __forceinline__ void $P_stage(unsigned *dst, const X *src, long long st, long long sd,\n"
+    "                                         int r0, int R, int T, int D, int W) {\n"
+    "  for (int e = threadIdx.x; e < R * (D / 2); e += blockDim.x) {\n"
+    "    const int r = e / (D / 2), c = 2 * (e - r * (D / 2)), i = r0 + r;\n"
+    "    float x0 = 0.0f, x1 = 0.0f;\n"
+    "    if (i < T) {\n"
+    "      x0 = $P_ld(src, i * st + c * sd);\n"
+    "      x1 = $P_ld(src, i * st + (c + 1) * sd);\n"
+    "    }\n"
+    "    dst[r * W + c / 2] = $P_pack(x0, x1);\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "// di[r] = do_i . o_i in f32 for rows i = r0 + r, r < R (0 at or past T), a warp a row.\n"
+    "template <typename X, typename Y>\n"
+    "__device__ __forceinline__ void $P_rowdot(float *di, const X *dout, long long dst, long long dsd,\n"
+    "                                          const Y *o, long long ost, long long osd, int r0, int R,\n"
+    "                                          int T, int D) {\n"
+    "  const int lane = threadIdx.x & 31;\n"
+    "  for (int r = threadIdx.x >> 5; r < R; r += blockDim.x >> 5) {\n"
+    "    const int i = r0 + r;\n"
+    "    float acc = 0.0f;\n"
+    "    if (i < T)\n"
+    "      for (int d = lane; d < D; d += 32) acc += $P_ld(dout, i * dst + d * dsd) * $P_ld(o, i * ost + d * osd);\n"
+    "    for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);\n"
+    "    if (lane == 0) di[r] = acc;\n"
+    "  }\n"
+    "}\n"
+    "// tg end helpers: $P\n"
+    "\n";
+
+static const char *fwd_body =
+    "  __shared__ __align__(16) unsigned ks[BN * W], vs[BN * W];\n"
+    "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
+    "  // the last rows see the most keys: their blocks go first\n"
+    "  const int r0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BM;\n"
+    "  const int ra = r0 + warp * 16 + g, rb = ra + 8;  // this lane's two rows\n"
+    "\n"
+    "  // Q passes through ks into registers, where it stays.\n"
+    "  $P_stage(ks, qp, Q_ST, Q_SD, r0, BM, T, D, W);\n"
+    "  __syncthreads();\n"
+    "  unsigned qf[D / 16][4];\n"
+    "#pragma unroll\n"
+    "  for (int kk = 0; kk < D / 16; kk++) $P_frag_a(qf[kk], ks, W, warp * 16, kk);\n"
+    "  float acc[D / 8][4];\n"
+    "#pragma unroll\n"
+    "  for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;\n"
+    "  float ma = $P_ninf(), mb = $P_ninf(), la = 0.0f, lb = 0.0f;  // running max and sum, log2 units\n"
+    "  const int last = (r0 + BM < T ? r0 + BM : T) - 1;  // the block's last row: no key past it is needed\n"
+    "\n"
+    "  for (int j0 = 0; j0 <= last; j0 += BN) {\n"
+    "    __syncthreads();  // all warps are done with the previous tile (or with Q)\n"
+    "    $P_stage(ks, kp, K_ST, K_SD, j0, BN, T, D, W);\n"
+    "    $P_stage(vs, vp, V_ST, V_SD, j0, BN, T, D, W);\n"
+    "    __syncthreads();\n"
+    "    float s[BN / 8][4];\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\n"
+    "#pragma unroll\n"
+    "    for (int kk = 0; kk < D / 16; kk++)\n"
+    "#pragma unroll\n"
+    "      for (int n = 0; n < BN / 8; n++) {\n"
+    "        const unsigned *p = ks + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        $P_mma(s[n], qf[kk], p[0], p[4]);\n"
+    "      }\n"
+    "    // only a tile reaching past the block's first row has keys to mask\n"
+    "    const bool diag = j0 + BN - 1 > r0;\n"
+    "    float xa = ma, xb = mb;\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < BN / 8; n++)\n"
+    "#pragma unroll\n"
+    "      for (int e = 0; e < 4; e++) {\n"
+    "        const int j = j0 + n * 8 + 2 * t + (e & 1), i = e < 2 ? ra : rb;\n"
+    "        float x = s[n][e] * SL2;\n"
+    "        if (diag && (j > i || j >= T)) x = $P_ninf();\n"
+    "        s[n][e] = x;\n"
+    "        if (e < 2) xa = fmaxf(xa, x);\n"
+    "        else xb = fmaxf(xb, x);\n"
+    "      }\n"
+    "    // a row's 64 columns are spread over the 4 lanes of its quad\n"
+    "    xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));\n"
+    "    xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));\n"
+    "    xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));\n"
+    "    xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));\n"
+    "    // exponents against 0 while a row has seen no key, so that -inf - -inf never occurs\n"
+    "    const float ba = xa == $P_ninf() ? 0.0f : xa, bb = xb == $P_ninf() ? 0.0f : xb;\n"
+    "    const float ca = $P_ex2(ma - ba), cb = $P_ex2(mb - bb);\n"
+    "    ma = xa;\n"
+    "    mb = xb;\n"
+    "    la *= ca;\n"
+    "    lb *= cb;\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < BN / 8; n++) {\n"
+    "      s[n][0] = $P_ex2(s[n][0] - ba);\n"
+    "      s[n][1] = $P_ex2(s[n][1] - ba);\n"
+    "      s[n][2] = $P_ex2(s[n][2] - bb);\n"
+    "      s[n][3] = $P_ex2(s[n][3] - bb);\n"
+    "      la += s[n][0] + s[n][1];\n"
+    "      lb += s[n][2] + s[n][3];\n"
+    "    }\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < D / 8; n++) {\n"
+    "      acc[n][0] *= ca;\n"
+    "      acc[n][1] *= ca;\n"
+    "      acc[n][2] *= cb;\n"
+    "      acc[n][3] *= cb;\n"
+    "    }\n"
+    "    // P's accumulator layout, two n-tiles at a time, is the a layout of P V\n"
+    "#pragma unroll\n"
+    "    for (int kk = 0; kk < BN / 16; kk++) {\n"
+    "      const unsigned a[4] = {$P_pack(s[2 * kk][0], s[2 * kk][1]), $P_pack(s[2 * kk][2], s[2 * kk][3]),\n"
+    "                             $P_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),\n"
+    "                             $P_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};\n"
+    "#pragma unroll\n"
+    "      for (int n = 0; n < D / 8; n++) {\n"
+    "        unsigned b[2];\n"
+    "        $P_ldsm_t(vs + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_mma(acc[n], a, b[0], b[1]);\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "\n"
+    "  la += __shfl_xor_sync(0xffffffffu, la, 1);\n"
+    "  la += __shfl_xor_sync(0xffffffffu, la, 2);\n"
+    "  lb += __shfl_xor_sync(0xffffffffu, lb, 1);\n"
+    "  lb += __shfl_xor_sync(0xffffffffu, lb, 2);\n"
+    "  const float ia = 1.0f / la, ib = 1.0f / lb;\n"
+    "#pragma unroll\n"
+    "  for (int n = 0; n < D / 8; n++) {\n"
+    "    const int c = n * 8 + 2 * t;\n"
+    "    if (ra < T) {\n"
+    "      $P_st(op, ra * O_ST + c * O_SD, acc[n][0] * ia);\n"
+    "      $P_st(op, ra * O_ST + (c + 1) * O_SD, acc[n][1] * ia);\n"
+    "    }\n"
+    "    if (rb < T) {\n"
+    "      $P_st(op, rb * O_ST + c * O_SD, acc[n][2] * ib);\n"
+    "      $P_st(op, rb * O_ST + (c + 1) * O_SD, acc[n][3] * ib);\n"
+    "    }\n"
+    "  }\n"
+    "  if (t == 0 && ra < T) $P_st(lsep, ra * L_ST, (ma + $P_lg2(la)) * LN2);\n"
+    "  if (t == 0 && rb < T) $P_st(lsep, rb * L_ST, (mb + $P_lg2(lb)) * LN2);\n"
+    "}\n";
+
+static const char *dq_body =
+    "  __shared__ __align__(16) unsigned qs[BM * W], dos[BM * W], ks[BN * W], vs[BN * W];\n"
+    "  __shared__ float dis[BM];\n"
+    "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
+    "  const int r0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BM;  // longest rows first\n"
+    "  const int ra = r0 + warp * 16 + g, rb = ra + 8;\n"
+    "\n"
+    "  $P_stage(qs, qp, Q_ST, Q_SD, r0, BM, T, D, W);\n"
+    "  $P_stage(dos, doutp, DO_ST, DO_SD, r0, BM, T, D, W);\n"
+    "  $P_rowdot(dis, doutp, DO_ST, DO_SD, op, O_ST, O_SD, r0, BM, T, D);\n"
+    "  // lse in log2 units, like the scores\n"
+    "  const float lsa = ra < T ? $P_ld(lsep, ra * L_ST) * LOG2E : 0.0f;\n"
+    "  const float lsb = rb < T ? $P_ld(lsep, rb * L_ST) * LOG2E : 0.0f;\n"
+    "  __syncthreads();\n"
+    "  const float da = dis[warp * 16 + g], db = dis[warp * 16 + g + 8];\n"
+    "  float acc[D / 8][4];\n"
+    "#pragma unroll\n"
+    "  for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;\n"
+    "  const int last = (r0 + BM < T ? r0 + BM : T) - 1;\n"
+    "\n"
+    "  for (int j0 = 0; j0 <= last; j0 += BN) {\n"
+    "    __syncthreads();\n"
+    "    $P_stage(ks, kp, K_ST, K_SD, j0, BN, T, D, W);\n"
+    "    $P_stage(vs, vp, V_ST, V_SD, j0, BN, T, D, W);\n"
+    "    __syncthreads();\n"
+    "    float s[BN / 8][4], dp[BN / 8][4];\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < BN / 8; n++)\n"
+    "#pragma unroll\n"
+    "      for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;\n"
+    "#pragma unroll\n"
+    "    for (int kk = 0; kk < D / 16; kk++) {\n"
+    "      unsigned a[4], ad[4];\n"
+    "      $P_frag_a(a, qs, W, warp * 16, kk);\n"
+    "      $P_frag_a(ad, dos, W, warp * 16, kk);\n"
+    "#pragma unroll\n"
+    "      for (int n = 0; n < BN / 8; n++) {\n"
+    "        const unsigned *pk = ks + (n * 8 + g) * W + kk * 8 + t, *pv = vs + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        $P_mma(s[n], a, pk[0], pk[4]);\n"
+    "        $P_mma(dp[n], ad, pv[0], pv[4]);\n"
+    "      }\n"
+    "    }\n"
+    "    const bool diag = j0 + BN - 1 > r0;\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < BN / 8; n++)\n"
+    "#pragma unroll\n"
+    "      for (int e = 0; e < 4; e++) {\n"
+    "        const int j = j0 + n * 8 + 2 * t + (e & 1), i = e < 2 ? ra : rb;\n"
+    "        float p = $P_ex2(s[n][e] * SL2 - (e < 2 ? lsa : lsb));\n"
+    "        if (diag && j > i) p = 0.0f;  // keys past T are past every row below T\n"
+    "        s[n][e] = p * (dp[n][e] - (e < 2 ? da : db));  // dS\n"
+    "      }\n"
+    "#pragma unroll\n"
+    "    for (int kk = 0; kk < BN / 16; kk++) {\n"
+    "      const unsigned a[4] = {$P_pack(s[2 * kk][0], s[2 * kk][1]), $P_pack(s[2 * kk][2], s[2 * kk][3]),\n"
+    "                             $P_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),\n"
+    "                             $P_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};\n"
+    "#pragma unroll\n"
+    "      for (int n = 0; n < D / 8; n++) {\n"
+    "        unsigned b[2];\n"
+    "        $P_ldsm_t(ks + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_mma(acc[n], a, b[0], b[1]);\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "\n"
+    "#pragma unroll\n"
+    "  for (int n = 0; n < D / 8; n++) {\n"
+    "    const int c = n * 8 + 2 * t;\n"
+    "    if (ra < T) {\n"
+    "      $P_st(dqp, ra * DQ_ST + c * DQ_SD, acc[n][0] * SCALE);\n"
+    "      $P_st(dqp, ra * DQ_ST + (c + 1) * DQ_SD, acc[n][1] * SCALE);\n"
+    "    }\n"
+    "    if (rb < T) {\n"
+    "      $P_st(dqp, rb * DQ_ST + c * DQ_SD, acc[n][2] * SCALE);\n"
+    "      $P_st(dqp, rb * DQ_ST + (c + 1) * DQ_SD, acc[n][3] * SCALE);\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+static const char *dkdv_body =
+    "  __shared__ __align__(16) unsigned ks[BM * W], vs[BM * W], qs[BN * W], dos[BN * W];\n"
+    "  __shared__ float lss[BN], dis[BN];\n"
+    "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
+    "  const int r0 = (int)blockIdx.x * BM;  // the first keys are seen by the most queries: first\n"
+    "  const int ja = r0 + warp * 16 + g, jb = ja + 8;  // this lane's two keys\n"
+    "\n"
+    "  $P_stage(ks, kp, K_ST, K_SD, r0, BM, T, D, W);\n"
+    "  $P_stage(vs, vp, V_ST, V_SD, r0, BM, T, D, W);\n"
+    "  float dka[D / 8][4], dva[D / 8][4];\n"
+    "#pragma unroll\n"
+    "  for (int n = 0; n < D / 8; n++)\n"
+    "#pragma unroll\n"
+    "    for (int e = 0; e < 4; e++) dka[n][e] = dva[n][e] = 0.0f;\n"
+    "\n"
+    "  // queries before r0 see none of these keys; BN divides BM, so r0 starts a query tile\n"
+    "  for (int i0 = r0; i0 < T; i0 += BN) {\n"
+    "    __syncthreads();\n"
+    "    $P_stage(qs, qp, Q_ST, Q_SD, i0, BN, T, D, W);\n"
+    "    $P_stage(dos, doutp, DO_ST, DO_SD, i0, BN, T, D, W);\n"
+    "    $P_rowdot(dis, doutp, DO_ST, DO_SD, op, O_ST, O_SD, i0, BN, T, D);\n"
+    "    for (int c = threadIdx.x; c < BN; c += blockDim.x)\n"
+    "      lss[c] = i0 + c < T ? $P_ld(lsep, (i0 + c) * L_ST) * LOG2E : 0.0f;  // log2 units\n"
+    "    __syncthreads();\n"
+    "    float s[BN / 8][4], dp[BN / 8][4];  // S^T and dP^T: this warp's 16 keys x BN queries\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < BN / 8; n++)\n"
+    "#pragma unroll\n"
+    "      for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;\n"
+    "#pragma unroll\n"
+    "    for (int kk = 0; kk < D / 16; kk++) {\n"
+    "      unsigned a[4], av[4];\n"
+    "      $P_frag_a(a, ks, W, warp * 16, kk);\n"
+    "      $P_frag_a(av, vs, W, warp * 16, kk);\n"
+    "#pragma unroll\n"
+    "      for (int n = 0; n < BN / 8; n++) {\n"
+    "        const unsigned *pq = qs + (n * 8 + g) * W + kk * 8 + t, *pd = dos + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        $P_mma(s[n], a, pq[0], pq[4]);\n"
+    "        $P_mma(dp[n], av, pd[0], pd[4]);\n"
+    "      }\n"
+    "    }\n"
+    "    // masks: a key after a query (only while the tile overlaps the keys), queries past T\n"
+    "    const bool mask = i0 < r0 + BM || i0 + BN > T;\n"
+    "#pragma unroll\n"
+    "    for (int n = 0; n < BN / 8; n++)\n"
+    "#pragma unroll\n"
+    "      for (int e = 0; e < 4; e++) {\n"
+    "        const int c = n * 8 + 2 * t + (e & 1), i = i0 + c, j = e < 2 ? ja : jb;\n"
+    "        float p = $P_ex2(s[n][e] * SL2 - lss[c]);\n"
+    "        if (mask && (j > i || i >= T)) p = 0.0f;\n"
+    "        s[n][e] = p;\n"
+    "        dp[n][e] = p * (dp[n][e] - dis[c]);  // dS^T\n"
+    "      }\n"
+    "#pragma unroll\n"
+    "    for (int kk = 0; kk < BN / 16; kk++) {\n"
+    "      const unsigned a[4] = {$P_pack(s[2 * kk][0], s[2 * kk][1]), $P_pack(s[2 * kk][2], s[2 * kk][3]),\n"
+    "                             $P_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),\n"
+    "                             $P_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};\n"
+    "      const unsigned ad[4] = {$P_pack(dp[2 * kk][0], dp[2 * kk][1]), $P_pack(dp[2 * kk][2], dp[2 * kk][3]),\n"
+    "                              $P_pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),\n"
+    "                              $P_pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};\n"
+    "#pragma unroll\n"
+    "      for (int n = 0; n < D / 8; n++) {\n"
+    "        unsigned b[2];\n"
+    "        $P_ldsm_t(dos + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_mma(dva[n], a, b[0], b[1]);\n"
+    "        $P_ldsm_t(qs + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_mma(dka[n], ad, b[0], b[1]);\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "\n"
+    "#pragma unroll\n"
+    "  for (int n = 0; n < D / 8; n++) {\n"
+    "    const int c = n * 8 + 2 * t;\n"
+    "    if (ja < T) {\n"
+    "      $P_st(dkp, ja * DK_ST + c * DK_SD, dka[n][0] * SCALE);\n"
+    "      $P_st(dkp, ja * DK_ST + (c + 1) * DK_SD, dka[n][1] * SCALE);\n"
+    "      $P_st(dvp, ja * DV_ST + c * DV_SD, dva[n][0]);\n"
+    "      $P_st(dvp, ja * DV_ST + (c + 1) * DV_SD, dva[n][1]);\n"
+    "    }\n"
+    "    if (jb < T) {\n"
+    "      $P_st(dkp, jb * DK_ST + c * DK_SD, dka[n][2] * SCALE);\n"
+    "      $P_st(dkp, jb * DK_ST + (c + 1) * DK_SD, dka[n][3] * SCALE);\n"
+    "      $P_st(dvp, jb * DV_ST + c * DV_SD, dva[n][2]);\n"
+    "      $P_st(dvp, jb * DV_ST + (c + 1) * DV_SD, dva[n][3]);\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+/* ---- kernels --------------------------------------------------------------- */
+
+enum { K_FWD, K_DKDV, K_DQ };
+static const char *const kernel_suffix[] = {"_fwd", "_bwd_dkdv", "_bwd_dq"};
+
+static void signature(FILE *f, const char *prefix, int kind, const tg_flash_shape *s) {
+  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s%s(\n", THREADS, prefix, kernel_suffix[kind]);
+  fprintf(f, "    const %s *__restrict__ q, const %s *__restrict__ k, const %s *__restrict__ v,\n", ptype(&s->q),
+          ptype(&s->k), ptype(&s->v));
+  if (kind == K_FWD) {
+    fprintf(f, "    %s *__restrict__ o, %s *__restrict__ lse) {\n", ptype(&s->o), ptype(&s->lse));
+    return;
+  }
+  fprintf(f, "    const %s *__restrict__ o, const %s *__restrict__ lse, const %s *__restrict__ dout,\n",
+          ptype(&s->o), ptype(&s->lse), ptype(&s->dout));
+  fprintf(f, "    %s *__restrict__ dq, %s *__restrict__ dk, %s *__restrict__ dv) {\n", ptype(&s->dq),
+          ptype(&s->dk), ptype(&s->dv));
+}
+
+static void consts(FILE *f, const tg_flash_shape *s, int bn) {
+  fprintf(f, "  const int T = %" PRId64 ", D = %" PRId64 ", W = %d;  // W: words a shared row (D/2 + 4)\n", s->T,
+          s->D, words(s->D));
+  fprintf(f, "  const int BM = %d, BN = %d;  // rows a block owns, rows a streamed tile has\n", BM, bn);
+}
+
+static void emit_kernel(FILE *f, const char *prefix, int kind, const tg_flash_shape *s) {
+  static const char *const what[] = {
+      "// Forward for 64 query rows of one (batch, head), a warp per 16 rows: S = Q K^T and\n"
+      "// O += P V on the tensor cores (bf16 in, f32 accumulate), keys a tile at a time up to\n"
+      "// the diagonal with the online softmax (running max and sum in f32, log2 units).\n"
+      "// Writes o = O / sum and lse = log-sum-exp of the scaled scores.\n",
+      "// Backward, dk and dv for 64 keys of one (batch, head), a warp per 16 keys, over the\n"
+      "// query tiles at or after them: S^T = K Q^T and dP^T = V dO^T on the tensor cores,\n"
+      "// P^T = exp(S^T - lse) and dS^T = P^T (dP^T - Di) in f32, dV += P^T dO, dK += dS^T Q.\n"
+      "// dk = scale dK, dv = dV.  One thread sums each element: deterministic.\n",
+      "// Backward, dq for 64 query rows of one (batch, head), a warp per 16 rows, over the key\n"
+      "// tiles up to the diagonal: S = Q K^T and dP = dO V^T on the tensor cores,\n"
+      "// P = exp(S - lse) and dS = P (dP - Di) in f32, dQ += dS K.  dq = scale dQ.\n"
+      "// One thread sums each element: deterministic.\n",
+  };
+  int bn = kind == K_FWD ? BM : bwd_bn(s->D);
+  fprintf(f, "// tg kernel: %s%s\n%s", prefix, kernel_suffix[kind], what[kind]);
+  signature(f, prefix, kind, s);
+  consts(f, s, bn);
+  flt(f, "SL2", s->scale * 1.4426950408889634, "scale * log2(e): scores in log2 units");
+  if (kind == K_FWD) {
+    flt(f, "LN2", 0.69314718055994531, NULL);
+    operand(f, "q", "Q", &s->q, true, true);
+    operand(f, "k", "K", &s->k, true, true);
+    operand(f, "v", "V", &s->v, true, true);
+    operand(f, "o", "O", &s->o, false, true);
+    operand(f, "lse", "L", &s->lse, false, false);
+    put(f, prefix, fwd_body);
+    return;
+  }
+  flt(f, "SCALE", s->scale, NULL);
+  flt(f, "LOG2E", 1.4426950408889634, NULL);
+  operand(f, "q", "Q", &s->q, true, true);
+  operand(f, "k", "K", &s->k, true, true);
+  operand(f, "v", "V", &s->v, true, true);
+  operand(f, "o", "O", &s->o, true, true);
+  operand(f, "lse", "L", &s->lse, true, false);
+  operand(f, "dout", "DO", &s->dout, true, true);
+  if (kind == K_DQ) {
+    operand(f, "dq", "DQ", &s->dq, false, true);
+    put(f, prefix, dq_body);
+  } else {
+    operand(f, "dk", "DK", &s->dk, false, true);
+    operand(f, "dv", "DV", &s->dv, false, true);
+    put(f, prefix, dkdv_body);
+  }
+}
+
+void tg_flash_emit_cuda(FILE *f, const char *prefix, const tg_flash_shape *s, bool backward) {
+  char why[256];
+  fprintf(f,
+          "// tg flash attention %s (codegen/flash_cuda.c): nb=%" PRId64 " nh=%" PRId64 " T=%" PRId64
+          " D=%" PRId64 " scale=%.9g\n",
+          backward ? "backward" : "forward", s->nb, s->nh, s->T, s->D, s->scale);
+  if (!is_ident(prefix)) {
+    fprintf(f, "#error \"flash attention: kernel prefix is not an identifier of at most 100 characters\"\n");
+    return;
+  }
+  if (!tg_flash_supported(s, why, sizeof why)) {
+    fprintf(f, "#error \"%s: %s\"\n", prefix, why);
+    return;
+  }
+  put(f, prefix, helpers);
+  if (!backward) {
+    emit_kernel(f, prefix, K_FWD, s);
+    return;
+  }
+  emit_kernel(f, prefix, K_DKDV, s);
+  fputc('\n', f);
+  emit_kernel(f, prefix, K_DQ, s);
+}
+
+int tg_flash_cuda_launches(const tg_flash_shape *s, const char *prefix, bool backward, tg_flash_launch *out) {
+  if (!is_ident(prefix) || !tg_flash_supported(s, NULL, 0)) return 0;
+  int kinds[2] = {K_FWD, 0}, n = 1;
+  if (backward) kinds[0] = K_DKDV, kinds[1] = K_DQ, n = 2;
+  for (int i = 0; i < n; i++) {
+    tg_flash_launch *l = &out[i];
+    memset(l, 0, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%s%s", prefix, kernel_suffix[kinds[i]]);
+    l->grid[0] = (unsigned)((s->T + BM - 1) / BM);
+    l->grid[1] = (unsigned)s->nh;
+    l->grid[2] = (unsigned)s->nb;
+    l->block[0] = THREADS;
+    l->block[1] = l->block[2] = 1;
+    l->shmem = 0;
+  }
+  return n;
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# run_cpu_backend.sh TGRUN TGC SRCDIR: the CPU backend (generated C, built
+# with cc and OpenBLAS) against the reference interpreter on a 2-layer GPT.
+#
+# Tolerances (float32 on both sides; they differ in summation order: BLAS
+# and the generated loops sum in float in their own order, the reference
+# sums in double and rounds each op's result to float):
+#   - gradients: each tensor within 1e-5 of its largest element.  A float32
+#     sum of n terms is off by at most about n * 2^-24 * sum|terms| in the
+#     worst case, typically sqrt(n) * 2^-24; the longest sums here (the
+#     batch's 128 rows into a weight gradient, 256 hidden units) give a few
+#     1e-7 of the scale, which is what this measures (about 6e-7); 1e-5
+#     leaves room without hiding a wrong index, which is off by O(1).
+#   - losses of 5 AdamW steps: relative 1e-4.  AdamW divides by sqrt(v),
+#     so rounding differences in tiny gradients grow into different updates
+#     (the same reason as tests/torch/gpt2_reference.py's float32 limit);
+#     the losses stay within a few 1e-6 here.
+set -u
+src=$(cd "$3" && pwd)
+. "$src/tests/cli/testlib.sh"
+tgrun=$(abspath "$1")
+tgc=$(abspath "$2")
+py=/usr/bin/python3
+mk="$py $src/tests/cli/make_safetensors.py"
+cmp="$py $src/tests/cli/compare_safetensors.py"
+export TG_CACHE=$tmp/cache
+cd "$src"
+
+m=(models/gpt2.tg -D n_layer=2 -D n_embd=64 -D n_head=4 -D vocab=65 -D block_size=32)
+W=$tmp/w.safetensors X=$tmp/x.safetensors
+expect_status 0 "$tgrun" init "${m[@]}" --seed 7 --out "$W"
+# a batch of 4 sequences of 32 pseudo-random ids below 65
+idx=$(seq 0 127 | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 37 + 11) % 65 }')
+tgt=$(seq 0 127 | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 53 + 5) % 65 }')
+$mk "$X" "idx:I32:4x32:$idx" "targets:I32:4x32:$tgt"
+
+# gradients
+expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/ref.safetensors"
+expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/cpu.safetensors" --backend cpu
+expect_status 0 $cmp "$tmp/ref.safetensors" "$tmp/cpu.safetensors" 1e-5
+cat "$tmp/out"
+# the second build comes from the cache
+ls "$TG_CACHE"/*.so > /dev/null 2>&1 && ok || bad "no shared object in the cache"
+
+# the losses of 5 AdamW steps
+expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 --out "$tmp/s1.safetensors"
+grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/ref_losses"
+expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 --out "$tmp/s2.safetensors" --backend cpu
+grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cpu_losses"
+if $py - "$tmp/ref_losses" "$tmp/cpu_losses" <<'PY'
+import sys
+a = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 5, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("step losses ref", a, "cpu", b, "worst relative difference %.3g (limit 1e-4)" % worst)
+sys.exit(0 if worst <= 1e-4 and a[-1] < a[0] else 1)
+PY
+then ok; else bad "the CPU backend's step losses differ from the reference's"; fi
+
+# tgc --emit c and --emit cuda write the code, the manifest and the fusion report
+expect_status 0 "$tgc" "${m[@]}" --emit c -o "$tmp/c"
+for f in gpt2.c manifest.json fusion.txt; do [ -s "$tmp/c/$f" ] && ok || bad "--emit c -o wrote no $f"; done
+expect_status 0 "$tgc" "${m[@]}" --emit cuda -o "$tmp/cu"
+for f in gpt2.cu manifest.json fusion.txt; do [ -s "$tmp/cu/$f" ] && ok || bad "--emit cuda -o wrote no $f"; done
+$py -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['kernels'] and all(k['launches'] for k in m['kernels'])" \
+  "$tmp/cu/manifest.json" && ok || bad "the manifest is not JSON with launches for every kernel"
+contains "$tmp/cu/gpt2.cu" "// tg kernel: k0_w0"
+
+# nothing links the CUDA driver or NVRTC: both start on machines without them
+for exe in "$tgrun" "$tgc"; do
+  if ldd "$exe" | grep -Eq 'libcuda|libnvrtc|libcudart'; then bad "$exe links CUDA libraries"; else ok; fi
+done
+finish
