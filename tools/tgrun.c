@@ -18,6 +18,7 @@
 #include "interp.h"
 #include "ir.h"
 #include "passes.h"
+#include "prepare.h"
 #include "safetensors.h"
 #include "weights.h"
 
@@ -27,6 +28,7 @@ static const char usage[] =
     "usage: tgrun COMMAND MODEL.tg [options]\n"
     "\n"
     "Commands:\n"
+    "  prepare  text to train/val token files (char or GPT-2 BPE): tgrun prepare --help\n"
     "  init   write initial weights:      tgrun init MODEL.tg --seed S --out W.safetensors\n"
     "  grad   loss and gradients of one batch:\n"
     "         tgrun grad MODEL.tg --weights W.safetensors --batch X.safetensors --out G.safetensors\n"
@@ -159,8 +161,8 @@ static int parse_args(int argc, char **argv, opts *o) {
   else if (!strcmp(cmd, "grad")) o->cmd = CMD_GRAD;
   else if (!strcmp(cmd, "step")) o->cmd = CMD_STEP;
   else {
-    static const char *const cmds[] = {"init", "grad", "step"};
-    const char *s = tg_nearest(cmd, cmds, 3);
+    static const char *const cmds[] = {"init", "grad", "step", "prepare"};
+    const char *s = tg_nearest(cmd, cmds, 4);
     if (s) {
       fprintf(stderr, "tgrun: error: unknown command '%s' (did you mean '%s'?)\n(see tgrun --help)\n",
               cmd, s);
@@ -484,6 +486,12 @@ int main(int argc, char **argv) {
   if (!o.defines || !o.define_names || !o.incs) {
     fprintf(stderr, "tgrun: out of memory\n");
     return 1;
+  }
+  if (argc >= 2 && !strcmp(argv[1], "prepare")) {
+    free(o.defines);
+    free(o.define_names);
+    free(o.incs);
+    return tg_prepare_main(argc - 1, argv + 1);
   }
   int status = parse_args(argc, argv, &o);
   if (status < 0) {
