@@ -6,6 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
+# The shared data (Tiny Shakespeare, the GPT-2 BPE files) lives beside the
+# checkout, never in it; the tokenizer tests read it from $TG_DATA.
+if [ -z "${TG_DATA:-}" ]; then
+  for d in ../shared/data /work/shared/data; do
+    if [ -d "$d" ]; then export TG_DATA=$(cd "$d" && pwd); break; fi
+  done
+fi
 jobs=$(nproc 2> /dev/null || echo 2)
 
 run_suite() {

@@ -445,20 +445,22 @@ static int cmd_step(tg_ctx *ctx, const opts *o, session *s) {
   const tg_node *loss = find_output(g, "loss"), *norm = find_output(g, "grad_norm");
   for (long i = 1; i <= o->steps; i++) {
     struct timespec t0, t1;
-    float lossv, normv;
+    double lossv, normv;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (s->cpu) {
       *(float *)tg_cpu_leaf(s->cpu, lr_in) = (float)o->lr;
       *(float *)tg_cpu_leaf(s->cpu, step_in) = (float)i;
       tg_cpu_run(s->cpu);
-      if (!tg_cpu_read(s->cpu, loss, &lossv) || !tg_cpu_read(s->cpu, norm, &normv))
+      float l, gn;
+      if (!tg_cpu_read(s->cpu, loss, &l) || !tg_cpu_read(s->cpu, norm, &gn))
         tg_error(ctx, loss->loc, "internal: loss or grad_norm is not in memory after the step");
+      lossv = l, normv = gn;
     } else {
       *tg_interp_leaf(s->it, lr_in) = o->lr;
       *tg_interp_leaf(s->it, step_in) = (double)i;
       tg_interp_run(ctx, s->it);
-      lossv = (float)tg_interp_value(s->it, loss)[0];
-      normv = (float)tg_interp_value(s->it, norm)[0];
+      lossv = tg_interp_value(s->it, loss)[0];
+      normv = tg_interp_value(s->it, norm)[0];
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;

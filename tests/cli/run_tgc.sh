@@ -161,7 +161,8 @@ expect_status 2 "$tgc"
 contains "$tmp/out" "no input file"
 expect_status 2 "$tgc" models/gpt2.tg --stat
 contains "$tmp/out" "did you mean '--stats'?"
-expect_status 2 "$tgc" models/gpt2.tg --emit cuda
+expect_status 2 "$tgc" models/gpt2.tg --emit ptx
+contains "$tmp/out" "expected ir, dot, cuda or c"
 expect_status 2 "$tgc" models/gpt2.tg -D n_layer
 expect_status 2 "$tgc" models/gpt2.tg models/std.tg
 
