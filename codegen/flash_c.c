@@ -40,7 +40,9 @@ bool tg_flash_supported_c(const tg_flash_shape *s, char *why, size_t n) {
     return fail(why, n, "flash attention: T and nb*nh must each be below 2^31");
   if (s->D > C_MAX_D) {
     if (why && n)
-      snprintf(why, n, "flash attention: head size D=%" PRId64 " is over the C backend's %d (its tiles live on the stack)",
+      snprintf(why, n,
+               "flash attention: head size D=%" PRId64 " is over the C backend's %d "
+               "(its tiles live on the stack)",
                s->D, C_MAX_D);
     return false;
   }

@@ -25,9 +25,10 @@
  * odd, so the 8 rows x 4 words a fragment load or an ldmatrix phase touches
  * fall in 32 distinct banks.  Operands that mma wants transposed (V in the
  * forward, dO and Q for dV and dK, K for dQ) are read from their row-major
- * tiles with ldmatrix .trans.  Masking: keys past the query row (or past T)
- * are -inf on diagonal tiles only; rows past T are staged as zeros, which
- * keeps them finite, and are not stored.
+ * tiles with ldmatrix .trans.  Masking, on diagonal tiles only: a key past
+ * its query row (or past T) scores -inf in the forward and gets P = 0 in the
+ * backward.  Rows past T are staged as zeros, which keeps everything
+ * computed from them finite, and are never stored.
  *
  * The streamed tile (keys in dq, queries in dkdv) is 64 rows when shared
  * memory allows and 32 or 16 for larger D, so that every kernel's static

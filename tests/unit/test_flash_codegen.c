@@ -1,0 +1,503 @@
+/* test_flash_codegen.c: the flash attention code generators (codegen/flash.h).
+ *
+ * The C renderer is checked by running it: the emitted forward and backward
+ * are compiled with the system compiler into a shared object, loaded, and
+ * run on random inputs laid out like GPT-2's (q, k, v strided views of one
+ * [nb, T, 3*nh*D] qkv buffer), against a double-precision reference
+ * computed here from the definitions (docs/ir.md).  T = 37 is not a
+ * multiple of the tile, T = 1 is a single row, T = 64 is whole tiles.
+ *
+ * Tolerance (f32 cases): every output is a sum over at most T keys of
+ * terms that are themselves D-term dot products, summed in f32 in some
+ * order, plus expf/logf (an ulp or two each).  The rounding error of such
+ * sums is at most about (T + D) u times the sum of the terms' magnitudes
+ * (u = 2^-24 = 6e-8); with T, D <= 64 and inputs of size O(1) that sum is
+ * within a small factor of the largest output, giving ~1e-5 of the largest
+ * |reference| at worst and ~1e-6 in practice (errors add up like a random
+ * walk).  Errors are measured as max |got - ref| / max |ref| per tensor and
+ * allowed 2e-5.  A wrong formula (a missing scale, a mask off by one key,
+ * a rescale forgotten between tiles) is off by 1e-2 or more.
+ *
+ * The bf16 case stores q, k, v, do and the outputs as bf16: the inputs are
+ * rounded before the reference sees them, so only the output rounding
+ * (2^-9 relative) and f32 arithmetic remain; allowed 1e-2.
+ *
+ * The CUDA renderer cannot be run here: its source is checked for what
+ * NVRTC needs (no #include), for the tensor-core instruction, for one
+ * `// tg kernel:` line per launch, and for being the same bytes each time. */
+#include <dlfcn.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "flash.h"
+#include "testutil.h"
+
+extern char **environ;
+
+/* ---- shapes ----------------------------------------------------------------- */
+
+/* GPT-2's layout: q, k, v views of qkv [nb, T, 3*nh*D] (q at 0, k at nh*D,
+ * v at 2*nh*D), o, do, dq, dk, dv contiguous [nb, nh, T, D], lse [nb, nh, T]. */
+static tg_flash_shape gpt2_shape(int64_t nb, int64_t nh, int64_t T, int64_t D, double scale, bool bf16) {
+  tg_flash_shape s;
+  memset(&s, 0, sizeof s);
+  s.nb = nb, s.nh = nh, s.T = T, s.D = D, s.scale = scale;
+  int64_t C = 3 * nh * D;
+  tg_flash_operand qkv = {0, {T * C, D, C, 1}, bf16};
+  s.q = s.k = s.v = qkv;
+  s.k.offset = nh * D;
+  s.v.offset = 2 * nh * D;
+  tg_flash_operand dense = {0, {nh * T * D, T * D, D, 1}, bf16};
+  s.o = s.dout = s.dq = s.dk = s.dv = dense;
+  s.lse = (tg_flash_operand){0, {nh * T, T, 1, 0}, false};
+  return s;
+}
+
+/* The same with other layouts for the rest: o and dq [nb, T, nh, D] after an
+ * offset, do and dk transposed ([nb, nh, D, T]: a column stride other than
+ * 1), lse [T, nb, nh] after an offset. */
+static tg_flash_shape odd_shape(int64_t nb, int64_t nh, int64_t T, int64_t D, double scale, bool bf16) {
+  tg_flash_shape s = gpt2_shape(nb, nh, T, D, scale, bf16);
+  s.o = (tg_flash_operand){5, {T * nh * D, D, nh * D, 1}, bf16};
+  s.dq = s.o;
+  s.dout = (tg_flash_operand){0, {nh * D * T, D * T, 1, T}, bf16};
+  s.dk = s.dout;
+  s.lse = (tg_flash_operand){3, {nh, 1, nb * nh, 0}, false};
+  return s;
+}
+
+/* Elements a buffer needs for operand o (strides non-negative). */
+static int64_t extent(const tg_flash_shape *s, const tg_flash_operand *o, bool has_d) {
+  return 1 + o->offset + (s->nb - 1) * o->stride[0] + (s->nh - 1) * o->stride[1] + (s->T - 1) * o->stride[2] +
+         (has_d ? (s->D - 1) * o->stride[3] : 0);
+}
+
+static int64_t at(const tg_flash_operand *o, int64_t b, int64_t h, int64_t t, int64_t d) {
+  return o->offset + b * o->stride[0] + h * o->stride[1] + t * o->stride[2] + d * o->stride[3];
+}
+
+/* ---- bf16 and f32 buffers --------------------------------------------------- */
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* finite inputs only */
+}
+
+static float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* A buffer of n elements, f32 or bf16, as the emitted code reads it. */
+typedef struct buf {
+  bool bf16;
+  int64_t n;
+  void *p;
+} buf;
+
+static buf buf_new(int64_t n, bool bf16) {
+  buf b = {bf16, n, malloc((size_t)n * (bf16 ? 2 : 4))};
+  ck_assert_ptr_nonnull(b.p);
+  /* NaN everywhere, so that an element left unwritten cannot pass */
+  for (int64_t i = 0; i < n; i++) {
+    if (bf16) ((uint16_t *)b.p)[i] = 0x7fc0;
+    else ((float *)b.p)[i] = NAN;
+  }
+  return b;
+}
+
+static double buf_get(const buf *b, int64_t i) {
+  return b->bf16 ? from_bf16(((const uint16_t *)b->p)[i]) : ((const float *)b->p)[i];
+}
+
+/* Stores x, rounded to the buffer's type; returns the value stored. */
+static double buf_set(buf *b, int64_t i, double x) {
+  if (b->bf16) {
+    ((uint16_t *)b->p)[i] = to_bf16((float)x);
+    return from_bf16(((uint16_t *)b->p)[i]);
+  }
+  ((float *)b->p)[i] = (float)x;
+  return (float)x;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static double uniform(void) { /* xorshift64: the same inputs on every run */
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
+}
+
+/* ---- compiling emitted C ---------------------------------------------------- */
+
+static char tmpdir[64];
+
+static void make_tmpdir(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/tg_flash_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void) {
+  char path[128];
+  const char *names[] = {"flash.c", "flash.so"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
+    unlink(path);
+  }
+  rmdir(tmpdir);
+}
+
+/* Writes the forward and backward of s as C, compiles them with warnings
+ * as errors, and loads the result. */
+static void *build_c(const tg_flash_shape *s) {
+  char src[128], so[128];
+  snprintf(src, sizeof src, "%s/flash.c", tmpdir);
+  snprintf(so, sizeof so, "%s/flash.so", tmpdir);
+  FILE *f = fopen(src, "w");
+  ck_assert_ptr_nonnull(f);
+  tg_flash_emit_c_fwd(f, "attn_fwd", s);
+  tg_flash_emit_c_bwd(f, "attn_bwd", s);
+  ck_assert_int_eq(fclose(f), 0);
+  char *argv[] = {"cc", "-std=c11", "-O2", "-fopenmp", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror",
+                  "-o", so, src, "-lm", NULL};
+  pid_t pid;
+  ck_assert_int_eq(posix_spawnp(&pid, "cc", NULL, NULL, argv, environ), 0);
+  int status;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "cc failed on the emitted %s (kept)", src);
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  /* the mapping outlives the files: remove them now, before a failed check
+   * can end the test */
+  remove_tmpdir();
+  ck_assert_msg(h != NULL, "dlopen: %s", dlerror());
+  return h;
+}
+
+/* ---- the double-precision reference ------------------------------------------ */
+
+typedef struct ref {
+  double *o, *lse, *dq, *dk, *dv; /* [nb, nh, T, D] (lse [nb, nh, T]) */
+} ref;
+
+/* From the definitions, one (batch, head) at a time, with the inputs as the
+ * kernel sees them (already rounded to the buffers' types). */
+static ref reference(const tg_flash_shape *s, const buf *qkv, const buf *dout) {
+  int64_t T = s->T, D = s->D, n = s->nb * s->nh * T * D;
+  ref r = {calloc((size_t)n, 8), calloc((size_t)(n / D), 8), calloc((size_t)n, 8), calloc((size_t)n, 8),
+           calloc((size_t)n, 8)};
+  double *q = malloc((size_t)(T * D) * 8), *k = malloc((size_t)(T * D) * 8), *v = malloc((size_t)(T * D) * 8),
+         *g = malloc((size_t)(T * D) * 8), *p = malloc((size_t)(T * T) * 8), *sc = malloc((size_t)T * 8);
+  for (int64_t b = 0; b < s->nb; b++)
+    for (int64_t h = 0; h < s->nh; h++) {
+      int64_t base = (b * s->nh + h) * T * D;
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t d = 0; d < D; d++) {
+          q[t * D + d] = buf_get(qkv, at(&s->q, b, h, t, d));
+          k[t * D + d] = buf_get(qkv, at(&s->k, b, h, t, d));
+          v[t * D + d] = buf_get(qkv, at(&s->v, b, h, t, d));
+          g[t * D + d] = buf_get(dout, at(&s->dout, b, h, t, d));
+        }
+      for (int64_t i = 0; i < T; i++) {
+        double m = -INFINITY, l = 0;
+        for (int64_t j = 0; j <= i; j++) {
+          double x = 0;
+          for (int64_t d = 0; d < D; d++) x += q[i * D + d] * k[j * D + d];
+          sc[j] = s->scale * x;
+          m = fmax(m, sc[j]);
+        }
+        for (int64_t j = 0; j <= i; j++) l += exp(sc[j] - m);
+        double lse = m + log(l);
+        r.lse[(b * s->nh + h) * T + i] = lse;
+        for (int64_t j = 0; j < T; j++) p[i * T + j] = j <= i ? exp(sc[j] - lse) : 0;
+        for (int64_t d = 0; d < D; d++) {
+          double x = 0;
+          for (int64_t j = 0; j <= i; j++) x += p[i * T + j] * v[j * D + d];
+          r.o[base + i * D + d] = x;
+        }
+      }
+      for (int64_t i = 0; i < T; i++) {
+        double di = 0;
+        for (int64_t d = 0; d < D; d++) di += g[i * D + d] * r.o[base + i * D + d];
+        for (int64_t j = 0; j <= i; j++) {
+          double dp = 0;
+          for (int64_t d = 0; d < D; d++) dp += g[i * D + d] * v[j * D + d];
+          double pij = p[i * T + j], ds = pij * (dp - di);
+          for (int64_t d = 0; d < D; d++) {
+            r.dq[base + i * D + d] += s->scale * ds * k[j * D + d];
+            r.dk[base + j * D + d] += s->scale * ds * q[i * D + d];
+            r.dv[base + j * D + d] += pij * g[i * D + d];
+          }
+        }
+      }
+    }
+  free(q), free(k), free(v), free(g), free(p), free(sc);
+  return r;
+}
+
+static void ref_free(ref *r) { free(r->o), free(r->lse), free(r->dq), free(r->dk), free(r->dv); }
+
+/* max |got - want| / max |want| over one output; NaN if any element is NaN. */
+static double rel_err(const tg_flash_shape *s, const tg_flash_operand *op, const buf *got, const double *want,
+                      bool has_d) {
+  double err = 0, mag = 0;
+  int64_t D = has_d ? s->D : 1;
+  for (int64_t b = 0; b < s->nb; b++)
+    for (int64_t h = 0; h < s->nh; h++)
+      for (int64_t t = 0; t < s->T; t++)
+        for (int64_t d = 0; d < D; d++) {
+          double w = want[((b * s->nh + h) * s->T + t) * D + d];
+          double x = buf_get(got, at(op, b, h, t, d));
+          if (isnan(x)) return NAN;
+          err = fmax(err, fabs(x - w));
+          mag = fmax(mag, fabs(w));
+        }
+  return err / (mag > 0 ? mag : 1);
+}
+
+/* ---- running the emitted C ---------------------------------------------------- */
+
+typedef void fwd32(const float *, const float *, const float *, float *, float *);
+typedef void bwd32(const float *, const float *, const float *, const float *, const float *, const float *,
+                   float *, float *, float *);
+typedef void fwd16(const uint16_t *, const uint16_t *, const uint16_t *, uint16_t *, float *);
+typedef void bwd16(const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *,
+                   const uint16_t *, uint16_t *, uint16_t *, uint16_t *);
+
+typedef struct outs {
+  buf o, lse, dq, dk, dv;
+} outs;
+
+static outs run_c(void *h, const tg_flash_shape *s, const buf *qkv, const buf *dout) {
+  bool bf = s->q.bf16;
+  outs r = {buf_new(extent(s, &s->o, true), bf), buf_new(extent(s, &s->lse, false), false),
+            buf_new(extent(s, &s->dq, true), bf), buf_new(extent(s, &s->dk, true), bf),
+            buf_new(extent(s, &s->dv, true), bf)};
+  void *fwd = dlsym(h, "attn_fwd"), *bwd = dlsym(h, "attn_bwd");
+  ck_assert_msg(fwd && bwd, "symbols missing: %s", dlerror());
+  if (bf) {
+    const uint16_t *x = qkv->p;
+    ((fwd16 *)fwd)(x, x, x, r.o.p, r.lse.p);
+    ((bwd16 *)bwd)(x, x, x, r.o.p, r.lse.p, dout->p, r.dq.p, r.dk.p, r.dv.p);
+  } else {
+    const float *x = qkv->p;
+    ((fwd32 *)fwd)(x, x, x, r.o.p, r.lse.p);
+    ((bwd32 *)bwd)(x, x, x, r.o.p, r.lse.p, dout->p, r.dq.p, r.dk.p, r.dv.p);
+  }
+  return r;
+}
+
+static void outs_free(outs *o) {
+  buf *b[] = {&o->o, &o->lse, &o->dq, &o->dk, &o->dv};
+  for (int i = 0; i < 5; i++) free(b[i]->p);
+}
+
+static bool same_bytes(const buf *a, const buf *b) {
+  return memcmp(a->p, b->p, (size_t)a->n * (a->bf16 ? 2 : 4)) == 0;
+}
+
+typedef struct ccase {
+  int64_t nb, nh, T, D;
+  double scale, amp; /* inputs uniform in [-amp, amp] */
+  bool bf16, odd; /* odd: odd_shape's layouts */
+  double tol;
+} ccase;
+
+static const ccase ccases[] = {
+    {2, 3, 37, 16, 0.5, 2.0, false, false, 2e-5}, /* scores spread over ~±10: the running max moves */
+    {2, 3, 37, 64, 0.125, 1.0, false, false, 2e-5},
+    {2, 3, 1, 16, 0.25, 1.0, false, false, 2e-5},
+    {2, 3, 1, 64, 0.125, 1.0, false, false, 2e-5},
+    {2, 3, 64, 16, 0.25, 2.0, false, false, 2e-5},
+    {2, 3, 64, 64, 0.125, 1.0, false, false, 2e-5},
+    {2, 3, 37, 64, 0.125, 1.0, true, false, 1e-2},
+    {1, 2, 100, 128, 0.088, 1.0, false, false, 2e-5}, /* D > 64: the smaller tile, several tiles */
+    {2, 3, 37, 16, 0.25, 1.0, false, true, 2e-5},
+};
+
+START_TEST(test_c_matches_reference) {
+  const ccase *c = &ccases[_i];
+  tg_flash_shape s = (c->odd ? odd_shape : gpt2_shape)(c->nb, c->nh, c->T, c->D, c->scale, c->bf16);
+  char why[200];
+  ck_assert_msg(tg_flash_supported_c(&s, why, sizeof why), "%s", why);
+  make_tmpdir();
+  void *h = build_c(&s);
+
+  int64_t nqkv = extent(&s, &s.v, true), n = extent(&s, &s.dout, true); /* v ends last in qkv */
+  buf qkv = buf_new(nqkv, c->bf16), dout = buf_new(n, c->bf16);
+  for (int64_t i = 0; i < nqkv; i++) buf_set(&qkv, i, c->amp * uniform());
+  for (int64_t i = 0; i < n; i++) buf_set(&dout, i, uniform());
+  ref r = reference(&s, &qkv, &dout);
+
+  outs got = run_c(h, &s, &qkv, &dout);
+  double e[5] = {rel_err(&s, &s.o, &got.o, r.o, true), rel_err(&s, &s.lse, &got.lse, r.lse, false),
+                 rel_err(&s, &s.dq, &got.dq, r.dq, true), rel_err(&s, &s.dk, &got.dk, r.dk, true),
+                 rel_err(&s, &s.dv, &got.dv, r.dv, true)};
+  printf("flash C nb=%d nh=%d T=%d D=%d %s%s: max error / max |ref|: "
+         "o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+         (int)c->nb, (int)c->nh, (int)c->T, (int)c->D, c->bf16 ? "bf16" : "f32", c->odd ? " odd layouts" : "",
+         e[0], e[1], e[2], e[3], e[4]);
+  const char *names[] = {"o", "lse", "dq", "dk", "dv"};
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(e[i] <= c->tol, "T=%d D=%d: %s off by %.3g (allowed %.3g)", (int)c->T, (int)c->D, names[i],
+                  e[i], c->tol);
+
+  /* the same bits again: nothing depends on the thread schedule or on
+   * what the outputs held before */
+  outs again = run_c(h, &s, &qkv, &dout);
+  ck_assert(same_bytes(&got.o, &again.o) && same_bytes(&got.lse, &again.lse));
+  ck_assert(same_bytes(&got.dq, &again.dq) && same_bytes(&got.dk, &again.dk) && same_bytes(&got.dv, &again.dv));
+
+  outs_free(&got);
+  outs_free(&again);
+  ref_free(&r);
+  free(qkv.p);
+  free(dout.p);
+  /* no dlclose: libgomp came in with the object and would be unmapped
+   * under its idle worker threads */
+}
+END_TEST
+
+START_TEST(test_c_refuses) {
+  char why[200];
+  tg_flash_shape s = gpt2_shape(1, 1, 8, 320, 0.1, false);
+  ck_assert(!tg_flash_supported_c(&s, why, sizeof why));
+  ck_assert_msg(strstr(why, "D=320") && strstr(why, "256"), "%s", why);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  tg_flash_emit_c_fwd(f, "attn_fwd", &s);
+  fclose(f);
+  ck_assert_msg(strstr(text, "#error \"attn_fwd: flash attention: head size D=320"), "%s", text);
+  free(text);
+  s = gpt2_shape(1, 1, 0, 16, 0.1, false);
+  ck_assert(!tg_flash_supported_c(&s, why, sizeof why));
+  ck_assert_msg(strstr(why, "empty shape"), "%s", why);
+  s = gpt2_shape(1, 1, 8, 256, 0.1, false);
+  ck_assert(tg_flash_supported_c(&s, why, sizeof why));
+}
+END_TEST
+
+/* ---- CUDA source --------------------------------------------------------------- */
+
+static char *emit_cuda(const tg_flash_shape *s, const char *prefix, bool backward) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  tg_flash_emit_cuda(f, prefix, s, backward);
+  ck_assert_int_eq(fclose(f), 0);
+  return text;
+}
+
+static const int64_t cuda_shapes[][2] = {{37, 16}, {37, 64}, {1, 16}, {64, 64}, {100, 128}}; /* T, D */
+
+START_TEST(test_cuda_source) {
+  int64_t T = cuda_shapes[_i][0], D = cuda_shapes[_i][1];
+  tg_flash_shape s = gpt2_shape(2, 3, T, D, 0.125, false);
+  char why[200];
+  ck_assert_msg(tg_flash_supported(&s, why, sizeof why), "%s", why);
+  for (int bwd = 0; bwd < 2; bwd++) {
+    char *a = emit_cuda(&s, "attn7", bwd), *b = emit_cuda(&s, "attn7", bwd);
+    ck_assert_msg(strcmp(a, b) == 0, "T=%d D=%d: two emissions differ", (int)T, (int)D);
+    ck_assert_msg(!strstr(a, "#include"), "NVRTC has no include path");
+    ck_assert_msg(!strstr(a, "#error"), "%s", a);
+    ck_assert(strstr(a, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+    ck_assert(strstr(a, "cvt.rn.bf16x2.f32"));
+
+    tg_flash_launch l[TG_FLASH_MAX_LAUNCHES];
+    int n = tg_flash_cuda_launches(&s, "attn7", bwd, l);
+    ck_assert_int_eq(n, bwd ? 2 : 1);
+    int kernels = 0;
+    for (const char *p = a; (p = strstr(p, "// tg kernel: ")); p++) kernels++;
+    ck_assert_int_eq(kernels, n);
+    for (int i = 0; i < n; i++) {
+      char line[1024], decl[1024]; /* roomy: gcc does not bound the length of name */
+      snprintf(line, sizeof line, "// tg kernel: %s\n", l[i].name);
+      snprintf(decl, sizeof decl, " %s(\n", l[i].name);
+      ck_assert_msg(strstr(a, line) && strstr(a, decl), "no kernel %s", l[i].name);
+      ck_assert_uint_eq(l[i].grid[0], (unsigned)((T + 63) / 64));
+      ck_assert_uint_eq(l[i].grid[1], 3);
+      ck_assert_uint_eq(l[i].grid[2], 2);
+      ck_assert_uint_eq(l[i].block[0] * l[i].block[1] * l[i].block[2], 128);
+      ck_assert_uint_eq(l[i].shmem, 0);
+    }
+    ck_assert_str_eq(l[0].name, bwd ? "attn7_bwd_dkdv" : "attn7_fwd");
+    if (bwd) ck_assert_str_eq(l[1].name, "attn7_bwd_dq");
+    free(a);
+    free(b);
+  }
+}
+END_TEST
+
+START_TEST(test_cuda_shape_in_source) {
+  /* strides, offsets and the scale are constants of the source */
+  tg_flash_shape s = gpt2_shape(2, 3, 37, 64, 0.125, false), t = s;
+  t.k.offset += 1;
+  char *a = emit_cuda(&s, "attn", false), *b = emit_cuda(&t, "attn", false);
+  ck_assert(strcmp(a, b) != 0);
+  free(b);
+  t = s;
+  t.scale = 0.25;
+  b = emit_cuda(&t, "attn", false);
+  ck_assert(strcmp(a, b) != 0);
+  free(b);
+  t = s;
+  t.o.bf16 = true;
+  b = emit_cuda(&t, "attn", false);
+  ck_assert_msg(strstr(b, "unsigned short *__restrict__ o"), "%s", b);
+  free(a);
+  free(b);
+}
+END_TEST
+
+START_TEST(test_cuda_refuses) {
+  char why[200];
+  const int64_t bad_d[] = {8, 24, 144, 256};
+  for (int i = 0; i < 4; i++) {
+    tg_flash_shape s = gpt2_shape(2, 3, 37, bad_d[i], 0.1, false);
+    ck_assert(!tg_flash_supported(&s, why, sizeof why));
+    ck_assert_msg(strstr(why, "not a multiple of 16 up to 128"), "%s", why);
+    tg_flash_launch l[TG_FLASH_MAX_LAUNCHES];
+    ck_assert_int_eq(tg_flash_cuda_launches(&s, "attn", true, l), 0);
+    char *text = emit_cuda(&s, "attn", true);
+    ck_assert_msg(strstr(text, "#error \"attn: flash attention (CUDA): head size D="), "%s", text);
+    ck_assert(!strstr(text, "__global__"));
+    free(text);
+  }
+  tg_flash_shape s = gpt2_shape(2, 70000, 37, 64, 0.1, false);
+  ck_assert(!tg_flash_supported(&s, why, sizeof why));
+  ck_assert_msg(strstr(why, "65535"), "%s", why);
+  s = gpt2_shape(2, 3, 37, 64, 0.1, false);
+  tg_flash_launch l[TG_FLASH_MAX_LAUNCHES];
+  ck_assert_int_eq(tg_flash_cuda_launches(&s, "not a name", false, l), 0);
+  char *text = emit_cuda(&s, "9attn", false);
+  ck_assert(strstr(text, "#error") && !strstr(text, "__global__"));
+  free(text);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("flash_codegen");
+  TCase *c = tcase_create("c");
+  tcase_set_timeout(c, 120);
+  tcase_add_loop_test(c, test_c_matches_reference, 0, (int)(sizeof ccases / sizeof ccases[0]));
+  tcase_add_test(c, test_c_refuses);
+  suite_add_tcase(s, c);
+  TCase *cu = tcase_create("cuda");
+  tcase_add_loop_test(cu, test_cuda_source, 0, (int)(sizeof cuda_shapes / sizeof cuda_shapes[0]));
+  tcase_add_test(cu, test_cuda_shape_in_source);
+  tcase_add_test(cu, test_cuda_refuses);
+  suite_add_tcase(s, cu);
+  return s;
+}
+
+int main(void) { return tu_run(suite()); }
