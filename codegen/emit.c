@@ -310,11 +310,11 @@ static const char *op_expr(emitter *e, const tg_node *n, const val *x) {
   tg_arena *A = e->arena;
   switch (n->op) {
   case TG_OP_neg: return tg_sprintf(A, "(-%s)", x[0].s);
-  case TG_OP_exp: return unary(e, "expf", x[0].s);
+  case TG_OP_exp: return unary(e, "tg_exp", x[0].s);
   case TG_OP_log: return unary(e, "logf", x[0].s);
   case TG_OP_sqrt: return unary(e, "sqrtf", x[0].s);
   case TG_OP_rsqrt: return tg_sprintf(A, "(1.0f / sqrtf(%s))", x[0].s);
-  case TG_OP_tanh: return unary(e, "tanhf", x[0].s);
+  case TG_OP_tanh: return unary(e, "tg_tanh", x[0].s);
   case TG_OP_cast: return cast_to(e, x[0], n->type.dtype);
   case TG_OP_add: return tg_sprintf(A, "(%s + %s)", x[0].s, x[1].s);
   case TG_OP_sub: return tg_sprintf(A, "(%s - %s)", x[0].s, x[1].s);

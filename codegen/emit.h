@@ -12,6 +12,8 @@
  *                   (tg_nest_coords prints them)
  *   bN              the pointer to base value %N (a kernel argument)
  *   tg_inf()        +infinity as float
+ *   tg_exp(x), tg_tanh(x)  e^x and tanh x in float (the C prelude's
+ *                   versions vectorise; libm's do not)
  *   tg_bf16_load(x) tg_bf16_store(f), tg_f16_load(x), tg_f16_store(f)
  * and every value is a `const` local named tN (value %N) or uK (an
  * unnamed temporary). */

@@ -140,6 +140,24 @@ static void emit_consts(FILE *f, const tg_flash_shape *s, bool bwd) {
   fprintf(f, "  const float scale = %s;\n", sc);
 }
 
+/* A Cephes-style e^x (about 1 ulp) that gcc vectorises, unlike libm's expf
+ * (whose calls were half the backward's time); -inf gives 0, nan stays. */
+static void emit_exp(FILE *f, const char *fn) {
+  fprintf(f,
+          "static inline float %s_exp(float x) {\n"
+          "  float c = x < -87.5f ? -87.5f : x > 88.5f ? 88.5f : x;\n"
+          "  float n = __builtin_floorf(c * 1.44269504088896341f + 0.5f);\n"
+          "  float r = c - n * 0.693359375f + n * 2.12194440e-4f;\n"
+          "  float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r\n"
+          "              + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;\n"
+          "  y = y * r * r + r + 1.0f;\n"
+          "  union { unsigned u; float f; } s = {(unsigned)((int)n + 126) << 23};\n"
+          "  y = y * s.f * 2.0f;\n"
+          "  return x < -87.5f ? 0.0f : x > 88.5f ? __builtin_inff() : y;\n"
+          "}\n",
+          fn);
+}
+
 /* ---- forward --------------------------------------------------------------- */
 
 void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
@@ -153,7 +171,8 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   const tg_flash_operand *ops[] = {&s->q, &s->k, &s->v, &s->o, &s->lse};
   emit_helpers(f, fn, ops, 5);
   char a[512], b[512], c[512];
-  fprintf(f, "float expf(float);\nfloat logf(float);\n");
+  fprintf(f, "float logf(float);\n");
+  emit_exp(f, fn);
   fprintf(f, "void %s(const %s *q, const %s *k, const %s *v, %s *o, %s *lse) {\n", fn, ptype(&s->q),
           ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse));
   emit_consts(f, s, false);
@@ -202,10 +221,10 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "          s[c] *= scale;\n"
           "          mx = s[c] > mx ? s[c] : mx;\n"
           "        }\n"
-          "        const float alpha = expf(m[r] - mx);\n"
+          "        const float alpha = %s_exp(m[r] - mx);\n"
           "        float sum = 0.0f;\n"
           "        for (int c = 0; c < nc; c++) {\n"
-          "          s[c] = expf(s[c] - mx);\n"
+          "          s[c] = %s_exp(s[c] - mx);\n"
           "          sum += s[c];\n"
           "        }\n"
           "        m[r] = mx;\n"
@@ -220,7 +239,8 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "    for (int r = 0; r < nq; r++) {\n"
           "      const long long i = i0 + r;\n"
           "      const float inv = 1.0f / l[r];\n"
-          "      for (int d = 0; d < D; d++) {\n");
+          "      for (int d = 0; d < D; d++) {\n",
+          fn, fn);
   st(f, "        ", fn, "o", &s->o, "i", "d", "acc[r][d] * inv");
   fprintf(f, "      }\n");
   st(f, "      ", fn, "lse", &s->lse, "i", NULL, "m[r] + logf(l[r])");
@@ -241,7 +261,7 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   const tg_flash_operand *ops[] = {&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout, &s->dq, &s->dk, &s->dv};
   emit_helpers(f, fn, ops, 9);
   char a[512], b[512], c[512], d[512];
-  fprintf(f, "float expf(float);\n");
+  emit_exp(f, fn);
   fprintf(f,
           "void %s(const %s *q, const %s *k, const %s *v, const %s *o, const %s *lse, const %s *dout,\n"
           "        %s *dq, %s *dk, %s *dv) {\n",
@@ -299,8 +319,9 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "        }\n"
           "      }\n"
           "      const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
+          "      for (int c = 0; c < nc; c++) s[c] = %s_exp(scale * s[c] - li);\n"
           "      for (int c = 0; c < nc; c++) {\n"
-          "        const float p = expf(scale * s[c] - li), ds = p * (dp[c] - di);\n"
+          "        const float p = s[c], ds = p * (dp[c] - di);\n"
           "        for (int d = 0; d < D; d++) {\n"
           "          dva[c][d] += p * dr[d];\n"
           "          dka[c][d] += ds * qr[d];\n"
@@ -308,7 +329,8 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "      }\n"
           "    }\n"
           "    for (int c = 0; c < nk; c++)\n"
-          "      for (int d = 0; d < D; d++) {\n");
+          "      for (int d = 0; d < D; d++) {\n",
+          fn);
   st(f, "        ", fn, "dk", &s->dk, "j0 + c", "d", "scale * dka[c][d]");
   st(f, "        ", fn, "dv", &s->dv, "j0 + c", "d", "dva[c][d]");
   fprintf(f, "      }\n  }\n");
@@ -369,14 +391,16 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "            dp[c] += y * vt[d][c];\n"
           "          }\n"
           "        }\n"
+          "        for (int c = 0; c < nc; c++) s[c] = %s_exp(scale * s[c] - li[r]);\n"
           "        for (int c = 0; c < nc; c++) {\n"
-          "          const float p = expf(scale * s[c] - li[r]), ds = p * (dp[c] - di[r]);\n"
+          "          const float p = s[c], ds = p * (dp[c] - di[r]);\n"
           "          for (int d = 0; d < D; d++) dqa[r][d] += ds * kr[c][d];\n"
           "        }\n"
           "      }\n"
           "    }\n"
           "    for (int r = 0; r < nq; r++)\n"
-          "      for (int d = 0; d < D; d++) {\n");
+          "      for (int d = 0; d < D; d++) {\n",
+          fn);
   st(f, "        ", fn, "dq", &s->dq, "i0 + r", "d", "scale * dqa[r][d]");
   fprintf(f, "      }\n  }\n}\n");
 }

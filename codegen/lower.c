@@ -175,6 +175,7 @@ typedef struct lowerer {
   tg_step *steps;
   ivec *members;
   int n_steps, cap_steps;
+  int kernel;     /* the kernel being lowered */
 } lowerer;
 
 static int *arena_ints(tg_arena *a, const ivec *v) {
@@ -212,7 +213,8 @@ static bool varies_inner(const tg_nest *nest, const tg_type *t) {
  * which holds that number + 1 once known). */
 static int sweep_level(lowerer *L, const tg_node *n, int step) {
   const tg_node *b = tg_kernel_base(n);
-  if (L->p->step_of[b->id] != step || tg_ops[b->op].kind == TG_KIND_LEAF) return 0;
+  /* step numbers restart in each kernel: only this kernel's nodes count */
+  if (b->kernel != L->kernel || L->p->step_of[b->id] != step || tg_ops[b->op].kind == TG_KIND_LEAF) return 0;
   if (L->sweep_of[b->id]) return L->sweep_of[b->id] - 1;
   int level = 0;
   for (int i = 0; i < b->nin; i++) {
@@ -569,6 +571,7 @@ static void lower_kernel(lowerer *L, int k) {
   const tg_graph *g = L->g;
   const tg_kernel *K = &g->kernels[k];
   L->n_steps = 0;
+  L->kernel = k;
   const tg_node *first = g->nodes[K->nodes[0]];
   switch (K->kind) {
   case TG_KERNEL_MATMUL: {

@@ -39,6 +39,28 @@ static void prelude(FILE *out, const tg_program *p) {
         "static inline float tg_inf(void) { return INFINITY; }\n"
         "static inline float tg_bits_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
         "static inline unsigned tg_float_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
+        "/* e^x and tanh x without calls, so that loops over them vectorise: Cephes'\n"
+        " * single-precision polynomials (about 1 ulp); inf, -inf and nan as libm. */\n"
+        "static inline float tg_exp(float x) {\n"
+        "  float c = x < -87.5f ? -87.5f : x > 88.5f ? 88.5f : x;\n"
+        "  float n = floorf(c * 1.44269504088896341f + 0.5f);\n"
+        "  float r = c - n * 0.693359375f + n * 2.12194440e-4f;\n"
+        "  float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r\n"
+        "             + 1.6666665459e-1f) * r + 5.0000001201e-1f;\n"
+        "  y = y * r * r + r + 1.0f;\n"
+        "  int e = (int)n;\n"
+        "  float s = tg_bits_float((unsigned)(e + 126) << 23);\n"
+        "  y = y * s * 2.0f;\n"
+        "  return x < -87.5f ? 0.0f : x > 88.5f ? INFINITY : y;\n"
+        "}\n"
+        "static inline float tg_tanh(float x) {\n"
+        "  float a = fabsf(x), z = x * x;\n"
+        "  float p = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z\n"
+        "             - 3.33332819422e-1f) * z * x + x;\n"
+        "  float q = 1.0f - 2.0f / (tg_exp(2.0f * a) + 1.0f);\n"
+        "  q = x < 0 ? -q : q;\n"
+        "  return a < 0.625f ? p : a > 9.0f ? (x < 0 ? -1.0f : 1.0f) : q;\n"
+        "}\n"
         "static inline float tg_bf16_load(unsigned short x) { return tg_bits_float((unsigned)x << 16); }\n"
         "static inline unsigned short tg_bf16_store(float f) {\n"
         "  unsigned u = tg_float_bits(f);\n"
@@ -50,11 +72,67 @@ static void prelude(FILE *out, const tg_program *p) {
         "\n"
         "/* OpenBLAS (cblas.h): row-major 101, no transpose 111, transpose 112 */\n"
         "void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
-        "                 const float *b, int ldb, float beta, float *c, int ldc);\n\n",
+        "                 const float *b, int ldb, float beta, float *c, int ldc);\n"
+        "void openblas_set_num_threads(int n);\n\n",
         out);
 }
 
 static const char *acc_init(const tg_reduction *r) { return r->is_max ? "-INFINITY" : "0.0f"; }
+
+/* A reduction over leading axes (a bias gradient: sum over [B, T] of
+ * [B, T, C]) walks memory row by row: the columns are the vectorised inner
+ * loop and each column's sum is its own accumulator.  Threads take blocks
+ * of columns, so every sum is added in row order: deterministic. */
+enum { COLUMN_BLOCK = 64, COLUMN_MAX = 1 << 20 };
+
+static bool column_form(const tg_step *st, const tg_nest_code *c) {
+  const tg_nest *N = &st->nest;
+  if (st->kind != TG_STEP_NEST || N->n_sweeps != 1 || !N->n_inner || !N->n_outer) return false;
+  if (N->outer_count > COLUMN_MAX || N->outer_count < 8) return false;
+  for (int i = 0; i < N->n_inner; i++)
+    for (int o = 0; o < N->n_outer; o++)
+      if (N->inner_axes[i] > N->outer_axes[o]) return false;
+  int loops = 0;
+  for (int i = 0; i < c->n_seg; i++) {
+    if (!c->seg[i].loop) continue;
+    loops++;
+    for (int r = 0; r < c->seg[i].n_red; r++)
+      if (c->seg[i].red[r].is_max) return false;
+  }
+  return loops == 1;
+}
+
+static void column_nest(FILE *out, const tg_step *st, const tg_nest_code *c) {
+  const tg_nest *N = &st->nest;
+  const tg_segment *loop = NULL;
+  int at = 0;
+  for (int i = 0; i < c->n_seg; i++)
+    if (c->seg[i].loop) loop = &c->seg[i], at = i;
+  for (int r = 0; r < loop->n_red; r++)
+    fprintf(out, "  float *acc%d = calloc(%lld, sizeof(float));\n", loop->red[r].node, (long long)N->outer_count);
+  bool par = N->outer_count * N->inner_count >= PARALLEL_MIN_WORK && N->outer_count > COLUMN_BLOCK;
+  if (par) fprintf(out, "  #pragma omp parallel for schedule(static)\n");
+  fprintf(out, "  for (tg_idx ob = 0; ob < %lld; ob += %d) {\n", (long long)N->outer_count, COLUMN_BLOCK);
+  fprintf(out, "    const tg_idx oe = ob + %d < %lld ? ob + %d : %lld;\n", COLUMN_BLOCK, (long long)N->outer_count,
+          COLUMN_BLOCK, (long long)N->outer_count);
+  fprintf(out, "    for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
+  print_code(out, c->inner_coords, "      ");
+  fprintf(out, "      #pragma omp simd\n      for (tg_idx o = ob; o < oe; o++) {\n");
+  print_code(out, c->outer_coords, "        ");
+  for (int i = 0; i < at; i++) print_code(out, c->seg[i].text, "        ");
+  print_code(out, loop->text, "        ");
+  for (int r = 0; r < loop->n_red; r++) fprintf(out, "        acc%d[o] += %s;\n", loop->red[r].node, loop->red[r].value);
+  fprintf(out, "      }\n    }\n  }\n");
+  fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n", (long long)N->outer_count);
+  print_code(out, c->outer_coords, "    ");
+  for (int i = 0; i < at; i++) print_code(out, c->seg[i].text, "    ");
+  for (int r = 0; r < loop->n_red; r++)
+    fprintf(out, "    const float t%d = acc%d[o];\n", loop->red[r].node, loop->red[r].node);
+  for (int i = at + 1; i < c->n_seg; i++) print_code(out, c->seg[i].text, "    ");
+  print_code(out, c->post_only, "    ");
+  fprintf(out, "  }\n");
+  for (int r = 0; r < loop->n_red; r++) fprintf(out, "  free(acc%d);\n", loop->red[r].node);
+}
 
 static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s, const char *params) {
   const tg_step *st = &lk->steps[s];
@@ -62,6 +140,13 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_C, &c);
   fprintf(out, "static void %s(%s) {\n", st->fn, params);
+  if (column_form(st, &c)) {
+    print_code(out, c.uniform, "  ");
+    column_nest(out, st, &c);
+    fprintf(out, "}\n\n");
+    tg_nest_code_free(&c);
+    return;
+  }
   print_code(out, c.uniform, "  ");
   int64_t work = N->outer_count * N->inner_count;
   bool par = N->outer_count > 1 && work >= PARALLEL_MIN_WORK;
@@ -116,10 +201,23 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
             (long long)G->b_bstride[j], (long long)G->c_bstride[j]);
   }
   fprintf(out, "    (void)r;\n");
-  fprintf(out, "    cblas_sgemm(101, %d, %d, %lld, %lld, %lld, 1.0f, b%d + ao, %lld, b%d + bo, %lld, 0.0f, b%d + co, %lld);\n",
-          G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->m, (long long)G->n, (long long)G->k,
-          G->a.base, (long long)G->lda, G->b.base, (long long)G->ldb, G->node, (long long)G->ldc);
-  fprintf(out, "  }\n");
+  /* BLAS runs single-threaded (tg_step sets it): the threads are OpenMP's,
+   * each multiplying a block of rows, so BLAS's own threads never compete
+   * with the kernels' (on 2 cores that contention cost more than it gave) */
+  int64_t flops = 2 * G->m * G->n * G->k;
+  int64_t rows = G->m >= 64 && flops >= (1 << 22) ? (G->m + 1) / 2 : G->m;
+  if (rows < G->m) {
+    rows = (rows + 15) / 16 * 16;
+    fprintf(out, "    #pragma omp parallel for schedule(static)\n");
+  }
+  fprintf(out, "    for (tg_idx r0 = 0; r0 < %lld; r0 += %lld) {\n", (long long)G->m, (long long)rows);
+  fprintf(out, "      const int mr = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)G->m, (long long)rows,
+          (long long)G->m, (long long)rows);
+  fprintf(out, "      cblas_sgemm(101, %d, %d, mr, %lld, %lld, 1.0f, b%d + ao + r0 * %lld, %lld, b%d + bo, %lld, 0.0f, b%d + co + r0 * %lld, %lld);\n",
+          G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->n, (long long)G->k, G->a.base,
+          (long long)(G->trans_a ? 1 : G->lda), (long long)G->lda, G->b.base, (long long)G->ldb, G->node,
+          (long long)G->ldc, (long long)G->ldc);
+  fprintf(out, "    }\n  }\n");
   (void)p;
 }
 
@@ -179,7 +277,14 @@ void tg_render_c(FILE *out, const tg_program *p) {
     fprintf(out, "%s\"%s\"", i ? ", " : "", n->name ? n->name : "");
   }
   fprintf(out, "%s};\n", p->n_leaves ? "" : "0");
+  /* --profile: seconds per kernel, summed over the steps run with it on */
+  fprintf(out, "int tg_profile = 0;\n");
+  fprintf(out, "double tg_kernel_seconds[%d];\n", p->n_kernels ? p->n_kernels : 1);
+  fprintf(out, "double omp_get_wtime(void);\n");
   fprintf(out, "void tg_step(void *const *leaves, char *arena, char *scratch) {\n");
-  for (int k = 0; k < p->n_kernels; k++) fprintf(out, "  k%d(leaves, arena, scratch);\n", k);
+  fprintf(out, "  static int blas_threads_set;\n  if (!blas_threads_set) openblas_set_num_threads(1), blas_threads_set = 1;\n");
+  fprintf(out, "  double t = tg_profile ? omp_get_wtime() : 0, u;\n  (void)u;\n");
+  for (int k = 0; k < p->n_kernels; k++)
+    fprintf(out, "  k%d(leaves, arena, scratch);\n  if (tg_profile) u = omp_get_wtime(), tg_kernel_seconds[%d] += u - t, t = u;\n", k, k);
   fprintf(out, "}\n");
 }

@@ -60,6 +60,8 @@ static void prelude(FILE *out, const tg_program *p) {
           p->n_leaves);
   fputs("typedef long long tg_idx;\n"
         "__device__ __forceinline__ float tg_inf() { return __int_as_float(0x7f800000); }\n"
+        "__device__ __forceinline__ float tg_exp(float x) { return expf(x); }\n"
+        "__device__ __forceinline__ float tg_tanh(float x) { return tanhf(x); }\n"
         "__device__ __forceinline__ float tg_bf16_load(unsigned short x) { return __uint_as_float((unsigned)x << 16); }\n"
         "__device__ __forceinline__ unsigned short tg_bf16_store(float f) {\n"
         "  unsigned u = __float_as_uint(f);\n"

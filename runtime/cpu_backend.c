@@ -16,6 +16,8 @@ struct tg_cpu {
   tg_program *p;
   void *so;
   step_fn step;
+  int *profile;          /* the object's tg_profile switch */
+  double *kernel_seconds;
   void **leaves;      /* per program leaf */
   int *leaf_of;       /* per graph node: index into leaves, or -1 */
   char *arena, *scratch;
@@ -80,6 +82,8 @@ tg_cpu *tg_cpu_new(tg_ctx *ctx, const tg_graph *g, const char *c_path) {
     tg_cpu_free(c);
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "the CPU backend's object does not match the program");
   }
+  c->profile = dlsym(c->so, "tg_profile");
+  c->kernel_seconds = dlsym(c->so, "tg_kernel_seconds");
   c->leaves = calloc((size_t)p->n_leaves + 1, sizeof *c->leaves);
   c->leaf_of = malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
   if (!c->leaves || !c->leaf_of) tg_error(ctx, (tg_loc){0}, "out of memory");
@@ -115,6 +119,33 @@ void *tg_cpu_leaf(tg_cpu *c, const tg_node *n) {
 void tg_cpu_run(tg_cpu *c) { c->step((void *const *)c->leaves, c->arena, c->scratch); }
 
 bool tg_cpu_from_cache(const tg_cpu *c) { return c->from_cache; }
+
+void tg_cpu_profile(tg_cpu *c, bool on) {
+  if (c->profile) *c->profile = on;
+}
+
+void tg_cpu_profile_print(const tg_cpu *c, FILE *out, int top) {
+  const tg_graph *g = c->g;
+  if (!c->kernel_seconds) return;
+  int n = g->n_kernels;
+  int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+  if (!order) return;
+  double total = 0;
+  for (int k = 0; k < n; k++) order[k] = k, total += c->kernel_seconds[k];
+  for (int a = 1; a < n; a++) /* insertion sort by time, longest first */
+    for (int b = a; b > 0 && c->kernel_seconds[order[b]] > c->kernel_seconds[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  fprintf(out, "profile: %d kernels, %.1f ms in all; the longest:\n", n, total * 1e3);
+  for (int i = 0; i < n && i < top; i++) {
+    const tg_kernel *K = &g->kernels[order[i]];
+    fprintf(out, "profile: %7.2f ms %5.1f%%  k%d %s \"%s\"\n", c->kernel_seconds[order[i]] * 1e3,
+            total > 0 ? 100 * c->kernel_seconds[order[i]] / total : 0.0, order[i], tg_kernel_kind_name(K->kind), K->name);
+  }
+  free(order);
+}
 
 static float elem(const void *base, tg_dtype t, int64_t i) {
   switch (t) {

@@ -28,6 +28,10 @@ void tg_cpu_run(tg_cpu *c);
  * output or any value the step keeps in memory at its end; false when n
  * is not in memory then. */
 bool tg_cpu_read(tg_cpu *c, const tg_node *n, float *dst);
+/* Per-kernel timing: when on, each run adds every kernel's seconds to a
+ * table; tg_cpu_profile_print writes the kernels that took longest. */
+void tg_cpu_profile(tg_cpu *c, bool on);
+void tg_cpu_profile_print(const tg_cpu *c, FILE *out, int top);
 /* Whether the shared object came from the cache (for progress messages). */
 bool tg_cpu_from_cache(const tg_cpu *c);
 

@@ -367,7 +367,8 @@ static void open_session(tg_ctx *ctx, const opts *o, session *s) {
   s->w = tg_weights_load(ctx, s->g, o->weights, false);
   if (o->backend == BACKEND_CPU) {
     if (o->prec != TG_PREC_F32) tg_error(ctx, (tg_loc){0}, "--backend cpu computes in f32 only");
-    s->cpu = tg_cpu_new(ctx, s->g, NULL);
+    s->cpu = tg_cpu_new(ctx, s->g, getenv("TG_KEEP_C"));
+    tg_cpu_profile(s->cpu, getenv("TG_PROFILE") != NULL);
     for (int i = 0; i < s->g->n_nodes; i++)
       if (s->w->values[i])
         memcpy(tg_cpu_leaf(s->cpu, s->g->nodes[i]), s->w->values[i],
@@ -467,6 +468,7 @@ static int cmd_step(tg_ctx *ctx, const opts *o, session *s) {
     printf("step %ld/%ld  loss %.8g  grad_norm %.6g  lr %.3g  %.0f ms\n", i, o->steps, lossv, normv, o->lr, ms);
     fflush(stdout);
   }
+  if (s->cpu && getenv("TG_PROFILE")) tg_cpu_profile_print(s->cpu, stdout, atoi(getenv("TG_PROFILE")) > 1 ? atoi(getenv("TG_PROFILE")) : 15);
   if (s->cpu) {
     for (int i = 0; i < g->n_nodes; i++)
       if (g->nodes[i]->op == TG_OP_param)
