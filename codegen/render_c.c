@@ -281,10 +281,17 @@ void tg_render_c(FILE *out, const tg_program *p) {
   fprintf(out, "int tg_profile = 0;\n");
   fprintf(out, "double tg_kernel_seconds[%d];\n", p->n_kernels ? p->n_kernels : 1);
   fprintf(out, "double omp_get_wtime(void);\n");
-  fprintf(out, "void tg_step(void *const *leaves, char *arena, char *scratch) {\n");
+  fprintf(out, "/* allreduce, when not NULL, is called with each bucket of gradients as soon as\n"
+               " * the bucket's last gradient exists (passes/schedule.c). */\n");
+  fprintf(out, "void tg_step(void *const *leaves, char *arena, char *scratch, void (*allreduce)(int, void *), void *ctx) {\n");
   fprintf(out, "  static int blas_threads_set;\n  if (!blas_threads_set) openblas_set_num_threads(1), blas_threads_set = 1;\n");
   fprintf(out, "  double t = tg_profile ? omp_get_wtime() : 0, u;\n  (void)u;\n");
-  for (int k = 0; k < p->n_kernels; k++)
+  const tg_allreduce_plan *ar = p->g->allreduce;
+  for (int k = 0; k < p->n_kernels; k++) {
     fprintf(out, "  k%d(leaves, arena, scratch);\n  if (tg_profile) u = omp_get_wtime(), tg_kernel_seconds[%d] += u - t, t = u;\n", k, k);
+    for (int b = 0; ar && b < ar->n_buckets; b++)
+      if (ar->buckets[b].after_kernel == k) fprintf(out, "  if (allreduce) allreduce(%d, ctx);  /* bucket %d */\n", b, b);
+  }
+  fprintf(out, "  (void)allreduce, (void)ctx;\n");
   fprintf(out, "}\n");
 }

@@ -291,6 +291,15 @@ void tg_render_manifest(FILE *out, const tg_program *p, const char *cuda_file) {
         first = false;
       }
     }
+    const tg_allreduce_plan *ar = g->allreduce;
+    for (int b = 0; ar && b < ar->n_buckets; b++) {
+      if (ar->buckets[b].after_kernel != k) continue;
+      fprintf(out, "%s\n       {\"allreduce\": %d, \"bytes\": %lld, \"grads\": [", first ? "" : ",", b,
+              (long long)ar->buckets[b].bytes);
+      for (int x = 0; x < ar->buckets[b].n_grads; x++) fprintf(out, "%s\"b%d\"", x ? ", " : "", ar->buckets[b].grads[x]);
+      fprintf(out, "]}");
+      first = false;
+    }
     fprintf(out, "]}");
   }
   fprintf(out, "\n  ]\n}\n");

@@ -271,6 +271,23 @@ typedef struct tg_mem_plan {
   int64_t persistent_bytes; /* leaves (params, inputs, state): not planned */
 } tg_mem_plan;
 
+/* Data-parallel schedule: the schedule pass (passes/schedule.c) groups the
+ * parameters' gradients into buckets and places each bucket's all-reduce
+ * right after the kernel that produces its last gradient, so that
+ * communication overlaps the rest of the backward pass.  Derived data, like
+ * the memory plan: recomputed, not in the IR text. */
+typedef struct tg_bucket {
+  int after_kernel;      /* the all-reduce runs when this kernel is done */
+  int *grads, n_grads;   /* graph positions of the "grad:NAME" outputs' nodes */
+  int64_t bytes;
+} tg_bucket;
+
+typedef struct tg_allreduce_plan {
+  tg_bucket *buckets;    /* in schedule order */
+  int n_buckets;
+  int64_t bucket_bytes;  /* the target size a bucket closes at */
+} tg_allreduce_plan;
+
 typedef struct tg_graph {
   tg_arena *arena; /* borrowed from the ctx that built the graph */
   tg_node **nodes; /* in topological (construction) order */
@@ -283,6 +300,7 @@ typedef struct tg_graph {
   tg_kernel *kernels; /* after the fuse pass; in run order */
   int n_kernels, cap_kernels;
   tg_mem_plan *memplan; /* after the memplan pass; NULL before */
+  tg_allreduce_plan *allreduce; /* after the schedule pass; NULL before */
 } tg_graph;
 
 tg_graph *tg_graph_new(tg_arena *arena);

@@ -77,10 +77,21 @@ bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t
  * and state Z", for reports (the fusion report's totals). */
 void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p);
 
+/* schedule.c: buckets of gradients for data parallelism, each all-reduced
+ * right after the kernel that produces its last gradient (ir.h:
+ * tg_allreduce_plan), stored in g->allreduce.  Runs after fuse on a graph
+ * with gradients.  A bucket closes once it holds bucket_bytes (<= 0: the
+ * default, 4 MiB) or at the backward's end.  When report is not NULL,
+ * writes a line per bucket. */
+enum { TG_BUCKET_BYTES_DEFAULT = 4 << 20 };
+void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE *report);
+
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
   bool grad;              /* add the backward (autodiff) */
   bool step;              /* ... and the optimizer: the whole training step */
+  bool kernels;           /* fuse and plan memory even without the gradient
+                           * (a forward graph that code generation will run) */
   tg_adamw_opts adamw;
   int pad_multiple;       /* pad_vocab's multiple; 0 or 1: no padding */
   const char *dump_after; /* print the IR after this pass (to dump) */

@@ -36,6 +36,11 @@ static void run_memplan(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   tg_memplan(ctx, g, asked ? o->report : NULL);
 }
 
+static void run_schedule(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  bool asked = o->report_pass && !strcmp(o->report_pass, "schedule");
+  tg_schedule_allreduce(ctx, g, 0, asked ? o->report : NULL);
+}
+
 /* When a pass runs: always, or only when the gradient (or the whole
  * training step) is asked for. */
 typedef enum when { ALWAYS, FOR_GRAD, FOR_STEP } when;
@@ -54,6 +59,7 @@ static const pass passes[] = {
     {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
     {"fuse", FOR_GRAD, run_fuse, "groups the ops into kernels (--report fusion)"},
     {"memplan", FOR_GRAD, run_memplan, "gives each kernel output a buffer by liveness, reusing memory (--report memplan)"},
+    {"schedule", FOR_GRAD, run_schedule, "buckets of gradients, each all-reduced right after its last gradient (--report schedule)"},
 };
 enum { N_PASSES = sizeof passes / sizeof passes[0] };
 
@@ -75,7 +81,9 @@ bool tg_pass_needs_step(const char *name) {
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   for (int i = 0; i < N_PASSES; i++) {
     const pass *p = &passes[i];
-    if ((p->when == FOR_GRAD && !o->grad) || (p->when == FOR_STEP && !o->step)) continue;
+    bool kernels = o->kernels && (!strcmp(p->name, "fuse") || !strcmp(p->name, "memplan"));
+    if (!strcmp(p->name, "schedule") && !o->grad) continue; /* no gradients to reduce */
+    if (!kernels && ((p->when == FOR_GRAD && !o->grad) || (p->when == FOR_STEP && !o->step))) continue;
     p->run(ctx, g, o);
     if (!tg_verify(ctx, g))
       tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is broken after the %s pass", p->name);

@@ -9,7 +9,7 @@
 #include "lower.h"
 #include "render.h"
 
-typedef void (*step_fn)(void *const *, char *, char *);
+typedef void (*step_fn)(void *const *, char *, char *, void (*)(int, void *), void *);
 
 struct tg_cpu {
   const tg_graph *g;
@@ -22,6 +22,9 @@ struct tg_cpu {
   int *leaf_of;       /* per graph node: index into leaves, or -1 */
   char *arena, *scratch;
   bool from_cache;
+  void (*allreduce)(int, void *);
+  void *allreduce_ctx;
+  bool *bound;           /* per program leaf: memory the caller owns */
 };
 
 /* -march=native: the object is built for this very machine (ccjit keys the
@@ -85,8 +88,9 @@ tg_cpu *tg_cpu_new(tg_ctx *ctx, const tg_graph *g, const char *c_path) {
   c->profile = dlsym(c->so, "tg_profile");
   c->kernel_seconds = dlsym(c->so, "tg_kernel_seconds");
   c->leaves = calloc((size_t)p->n_leaves + 1, sizeof *c->leaves);
+  c->bound = calloc((size_t)p->n_leaves + 1, sizeof *c->bound);
   c->leaf_of = malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
-  if (!c->leaves || !c->leaf_of) tg_error(ctx, (tg_loc){0}, "out of memory");
+  if (!c->leaves || !c->leaf_of || !c->bound) tg_error(ctx, (tg_loc){0}, "out of memory");
   for (int i = 0; i < g->n_nodes; i++) c->leaf_of[i] = -1;
   for (int i = 0; i < p->n_leaves; i++) {
     const tg_node *n = g->nodes[p->leaves[i]];
@@ -101,8 +105,10 @@ tg_cpu *tg_cpu_new(tg_ctx *ctx, const tg_graph *g, const char *c_path) {
 void tg_cpu_free(tg_cpu *c) {
   if (!c) return;
   if (c->leaves)
-    for (int i = 0; i < c->p->n_leaves; i++) free(c->leaves[i]);
+    for (int i = 0; i < c->p->n_leaves; i++)
+      if (!c->bound[i]) free(c->leaves[i]);
   free(c->leaves);
+  free(c->bound);
   free(c->leaf_of);
   free(c->arena);
   free(c->scratch);
@@ -116,7 +122,34 @@ void *tg_cpu_leaf(tg_cpu *c, const tg_node *n) {
   return c->leaves[c->leaf_of[n->id]];
 }
 
-void tg_cpu_run(tg_cpu *c) { c->step((void *const *)c->leaves, c->arena, c->scratch); }
+void tg_cpu_run(tg_cpu *c) { c->step((void *const *)c->leaves, c->arena, c->scratch, c->allreduce, c->allreduce_ctx); }
+
+void tg_cpu_set_allreduce(tg_cpu *c, void (*fn)(int bucket, void *ctx), void *ctx) {
+  c->allreduce = fn;
+  c->allreduce_ctx = ctx;
+}
+
+void tg_cpu_bind_leaf(tg_cpu *c, const tg_node *n, void *mem) {
+  int i = c->leaf_of[n->id];
+  if (!c->bound[i]) free(c->leaves[i]);
+  c->leaves[i] = mem;
+  c->bound[i] = true;
+}
+
+float *tg_cpu_value(tg_cpu *c, const tg_node *n) {
+  tg_layout lay;
+  if (n->type.dtype != TG_F32 || !tg_layout_of(c->p, n, &lay) || lay.offset) return NULL;
+  /* only a contiguous view: the value's own elements in order */
+  int64_t s = 1;
+  for (int d = n->type.rank - 1; d >= 0; d--) {
+    if (n->type.dim[d].size > 1 && lay.stride[d] != s) return NULL;
+    s *= n->type.dim[d].size;
+  }
+  const tg_storage *st = &c->p->store[lay.base];
+  if (st->place == TG_PLACE_LEAF) return c->leaves[st->leaf];
+  if (st->place == TG_PLACE_ARENA) return (float *)(c->arena + st->offset);
+  return NULL;
+}
 
 bool tg_cpu_from_cache(const tg_cpu *c) { return c->from_cache; }
 

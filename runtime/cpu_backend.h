@@ -22,6 +22,17 @@ void tg_cpu_free(tg_cpu *c);
 /* The storage of leaf n (numel elements of its dtype), NULL if n is not a
  * leaf of the graph.  Everything starts zeroed. */
 void *tg_cpu_leaf(tg_cpu *c, const tg_node *n);
+/* Points leaf n at memory the caller owns (numel elements of its dtype,
+ * 256-byte aligned is best) instead of the backend's own: several graphs
+ * share one copy of the parameters this way. */
+void tg_cpu_bind_leaf(tg_cpu *c, const tg_node *n, void *mem);
+/* The f32 elements of n where the step keeps them (a leaf, or a value in
+ * the arena), when n is a contiguous view of them; else NULL.  Valid
+ * during an all-reduce callback and after a run. */
+float *tg_cpu_value(tg_cpu *c, const tg_node *n);
+/* Called during each run with each bucket of gradients as soon as it is
+ * complete (g->allreduce, passes/schedule.c); NULL: none. */
+void tg_cpu_set_allreduce(tg_cpu *c, void (*fn)(int bucket, void *ctx), void *ctx);
 /* Runs the step once: every kernel in order (assigns update the leaves). */
 void tg_cpu_run(tg_cpu *c);
 /* The value of n after a run, as floats (numel of n's type), for a graph

@@ -43,7 +43,8 @@ static const char usage[] =
     "  --report PASS      print what PASS found (flash_attn: each causal attention\n"
     "                     it replaced, and each look-alike it left, with why;\n"
     "                     fusion: the kernels; memplan: each intermediate's\n"
-    "                     buffer and the peak memory)\n"
+    "                     buffer and the peak memory; schedule: the buckets of\n"
+    "                     gradients and where each is all-reduced)\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -266,12 +267,12 @@ static int parse_args(int argc, char **argv, cli *c) {
     } else if (!strcmp(a, "--report")) {
       /* Only passes that have something to say. */
       if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "fusion") &&
-                            strcmp(argv[i + 1], "memplan")))
-        return usage_error("--report %s: the passes with a report are: flash_attn, fusion, memplan",
+                            strcmp(argv[i + 1], "memplan") && strcmp(argv[i + 1], "schedule")))
+        return usage_error("--report %s: the passes with a report are: flash_attn, fusion, memplan, schedule",
                            i + 1 < argc ? argv[i + 1] : "needs a pass name;");
       c->report = argv[++i];
       /* fusion and memplan are reported on the training step, the graph they are for */
-      if (!strcmp(c->report, "fusion") || !strcmp(c->report, "memplan")) c->grad = true;
+      if (strcmp(c->report, "flash_attn")) c->grad = true;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;
