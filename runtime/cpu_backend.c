@@ -153,6 +153,15 @@ float *tg_cpu_value(tg_cpu *c, const tg_node *n) {
 
 bool tg_cpu_from_cache(const tg_cpu *c) { return c->from_cache; }
 
+void tg_cpu_phase_seconds(const tg_cpu *c, double out[TG_NPHASES]) {
+  for (int p = 0; p < TG_NPHASES; p++) out[p] = 0;
+  if (!c->kernel_seconds) return;
+  for (int k = 0; k < c->g->n_kernels; k++) {
+    const tg_kernel *K = &c->g->kernels[k];
+    if (K->n_nodes) out[c->g->nodes[K->nodes[0]]->phase] += c->kernel_seconds[k];
+  }
+}
+
 void tg_cpu_profile(tg_cpu *c, bool on) {
   if (c->profile) *c->profile = on;
 }

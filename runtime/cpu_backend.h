@@ -43,6 +43,9 @@ bool tg_cpu_read(tg_cpu *c, const tg_node *n, float *dst);
  * table; tg_cpu_profile_print writes the kernels that took longest. */
 void tg_cpu_profile(tg_cpu *c, bool on);
 void tg_cpu_profile_print(const tg_cpu *c, FILE *out, int top);
+/* Seconds spent so far in the kernels of each phase (forward, backward,
+ * optimizer; a kernel's phase is its first op's), while profiling is on. */
+void tg_cpu_phase_seconds(const tg_cpu *c, double out[TG_NPHASES]);
 /* Whether the shared object came from the cache (for progress messages). */
 bool tg_cpu_from_cache(const tg_cpu *c);
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "batch.h"
 #include "cpu_backend.h"
@@ -19,13 +20,16 @@
 #include "ir.h"
 #include "passes.h"
 #include "prepare.h"
+#include "train.h"
 #include "safetensors.h"
 #include "weights.h"
 
 #define TG_VERSION "0.1.0"
 
 static const char usage[] =
-    "usage: tgrun COMMAND MODEL.tg [options]\n"
+    "usage: tgrun train.cfg [KEY=VALUE ...]     train (docs/train-config.md)\n"
+    "       tgrun --nproc N train.cfg ...        ... on N data-parallel ranks (mpirun)\n"
+    "       tgrun COMMAND MODEL.tg [options]\n"
     "\n"
     "Commands:\n"
     "  prepare  text to train/val token files (char or GPT-2 BPE): tgrun prepare --help\n"
@@ -482,6 +486,48 @@ static int cmd_step(tg_ctx *ctx, const opts *o, session *s) {
   return st;
 }
 
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* tgrun --nproc N train.cfg ...: runs N ranks of this tgrun under mpirun. */
+static int launch_ranks(int argc, char **argv) {
+  char *end;
+  long n = strtol(argv[2], &end, 10);
+  if (*end || n < 1 || n > 4096) return usage_error("--nproc %s: expected a number of ranks from 1 to 4096", argv[2]);
+  if (argc < 4) return usage_error("%s", "--nproc N needs a train.cfg after it");
+  if (n == 1) {
+    argv[2] = argv[0];
+    return tg_train_main(argc - 2, argv + 2);
+  }
+  char **args = calloc((size_t)argc + 8, sizeof *args);
+  if (!args) return 1;
+  int k = 0;
+  args[k++] = "mpirun";
+  args[k++] = "-np";
+  args[k++] = argv[2];
+  /* more ranks than cores is slow but correct: let a small machine test it */
+  args[k++] = "--oversubscribe";
+  args[k++] = "--bind-to";
+  args[k++] = "none";
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) self[len] = 0;
+  args[k++] = len > 0 ? self : argv[0];
+  for (int i = 3; i < argc; i++) args[k++] = argv[i];
+  args[k] = NULL;
+  if (getuid() == 0) { /* Open MPI refuses root unless told twice */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  fflush(stdout);
+  execvp("mpirun", args);
+  fprintf(stderr, "tgrun: error: cannot run mpirun: %s (install openmpi-bin)\n", strerror(errno));
+  free(args);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   opts o = {.seed = 1337, .prec = TG_PREC_F32, .lr = 6e-4, .steps = 1, .adamw = tg_adamw_defaults};
   o.defines = calloc((size_t)argc + 1, sizeof *o.defines);
@@ -490,6 +536,19 @@ int main(int argc, char **argv) {
   if (!o.defines || !o.define_names || !o.incs) {
     fprintf(stderr, "tgrun: out of memory\n");
     return 1;
+  }
+  /* tgrun [--nproc N] train.cfg ...: the training loop (runtime/train.c) */
+  if (argc >= 3 && !strcmp(argv[1], "--nproc")) {
+    free(o.defines);
+    free(o.define_names);
+    free(o.incs);
+    return launch_ranks(argc, argv);
+  }
+  if (argc >= 2 && has_suffix(argv[1], ".cfg")) {
+    free(o.defines);
+    free(o.define_names);
+    free(o.incs);
+    return tg_train_main(argc, argv);
   }
   if (argc >= 2 && !strcmp(argv[1], "prepare")) {
     free(o.defines);

@@ -1,0 +1,33 @@
+/* comm.h: the ranks of a data-parallel run, over MPI.
+ *
+ * tgrun is one process per rank.  Started by mpirun or srun (their
+ * environment says so), it joins the MPI job; started alone it is rank 0
+ * of 1 and never touches MPI, so a single-process run needs no MPI at all.
+ * Built without MPI (no libopenmpi-dev), only the single-process case
+ * exists and asking for more ranks is an error. */
+#ifndef TG_COMM_H
+#define TG_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Joins the MPI job when launched as one; sets *rank and *size (0 and 1
+ * otherwise).  False with a message when the launch says MPI but this
+ * build has none. */
+bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size_t whylen);
+void tg_comm_finalize(void);
+/* Whether the environment is an mpirun/srun launch. */
+bool tg_comm_launched(void);
+/* Averages buf over the ranks.  Every rank gets the same bits: the sum is
+ * formed on rank 0 and broadcast (an all-reduce may round differently on
+ * different ranks, and replicas must stay bit-identical). */
+void tg_comm_average(float *buf, int64_t n);
+/* Sums a few doubles over the ranks (losses, timings), same bits everywhere. */
+void tg_comm_sum_doubles(double *buf, int n);
+/* Whether every rank passed the same 64-bit value (a hash of its weights). */
+bool tg_comm_all_equal(uint64_t v);
+void tg_comm_barrier(void);
+bool tg_comm_available(void); /* built with MPI */
+
+#endif
