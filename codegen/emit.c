@@ -106,6 +106,7 @@ static const tg_type *dom(const emitter *e) { return &e->st->nest.dom; }
  * by another step; leaves and views are never computed. */
 static bool computed_here(const emitter *e, const tg_node *n) {
   if (tg_ops[n->op].kind == TG_KIND_LEAF || tg_is_view(n)) return false;
+  if (e->p->remat[n->id]) return true; /* recomputed by every reader */
   if (n->kernel != e->lk->kernel) return false;
   int s = e->p->step_of[n->id];
   return s == e->step || s < 0;

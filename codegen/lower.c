@@ -565,6 +565,86 @@ static int cross_reads(lowerer *L, int s, const tg_node *n, int kernel, bool *se
   return wave;
 }
 
+/* ---- recomputing instead of storing -------------------------------------- */
+
+/* A matmul's epilogue (bias + GELU) keeps in memory every intermediate the
+ * backward reads: six arrays of [B, T, 4C] besides the pre-activation.
+ * Storing and reloading them costs more than recomputing them from the
+ * pre-activation, a few multiplies and a tanh.  A kernel output is
+ * recomputed by its readers instead of stored when it is an elementwise op
+ * whose inputs, followed back through other such outputs (at most
+ * REMAT_DEPTH ops), are leaves or values that memplan keeps alive until
+ * every reader has run, and every reader is a loop nest (a BLAS call or a
+ * flash kernel needs its operands in memory).  The plan's lifetimes decide
+ * "alive", so no buffer is read after its death. */
+enum { REMAT_DEPTH = 12 };
+
+static bool remat_inputs_ok(const lowerer *L, const tg_node *n, int last_reader, const int64_t *last, int depth) {
+  if (depth > REMAT_DEPTH) return false;
+  for (int i = 0; i < n->nin; i++) {
+    const tg_node *b = tg_kernel_base(n->in[i]);
+    if (tg_ops[b->op].kind == TG_KIND_LEAF) continue;
+    if (L->p->remat[b->id]) {
+      if (!remat_inputs_ok(L, b, last_reader, last, depth + 1)) return false;
+      continue;
+    }
+    if (b->kernel == n->kernel && !L->stored[b->id]) {
+      /* recomputed inside n's own kernel: follow it too */
+      if (tg_ops[b->op].kind != TG_KIND_ELEMENTWISE || !remat_inputs_ok(L, b, last_reader, last, depth + 1))
+        return false;
+      continue;
+    }
+    if (last[b->id] < last_reader) return false; /* dead (or never stored) by then */
+  }
+  return true;
+}
+
+static void find_remat(lowerer *L) {
+  const tg_graph *g = L->g;
+  int64_t *last = tg_alloc(L->arena, sizeof(int64_t) * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) last[i] = -1;
+  for (int b = 0; b < g->memplan->n_buffers; b++) last[g->memplan->buffers[b].node] = g->memplan->buffers[b].last;
+  bool *out = tg_alloc(L->arena, (size_t)g->n_nodes + 1);
+  for (int i = 0; i < g->n_outputs; i++) out[tg_kernel_base(g->outputs[i].node)->id] = true;
+  int *last_reader = tg_alloc(L->arena, sizeof(int) * ((size_t)g->n_nodes + 1));
+  bool *nest_readers = tg_alloc(L->arena, (size_t)g->n_nodes + 1);
+  for (int i = 0; i < g->n_nodes; i++) last_reader[i] = -1, nest_readers[i] = true;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *r = g->nodes[i];
+    if (r->kernel < 0) continue;
+    for (int j = 0; j < r->nin; j++) {
+      const tg_node *b = tg_kernel_base(r->in[j]);
+      if (b->kernel == r->kernel) continue;
+      if (r->kernel > last_reader[b->id]) last_reader[b->id] = r->kernel;
+      bool nest = tg_ops[r->op].kind == TG_KIND_ELEMENTWISE || r->op == TG_OP_sum || r->op == TG_OP_max ||
+                  r->op == TG_OP_gather || r->op == TG_OP_pad || r->op == TG_OP_concat;
+      /* a reader that is itself recomputed elsewhere counts as those readers */
+      if (!nest || r->op == TG_OP_assign) nest_readers[b->id] = false;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (!L->stored[i] || out[i] || n->op == TG_OP_assign || tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) continue;
+    if (!nest_readers[i] || last_reader[i] < 0) continue;
+    if (g->kernels[n->kernel].kind != TG_KERNEL_MATMUL) continue; /* epilogues: where the traffic is */
+    if (!remat_inputs_ok(L, n, last_reader[i], last, 0)) continue;
+    L->p->remat[i] = true;
+  }
+  /* the unstored values of a kernel that a recomputed value is made from
+   * are recomputed by its readers too */
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    if (!L->p->remat[i]) continue;
+    const tg_node *n = g->nodes[i];
+    for (int j = 0; j < n->nin; j++) {
+      const tg_node *b = tg_kernel_base(n->in[j]);
+      if (b->kernel == n->kernel && !L->stored[b->id] && tg_ops[b->op].kind == TG_KIND_ELEMENTWISE)
+        L->p->remat[b->id] = true;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (L->p->remat[i]) L->stored[i] = false;
+}
+
 /* ---- the program --------------------------------------------------------- */
 
 static void lower_kernel(lowerer *L, int k) {
@@ -709,6 +789,19 @@ static void check_assigns(lowerer *L) {
   }
 }
 
+/* Marks the base value x reads as an argument; a recomputed value's
+ * arguments are those of its inputs. */
+static void arg_of(const lowerer *L, const tg_node *x, bool *in) {
+  const tg_node *b = tg_kernel_base(x);
+  if (L->p->remat[b->id] && b->kernel != L->kernel) {
+    for (int i = 0; i < b->nin; i++) arg_of(L, b->in[i], in);
+  } else if (L->p->remat[b->id] || (b->kernel == L->kernel && !L->stored[b->id] && tg_ops[b->op].kind == TG_KIND_ELEMENTWISE && b->kernel >= 0 && L->p->step_of[b->id] < 0)) {
+    for (int i = 0; i < b->nin; i++) arg_of(L, b->in[i], in);
+  } else if (L->p->store[b->id].place != TG_PLACE_NONE) {
+    in[b->id] = true;
+  }
+}
+
 /* The base values each kernel touches, in a fixed order: the argument list
  * of its generated function(s). */
 static void kernel_args(lowerer *L, int k) {
@@ -722,10 +815,7 @@ static void kernel_args(lowerer *L, int k) {
       int b = n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id;
       in[b] = w[b] = true;
     }
-    for (int x = 0; x < n->nin; x++) {
-      const tg_node *b = tg_kernel_base(n->in[x]);
-      if (L->p->store[b->id].place != TG_PLACE_NONE) in[b->id] = true;
-    }
+    for (int x = 0; x < n->nin; x++) arg_of(L, n->in[x], in);
   }
   for (int s = 0; s < lk->n_steps; s++)
     if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) in[lk->steps[s].node] = w[lk->steps[s].node] = true;
@@ -741,7 +831,9 @@ static void kernel_args(lowerer *L, int k) {
   free(w);
 }
 
-tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) {
+tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g, false); }
+
+tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   if (!g->n_kernels || !g->memplan)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "code generation needs a fused and planned graph");
   tg_program *p = tg_alloc(ctx->arena, sizeof *p);
@@ -765,6 +857,8 @@ tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) {
     const tg_kernel *K = &g->kernels[k];
     for (int j = 0; j < K->n_outputs; j++) L.stored[K->outputs[j]] = true;
   }
+  p->remat = tg_alloc(ctx->arena, (size_t)g->n_nodes + 1);
+  if (remat) find_remat(&L);
   /* leaves first: flash and gemm steps read their layouts while lowering */
   for (int i = 0; i < g->n_nodes; i++)
     if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
@@ -772,7 +866,10 @@ tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) {
   for (int k = 0; k < g->n_kernels; k++) lower_kernel(&L, k);
   place_values(&L);
   check_assigns(&L);
-  for (int k = 0; k < g->n_kernels; k++) kernel_args(&L, k);
+  for (int k = 0; k < g->n_kernels; k++) {
+    L.kernel = k;
+    kernel_args(&L, k);
+  }
   free(L.steps);
   free(L.members);
   free(L.stored);

@@ -112,6 +112,9 @@ typedef struct tg_lkernel {
 typedef struct tg_program {
   const tg_graph *g;
   tg_storage *store;      /* per graph position */
+  bool *remat;            /* per graph position: a kernel output its readers
+                           * recompute from values still in memory instead of
+                           * loading it, so it is never stored (lower.c) */
   int *step_of;           /* per graph position: the step computing it in its
                            * kernel, or -1 (leaves, views, inlined values) */
   tg_lkernel *kernels;
@@ -124,6 +127,11 @@ typedef struct tg_program {
  * BLAS cannot take, an in-place update that a later read would see) is
  * reported through ctx and bails. */
 tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g);
+/* The same, choosing whether matmul epilogue intermediates are recomputed
+ * by their readers instead of stored (lower.c, "recomputing"): worth it on
+ * a GPU, where the step is memory-bound; on a CPU with small activations
+ * in cache, recomputing the tanh costs more than the stores it saves. */
+tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat);
 
 /* The view `n` (a chain of views over a materialised value) as strides;
  * false when a reshape breaks the strided form. */

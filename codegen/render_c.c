@@ -33,6 +33,7 @@ static void prelude(FILE *out, const tg_program *p) {
           g->source ? g->source : "?", g->n_kernels, (long long)p->arena_bytes, (long long)p->scratch_bytes,
           p->n_leaves);
   fputs("#include <math.h>\n"
+        "#include <stdlib.h>\n"
         "#include <string.h>\n"
         "\n"
         "typedef long tg_idx;\n"

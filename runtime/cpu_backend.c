@@ -29,8 +29,11 @@ struct tg_cpu {
 
 /* -march=native: the object is built for this very machine (ccjit keys the
  * cache on the CPU).  No -ffast-math: the masked logits are -inf and the
- * reductions must keep their NaN and infinity semantics. */
-static const char *const cc_flags[] = {"-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-w"};
+ * reductions must keep their NaN and infinity semantics.  -fno-trapping-math
+ * (tg never enables FP traps) lets gcc vectorise loops with a select between
+ * a division and something else, and inline floorf: the GELU and softmax
+ * loops. */
+static const char *const cc_flags[] = {"-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-w"};
 static const char *const cc_libs[] = {"-lopenblas", "-lm"};
 
 static void *aligned_zeroed(tg_ctx *ctx, int64_t bytes) {

@@ -168,7 +168,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
   emitted e = {g, NULL, NULL};
-  if (status == 0 && code) e.p = tg_lower(ctx, g);
+  if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && code && out_path) {
     if (fclose(fusion) != 0) status = 1;
     fusion = NULL;

@@ -36,7 +36,9 @@ static void teardown(void) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
-/* The training step of gpt2.tg with the given -D overrides, lowered. */
+/* The training step of gpt2.tg with the given -D overrides, lowered (for
+ * CUDA when cuda_remat: epilogue intermediates recomputed by readers). */
+static bool cuda_remat;
 static tg_program *step_program(tg_ctx *ctx, int n_defs, const char *const *defs) {
   tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), n_defs, defs);
   jmp_buf bail;
@@ -44,7 +46,7 @@ static tg_program *step_program(tg_ctx *ctx, int n_defs, const char *const *defs
   if (setjmp(bail)) ck_abort_msg("lowering failed: %s", tu_errors(ctx));
   tg_pipeline_opts po = {.grad = true, .step = true, .adamw = tg_adamw_defaults, .pad_multiple = 64};
   tg_run_pipeline(ctx, g, &po);
-  tg_program *p = tg_lower(ctx, g);
+  tg_program *p = tg_lower_ex(ctx, g, cuda_remat);
   ctx->bail = NULL;
   return p;
 }
@@ -68,7 +70,9 @@ static int count(const char *s, const char *what) {
 
 START_TEST(gpt2_cuda_compiles_for_sm80_and_sm90) {
   tg_ctx *ctx = tu_ctx();
+  cuda_remat = true;
   tg_program *p = step_program(ctx, 0, NULL);
+  cuda_remat = false;
   char *src = render(p, true);
   ck_assert_ptr_null(strstr(src, "#include"));
   ck_assert_int_gt(count(src, "mma.sync.aligned.m16n8k16"), 0);

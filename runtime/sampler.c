@@ -1,0 +1,97 @@
+/* sampler.c: temperature and top-k sampling; see sampler.h. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float median3(float a, float b, float c) {
+  if (a > b) {
+    float x = a;
+    a = b;
+    b = x;
+  }
+  /* now a <= b */
+  if (c <= a) return a;
+  if (c >= b) return b;
+  return c;
+}
+
+/* The k-th largest of a[0 .. n) (1 <= k <= n, no NaN), reordering a.
+ * Quickselect with a three-way partition, so that long runs of equal
+ * logits (masked ones, or ties) end the search instead of slowing it. */
+static float kth_largest(float *a, int32_t n, int32_t k) {
+  int32_t lo = 0, hi = n, want = k - 1;
+  for (;;) {
+    if (hi - lo == 1) return a[lo];
+    float p = median3(a[lo], a[lo + (hi - lo) / 2], a[hi - 1]);
+    /* [lo, lt) > p, [lt, i) == p, [gt, hi) < p: descending order. */
+    int32_t lt = lo, i = lo, gt = hi;
+    while (i < gt) {
+      float x = a[i];
+      if (x > p) {
+        a[i++] = a[lt];
+        a[lt++] = x;
+      } else if (x < p) {
+        a[i] = a[--gt];
+        a[gt] = x;
+      } else {
+        i++;
+      }
+    }
+    if (want < lt) hi = lt;
+    else if (want < gt) return p;
+    else lo = gt;
+  }
+}
+
+/* The unnormalised probability of a kept logit x. */
+static double weight(float x, float max, double temperature) {
+  if (isinf(max)) return x == max ? 1.0 : 0.0; /* max is +inf: only the +inf ones count */
+  if (x == -INFINITY) return 0.0;              /* -inf / +inf temperature would be NaN */
+  return exp(((double)x - (double)max) / temperature);
+}
+
+int32_t tg_sample(const float *logits, int32_t V, double temperature, int32_t top_k, tg_rng *rng,
+                  float *scratch) {
+  if (V < 1 || top_k < 0 || !(temperature > 0)) return -1;
+  float max = -INFINITY;
+  for (int32_t i = 0; i < V; i++) {
+    if (isnan(logits[i])) return -1;
+    if (logits[i] > max) max = logits[i];
+  }
+  if (max == -INFINITY) return -1;
+
+  /* Dividing by a positive temperature keeps the order of the logits, so
+   * the k-th largest can be found among the raw ones. */
+  float threshold = -INFINITY;
+  if (top_k > 0 && top_k < V) {
+    float *a = scratch ? scratch : malloc((size_t)V * sizeof *a);
+    if (!a) return -1;
+    memcpy(a, logits, (size_t)V * sizeof *a);
+    threshold = kth_largest(a, V, top_k);
+    if (!scratch) free(a);
+  }
+
+  /* Two passes computing the same weights in the same order, rather than a
+   * buffer of V doubles: the second pass's running sum reaches exactly the
+   * first's total. */
+  double total = 0;
+  for (int32_t i = 0; i < V; i++)
+    if (logits[i] >= threshold) total += weight(logits[i], max, temperature);
+  /* total >= 1, from the maximum's weight: nothing to divide by zero. */
+  double u = tg_rng_uniform(rng) * total;
+  double cum = 0;
+  int32_t last = -1;
+  for (int32_t i = 0; i < V; i++) {
+    if (!(logits[i] >= threshold)) continue;
+    double w = weight(logits[i], max, temperature);
+    if (w <= 0) continue;
+    cum += w;
+    last = i;
+    if (cum > u) return i;
+  }
+  /* u * total can round up to total itself; the draw then belongs to the
+   * last id with any weight. */
+  return last;
+}
