@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # run.sh: the main job, from a fresh machine: install what is needed, build,
-# and show what tg makes of GPT-2 today: its statistics, its IR, and a few
-# AdamW steps of a small GPT-2 on the reference interpreter.  (Training on
-# Tiny Shakespeare from a train.cfg arrives with part 5; see README.md.)
+# show what tg makes of GPT-2 (statistics, the training step's kernels, the
+# generated CUDA), then train nanoGPT's baby GPT on Tiny Shakespeare at the
+# character level on the CPU backend, and say where everything is.
+#
+#   TG_STEPS   training steps (default 2000, the full run: about two minutes
+#              on 2 quiet cores; fewer for a quicker look)
+#   TG_DATA    the shared data directory (default ../shared/data)
+#
+# There is no GPU backend yet (part 6), so the training runs on the CPU
+# even where a GPU exists; the CUDA source is generated and shown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -10,49 +17,33 @@ mkdir -p build out
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo > build.configure.log 2>&1 || { cat build.configure.log; exit 1; }
 cmake --build build -j "$(nproc 2> /dev/null || echo 2)" --target tgc tgrun
 
-tgc=build/tgc
+tgc=build/tgc tgrun=build/tgrun
+steps=${TG_STEPS:-2000}
+data=${TG_DATA:-../shared/data}
+if [ ! -f "$data/tinyshakespeare/input.txt" ]; then
+  echo "run.sh: no $data/tinyshakespeare/input.txt: set TG_DATA to the shared data directory" >&2
+  echo "        (Tiny Shakespeare: https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt)" >&2
+  exit 1
+fi
+
 echo
 echo "== tgc models/gpt2.tg --stats"
 $tgc models/gpt2.tg --stats
 echo
-echo "== the IR of GPT-2 (first layer shown; the whole graph is in out/gpt2.tgir)"
-$tgc models/gpt2.tg --emit ir -o out/gpt2.tgir
-sed -n '1,/"h.0.ln_2.weight"/p' out/gpt2.tgir | head -80
-echo "   ... $(grep -c '^%' out/gpt2.tgir) nodes in all"
+echo "== GPT-2's training step as kernels (tgc --emit cuda -o out/gpt2-cuda: the .cu file, its manifest, the fusion report)"
+$tgc models/gpt2.tg --emit cuda -o out/gpt2-cuda
+grep -E '^fusion: [0-9]+ kernels|^fusion: bytes|^fusion: peak' out/gpt2-cuda/fusion.txt
+echo "   the first kernel of out/gpt2-cuda/gpt2.cu:"
+sed -n '/^\/\/ tg kernel: k0_w0/,/^}/p' out/gpt2-cuda/gpt2.cu | head -24
+echo "   ..."
 echo
-echo "== the training step's kernels (tgc --report fusion; the whole report is in out/fusion-report.txt)"
-$tgc models/gpt2.tg --report fusion > out/fusion-report.txt
-grep -E '^fusion: [0-9]+ kernels|^fusion: bytes|^fusion: peak' out/fusion-report.txt
+echo "== the data: Tiny Shakespeare, one character a token (tgrun prepare)"
+$tgrun prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out out/data/shakespeare_char
 echo
-echo "== a 2-layer GPT as Graphviz: out/gpt2-2layer.dot"
-$tgc models/gpt2.tg -D n_layer=2 --emit dot -o out/gpt2-2layer.dot
-if command -v dot > /dev/null; then
-  dot -Tsvg out/gpt2-2layer.dot -o out/gpt2-2layer.svg && echo "   rendered: out/gpt2-2layer.svg"
-fi
+echo "== training the baby GPT: configs/baby_shakespeare_char.cfg, $steps steps on the CPU backend"
+warm=$((steps < 200 ? steps / 2 : 100))
+$tgrun configs/baby_shakespeare_char.cfg data_dir=out/data/shakespeare_char out_dir=out/baby_shakespeare_char \
+  max_steps="$steps" warmup_steps="$warm" lr_decay_steps="$steps" log_interval=$((steps < 200 ? 1 : 50))
 echo
-echo "== five AdamW steps of a 2-layer GPT-2 (n_embd 64) on one batch, reference interpreter"
-small=(models/gpt2.tg -D n_layer=2 -D n_embd=64 -D n_head=4 -D block_size=64)
-build/tgrun init "${small[@]}" --seed 1337 --out out/small-init.safetensors
-# One batch of 4 x 32 bytes of Tiny Shakespeare as token ids (bytes are
-# valid GPT-2 ids; the real tokenizers come with part 5), targets shifted
-# by one.  Without the data, a fixed pattern.
-data=${TG_DATA:-../shared/data}/tinyshakespeare/input.txt
-/usr/bin/python3 - "$data" out/small-batch.safetensors << 'PY'
-import json, os, struct, sys
-text = open(sys.argv[1], "rb").read()[:129 * 4] if os.path.exists(sys.argv[1]) else bytes(range(32, 127)) * 6
-rows = [text[i * 33:(i + 1) * 33] for i in range(4)]
-idx = [b for r in rows for b in r[:32]]
-tgt = [b for r in rows for b in r[1:33]]
-head = {"idx": {"dtype": "I32", "shape": [4, 32], "data_offsets": [0, 512]},
-        "targets": {"dtype": "I32", "shape": [4, 32], "data_offsets": [512, 1024]}}
-h = json.dumps(head).encode()
-h += b" " * (-len(h) % 8)
-with open(sys.argv[2], "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + struct.pack("<128i", *idx) + struct.pack("<128i", *tgt))
-PY
-build/tgrun step "${small[@]}" --weights out/small-init.safetensors --batch out/small-batch.safetensors \
-  --lr 1e-3 --steps 5 --out out/small-step5.safetensors
-echo
-echo "done. IR: out/gpt2.tgir   fusion report: out/fusion-report.txt   graph: out/gpt2-2layer.dot"
-echo "      weights: out/small-*.safetensors"
-echo "      compiler: build/tgc (tgc --help)   runner: build/tgrun (tgrun --help)"
+echo "compiler: build/tgc (tgc --help)   runner: build/tgrun (tgrun --help)   docs: docs/"
+echo "GPT-2's CUDA: out/gpt2-cuda/gpt2.cu, manifest out/gpt2-cuda/manifest.json, fusion report out/gpt2-cuda/fusion.txt"
