@@ -654,6 +654,7 @@ int tg_train_main(int argc, char **argv) {
   if (r->rank == 0) {
     mkdirs(r, c->out_dir);
     r->log = fopen(path_in(r, c->out_dir, "train.log"), c->resume ? "a" : "w");
+    if (!c->resume) remove(path_in(r, c->out_dir, "samples.txt")); /* a fresh run's samples only */
     FILE *f = fopen(path_in(r, c->out_dir, "train.cfg"), "w");
     if (f) {
       tg_train_config_print(f, c);
