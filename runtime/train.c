@@ -438,10 +438,15 @@ static int64_t initial_state(run *r, uint64_t *position) {
     free(used);
     return m.step;
   }
-  tg_weights *w = c->init_from && *c->init_from ? tg_weights_load(r->ctx, r->g_grad, c->init_from, false)
+  /* init_from: a tg checkpoint or a plain weights file (Hugging Face's
+   * GPT-2, tgrun init/step output); only its weights are taken */
+  const tg_graph *wg = c->init_from && *c->init_from ? r->g_opt : r->g_grad;
+  tg_ckpt_meta m = {0};
+  tg_weights *w = c->init_from && *c->init_from ? tg_ckpt_load(r->ctx, r->g_opt, c->init_from, false, &m)
                                                  : tg_weights_init(r->g_grad, (uint64_t)c->seed);
+  if (!w) tg_bail(r->ctx);
   for (int i = 0; i < r->n_params; i++) {
-    const tg_node *n = find_leaf(r->g_grad, TG_OP_param, r->params[i].name);
+    const tg_node *n = find_leaf(wg, TG_OP_param, r->params[i].name);
     memcpy(r->params[i].value, w->values[n->id], sizeof(float) * (size_t)r->params[i].numel);
   }
   tg_weights_free(w);
@@ -478,9 +483,17 @@ static void train_loop(run *r) {
   uint64_t position;
   int64_t done = initial_state(r, &position);
   char why[1024];
-  tg_loader *loader = tg_loader_new(r->train, c->batch_size, c->block_size, r->rank, r->nranks, (uint64_t)c->seed,
-                                    position, why, sizeof why);
-  if (!loader) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
+  /* A step's batch is grad_accum x ranks slices of one seeded draw (stream =
+   * the step): micro-step m of rank r takes slice m * ranks + r.  So 2
+   * micro-batches of b, 2 ranks of b, and one batch of 2b all train on the
+   * same sequences; one loader per micro-step, each at the step count. */
+  int accum = (int)c->grad_accum;
+  tg_loader **loaders = xcalloc((size_t)accum, sizeof *loaders);
+  for (int m = 0; m < accum; m++) {
+    loaders[m] = tg_loader_new(r->train, c->batch_size, c->block_size, m * r->nranks + r->rank, accum * r->nranks,
+                               (uint64_t)c->seed, position, why, sizeof why);
+    if (!loaders[m]) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
+  }
   const char *metrics_path = path_in(r, c->out_dir, c->metrics_file);
   tg_metrics_file *mf = NULL;
   if (r->rank == 0) {
@@ -538,7 +551,7 @@ static void train_loop(run *r) {
     tg_cpu_phase_seconds(r->c_grad, phase0);
     double loss_sum = 0;
     for (r->micro = 0; r->micro < r->accum; r->micro++) {
-      tg_loader_next(loader, tg_cpu_leaf(r->c_grad, idx), tg_cpu_leaf(r->c_grad, tgt));
+      tg_loader_next(loaders[r->micro], tg_cpu_leaf(r->c_grad, idx), tg_cpu_leaf(r->c_grad, tgt));
       tg_cpu_run(r->c_grad);
       float l;
       tg_cpu_read(r->c_grad, loss, &l);
@@ -586,12 +599,13 @@ static void train_loop(run *r) {
       write_plot(r, metrics_path);
     }
     if (r->rank == 0 && due(step, c->sample_interval, c->max_steps)) sample(r, step);
-    if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loader));
+    if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
   }
   if (mf && !tg_metrics_close(mf, why, sizeof why)) say(r, "warning: %s\n", why);
   write_plot(r, metrics_path);
   if (r->nranks > 1) say(r, "replicas: the %d ranks' weights were bit-identical after every step\n", r->nranks);
-  tg_loader_free(loader);
+  for (int m = 0; m < accum; m++) tg_loader_free(loaders[m]);
+  free(loaders);
 }
 
 /* ---- entry ----------------------------------------------------------------------- */

@@ -76,6 +76,23 @@ contains "$tmp/out" "resumed from"
 losses "$tmp/b/metrics.jsonl" > "$tmp/b.losses"
 if diff "$tmp/a.losses" "$tmp/b.losses" > "$tmp/diff"; then ok; else bad "resumed losses differ:"; cat "$tmp/diff"; fi
 
+# init_from: the weights of run a's checkpoint; the first evaluation (the
+# same eval batches) then gives exactly run a's last
+expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/i" init_from="$tmp/a/ckpt.safetensors" max_steps=2 \
+  warmup_steps=1 lr_decay_steps=2
+contains "$tmp/out" "initial weights from"
+evals() { /usr/bin/python3 -c "
+import json, sys
+print([repr(json.loads(l)['val_loss']) for l in open(sys.argv[1]) if 'val_loss' in l][int(sys.argv[2])])" "$1" "$2"; }
+if [ "$(evals "$tmp/a/metrics.jsonl" -1)" = "$(evals "$tmp/i/metrics.jsonl" 0)" ]; then ok; else
+  bad "init_from did not start from the checkpoint's weights"; fi
+
+# gradient accumulation: 2 micro-batches of 2 = one batch of 4 (the same
+# sequences: the loader draws micro-batches as consecutive slices), within
+# 1e-4 relative as for the ranks below
+expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/acc" max_steps=5 batch_size=2 grad_accum=2 eval_interval=0 sample_tokens=0
+losses "$tmp/acc/metrics.jsonl" > "$tmp/acc.losses"
+
 # data parallelism: 2 ranks x batch 2 = 1 rank x batch 4
 if [ -n "${TG_SANITIZED:-}" ]; then
   echo "note: MPI part skipped in the sanitizer build (Open MPI's own allocations read as leaks)"
@@ -95,6 +112,15 @@ print("1 rank x 4:", a, "\n2 ranks x 2:", b, "\nworst relative difference %.3g (
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
   then ok; else bad "2 ranks' losses differ from 1 rank's"; fi
+  if /usr/bin/python3 - "$tmp/one.losses" "$tmp/acc.losses" <<'PY'
+import sys
+a = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("batch 4:", a, "\n2 x 2 accumulated:", b, "\nworst relative difference %.3g (limit 1e-4)" % worst)
+sys.exit(0 if len(a) == len(b) == 5 and worst <= 1e-4 else 1)
+PY
+  then ok; else bad "accumulated losses differ from one batch's"; fi
 else
   bad "mpirun is missing (openmpi-bin)"
 fi
