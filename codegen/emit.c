@@ -98,6 +98,11 @@ typedef struct emitter {
   signed char *dep_red;  /* per node: depends on a reduction of this step (-1 unknown) */
   int tmp;               /* counter for unnamed temporaries */
   bool in_loop;          /* emitting a sweep's body (depth 2 exists) */
+  /* CUDA elementwise nests: each thread computes `vec` consecutive points of
+   * the last axis (lanes), so that contiguous f32 loads are float4s */
+  int vec, lane, vec_axis;
+  const char **vkeys, **vnames; /* lane 0's vector loads: offset text -> name */
+  int n_v;
 } emitter;
 
 static const tg_type *dom(const emitter *e) { return &e->st->nest.dom; }
@@ -121,8 +126,15 @@ static const char **canon(emitter *e, const tg_type *t) {
   const char **c = tg_alloc(e->arena, sizeof(char *) * (size_t)(t->rank + 1));
   int off = dom(e)->rank - t->rank;
   for (int i = 0; i < t->rank; i++)
-    c[i] = t->dim[i].size == 1 || off + i < 0 ? "0" : tg_sprintf(e->arena, "i%d", off + i);
+    c[i] = t->dim[i].size == 1 || off + i < 0 ? "0"
+           : off + i == e->vec_axis && e->lane > 0 ? tg_sprintf(e->arena, "(i%d + %d)", off + i, e->lane)
+                                                  : tg_sprintf(e->arena, "i%d", off + i);
   return c;
+}
+
+/* A name for value %id: lanes after the first have their own. */
+static const char *tname(emitter *e, int id, int depth) {
+  return depth == 2 && e->lane > 0 ? tg_sprintf(e->arena, "t%d_%d", id, e->lane) : tg_sprintf(e->arena, "t%d", id);
 }
 
 static bool same_coords(const char **a, const char **b, int rank) {
@@ -277,10 +289,44 @@ static const char *load_expr(emitter *e, tg_dtype t, int base, const char *offse
   }
 }
 
+/* In a vectorised nest, an f32 load contiguous along the lanes' axis and
+ * 16-byte aligned (offset and every other stride multiples of 4 elements;
+ * the lanes start at multiples of 4) is one float4 load in lane 0 that the
+ * other lanes take their component of.  NULL when it is not such a load. */
+static const char *vector_load(emitter *e, const tg_node *n, const char **c, const tg_layout *lay) {
+  if (e->vec < 2 || n->type.dtype != TG_F32) return NULL;
+  int j = e->vec_axis - (dom(e)->rank - n->type.rank);
+  if (j < 0 || j >= n->type.rank || lay->stride[j] != 1 || lay->offset % e->vec) return NULL;
+  const char *want = e->lane ? tg_sprintf(e->arena, "(i%d + %d)", e->vec_axis, e->lane) : tg_sprintf(e->arena, "i%d", e->vec_axis);
+  if (strcmp(c[j], want)) return NULL;
+  for (int i = 0; i < n->type.rank; i++)
+    if (i != j && lay->stride[i] % e->vec) return NULL;
+  const char **c0 = tg_alloc(e->arena, sizeof(char *) * (size_t)(n->type.rank + 1));
+  for (int i = 0; i < n->type.rank; i++) c0[i] = c[i];
+  c0[j] = tg_sprintf(e->arena, "i%d", e->vec_axis);
+  const char *key = tg_sprintf(e->arena, "b%d[%s]", lay->base, affine(e, lay->offset, lay->stride, c0, n->type.rank));
+  static const char comp[4] = {'x', 'y', 'z', 'w'};
+  for (int k = 0; k < e->n_v; k++)
+    if (!strcmp(e->vkeys[k], key)) return tg_sprintf(e->arena, "%s.%c", e->vnames[k], comp[e->lane]);
+  if (e->lane) return NULL; /* lane 0 did not load it: read it plainly */
+  const char *name = new_tmp(e);
+  tg_sb_printf(&e->buf[2], "const float4 %s = *(const float4 *)&%s;\n", name, key);
+  e->vkeys = realloc(e->vkeys, sizeof(char *) * (size_t)(e->n_v + 1));
+  e->vnames = realloc(e->vnames, sizeof(char *) * (size_t)(e->n_v + 1));
+  if (!e->vkeys || !e->vnames) exit(1);
+  e->vkeys[e->n_v] = key;
+  e->vnames[e->n_v++] = name;
+  return tg_sprintf(e->arena, "%s.x", name);
+}
+
 /* A value in memory read through views at coordinates c. */
 static const char *load(emitter *e, const tg_node *n, const char **c) {
   tg_layout lay;
-  if (tg_layout_of(e->p, n, &lay)) return load_expr(e, n->type.dtype, lay.base, affine(e, lay.offset, lay.stride, c, n->type.rank));
+  if (tg_layout_of(e->p, n, &lay)) {
+    const char *v = vector_load(e, n, c, &lay);
+    if (v) return v;
+    return load_expr(e, n->type.dtype, lay.base, affine(e, lay.offset, lay.stride, c, n->type.rank));
+  }
   /* a reshape that strides cannot express: walk the views by coordinates */
   while (tg_is_view(n)) {
     c = view_coords(e, n, c);
@@ -427,7 +473,7 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   if (in_memory(e, b)) {
     const char *x = load(e, n, c);
     if (!canonical) return (val){x, t};
-    const char *name = tg_sprintf(e->arena, "t%d", n->id);
+    const char *name = tname(e, n->id, d);
     define(e, d, t, name, x);
     e->memo[d][n->id] = name;
     return (val){name, t};
@@ -441,7 +487,7 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   if (!computed_here(e, n))
     internal(n, "neither in memory nor computed in its reader's kernel");
   const char *x = compute(e, n, c, d);
-  const char *name = canonical ? tg_sprintf(e->arena, "t%d", n->id) : new_tmp(e);
+  const char *name = canonical ? tname(e, n->id, d) : new_tmp(e);
   define(e, d, t, name, x);
   if (canonical) e->memo[d][n->id] = name;
   return (val){name, t};
@@ -554,6 +600,9 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out) {
   memset(out, 0, sizeof *out);
   emitter e = {.p = p, .g = p->g, .lk = lk, .st = &lk->steps[s], .step = s, .d = d};
+  e.vec = tg_nest_vec_width(&lk->steps[s], d);
+  e.vec_axis = e.vec > 1 ? lk->steps[s].nest.inner_axes[0] : -1;
+  out->vec = e.vec;
   e.arena = p->g->arena;
   for (int k = 0; k < MAXD; k++) e.memo[k] = calloc((size_t)p->g->n_nodes + 1, sizeof(char *));
   e.dep_red = malloc((size_t)p->g->n_nodes + 1);
@@ -588,7 +637,12 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
         tg_sb_free(&g);
         red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype)};
       }
-      for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2);
+      for (e.lane = 0; e.lane < e.vec; e.lane++) {
+        if (e.lane) memset(e.memo[2], 0, sizeof(char *) * (size_t)p->g->n_nodes);
+        for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2);
+      }
+      e.lane = 0;
+      e.n_v = 0;
       e.in_loop = false;
       char *body = sb_take(&e.buf[2]);
       flush_outer(&e, out);
@@ -623,6 +677,16 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
     free(e.memo[k]);
   }
   free(e.dep_red);
+  free(e.vkeys);
+  free(e.vnames);
+}
+
+int tg_nest_vec_width(const tg_step *st, tg_dialect d) {
+  const tg_nest *N = &st->nest;
+  if (d != TG_DIALECT_CUDA || st->kind != TG_STEP_NEST || N->n_inner != 1 || N->inner_count % 4) return 1;
+  for (int w = 0; w < N->n_sweeps; w++)
+    if (N->sweeps[w].n_reduce) return 1;
+  return N->n_sweeps == 1 ? 4 : 1;
 }
 
 void tg_nest_code_free(tg_nest_code *c) {

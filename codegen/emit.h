@@ -54,9 +54,17 @@ typedef struct tg_nest_code {
   tg_segment *seg;
   int n_seg;
   char *post_only;     /* stores once per outer point (one thread does them) */
+  int vec;             /* points of the inner axis one loop body computes
+                        * (4 in CUDA elementwise nests: float4 loads) */
 } tg_nest_code;
 
+
 typedef enum tg_dialect { TG_DIALECT_C, TG_DIALECT_CUDA } tg_dialect;
+
+/* The lanes tg_emit_nest gives step st in dialect d: 4 for a CUDA
+ * elementwise nest whose single inner axis has a multiple of 4 points (its
+ * body then covers inner points j .. j+3, j a multiple of 4), else 1. */
+int tg_nest_vec_width(const tg_step *st, tg_dialect d);
 
 /* The statements of step s (a nest or a scatter) of kernel lk. */
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out);

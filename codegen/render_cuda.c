@@ -44,7 +44,8 @@ static long long step_blocks(const tg_step *st) {
   const tg_nest *N = &st->nest;
   if (st->kind == TG_STEP_SCATTER) return (N->outer_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
   if (is_reduction_nest(st)) return N->outer_count;
-  return (N->outer_count * N->inner_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
+  long long points = N->outer_count * N->inner_count / tg_nest_vec_width(st, TG_DIALECT_CUDA);
+  return (points + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
 }
 
 static bool launched(const tg_step *st) { return st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER; }
@@ -114,10 +115,11 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   } else if (is_reduction_nest(st)) {
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu);\n    {\n      (void)o;\n", first);
   } else {
+    /* a thread per point, or per c.vec consecutive points of the inner axis */
+    long long per = (long long)N->inner_count / c.vec;
     fprintf(out, "    const tg_idx e = (tg_idx)(blockIdx.x - %lldu) * blockDim.x + threadIdx.x;\n", first);
-    fprintf(out, "    if (e < %lld) {\n", (long long)(N->outer_count * N->inner_count));
-    fprintf(out, "      const tg_idx o = e / %lld, j = e %% %lld;\n      (void)o, (void)j;\n", (long long)N->inner_count,
-            (long long)N->inner_count);
+    fprintf(out, "    if (e < %lld) {\n", (long long)N->outer_count * per);
+    fprintf(out, "      const tg_idx o = e / %lld, j = e %% %lld * %d;\n      (void)o, (void)j;\n", per, per, c.vec);
   }
   print_code(out, c.outer_coords, "      ");
   bool red = is_reduction_nest(st);

@@ -621,40 +621,15 @@ static const char train_usage[] =
     "--nproc N runs N data-parallel ranks with mpirun; tgrun also runs as a rank\n"
     "when started by mpirun or srun itself.\n";
 
-int tg_train_main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help")) {
-    fputs(train_usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  run *r = xcalloc(1, sizeof *r);
+/* Everything between the config and the end of the loop; errors longjmp
+ * out of it to tg_train_main. */
+static int train(run *r, int argc, char **argv) {
   char why[1024];
-  if (!tg_comm_init(&argc, &argv, &r->rank, &r->nranks, why, sizeof why)) {
-    fprintf(stderr, "tgrun: error: %s\n", why);
-    free(r);
-    return 1;
-  }
-  r->ctx = tg_ctx_new(stderr);
-  jmp_buf bail;
-  r->ctx->bail = &bail;
-  int status = 0;
-  if (setjmp(bail)) {
-    status = 1;
-    goto done;
-  }
   tg_train_config_defaults(&r->cfg);
-  if (!tg_train_config_load(r->ctx, argv[1], &r->cfg)) {
-    status = 1;
-    goto done;
-  }
+  if (!tg_train_config_load(r->ctx, argv[1], &r->cfg)) return 1;
   for (int i = 2; i < argc; i++)
-    if (!tg_train_config_override(r->ctx, &r->cfg, argv[i])) {
-      status = 2;
-      goto done;
-    }
-  if (!tg_train_config_validate(r->ctx, &r->cfg)) {
-    status = 1;
-    goto done;
-  }
+    if (!tg_train_config_override(r->ctx, &r->cfg, argv[i])) return 2;
+  if (!tg_train_config_validate(r->ctx, &r->cfg)) return 1;
   const tg_train_config *c = &r->cfg;
   if (strcmp(c->backend, "cpu"))
     tg_error(r->ctx, c->origin[0].line ? (tg_loc){c->path, 1, 1} : (tg_loc){c->path, 0, 0},
@@ -694,7 +669,29 @@ int tg_train_main(int argc, char **argv) {
     say(r, "  checkpoint %s/" TG_CKPT_FILE "\n  kernels   %s/kernels/*.c\n  fusion    %s/kernels/fusion.txt\n",
         c->out_dir, c->out_dir, c->out_dir);
   }
-done:
+  return 0;
+}
+
+int tg_train_main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help")) {
+    fputs(train_usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  run *r = xcalloc(1, sizeof *r);
+  char why[1024];
+  if (!tg_comm_init(&argc, &argv, &r->rank, &r->nranks, why, sizeof why)) {
+    fprintf(stderr, "tgrun: error: %s\n", why);
+    free(r);
+    return 1;
+  }
+  r->ctx = tg_ctx_new(stderr);
+  jmp_buf bail;
+  r->ctx->bail = &bail;
+  int status;
+  /* the work is in a function of its own: nothing of it lives in this
+   * frame across the longjmp of an error */
+  if (setjmp(bail)) status = 1;
+  else status = train(r, argc, argv);
   if (r->log) fclose(r->log);
   tg_cpu_free(r->c_grad);
   tg_cpu_free(r->c_opt);
