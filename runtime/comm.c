@@ -52,15 +52,11 @@ void tg_comm_average(float *buf, int64_t n) {
   if (ranks == 1) return;
 #ifdef TG_HAVE_MPI
   /* in chunks: MPI counts are int */
+  const float inv = 1.0f / (float)ranks;
   for (int64_t at = 0; at < n; at += 1 << 28) {
     int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    if (me == 0) MPI_Reduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
-    else MPI_Reduce(buf + at, NULL, c, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (me == 0) {
-      const float inv = 1.0f / (float)ranks;
-      for (int i = 0; i < c; i++) buf[at + i] *= inv;
-    }
-    MPI_Bcast(buf + at, c, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 0; i < c; i++) buf[at + i] *= inv;
   }
 #else
   (void)buf, (void)n;

@@ -19,9 +19,10 @@ bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size
 void tg_comm_finalize(void);
 /* Whether the environment is an mpirun/srun launch. */
 bool tg_comm_launched(void);
-/* Averages buf over the ranks.  Every rank gets the same bits: the sum is
- * formed on rank 0 and broadcast (an all-reduce may round differently on
- * different ranks, and replicas must stay bit-identical). */
+/* Averages buf over the ranks: MPI_Allreduce's sum, then one division,
+ * the same on every rank.  Open MPI's all-reduce algorithms (recursive
+ * doubling, ring, reduce-scatter + allgather) give every rank the same
+ * sum bits, so replicas stay identical; tgrun checks that every step. */
 void tg_comm_average(float *buf, int64_t n);
 /* Sums a few doubles over the ranks (losses, timings), same bits everywhere. */
 void tg_comm_sum_doubles(double *buf, int n);

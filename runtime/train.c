@@ -98,6 +98,7 @@ typedef struct run {
   int n_params;
   int *param_of_grad; /* per g_grad node: index into params of the grad it is, or -1 */
   int micro, accum;   /* the micro-step running, of how many */
+  float *bucket_buf;  /* the largest bucket's gradients, packed for the all-reduce */
   double grad_seconds[TG_NPHASES];
 } run;
 
@@ -308,8 +309,25 @@ static void on_bucket(int bucket, void *ctx) {
       for (int64_t e = 0; e < p->numel; e++) p->grad_acc[e] = g[e] * scale;
     else
       for (int64_t e = 0; e < p->numel; e++) p->grad_acc[e] += g[e] * scale;
-    /* only the last micro-step communicates */
-    if (last) tg_comm_average(p->grad_acc, p->numel);
+  }
+  /* only the last micro-step communicates: the bucket's gradients packed
+   * into one buffer, one all-reduce */
+  if (!last || r->nranks == 1) return;
+  float *buf = r->bucket_buf;
+  int64_t at = 0;
+  for (int i = 0; i < B->n_grads; i++) {
+    int pi = r->param_of_grad[B->grads[i]];
+    if (pi < 0) continue;
+    memcpy(buf + at, r->params[pi].grad_acc, sizeof(float) * (size_t)r->params[pi].numel);
+    at += r->params[pi].numel;
+  }
+  tg_comm_average(buf, at);
+  at = 0;
+  for (int i = 0; i < B->n_grads; i++) {
+    int pi = r->param_of_grad[B->grads[i]];
+    if (pi < 0) continue;
+    memcpy(r->params[pi].grad_acc, buf + at, sizeof(float) * (size_t)r->params[pi].numel);
+    at += r->params[pi].numel;
   }
 }
 
@@ -506,6 +524,15 @@ static void train_loop(run *r) {
   const tg_node *lr_in = find_leaf(r->g_opt, TG_OP_input, "lr"), *step_in = find_leaf(r->g_opt, TG_OP_input, "step");
   const tg_node *norm = find_output(r->g_opt, "grad_norm");
   tg_cpu_set_allreduce(r->c_grad, on_bucket, r);
+  int64_t most = 0;
+  for (int b = 0; b < r->g_grad->allreduce->n_buckets; b++) {
+    const tg_bucket *B = &r->g_grad->allreduce->buckets[b];
+    int64_t n = 0;
+    for (int i = 0; i < B->n_grads; i++)
+      if (r->param_of_grad[B->grads[i]] >= 0) n += r->params[r->param_of_grad[B->grads[i]]].numel;
+    if (n > most) most = n;
+  }
+  r->bucket_buf = falloc(most);
   r->accum = (int)c->grad_accum;
 
   /* MFU as nanoGPT counts it: 6N + 12 L H Q T FLOPs per token, N without
@@ -705,6 +732,7 @@ int tg_train_main(int argc, char **argv) {
   }
   free(r->params);
   free(r->param_of_grad);
+  free(r->bucket_buf);
   if (r->train) tg_tokens_close(r->train);
   if (r->val) tg_tokens_close(r->val);
   if (r->tok) tg_tok_free(r->tok);
