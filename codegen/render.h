@@ -25,10 +25,12 @@ void tg_render_c(FILE *out, const tg_program *p);
  * runtime; the manifest describes them. */
 void tg_render_cuda(FILE *out, const tg_program *p);
 
-/* JSON describing every launch of the CUDA file in order: function names,
- * grid and block shapes, arguments (which value, where it lives) and the
- * cuBLASLt matmuls. */
-void tg_render_manifest(FILE *out, const tg_program *p, const char *cuda_file);
+/* JSON describing what runs, in order.  For CUDA (cuda): every launch of
+ * the .cu file (function, grid, block, shared bytes), the cuBLASLt matmuls
+ * and the all-reduce points; for C: every step function with its loop
+ * sizes, the cblas_sgemm calls and the all-reduce points.  Each kernel's
+ * arguments say which value they are and where it lives. */
+void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool cuda);
 
 /* The launch shape of a wave's __global__ function. */
 enum { TG_CUDA_BLOCK = 256 };

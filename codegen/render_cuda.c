@@ -225,8 +225,9 @@ static void arg_json(FILE *out, const tg_program *p, int node) {
                (long long)s->offset);
 }
 
-static void gemm_json(FILE *out, const tg_gemm *G) {
-  fprintf(out, "{\"cublaslt\": {\"c\": \"b%d\", \"a\": \"b%d\", \"b\": \"b%d\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
+static void gemm_json(FILE *out, const tg_gemm *G, bool cuda) {
+  fprintf(out, "{\"%s\": {", cuda ? "cublaslt" : "cblas_sgemm");
+  fprintf(out, "\"c\": \"b%d\", \"a\": \"b%d\", \"b\": \"b%d\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
                "\"trans_a\": %s, \"trans_b\": %s, \"lda\": %lld, \"ldb\": %lld, \"ldc\": %lld, "
                "\"a_offset\": %lld, \"b_offset\": %lld, \"batch\": %lld, \"row_major\": true}}",
           G->node, G->a.base, G->b.base, (long long)G->m, (long long)G->n, (long long)G->k, G->trans_a ? "true" : "false",
@@ -234,14 +235,14 @@ static void gemm_json(FILE *out, const tg_gemm *G) {
           (long long)G->b_off, (long long)G->batch);
 }
 
-void tg_render_manifest(FILE *out, const tg_program *p, const char *cuda_file) {
+void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool cuda) {
   const tg_graph *g = p->g;
   fprintf(out, "{\n  \"format\": \"tg-manifest-1\",\n  \"source\": ");
   json_str(out, g->source);
-  fprintf(out, ",\n  \"cuda\": ");
-  json_str(out, cuda_file);
-  fprintf(out, ",\n  \"arena_bytes\": %lld,\n  \"scratch_bytes\": %lld,\n  \"block\": %d,\n  \"leaves\": [",
-          (long long)p->arena_bytes, (long long)p->scratch_bytes, TG_CUDA_BLOCK);
+  fprintf(out, ",\n  \"%s\": ", cuda ? "cuda" : "c");
+  json_str(out, file);
+  fprintf(out, ",\n  \"arena_bytes\": %lld,\n  \"scratch_bytes\": %lld,\n  \"leaves\": [", (long long)p->arena_bytes,
+          (long long)p->scratch_bytes);
   for (int i = 0; i < p->n_leaves; i++) {
     fprintf(out, "%s\n    ", i ? "," : "");
     arg_json(out, p, p->leaves[i]);
@@ -266,9 +267,18 @@ void tg_render_manifest(FILE *out, const tg_program *p, const char *cuda_file) {
       for (int s = 0; s < lk->n_steps; s++) {
         const tg_step *st = &lk->steps[s];
         if (st->wave != w) continue;
-        if (st->kind == TG_STEP_GEMM) {
+        if (!cuda && st->kind != TG_STEP_GEMM) {
+          /* C: each step is a function of the kernel, called in order */
+          fprintf(out, "%s\n       {\"function\": \"%s\", \"kind\": \"%s\"", first ? "" : ",", st->fn,
+                  st->kind == TG_STEP_NEST ? "nest" : st->kind == TG_STEP_SCATTER ? "scatter" : "flash");
+          if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER)
+            fprintf(out, ", \"outer_points\": %lld, \"inner_points\": %lld, \"sweeps\": %d",
+                    (long long)st->nest.outer_count, (long long)st->nest.inner_count, st->nest.n_sweeps);
+          fprintf(out, ", \"args\": \"kernel\"}");
+          first = false;
+        } else if (st->kind == TG_STEP_GEMM) {
           fprintf(out, "%s\n       ", first ? "" : ",");
-          gemm_json(out, &st->gemm);
+          gemm_json(out, &st->gemm, cuda);
           first = false;
         } else if (launched(st)) {
           blocks += step_blocks(st);

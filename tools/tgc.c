@@ -86,7 +86,8 @@ static bool has_suffix(const char *s, const char *suffix) {
 typedef struct emitted {
   const tg_graph *g;
   const tg_program *p;
-  const char *cuda_name; /* the manifest names the .cu file */
+  const char *code_name; /* the manifest names the .cu or .c file */
+  bool cuda;
 } emitted;
 
 static void emit(FILE *out, enum emit what, const emitted *e) {
@@ -96,7 +97,7 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
   case EMIT_DOT: tg_print_dot(out, e->g); break;
   case EMIT_CUDA: tg_render_cuda(out, e->p); break;
   case EMIT_C: tg_render_c(out, e->p); break;
-  case EMIT_MANIFEST: tg_render_manifest(out, e->p, e->cuda_name); break;
+  case EMIT_MANIFEST: tg_render_manifest(out, e->p, e->code_name, e->cuda); break;
   case EMIT_NONE: break;
   }
 }
@@ -167,7 +168,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
-  emitted e = {g, NULL, NULL};
+  emitted e = {g, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && code && out_path) {
     if (fclose(fusion) != 0) status = 1;
@@ -178,7 +179,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     int stem = dot ? (int)(dot - base) : (int)strlen(base);
     char *name = malloc((size_t)stem + 8);
     sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
-    e.cuda_name = what == EMIT_CUDA ? name : NULL;
+    e.code_name = name;
     sprintf(dir_file, "%s/%s", out_path, name);
     status = emit_to_file(dir_file, what, &e);
     sprintf(dir_file, "%s/manifest.json", out_path);
