@@ -154,7 +154,12 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true};
   const char *incs[1] = {TG_TRAIN_MODELS_DIR};
   tg_compile_opts co = {d, n, incs, 1};
-  tg_graph *g = tg_compile_file(r->ctx, c->model, &co);
+  /* model = "models/gpt2.tg" run from elsewhere: the installed models/ */
+  const char *path = c->model;
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *installed = tg_sprintf(r->ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
+  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) path = installed;
+  tg_graph *g = tg_compile_file(r->ctx, path, &co);
   if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
   if (sample) {
     /* the head's output, named `logits` in the model, is what sampling reads */
