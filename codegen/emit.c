@@ -22,15 +22,6 @@ static _Noreturn void internal(const tg_node *n, const char *what) {
   exit(70);
 }
 
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n ? n : 1);
-  if (!q) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return q;
-}
-
 void tg_sb_printf(tg_sbuf *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -39,7 +30,7 @@ void tg_sb_printf(tg_sbuf *b, const char *fmt, ...) {
   if (need < 0) return;
   if (b->n + (size_t)need + 1 > b->cap) {
     b->cap = (b->n + (size_t)need + 1) * 2;
-    b->s = xrealloc(b->s, b->cap);
+    b->s = tg_xrealloc(b->s, b->cap);
   }
   va_start(ap, fmt);
   vsnprintf(b->s + b->n, (size_t)need + 1, fmt, ap);
@@ -53,7 +44,7 @@ void tg_sb_free(tg_sbuf *b) {
 }
 
 static char *sb_take(tg_sbuf *b) {
-  char *s = b->s ? b->s : xrealloc(NULL, 1);
+  char *s = b->s ? b->s : tg_xrealloc(NULL, 1);
   if (!b->s) s[0] = 0;
   memset(b, 0, sizeof *b);
   return s;
@@ -536,7 +527,7 @@ static void store(emitter *e, const tg_node *n, int d) {
 /* ---- segments -------------------------------------------------------------- */
 
 static void push_seg(tg_nest_code *c, tg_segment s) {
-  c->seg = xrealloc(c->seg, sizeof *c->seg * (size_t)(c->n_seg + 1));
+  c->seg = tg_xrealloc(c->seg, sizeof *c->seg * (size_t)(c->n_seg + 1));
   c->seg[c->n_seg++] = s;
 }
 

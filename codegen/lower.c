@@ -25,15 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 const char *tg_storage_ctype(tg_dtype t) {
   switch (t) {
   case TG_F32: return "float";
@@ -156,7 +147,7 @@ typedef struct ivec {
 static void push(ivec *a, int x) {
   if (a->n == a->cap) {
     a->cap = a->cap ? 2 * a->cap : 8;
-    int *v = xcalloc((size_t)a->cap, sizeof *v);
+    int *v = tg_xcalloc((size_t)a->cap, sizeof *v);
     if (a->n) memcpy(v, a->v, sizeof *v * (size_t)a->n);
     free(a->v);
     a->v = v;
@@ -236,7 +227,7 @@ static void fill_nest(lowerer *L, tg_nest *nest, const ivec *nodes, int step) {
     if (is_reduction(n) && l > n_sweeps) n_sweeps = l;
     if (!is_reduction(n) && L->stored[n->id] && varies_inner(nest, &n->type) && l + 1 > n_sweeps) n_sweeps = l + 1;
   }
-  ivec *red = xcalloc((size_t)n_sweeps + 1, sizeof *red), *st = xcalloc((size_t)n_sweeps + 1, sizeof *st);
+  ivec *red = tg_xcalloc((size_t)n_sweeps + 1, sizeof *red), *st = tg_xcalloc((size_t)n_sweeps + 1, sizeof *st);
   ivec post = {0};
   for (int i = 0; i < nodes->n; i++) {
     const tg_node *n = L->g->nodes[nodes->v[i]];
@@ -286,8 +277,8 @@ static void check_fit(lowerer *L, const tg_nest *nest, const ivec *nodes) {
 static int new_step(lowerer *L, tg_step_kind kind) {
   if (L->n_steps == L->cap_steps) {
     int cap = L->cap_steps ? 2 * L->cap_steps : 8;
-    tg_step *s = xcalloc((size_t)cap, sizeof *s);
-    ivec *m = xcalloc((size_t)cap, sizeof *m);
+    tg_step *s = tg_xcalloc((size_t)cap, sizeof *s);
+    ivec *m = tg_xcalloc((size_t)cap, sizeof *m);
     if (L->n_steps) {
       memcpy(s, L->steps, sizeof *s * (size_t)L->n_steps);
       memcpy(m, L->members, sizeof *m * (size_t)L->n_steps);
@@ -680,7 +671,7 @@ static void lower_kernel(lowerer *L, int k) {
   }
   }
   /* waves, and what crosses steps */
-  bool *seen = xcalloc((size_t)g->n_nodes + 1, 1);
+  bool *seen = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   int n_waves = 0;
   for (int s = 0; s < L->n_steps; s++) {
     memset(seen, 0, (size_t)g->n_nodes + 1);
@@ -721,7 +712,7 @@ static void lower_kernel(lowerer *L, int k) {
 static void place_values(lowerer *L) {
   const tg_graph *g = L->g;
   tg_program *p = L->p;
-  int *leaf_index = xcalloc((size_t)g->n_nodes + 1, sizeof *leaf_index);
+  int *leaf_index = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *leaf_index);
   for (int i = 0; i < p->n_leaves; i++) leaf_index[p->leaves[i]] = i;
   for (int b = 0; b < g->memplan->n_buffers; b++) {
     const tg_buffer *B = &g->memplan->buffers[b];
@@ -808,7 +799,7 @@ static void kernel_args(lowerer *L, int k) {
   const tg_graph *g = L->g;
   tg_lkernel *lk = &L->p->kernels[k];
   const tg_kernel *K = &g->kernels[k];
-  bool *in = xcalloc((size_t)g->n_nodes + 1, 1), *w = xcalloc((size_t)g->n_nodes + 1, 1);
+  bool *in = tg_xcalloc((size_t)g->n_nodes + 1, 1), *w = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int j = 0; j < K->n_nodes; j++) {
     const tg_node *n = g->nodes[K->nodes[j]];
     if (L->stored[n->id]) {
@@ -851,8 +842,8 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(leaves.v);
 
   lowerer L = {.ctx = ctx, .g = g, .p = p, .arena = ctx->arena};
-  L.stored = xcalloc((size_t)g->n_nodes + 1, 1);
-  L.sweep_of = xcalloc((size_t)g->n_nodes + 1, sizeof(int));
+  L.stored = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  L.sweep_of = tg_xcalloc((size_t)g->n_nodes + 1, sizeof(int));
   for (int k = 0; k < g->n_kernels; k++) {
     const tg_kernel *K = &g->kernels[k];
     for (int j = 0; j < K->n_outputs; j++) L.stored[K->outputs[j]] = true;

@@ -83,3 +83,27 @@ char *tg_sprintf(tg_arena *a, const char *fmt, ...) {
 }
 
 size_t tg_arena_bytes(const tg_arena *a) { return a->total; }
+
+/* ---- plain allocation and messages (ir.h) ------------------------------- */
+
+static void *or_die(void *p) {
+  if (!p) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
+void *tg_xmalloc(size_t n) { return or_die(malloc(n ? n : 1)); }
+void *tg_xcalloc(size_t n, size_t size) { return or_die(calloc(n ? n : 1, size ? size : 1)); }
+void *tg_xrealloc(void *p, size_t n) { return or_die(realloc(p, n ? n : 1)); }
+
+bool tg_why(char *why, size_t whylen, const char *fmt, ...) {
+  if (why && whylen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+  }
+  return false;
+}

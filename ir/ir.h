@@ -35,6 +35,19 @@ char *tg_sprintf(tg_arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 size_t tg_arena_bytes(const tg_arena *a);         /* total bytes handed out */
 
+/* ---- plain allocation and messages --------------------------------------- */
+
+/* malloc, calloc and realloc that never return NULL: out of memory, they
+ * print "tg: out of memory" and exit(1).  For memory outside an arena. */
+void *tg_xmalloc(size_t n);
+void *tg_xcalloc(size_t n, size_t size);
+void *tg_xrealloc(void *p, size_t n);
+
+/* Writes a message into why (whylen bytes; either may be 0/NULL) and
+ * returns false: `return tg_why(why, n, "bad %s", x);` in functions that
+ * report failure as false plus a message. */
+bool tg_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ---- source locations and diagnostics -------------------------------- */
 
 typedef struct tg_loc {

@@ -73,15 +73,6 @@ typedef struct fuser {
   int n_stops, cap_stops;
 } fuser;
 
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n ? n : 1);
-  if (!q) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return q;
-}
-
 /* ---- shapes ------------------------------------------------------------- */
 
 /* Does a broadcast into b (numpy rules, aligned from the right)? */
@@ -275,7 +266,7 @@ static int new_kernel(fuser *f, const tg_node *n) {
   int k = tg_graph_add_kernel(f->g, name, kind);
   if (k >= f->cap_ks) {
     f->cap_ks = 2 * k + 16;
-    f->ks = xrealloc(f->ks, sizeof *f->ks * (size_t)f->cap_ks);
+    f->ks = tg_xrealloc(f->ks, sizeof *f->ks * (size_t)f->cap_ks);
   }
   f->ks[k] = s;
   return k;
@@ -284,7 +275,7 @@ static int new_kernel(fuser *f, const tg_node *n) {
 static void add_stop(fuser *f, int node, int kernel, const char *why) {
   if (f->n_stops == f->cap_stops) {
     f->cap_stops = 2 * f->cap_stops + 16;
-    f->stops = xrealloc(f->stops, sizeof *f->stops * (size_t)f->cap_stops);
+    f->stops = tg_xrealloc(f->stops, sizeof *f->stops * (size_t)f->cap_stops);
   }
   f->stops[f->n_stops++] = (stop){node, kernel, why};
 }
@@ -331,7 +322,7 @@ static void place(fuser *f, tg_node *n) {
  * kernel of its own. */
 static void place_free(fuser *f) {
   tg_graph *g = f->g;
-  int *first = xrealloc(NULL, sizeof(int) * ((size_t)g->n_nodes + 1));
+  int *first = tg_xrealloc(NULL, sizeof(int) * ((size_t)g->n_nodes + 1));
   for (int i = 0; i < g->n_nodes; i++) first[i] = -1;
   for (int i = g->n_nodes - 1; i >= 0; i--) {
     tg_node *n = g->nodes[i];
@@ -442,9 +433,9 @@ static void report(FILE *out, const fuser *f) {
 void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   if (g->n_kernels) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is already fused");
   fuser f = {.g = g};
-  f.free_ = xrealloc(NULL, (size_t)g->n_nodes + 1);
-  f.barrier = xrealloc(NULL, (size_t)g->n_nodes + 1);
-  f.outside = xrealloc(NULL, (size_t)g->n_nodes + 1);
+  f.free_ = tg_xrealloc(NULL, (size_t)g->n_nodes + 1);
+  f.barrier = tg_xrealloc(NULL, (size_t)g->n_nodes + 1);
+  f.outside = tg_xrealloc(NULL, (size_t)g->n_nodes + 1);
   memset(f.outside, 0, (size_t)g->n_nodes + 1);
   memset(f.free_, 0, (size_t)g->n_nodes + 1);
   memset(f.barrier, 0, (size_t)g->n_nodes + 1);

@@ -37,15 +37,6 @@ static int64_t bytes_of(const tg_node *n) {
   return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype);
 }
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 static bool lifetimes_overlap(const tg_buffer *a, const tg_buffer *b) {
   return a->first <= b->last && b->first <= a->last;
 }
@@ -69,8 +60,8 @@ static void mark_live_out(const tg_graph *g, bool *out) {
 
 /* One buffer per kernel output, in graph order, with its lifetime. */
 static void find_buffers(tg_graph *g, tg_mem_plan *p) {
-  int *index = xcalloc((size_t)g->n_nodes + 1, sizeof *index);
-  bool *live_out = xcalloc((size_t)g->n_nodes + 1, sizeof *live_out);
+  int *index = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *index);
+  bool *live_out = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *live_out);
   for (int i = 0; i < g->n_nodes; i++) index[i] = -1;
   mark_live_out(g, live_out);
   int n = 0;
@@ -102,7 +93,7 @@ static void find_buffers(tg_graph *g, tg_mem_plan *p) {
 
 /* The most bytes live at any one kernel: a lower bound for any plan. */
 static int64_t max_live(const tg_graph *g, const tg_mem_plan *p) {
-  int64_t *delta = xcalloc((size_t)g->n_kernels + 2, sizeof *delta);
+  int64_t *delta = tg_xcalloc((size_t)g->n_kernels + 2, sizeof *delta);
   for (int b = 0; b < p->n_buffers; b++) {
     delta[p->buffers[b].first] += p->buffers[b].bytes;
     delta[p->buffers[b].last + 1] -= p->buffers[b].bytes;
@@ -155,8 +146,8 @@ static int64_t best_fit(tg_buffer *bufs, const tg_buffer *x, int *busy, int n) {
 
 static void place_all(tg_mem_plan *p) {
   int n = p->n_buffers;
-  int *order = xcalloc((size_t)n, sizeof *order), *placed = xcalloc((size_t)n, sizeof *placed);
-  int *busy = xcalloc((size_t)n, sizeof *busy);
+  int *order = tg_xcalloc((size_t)n, sizeof *order), *placed = tg_xcalloc((size_t)n, sizeof *placed);
+  int *busy = tg_xcalloc((size_t)n, sizeof *busy);
   for (int b = 0; b < n; b++) order[b] = b;
   sort_buffers = p->buffers;
   qsort(order, (size_t)n, sizeof *order, by_size);
@@ -193,8 +184,8 @@ tg_mem_plan *tg_memplan_compute(tg_graph *g) {
  * every kernel output has exactly one buffer, written by its kernel and
  * alive through every reader (and to the end when needed after the step). */
 static bool check_lifetimes(const tg_graph *g, const tg_mem_plan *p, char *why, size_t n) {
-  int *index = xcalloc((size_t)g->n_nodes + 1, sizeof *index);
-  bool *live_out = xcalloc((size_t)g->n_nodes + 1, sizeof *live_out);
+  int *index = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *index);
+  bool *live_out = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *live_out);
   bool ok = true;
   for (int i = 0; i < g->n_nodes; i++) index[i] = -1;
   mark_live_out(g, live_out);

@@ -9,6 +9,7 @@
  * system), so a process that opens an entry never sees a partial one, even
  * if the writer crashes. */
 #include "cache.h"
+#include "ir.h" /* tg_why */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -111,16 +112,6 @@ void tg_sha256_field(tg_sha256 *s, const char *str) {
 
 /* ---- the cache directory ------------------------------------------------- */
 
-static bool TG_PRINTF(3, 4) fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
-
 static const char *env(const char *name) {
   const char *v = getenv(name);
   return v && *v ? v : NULL;
@@ -137,11 +128,11 @@ static bool choose_dir(char *buf, size_t buflen, const char **from, char *err, s
     *from = "$XDG_CACHE_HOME", n = snprintf(buf, buflen, "%s/tg", v);
   else if ((v = env("HOME"))) *from = "$HOME", n = snprintf(buf, buflen, "%s/.cache/tg", v);
   else
-    return fail(err, errlen,
+    return tg_why(err, errlen,
                 "no directory for the compile cache: set TG_CACHE (neither XDG_CACHE_HOME nor "
                 "HOME is set)");
   if (n < 0 || (size_t)n >= buflen)
-    return fail(err, errlen, "the cache directory name (from %s) is too long", *from);
+    return tg_why(err, errlen, "the cache directory name (from %s) is too long", *from);
   return true;
 }
 
@@ -150,7 +141,7 @@ static bool choose_dir(char *buf, size_t buflen, const char **from, char *err, s
 static bool make_dirs(const char *path, const char *from, char *err, size_t errlen) {
   size_t n = strlen(path);
   char *p = malloc(n + 1);
-  if (!p) return fail(err, errlen, "out of memory");
+  if (!p) return tg_why(err, errlen, "out of memory");
   memcpy(p, path, n + 1);
   bool ok = true;
   for (size_t i = 1; ok && i <= n; i++) {
@@ -158,7 +149,7 @@ static bool make_dirs(const char *path, const char *from, char *err, size_t errl
     char c = p[i];
     p[i] = 0;
     if (mkdir(p, 0777) != 0 && errno != EEXIST)
-      ok = fail(err, errlen,
+      ok = tg_why(err, errlen,
                 "cannot create the cache directory '%s' (from %s): mkdir '%s': %s; set TG_CACHE "
                 "to a writable directory",
                 path, from, p, strerror(errno));
@@ -168,14 +159,14 @@ static bool make_dirs(const char *path, const char *from, char *err, size_t errl
   if (!ok) return false;
   struct stat st;
   if (stat(path, &st) != 0)
-    return fail(err, errlen, "cannot use the cache directory '%s' (from %s): %s", path, from,
+    return tg_why(err, errlen, "cannot use the cache directory '%s' (from %s): %s", path, from,
                 strerror(errno));
   if (!S_ISDIR(st.st_mode))
-    return fail(err, errlen,
+    return tg_why(err, errlen,
                 "cannot use the cache directory '%s' (from %s): it exists and is not a directory",
                 path, from);
   if (access(path, W_OK | X_OK) != 0)
-    return fail(err, errlen,
+    return tg_why(err, errlen,
                 "cannot use the cache directory '%s' (from %s): %s; set TG_CACHE to a writable "
                 "directory",
                 path, from, strerror(errno));
@@ -195,7 +186,7 @@ static bool valid_name(const char *key, const char *suffix, char *err, size_t er
   for (size_t i = 0; ok && i < n; i++)
     ok = (key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f');
   if (!ok)
-    return fail(err, errlen, "bad cache key '%s': want lower-case hex digits", key ? key : "");
+    return tg_why(err, errlen, "bad cache key '%s': want lower-case hex digits", key ? key : "");
   if (!suffix) suffix = "";
   ok = !*suffix || (suffix[0] == '.' && suffix[1] && strlen(suffix) <= 32);
   for (size_t i = 1; ok && *suffix && suffix[i]; i++) {
@@ -203,7 +194,7 @@ static bool valid_name(const char *key, const char *suffix, char *err, size_t er
     ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '-';
   }
-  if (!ok) return fail(err, errlen, "bad cache suffix '%s'", suffix);
+  if (!ok) return tg_why(err, errlen, "bad cache suffix '%s'", suffix);
   return true;
 }
 
@@ -213,7 +204,7 @@ bool tg_cache_path(const char *key, const char *suffix, char *buf, size_t buflen
     return false;
   size_t n = strlen(buf);
   int m = snprintf(buf + n, buflen - n, "/%s%s", key, suffix ? suffix : "");
-  if (m < 0 || (size_t)m >= buflen - n) return fail(err, errlen, "cache path too long");
+  if (m < 0 || (size_t)m >= buflen - n) return tg_why(err, errlen, "cache path too long");
   return true;
 }
 
@@ -227,18 +218,18 @@ bool tg_cache_get(const char *key, const char *suffix, void **data, size_t *size
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return true;
-    return fail(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    return tg_why(err, errlen, "cannot open '%s': %s", path, strerror(errno));
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    return fail(err, errlen, "cache entry '%s' is not a regular file", path);
+    return tg_why(err, errlen, "cache entry '%s' is not a regular file", path);
   }
   size_t n = (size_t)st.st_size;
   unsigned char *buf = malloc(n + 1);
   if (!buf) {
     close(fd);
-    return fail(err, errlen, "out of memory reading '%s' (%zu bytes)", path, n);
+    return tg_why(err, errlen, "out of memory reading '%s' (%zu bytes)", path, n);
   }
   size_t got = 0;
   while (got < n) {
@@ -248,7 +239,7 @@ bool tg_cache_get(const char *key, const char *suffix, void **data, size_t *size
       int e = r < 0 ? errno : EIO;
       close(fd);
       free(buf);
-      return fail(err, errlen, "cannot read '%s': %s", path, strerror(e));
+      return tg_why(err, errlen, "cannot read '%s': %s", path, strerror(e));
     }
     got += (size_t)r;
   }
@@ -262,11 +253,11 @@ bool tg_cache_tmp(const char *key, const char *suffix, char *buf, size_t buflen,
                   size_t errlen) {
   if (!tg_cache_path(key, suffix, buf, buflen, err, errlen)) return false;
   size_t n = strlen(buf);
-  if (buflen - n < sizeof ".tmp.XXXXXX") return fail(err, errlen, "cache path too long");
+  if (buflen - n < sizeof ".tmp.XXXXXX") return tg_why(err, errlen, "cache path too long");
   memcpy(buf + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
   int fd = mkstemp(buf);
   if (fd < 0)
-    return fail(err, errlen, "cannot create a file in the cache: '%s': %s", buf, strerror(errno));
+    return tg_why(err, errlen, "cannot create a file in the cache: '%s': %s", buf, strerror(errno));
   /* mkstemp makes 0600; entries are ordinary files like a compiler's. */
   (void)fchmod(fd, 0644);
   close(fd);
@@ -296,11 +287,11 @@ bool tg_cache_install(const char *tmp, const char *key, const char *suffix, char
   if (ok) {
     int fd = open(tmp, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0)
-      ok = fail(err, errlen, "cannot sync '%s': %s", tmp, strerror(errno));
+      ok = tg_why(err, errlen, "cannot sync '%s': %s", tmp, strerror(errno));
     if (fd >= 0) close(fd);
   }
   if (ok && rename(tmp, path) != 0)
-    ok = fail(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    ok = tg_why(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
   if (!ok) unlink(tmp);
   else sync_parent(path);
   return ok;
@@ -330,7 +321,7 @@ bool tg_cache_put(const char *key, const char *suffix, const void *data, size_t 
   if (fd >= 0 && close(fd) != 0 && ok) ok = false, e = errno;
   if (!ok) {
     unlink(tmp);
-    return fail(err, errlen, "cannot write '%s': %s", tmp, strerror(e));
+    return tg_why(err, errlen, "cannot write '%s': %s", tmp, strerror(e));
   }
   return tg_cache_install(tmp, key, suffix, err, errlen);
 }

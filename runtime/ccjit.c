@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "ir.h" /* tg_why */
 
 #if defined(__GNUC__)
 #define TG_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -28,16 +29,6 @@
 #endif
 
 extern char **environ; /* POSIX defines it; glibc's unistd.h declares it only for _GNU_SOURCE */
-
-static bool TG_PRINTF(3, 4) fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
 
 /* A growing string: compiler output, command lines, messages. */
 typedef struct sbuf {
@@ -76,7 +67,7 @@ enum { MAX_OUTPUT = 1 << 20 };
  * when it could not be started at all. */
 static bool run(char *const argv[], sbuf *output, int *status, char *err, size_t errlen) {
   int fds[2];
-  if (pipe(fds) != 0) return fail(err, errlen, "cannot make a pipe: %s", strerror(errno));
+  if (pipe(fds) != 0) return tg_why(err, errlen, "cannot make a pipe: %s", strerror(errno));
   /* Only the dup2'ed copies should reach the child; they lose FD_CLOEXEC. */
   fcntl(fds[0], F_SETFD, FD_CLOEXEC);
   fcntl(fds[1], F_SETFD, FD_CLOEXEC);
@@ -91,7 +82,7 @@ static bool run(char *const argv[], sbuf *output, int *status, char *err, size_t
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
-    return fail(err, errlen, "cannot run the C compiler '%s': %s%s", argv[0], strerror(rc),
+    return tg_why(err, errlen, "cannot run the C compiler '%s': %s%s", argv[0], strerror(rc),
                 getenv("CC") ? " (it comes from $CC)" : "; install one or set CC");
   }
   char buf[4096];
@@ -104,7 +95,7 @@ static bool run(char *const argv[], sbuf *output, int *status, char *err, size_t
   close(fds[0]);
   while (waitpid(pid, status, 0) < 0)
     if (errno != EINTR)
-      return fail(err, errlen, "cannot wait for '%s': %s", argv[0], strerror(errno));
+      return tg_why(err, errlen, "cannot wait for '%s': %s", argv[0], strerror(errno));
   return true;
 }
 
@@ -157,7 +148,7 @@ static bool compiler_version(const char *cc, char **version, char *err, size_t e
     char **argv = compiler_argv(1, &words, &n);
     sbuf out = {0};
     int status = 0;
-    if (!argv) ok = fail(err, errlen, "out of memory");
+    if (!argv) ok = tg_why(err, errlen, "out of memory");
     else {
       argv[n] = "--version", argv[n + 1] = NULL;
       ok = run(argv, &out, &status, err, errlen);
@@ -165,10 +156,10 @@ static bool compiler_version(const char *cc, char **version, char *err, size_t e
     if (ok && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       char st[64];
       describe_status(status, st, sizeof st);
-      ok = fail(err, errlen, "the C compiler '%s' fails on --version (%s): %s", cc, st,
+      ok = tg_why(err, errlen, "the C compiler '%s' fails on --version (%s): %s", cc, st,
                 sb_text(&out));
     }
-    if (ok && out.oom) ok = fail(err, errlen, "out of memory");
+    if (ok && out.oom) ok = tg_why(err, errlen, "out of memory");
     if (ok) {
       free(memo_cc), free(memo_version);
       memo_cc = strdup(cc);
@@ -177,14 +168,14 @@ static bool compiler_version(const char *cc, char **version, char *err, size_t e
       if (!memo_cc || !memo_version) {
         free(memo_cc), free(memo_version);
         memo_cc = memo_version = NULL;
-        ok = fail(err, errlen, "out of memory");
+        ok = tg_why(err, errlen, "out of memory");
       }
     }
     free(out.p);
     free(argv);
     free(words);
   }
-  if (ok && !(*version = strdup(memo_version))) ok = fail(err, errlen, "out of memory");
+  if (ok && !(*version = strdup(memo_version))) ok = tg_why(err, errlen, "out of memory");
   pthread_mutex_unlock(&memo_lock);
   return ok;
 }
@@ -254,7 +245,7 @@ static bool lookup(const char *key, tg_so *out, char *err, size_t errlen) {
   if (!found) return true;
   if (!(out->path = strdup(path))) {
     free(log);
-    return fail(err, errlen, "out of memory");
+    return tg_why(err, errlen, "out of memory");
   }
   out->log = log;
   out->from_cache = true;
@@ -274,7 +265,7 @@ static bool compile(const char *key, const char *const *flags, int nflags,
   char **argv = compiler_argv(nflags + nlibs + 5, &words, &n);
   if (!argv) {
     unlink(tmp);
-    return fail(err, errlen, "out of memory");
+    return tg_why(err, errlen, "out of memory");
   }
   argv[n++] = "-fPIC", argv[n++] = "-shared";
   for (int i = 0; i < nflags; i++) argv[n++] = (char *)flags[i];
@@ -290,7 +281,7 @@ static bool compile(const char *key, const char *const *flags, int nflags,
     describe_status(status, st, sizeof st);
     sbuf cmd = {0};
     for (int i = 0; argv[i]; i++) sb_str(&cmd, i ? " " : ""), sb_str(&cmd, argv[i]);
-    ok = fail(err, errlen,
+    ok = tg_why(err, errlen,
               "the C compiler failed (%s) on %s (the generated source, kept there):\n"
               "%s%scommand: %s",
               st, srcpath, sb_text(&output),
@@ -315,7 +306,7 @@ static bool compile(const char *key, const char *const *flags, int nflags,
   out->log = output.p ? output.p : strdup("");
   if (!out->path || !out->log) {
     tg_so_free(out);
-    return fail(err, errlen, "out of memory");
+    return tg_why(err, errlen, "out of memory");
   }
   return true;
 }
@@ -323,20 +314,20 @@ static bool compile(const char *key, const char *const *flags, int nflags,
 bool tg_ccjit_build(const char *src, const char *const *flags, int nflags,
                     const char *const *libs, int nlibs, tg_so *out, char *err, size_t errlen) {
   *out = (tg_so){0};
-  if (!src) return fail(err, errlen, "no C source to compile");
+  if (!src) return tg_why(err, errlen, "no C source to compile");
   if (nflags < 0 || nlibs < 0 || (nflags && !flags) || (nlibs && !libs))
-    return fail(err, errlen, "bad flag list for the C compiler");
+    return tg_why(err, errlen, "bad flag list for the C compiler");
   for (int i = 0; i < nflags; i++)
-    if (!flags[i]) return fail(err, errlen, "bad flag list for the C compiler");
+    if (!flags[i]) return tg_why(err, errlen, "bad flag list for the C compiler");
   for (int i = 0; i < nlibs; i++)
-    if (!libs[i]) return fail(err, errlen, "bad library list for the C compiler");
+    if (!libs[i]) return tg_why(err, errlen, "bad library list for the C compiler");
 
   const char *cc = compiler_name();
   char *version = NULL, *cpu = NULL;
   if (!compiler_version(cc, &version, err, errlen)) return false;
   if (!cpu_memo(&cpu)) {
     free(version);
-    return fail(err, errlen, "out of memory");
+    return tg_why(err, errlen, "out of memory");
   }
   tg_sha256 s;
   char key[TG_SHA256_HEX];

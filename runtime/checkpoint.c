@@ -19,27 +19,6 @@
 #include "passes.h"
 #include "safetensors.h"
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static bool refuse(char *why, size_t whylen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
-
 /* ---- the config text ------------------------------------------------- */
 
 /* tgrun sets these from the batch (docs/tgrun.md): they are the run's, not
@@ -81,11 +60,11 @@ static bool is_leaf(const tg_node *n) { return n->op == TG_OP_param || n->op == 
 
 bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
                   const tg_ckpt_meta *m, char *why, size_t whylen) {
-  if (!g || !values || !m) return refuse(why, whylen, "no graph, values or metadata");
-  if (m->step < 0) return refuse(why, whylen, "step %lld: a checkpoint counts steps from 0",
+  if (!g || !values || !m) return tg_why(why, whylen, "no graph, values or metadata");
+  if (m->step < 0) return tg_why(why, whylen, "step %lld: a checkpoint counts steps from 0",
                                  (long long)m->step);
-  tg_st_tensor *ts = xcalloc((size_t)g->n_nodes, sizeof *ts);
-  float **cropped = xcalloc((size_t)g->n_nodes, sizeof *cropped);
+  tg_st_tensor *ts = tg_xcalloc((size_t)g->n_nodes, sizeof *ts);
+  float **cropped = tg_xcalloc((size_t)g->n_nodes, sizeof *cropped);
   bool ok = true;
   int n = 0;
   /* Parameters first, then the optimizer state: the head of the header
@@ -95,7 +74,7 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
       const tg_node *leaf = g->nodes[k];
       if (leaf->op != (pass == 0 ? TG_OP_param : TG_OP_state)) continue;
       if (!values[k]) {
-        ok = refuse(why, whylen, "%s: no value for the model's %s '%s'", path,
+        ok = tg_why(why, whylen, "%s: no value for the model's %s '%s'", path,
                     pass == 0 ? "parameter" : "optimizer state", leaf->name);
         break;
       }
@@ -103,7 +82,7 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
       tg_file_type(g, &leaf->type, &ft);
       const float *data = values[k];
       if (!tg_type_same_shape(&ft, &leaf->type)) {
-        cropped[k] = xcalloc((size_t)tg_type_numel(&ft), sizeof(float));
+        cropped[k] = tg_xcalloc((size_t)tg_type_numel(&ft), sizeof(float));
         tg_copy_box(values[k], &leaf->type, cropped[k], &ft);
         data = cropped[k];
       }
@@ -240,26 +219,26 @@ static float *take(const tg_graph *g, const tg_st_tensor *t, const tg_node *n) {
   tg_type ft;
   tg_file_type(g, &n->type, &ft);
   int64_t numel = tg_type_numel(&ft);
-  float *vals = xcalloc((size_t)numel, sizeof *vals);
+  float *vals = tg_xcalloc((size_t)numel, sizeof *vals);
   if (t->dtype == TG_F32) {
     memcpy(vals, t->data, t->nbytes); /* unaligned in the file: memcpy, not a cast */
   } else {
-    double *tmp = xcalloc((size_t)numel, sizeof *tmp);
+    double *tmp = tg_xcalloc((size_t)numel, sizeof *tmp);
     tg_st_to_f64(t, tmp);
     for (int64_t i = 0; i < numel; i++) vals[i] = (float)tmp[i];
     free(tmp);
   }
   if (tg_type_same_shape(&ft, &n->type)) return vals;
-  float *out = xcalloc((size_t)tg_type_numel(&n->type), sizeof *out);
+  float *out = tg_xcalloc((size_t)tg_type_numel(&n->type), sizeof *out);
   tg_copy_box(vals, &ft, out, &n->type);
   free(vals);
   return out;
 }
 
 static tg_weights *weights_new(const tg_graph *g) {
-  tg_weights *w = xcalloc(1, sizeof *w);
+  tg_weights *w = tg_xcalloc(1, sizeof *w);
   w->g = g;
-  w->values = xcalloc((size_t)g->n_nodes, sizeof *w->values);
+  w->values = tg_xcalloc((size_t)g->n_nodes, sizeof *w->values);
   return w;
 }
 
@@ -318,7 +297,7 @@ static void load_checkpoint(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f,
     if (need_state)
       tg_error(ctx, at, "tensor '%s' is missing: the optimizer state of the model has no value here",
                n->name);
-    w->values[k] = xcalloc((size_t)tg_type_numel(&n->type), sizeof(float));
+    w->values[k] = tg_xcalloc((size_t)tg_type_numel(&n->type), sizeof(float));
   }
   if (m) {
     *m = (tg_ckpt_meta){step, pos, seed, arena_dup(ctx, tg_st_meta_get(f, "model")),
@@ -403,7 +382,7 @@ static char *join(const char *dir, const char *name) {
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--; /* "out/" and "out" name the same files */
   size_t len = n + 1 + strlen(name) + 1;
-  char *p = xcalloc(len, 1);
+  char *p = tg_xcalloc(len, 1);
   snprintf(p, len, "%.*s%s%s", (int)n, dir, !n || dir[n - 1] == '/' ? "" : "/", name);
   return p;
 }
@@ -442,11 +421,11 @@ static void remove_stale_temps(const char *dir) {
 
 bool tg_ckpt_save_in_dir(const char *dir, const tg_graph *g, float *const *values,
                          const tg_ckpt_meta *m, char *why, size_t whylen) {
-  if (!dir || !*dir) return refuse(why, whylen, "no directory for the checkpoint");
+  if (!dir || !*dir) return tg_why(why, whylen, "no directory for the checkpoint");
   struct stat st;
   if (stat(dir, &st) != 0)
-    return refuse(why, whylen, "cannot use the directory '%s': %s", dir, strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return refuse(why, whylen, "'%s' is not a directory", dir);
+    return tg_why(why, whylen, "cannot use the directory '%s': %s", dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return tg_why(why, whylen, "'%s' is not a directory", dir);
   remove_stale_temps(dir);
   char *cur = join(dir, TG_CKPT_FILE), *prev = join(dir, TG_CKPT_PREV_FILE);
   bool ok = true;
@@ -456,7 +435,7 @@ bool tg_ckpt_save_in_dir(const char *dir, const tg_graph *g, float *const *value
   if (rename(cur, prev) == 0)
     sync_dir(dir);
   else if (errno != ENOENT)
-    ok = refuse(why, whylen, "cannot rename '%s' to '%s': %s", cur, prev, strerror(errno));
+    ok = tg_why(why, whylen, "cannot rename '%s' to '%s': %s", cur, prev, strerror(errno));
   if (ok) ok = tg_ckpt_save(cur, g, values, m, why, whylen);
   free(cur);
   free(prev);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "rng.h"
+#include "ir.h" /* tg_xmalloc, tg_why */
 
 struct tg_loader {
   const tg_tokens *toks;
@@ -16,31 +17,21 @@ struct tg_loader {
   uint64_t position;
 };
 
-static bool refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
-
 bool tg_loader_check(const tg_tokens *toks, int64_t B, int64_t T, int rank, int nranks, char *why,
                      size_t whylen) {
-  if (B < 1) return refuse(why, whylen, "batch size %lld: must be at least 1", (long long)B);
-  if (T < 1) return refuse(why, whylen, "sequence length %lld: must be at least 1", (long long)T);
-  if (nranks < 1) return refuse(why, whylen, "%d ranks: must be at least 1", nranks);
+  if (B < 1) return tg_why(why, whylen, "batch size %lld: must be at least 1", (long long)B);
+  if (T < 1) return tg_why(why, whylen, "sequence length %lld: must be at least 1", (long long)T);
+  if (nranks < 1) return tg_why(why, whylen, "%d ranks: must be at least 1", nranks);
   if (rank < 0 || rank >= nranks)
-    return refuse(why, whylen, "rank %d: must lie in [0, %d)", rank, nranks);
+    return tg_why(why, whylen, "rank %d: must lie in [0, %d)", rank, nranks);
   /* nranks * B offsets are drawn, and callers size idx as B * T: keep both
    * products, and the sequences' T + 1, clear of overflow. */
   if (T == INT64_MAX || B > INT64_MAX / nranks || B * nranks > INT64_MAX / (T + 1))
-    return refuse(why, whylen, "%d ranks x batch %lld x sequence %lld: too large", nranks,
+    return tg_why(why, whylen, "%d ranks x batch %lld x sequence %lld: too large", nranks,
                   (long long)B, (long long)T);
   const char *path = toks->path ? toks->path : "(tokens)";
   if ((uint64_t)T >= toks->n)
-    return refuse(why, whylen,
+    return tg_why(why, whylen,
                   "%s: %zu tokens, too few for one sequence of T + 1 = %lld tokens (T = %lld)",
                   path, toks->n, (long long)T + 1, (long long)T);
   return true;
@@ -88,13 +79,13 @@ tg_loader *tg_loader_new(const tg_tokens *toks, int64_t B, int64_t T, int rank, 
                          uint64_t seed, uint64_t position, char *why, size_t whylen) {
   if (!tg_loader_check(toks, B, T, rank, nranks, why, whylen)) return NULL;
   if (position >= TG_LOADER_EVAL_STREAM) {
-    refuse(why, whylen, "loader position %llu: must be below 2^63",
+    tg_why(why, whylen, "loader position %llu: must be below 2^63",
            (unsigned long long)position);
     return NULL;
   }
   tg_loader *l = malloc(sizeof *l);
   if (!l) {
-    refuse(why, whylen, "out of memory");
+    tg_why(why, whylen, "out of memory");
     return NULL;
   }
   *l = (tg_loader){toks, B, T, rank, nranks, seed, position};

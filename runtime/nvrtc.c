@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "ir.h" /* tg_why */
 
 #if defined(__GNUC__)
 #define TG_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -45,16 +46,6 @@ static struct {
 static pthread_mutex_t nv_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- messages ------------------------------------------------------------ */
-
-static bool TG_PRINTF(3, 4) fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
 
 /* A growing string for messages of unknown length (NVRTC logs). */
 typedef struct sbuf {
@@ -150,7 +141,7 @@ static bool load(char *err, size_t errlen) {
   nv.loaded = ok;
   pthread_mutex_unlock(&nv_lock);
   if (!ok)
-    fail(err, errlen,
+    tg_why(err, errlen,
          "cannot load NVRTC, the CUDA runtime compiler: tried %s; install NVRTC (CUDA toolkit "
          "12 or 13) or set CUDA_HOME to the toolkit's directory",
          why.oom ? "(out of memory)" : why.p);
@@ -249,7 +240,7 @@ static void compile_error(const char *src, const char *name, const char *arch, i
       sb_printf(&b, "%s(%ld) is before the first kernel\n", name, lines[i]);
   }
   if (b.n) b.p[--b.n] = 0; /* no final newline, like every other message */
-  fail(err, errlen, "%s", b.oom ? "NVRTC could not compile (and out of memory)" : b.p);
+  tg_why(err, errlen, "%s", b.oom ? "NVRTC could not compile (and out of memory)" : b.p);
   free(b.p);
 }
 
@@ -297,17 +288,17 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
                       size_t errlen) {
   *out = (tg_cubin){0};
   if (!src_name || !*src_name) src_name = "tg.cu";
-  if (!src) return fail(err, errlen, "NVRTC: no source to compile");
+  if (!src) return tg_why(err, errlen, "NVRTC: no source to compile");
   if (!valid_arch(arch))
-    return fail(err, errlen, "NVRTC: bad GPU architecture '%s': want sm_XX, as in sm_80 or sm_90",
+    return tg_why(err, errlen, "NVRTC: bad GPU architecture '%s': want sm_XX, as in sm_80 or sm_90",
                 arch ? arch : "(null)");
-  if (nopts < 0 || (nopts > 0 && !opts)) return fail(err, errlen, "NVRTC: bad option list");
+  if (nopts < 0 || (nopts > 0 && !opts)) return tg_why(err, errlen, "NVRTC: bad option list");
   if (!load(err, errlen)) return false;
 
   int nall = nopts + 2;
   const char **all = malloc(sizeof *all * (size_t)nall);
   char archopt[64];
-  if (!all) return fail(err, errlen, "out of memory");
+  if (!all) return tg_why(err, errlen, "out of memory");
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
   all[0] = archopt, all[1] = "-std=c++17";
   for (int i = 0; i < nopts; i++) all[2 + i] = opts[i] ? opts[i] : "";
@@ -334,7 +325,7 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   int rc = nv.create(&prog, src, src_name, 0, NULL, NULL);
   if (rc != NVRTC_SUCCESS) {
     free(all);
-    return fail(err, errlen, "NVRTC cannot create a program for %s: %s", src_name,
+    return tg_why(err, errlen, "NVRTC cannot create a program for %s: %s", src_name,
                 nv.error_string(rc));
   }
   rc = nv.compile(prog, nall, all);
@@ -347,7 +338,7 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   }
   if (!log) {
     nv.destroy(&prog);
-    return fail(err, errlen, "NVRTC: cannot get the log of %s", src_name);
+    return tg_why(err, errlen, "NVRTC: cannot get the log of %s", src_name);
   }
   /* nlog counts the NUL; what matters for "no warnings" is the text. */
   nlog = strlen(log);
@@ -361,7 +352,7 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   char *cubin = NULL;
   if ((rc = nv.cubin_size(prog, &ncubin)) != NVRTC_SUCCESS ||
       !(cubin = malloc(ncubin ? ncubin : 1)) || (rc = nv.cubin(prog, cubin)) != NVRTC_SUCCESS) {
-    ok = fail(err, errlen, "NVRTC: cannot get the CUBIN of %s: %s", src_name,
+    ok = tg_why(err, errlen, "NVRTC: cannot get the CUBIN of %s: %s", src_name,
               rc != NVRTC_SUCCESS ? nv.error_string(rc) : "out of memory");
   }
   nv.destroy(&prog);

@@ -27,6 +27,7 @@
 
 #include "json.h"
 #include "tokens_file.h"
+#include "ir.h" /* tg_xmalloc, tg_why */
 
 static const char usage[] =
     "usage: tgrun prepare --tokenizer char|gpt2 --input FILE --out DIR [options]\n"
@@ -56,34 +57,6 @@ typedef struct popts {
   double val_fraction;
 } popts;
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static bool refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
-
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "tgrun prepare: error: ");
   fprintf(stderr, fmt, arg);
@@ -110,50 +83,27 @@ static const char *commas(size_t v, char buf[32]) {
 
 static char *join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = xmalloc(n);
+  char *p = tg_xmalloc(n);
   snprintf(p, n, "%s/%s", dir, name);
   return p;
 }
 
-static bool read_file(const char *path, char **buf, size_t *size, char *why, size_t whylen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return refuse(why, whylen, "cannot open %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *p = xmalloc(cap);
-  for (;;) {
-    if (n == cap) p = xrealloc(p, cap *= 2);
-    size_t got = fread(p + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  bool ok = !ferror(f);
-  if (!ok) refuse(why, whylen, "cannot read %s: %s", path, strerror(errno));
-  fclose(f);
-  if (!ok) {
-    free(p);
-    return false;
-  }
-  *buf = p;
-  *size = n;
-  return true;
-}
-
 /* mkdir -p */
 static bool make_dirs(const char *dir, char *why, size_t whylen) {
-  char *p = strcpy(xmalloc(strlen(dir) + 1), dir);
+  char *p = strcpy(tg_xmalloc(strlen(dir) + 1), dir);
   bool ok = true;
   for (char *s = p + 1; ok; s++) {
     if (*s && *s != '/') continue;
     char c = *s;
     *s = 0;
     if (mkdir(p, 0777) != 0 && errno != EEXIST)
-      ok = refuse(why, whylen, "cannot make directory %s: %s", p, strerror(errno));
+      ok = tg_why(why, whylen, "cannot make directory %s: %s", p, strerror(errno));
     *s = c;
     if (!c) break;
   }
   struct stat st;
   if (ok && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-    ok = refuse(why, whylen, "%s exists and is not a directory", dir);
+    ok = tg_why(why, whylen, "%s exists and is not a directory", dir);
   free(p);
   return ok;
 }
@@ -168,7 +118,7 @@ typedef struct sbuf {
 static void put(sbuf *b, const char *s, size_t n) {
   if (b->n + n + 1 > b->cap) {
     b->cap = 2 * (b->n + n + 1);
-    b->p = xrealloc(b->p, b->cap);
+    b->p = tg_xrealloc(b->p, b->cap);
   }
   memcpy(b->p + b->n, s, n);
   b->n += n;
@@ -222,7 +172,7 @@ static bool tokenizer_json(const tg_tokenizer *t, const char *enc, const char *b
   const char *paths[2] = {enc, bpe}, *keys[2] = {",\n  \"encoder\": ", ",\n  \"vocab_bpe\": "};
   for (int k = 0; k < 2; k++) {
     char *abs = realpath(paths[k], NULL);
-    if (!abs) return refuse(why, whylen, "cannot resolve %s: %s", paths[k], strerror(errno));
+    if (!abs) return tg_why(why, whylen, "cannot resolve %s: %s", paths[k], strerror(errno));
     size_t n = strlen(abs);
     bool utf8 = tg_utf8_check(abs, n) == n;
     if (utf8) {
@@ -230,7 +180,7 @@ static bool tokenizer_json(const tg_tokenizer *t, const char *enc, const char *b
       put_json_string(b, abs, n);
     }
     free(abs);
-    if (!utf8) return refuse(why, whylen, "%s: the path is not UTF-8, which JSON needs", paths[k]);
+    if (!utf8) return tg_why(why, whylen, "%s: the path is not UTF-8, which JSON needs", paths[k]);
   }
   puts_(b, "\n}\n");
   return true;
@@ -239,22 +189,22 @@ static bool tokenizer_json(const tg_tokenizer *t, const char *enc, const char *b
 /* Writes a small file atomically, as tg_tokens_write does. */
 static bool write_atomic(const char *path, const char *data, size_t n, char *why, size_t whylen) {
   size_t tlen = strlen(path) + 32;
-  char *tmp = xmalloc(tlen);
+  char *tmp = tg_xmalloc(tlen);
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
   bool ok = fd >= 0;
-  if (!ok) refuse(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
+  if (!ok) tg_why(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
   for (size_t at = 0; ok && at < n;) {
     ssize_t k = write(fd, data + at, n - at);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) ok = refuse(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
+    if (k <= 0) ok = tg_why(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
     else at += (size_t)k;
   }
-  if (ok && fsync(fd) != 0) ok = refuse(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
+  if (ok && fsync(fd) != 0) ok = tg_why(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
   if (fd >= 0 && close(fd) != 0 && ok)
-    ok = refuse(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
+    ok = tg_why(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
   if (ok && rename(tmp, path) != 0)
-    ok = refuse(why, whylen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    ok = tg_why(why, whylen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
   if (!ok && fd >= 0) unlink(tmp);
   free(tmp);
   return ok;
@@ -269,20 +219,20 @@ static tg_tokenizer *load_json(const char *path, const char *text, size_t size, 
   const tg_json *kind = root ? tg_json_get(root, "kind") : NULL;
   const tg_json *vs = root ? tg_json_get(root, "vocab_size") : NULL;
   if (!root) {
-    refuse(why, whylen, "%s: byte %zu: %s", path, err.pos, err.msg);
+    tg_why(why, whylen, "%s: byte %zu: %s", path, err.pos, err.msg);
   } else if (!kind || kind->kind != TG_JSON_STRING ||
              (strcmp(kind->u.s, "char") && strcmp(kind->u.s, "gpt2"))) {
-    refuse(why, whylen, "%s: expected \"kind\": \"char\" or \"gpt2\"", path);
+    tg_why(why, whylen, "%s: expected \"kind\": \"char\" or \"gpt2\"", path);
   } else if (!vs || vs->kind != TG_JSON_INT || vs->u.i < 1 || vs->u.i > INT32_MAX) {
-    refuse(why, whylen, "%s: expected \"vocab_size\": a positive integer", path);
+    tg_why(why, whylen, "%s: expected \"vocab_size\": a positive integer", path);
   } else if (!strcmp(kind->u.s, "char")) {
     const tg_json *v = tg_json_get(root, "vocab");
     if (!v || v->kind != TG_JSON_ARRAY || v->n != (size_t)vs->u.i) {
-      refuse(why, whylen, "%s: expected \"vocab\": an array of vocab_size (%ld) strings", path,
+      tg_why(why, whylen, "%s: expected \"vocab\": an array of vocab_size (%ld) strings", path,
              (long)vs->u.i);
     } else {
-      const char **syms = xmalloc(v->n * sizeof *syms);
-      size_t *lens = xmalloc(v->n * sizeof *lens);
+      const char **syms = tg_xmalloc(v->n * sizeof *syms);
+      size_t *lens = tg_xmalloc(v->n * sizeof *lens);
       bool strings = true;
       for (size_t i = 0; i < v->n; i++) {
         strings &= v->u.items[i].kind == TG_JSON_STRING;
@@ -290,18 +240,18 @@ static tg_tokenizer *load_json(const char *path, const char *text, size_t size, 
         lens[i] = v->u.items[i].n;
       }
       if (strings) t = tg_tok_char_from_symbols(path, syms, lens, (int)v->n, why, whylen);
-      else refuse(why, whylen, "%s: \"vocab\" holds something other than strings", path);
+      else tg_why(why, whylen, "%s: \"vocab\" holds something other than strings", path);
       free(syms);
       free(lens);
     }
   } else {
     const tg_json *enc = tg_json_get(root, "encoder"), *bpe = tg_json_get(root, "vocab_bpe");
     if (!enc || enc->kind != TG_JSON_STRING || !bpe || bpe->kind != TG_JSON_STRING) {
-      refuse(why, whylen, "%s: expected \"encoder\" and \"vocab_bpe\": the paths of GPT-2's "
+      tg_why(why, whylen, "%s: expected \"encoder\" and \"vocab_bpe\": the paths of GPT-2's "
              "encoder.json and vocab.bpe", path);
     } else if ((t = tg_tok_gpt2_load(enc->u.s, bpe->u.s, why, whylen)) &&
                tg_tok_vocab_size(t) != vs->u.i) {
-      refuse(why, whylen, "%s: vocab_size is %ld but %s has %ld tokens", path, (long)vs->u.i,
+      tg_why(why, whylen, "%s: vocab_size is %ld but %s has %ld tokens", path, (long)vs->u.i,
              enc->u.s, (long)tg_tok_vocab_size(t));
       tg_tok_free(t);
       t = NULL;
@@ -315,7 +265,7 @@ tg_tokenizer *tg_prepare_load_tokenizer(const char *dir, char *why, size_t whyle
   char *path = join(dir, "tokenizer.json"), *text;
   size_t size;
   tg_tokenizer *t = NULL;
-  if (read_file(path, &text, &size, why, whylen)) {
+  if (tg_read_whole_file(path, &text, &size, why, whylen)) {
     t = load_json(path, text, size, why, whylen);
     free(text);
   }
@@ -371,15 +321,15 @@ static int prepare(const popts *o, char *why, size_t whylen) {
   sbuf js = {0};
   bool ok = false;
   size_t size;
-  if (!read_file(o->input, &text, &size, why, whylen)) goto done;
+  if (!tg_read_whole_file(o->input, &text, &size, why, whylen)) goto done;
   size_t bad = tg_utf8_check(text, size);
   if (bad < size) {
-    refuse(why, whylen, "%s: not UTF-8 text: byte offset %zu (0x%02X) does not start a valid "
+    tg_why(why, whylen, "%s: not UTF-8 text: byte offset %zu (0x%02X) does not start a valid "
            "UTF-8 character", o->input, bad, (unsigned char)text[bad]);
     goto done;
   }
   if (!size) {
-    refuse(why, whylen, "%s: the file is empty", o->input);
+    tg_why(why, whylen, "%s: the file is empty", o->input);
     goto done;
   }
   /* nanoGPT: n = len(data); train = data[:int(n*0.9)].  In double, 1 - 0.1
@@ -394,15 +344,15 @@ static int prepare(const popts *o, char *why, size_t whylen) {
     t = tg_tok_char_from_text(o->input, text, size, why, whylen);
     if (!t) goto done;
     if (tg_tok_vocab_size(t) > 65536) {
-      refuse(why, whylen, "%s: %ld distinct characters, more than the 65,536 ids a token file "
+      tg_why(why, whylen, "%s: %ld distinct characters, more than the 65,536 ids a token file "
              "can hold", o->input, (long)tg_tok_vocab_size(t));
       goto done;
     }
   } else {
     const char *env = getenv("TG_DATA");
-    gdir = o->gpt2_dir ? strcpy(xmalloc(strlen(o->gpt2_dir) + 1), o->gpt2_dir)
+    gdir = o->gpt2_dir ? strcpy(tg_xmalloc(strlen(o->gpt2_dir) + 1), o->gpt2_dir)
            : env && *env ? join(env, "gpt2")
-                         : strcpy(xmalloc(sizeof "../shared/data/gpt2"), "../shared/data/gpt2");
+                         : strcpy(tg_xmalloc(sizeof "../shared/data/gpt2"), "../shared/data/gpt2");
     enc = join(gdir, "encoder.json");
     bpe = join(gdir, "vocab.bpe");
     t = tg_tok_gpt2_load(enc, bpe, why, whylen);
@@ -419,7 +369,7 @@ static int prepare(const popts *o, char *why, size_t whylen) {
   for (int k = 0; k < 2; k++) {
     if (!tg_tok_encode(t, part[k], plen[k], &ids[k], &nids[k], why, whylen)) goto done;
     if (nids[k] > INT32_MAX) {
-      refuse(why, whylen, "%s: %zu tokens, more than a token file holds (%d)", o->input, nids[k],
+      tg_why(why, whylen, "%s: %zu tokens, more than a token file holds (%d)", o->input, nids[k],
              INT32_MAX);
       goto done;
     }

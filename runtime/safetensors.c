@@ -61,15 +61,6 @@ typedef struct st_file {
   const tg_st_tensor **sorted; /* tensors by name, for tg_st_find */
 } st_file;
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 static uint64_t le64(const unsigned char *p) {
   uint64_t v = 0;
   for (int k = 7; k >= 0; k--) v = v << 8 | p[k];
@@ -489,7 +480,7 @@ static tg_st_file *run(tg_ctx *ctx, reader *R, const char *path, const void *byt
   if (path) {
     load_file(R, path);
   } else {
-    R->f->pub.buf = xmalloc(size);
+    R->f->pub.buf = tg_xmalloc(size);
     if (size) memcpy(R->f->pub.buf, bytes, size);
     R->f->pub.size = size;
   }
@@ -571,18 +562,6 @@ static void sb_json_string(sbuf *b, const char *s) {
   sb_put(b, "\"", 1);
 }
 
-static bool refuse(char *why, size_t whylen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
-
 static bool valid_text(const char *s) {
   return s && tg_json_utf8_check(s, strlen(s)) == strlen(s);
 }
@@ -593,7 +572,7 @@ static int by_name_ptr(const void *pa, const void *pb) {
 
 /* Whether the n names hold a repeat (sorted, so O(n log n)); *dup gets it. */
 static bool has_duplicate(const char *const *names, int n, const char **dup) {
-  const char **v = xmalloc((size_t)n * sizeof *v);
+  const char **v = tg_xmalloc((size_t)n * sizeof *v);
   memcpy(v, names, (size_t)n * sizeof *v);
   qsort(v, (size_t)n, sizeof *v, by_name_ptr);
   *dup = NULL;
@@ -607,55 +586,55 @@ static bool has_duplicate(const char *const *names, int n, const char **dup) {
 static bool check_tensor(const tg_st_tensor *t, char *why, size_t whylen) {
   for (const unsigned char *c = (const unsigned char *)t->name; t->name && *c; c++)
     if (*c < 0x20 || *c == 0x7f)
-      return refuse(why, whylen, "tensor '%s': the name contains the control character 0x%02x",
+      return tg_why(why, whylen, "tensor '%s': the name contains the control character 0x%02x",
                     t->name, *c);
   if (!valid_text(t->name) || !t->name[0] || strcmp(t->name, "__metadata__") == 0)
-    return refuse(why, whylen, "tensor '%s': a name must be non-empty UTF-8, not '__metadata__'",
+    return tg_why(why, whylen, "tensor '%s': a name must be non-empty UTF-8, not '__metadata__'",
                   t->name ? t->name : "(null)");
   if ((unsigned)t->dtype >= TG_NDTYPES)
-    return refuse(why, whylen, "tensor '%s': unknown dtype %d", t->name, (int)t->dtype);
+    return tg_why(why, whylen, "tensor '%s': unknown dtype %d", t->name, (int)t->dtype);
   if (t->rank < 0 || t->rank > TG_MAX_RANK)
-    return refuse(why, whylen, "tensor '%s': rank %d (0 to %d are allowed)", t->name, t->rank,
+    return tg_why(why, whylen, "tensor '%s': rank %d (0 to %d are allowed)", t->name, t->rank,
                   TG_MAX_RANK);
   int64_t nonzero = 1;
   for (int d = 0; d < t->rank; d++) {
     int64_t x = t->shape[d];
     if (x < 0 || x > TG_MAX_ELEMS || (x && nonzero > TG_MAX_ELEMS / x))
-      return refuse(why, whylen, "tensor '%s': shape[%d] = %lld is negative or too large",
+      return tg_why(why, whylen, "tensor '%s': shape[%d] = %lld is negative or too large",
                     t->name, d, (long long)x);
     if (x) nonzero *= x;
   }
   int64_t need = numel(t) * tg_dtype_size(t->dtype);
   char s[256];
   if ((uint64_t)need != (uint64_t)t->nbytes)
-    return refuse(why, whylen, "tensor '%s': nbytes is %zu but %s %s needs %lld", t->name,
+    return tg_why(why, whylen, "tensor '%s': nbytes is %zu but %s %s needs %lld", t->name,
                   t->nbytes, st_dtype_names[t->dtype],
                   tg_st_shape_str(t->shape, t->rank, s, sizeof s),
                   (long long)need);
-  if (need && !t->data) return refuse(why, whylen, "tensor '%s': no data", t->name);
+  if (need && !t->data) return tg_why(why, whylen, "tensor '%s': no data", t->name);
   return true;
 }
 
 static bool check_args(const tg_st_tensor *ts, int n, const tg_st_meta *meta, int n_meta,
                        char *why, size_t whylen) {
   if (n < 0 || n_meta < 0 || (n && !ts) || (n_meta && !meta))
-    return refuse(why, whylen, "bad arguments: %d tensors, %d metadata entries", n, n_meta);
+    return tg_why(why, whylen, "bad arguments: %d tensors, %d metadata entries", n, n_meta);
   const uint16_t one = 1;
   if (*(const unsigned char *)&one != 1)
-    return refuse(why, whylen, "this host is big-endian; safetensors data is little-endian");
+    return tg_why(why, whylen, "this host is big-endian; safetensors data is little-endian");
   for (int i = 0; i < n; i++)
     if (!check_tensor(&ts[i], why, whylen)) return false;
   for (int i = 0; i < n_meta; i++)
     if (!valid_text(meta[i].key) || !valid_text(meta[i].value))
-      return refuse(why, whylen, "__metadata__ entry %d: key and value must be UTF-8 strings", i);
-  const char **names = xmalloc(((size_t)n + (size_t)n_meta) * sizeof *names);
+      return tg_why(why, whylen, "__metadata__ entry %d: key and value must be UTF-8 strings", i);
+  const char **names = tg_xmalloc(((size_t)n + (size_t)n_meta) * sizeof *names);
   for (int i = 0; i < n; i++) names[i] = ts[i].name;
   for (int i = 0; i < n_meta; i++) names[n + i] = meta[i].key;
   const char *dup;
   bool ok = !has_duplicate(names, n, &dup) ||
-            refuse(why, whylen, "tensor '%s' is given twice", dup);
+            tg_why(why, whylen, "tensor '%s' is given twice", dup);
   ok = ok && (!has_duplicate(names + n, n_meta, &dup) ||
-              refuse(why, whylen, "__metadata__ '%s' is given twice", dup));
+              tg_why(why, whylen, "__metadata__ '%s' is given twice", dup));
   free(names);
   return ok;
 }
@@ -708,7 +687,7 @@ bool tg_st_encode(const tg_st_tensor *ts, int n, const tg_st_meta *meta, int n_m
   unsigned char *buf = malloc(total);
   if (!buf) {
     free(h.p);
-    return refuse(why, whylen, "no memory for %zu bytes", total);
+    return tg_why(why, whylen, "no memory for %zu bytes", total);
   }
   memcpy(buf, h.p, h.n);
   size_t at = h.n;
@@ -735,7 +714,7 @@ static bool write_all(FILE *fp, const sbuf *h, const tg_st_tensor *ts, int n) {
 static void sync_dir(const char *path) {
   const char *slash = strrchr(path, '/');
   size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
-  char *dir = xmalloc(n + 1);
+  char *dir = tg_xmalloc(n + 1);
   memcpy(dir, slash ? path : ".", n);
   dir[n] = 0;
   int fd = open(dir, O_RDONLY | O_CLOEXEC);
@@ -748,26 +727,26 @@ static void sync_dir(const char *path) {
 
 bool tg_st_write(const char *path, const tg_st_tensor *ts, int n, const tg_st_meta *meta,
                  int n_meta, char *why, size_t whylen) {
-  if (!path || !*path) return refuse(why, whylen, "no file name");
+  if (!path || !*path) return tg_why(why, whylen, "no file name");
   if (!check_args(ts, n, meta, n_meta, why, whylen)) return false;
   sbuf h = build_header(ts, n, meta, n_meta);
   size_t tlen = strlen(path) + 32;
-  char *tmp = xmalloc(tlen);
+  char *tmp = tg_xmalloc(tlen);
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
   bool ok = false;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
   FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
   if (!fp) {
-    refuse(why, whylen, "cannot create '%s': %s", tmp, strerror(errno));
+    tg_why(why, whylen, "cannot create '%s': %s", tmp, strerror(errno));
     if (fd >= 0) close(fd), unlink(tmp);
   } else {
     bool written = write_all(fp, &h, ts, n);
     int saved = errno;
     bool closed = fclose(fp) == 0;
     if (!written || !closed)
-      refuse(why, whylen, "cannot write '%s': %s", tmp, strerror(written ? errno : saved));
+      tg_why(why, whylen, "cannot write '%s': %s", tmp, strerror(written ? errno : saved));
     else if (rename(tmp, path) != 0)
-      refuse(why, whylen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+      tg_why(why, whylen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
     else
       ok = true;
     if (!ok) unlink(tmp);

@@ -4,21 +4,13 @@
  * Decoding needs nothing kind-specific because every id stands for a fixed
  * byte string; only encoding differs (tokenizer_char.c, tokenizer_bpe.c). */
 #include "tokenizer.h"
+#include "ir.h" /* tg_xmalloc, tg_why */
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static bool refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
 
 tg_tok_kind tg_tok_kind_of(const tg_tokenizer *t) { return t->kind; }
 
@@ -48,12 +40,12 @@ bool tg_tok_decode(const tg_tokenizer *t, const int32_t *ids, size_t n, char **t
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     if (ids[i] < 0 || ids[i] >= t->n_vocab)
-      return refuse(why, whylen, "%s: token %zu is %ld, outside the vocabulary [0, %ld)",
+      return tg_why(why, whylen, "%s: token %zu is %ld, outside the vocabulary [0, %ld)",
                     t->source, i, (long)ids[i], (long)t->n_vocab);
     total += t->piece_off[ids[i] + 1] - t->piece_off[ids[i]];
   }
   char *out = malloc(total + 1);
-  if (!out) return refuse(why, whylen, "out of memory decoding %zu tokens", n);
+  if (!out) return tg_why(why, whylen, "out of memory decoding %zu tokens", n);
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
     size_t k = t->piece_off[ids[i] + 1] - t->piece_off[ids[i]];
@@ -149,4 +141,28 @@ int tg_utf8_encode(uint32_t cp, char *out) {
   o[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
   o[3] = (unsigned char)(0x80 | (cp & 0x3F));
   return 4;
+}
+
+/* The tokenizer files and the text to prepare are read whole. */
+bool tg_read_whole_file(const char *path, char **buf, size_t *size, char *why, size_t whylen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return tg_why(why, whylen, "cannot open %s: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *p = tg_xmalloc(cap);
+  for (;;) {
+    if (n == cap) p = tg_xrealloc(p, cap *= 2);
+    size_t got = fread(p + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  bool ok = !ferror(f);
+  if (!ok) tg_why(why, whylen, "cannot read %s: %s", path, strerror(errno));
+  fclose(f);
+  if (!ok) {
+    free(p);
+    return false;
+  }
+  *buf = p;
+  *size = n;
+  return true;
 }

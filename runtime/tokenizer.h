@@ -122,4 +122,8 @@ void tg_tok_char_free(tg_tok_char *c);
 void tg_tok_gpt2_encode(tg_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n);
 void tg_tok_bpe_free(tg_tok_bpe *b);
 
+/* Reads a whole file into a malloc'ed buffer (*buf, *size, NUL after the
+ * last byte not guaranteed); false with a message naming the file. */
+bool tg_read_whole_file(const char *path, char **buf, size_t *size, char *why, size_t whylen);
+
 #endif

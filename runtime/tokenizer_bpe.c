@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "ir.h" /* tg_xmalloc, tg_why */
 
 enum {
   CACHE_MAX_KEY = 128,       /* longer chunks are rare; not worth keeping */
@@ -65,33 +66,6 @@ struct tg_tok_bpe {
 };
 
 #define EMPTY UINT64_MAX
-
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static void refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-}
 
 static uint64_t mix64(uint64_t x) {
   x ^= x >> 33;
@@ -140,7 +114,7 @@ static bool cand_less(cand x, cand y) {
 static void heap_push(tg_tok_bpe *b, size_t *n, cand c) {
   if (*n == b->heap_cap) {
     b->heap_cap = b->heap_cap ? 2 * b->heap_cap : 64;
-    b->heap = xrealloc(b->heap, b->heap_cap * sizeof *b->heap);
+    b->heap = tg_xrealloc(b->heap, b->heap_cap * sizeof *b->heap);
   }
   size_t i = (*n)++;
   while (i > 0 && cand_less(c, b->heap[(i - 1) / 2])) {
@@ -185,9 +159,9 @@ static void bpe_chunk(tg_tok_bpe *b, const unsigned char *s, size_t n, int32_t *
                       size_t *on, size_t *ocap) {
   if (n > b->scratch_cap) {
     b->scratch_cap = n > 2 * b->scratch_cap ? n : 2 * b->scratch_cap;
-    b->sym = xrealloc(b->sym, b->scratch_cap * sizeof *b->sym);
-    b->next = xrealloc(b->next, b->scratch_cap * sizeof *b->next);
-    b->prev = xrealloc(b->prev, b->scratch_cap * sizeof *b->prev);
+    b->sym = tg_xrealloc(b->sym, b->scratch_cap * sizeof *b->sym);
+    b->next = tg_xrealloc(b->next, b->scratch_cap * sizeof *b->next);
+    b->prev = tg_xrealloc(b->prev, b->scratch_cap * sizeof *b->prev);
   }
   for (size_t i = 0; i < n; i++) {
     b->sym[i] = b->byte_id[s[i]];
@@ -202,7 +176,7 @@ static void bpe_chunk(tg_tok_bpe *b, const unsigned char *s, size_t n, int32_t *
     while (hn && b->heap[0].rank == rank) {
       if (nb == b->batch_cap) {
         b->batch_cap = b->batch_cap ? 2 * b->batch_cap : 16;
-        b->batch = xrealloc(b->batch, b->batch_cap * sizeof *b->batch);
+        b->batch = tg_xrealloc(b->batch, b->batch_cap * sizeof *b->batch);
       }
       b->batch[nb++] = heap_pop(b, &hn);
     }
@@ -221,7 +195,7 @@ static void bpe_chunk(tg_tok_bpe *b, const unsigned char *s, size_t n, int32_t *
   for (int32_t i = 0; i >= 0; i = b->next[i]) {
     if (*on == *ocap) {
       *ocap = 2 * *ocap + 16;
-      *out = xrealloc(*out, *ocap * sizeof **out);
+      *out = tg_xrealloc(*out, *ocap * sizeof **out);
     }
     (*out)[(*on)++] = b->sym[i];
   }
@@ -250,7 +224,7 @@ static void cache_put(tg_tok_bpe *b, const char *s, size_t n, uint64_t h, const 
     cache_slot *old = b->cache;
     size_t oldcap = b->cache_cap;
     b->cache_cap = oldcap ? 2 * oldcap : 4096;
-    b->cache = xmalloc(b->cache_cap * sizeof *b->cache);
+    b->cache = tg_xmalloc(b->cache_cap * sizeof *b->cache);
     memset(b->cache, 0, b->cache_cap * sizeof *b->cache);
     for (size_t i = 0; i < oldcap; i++) {
       if (!old[i].hash) continue;
@@ -262,11 +236,11 @@ static void cache_put(tg_tok_bpe *b, const char *s, size_t n, uint64_t h, const 
   }
   if (b->ckeys_n + n > b->ckeys_cap) {
     b->ckeys_cap = 2 * (b->ckeys_n + n);
-    b->ckeys = xrealloc(b->ckeys, b->ckeys_cap);
+    b->ckeys = tg_xrealloc(b->ckeys, b->ckeys_cap);
   }
   if (b->cids_n + nids > b->cids_cap) {
     b->cids_cap = 2 * (b->cids_n + nids);
-    b->cids = xrealloc(b->cids, b->cids_cap * sizeof *b->cids);
+    b->cids = tg_xrealloc(b->cids, b->cids_cap * sizeof *b->cids);
   }
   size_t mask = b->cache_cap - 1, i = h & mask;
   while (b->cache[i].hash) i = (i + 1) & mask;
@@ -343,13 +317,13 @@ void tg_tok_gpt2_encode(tg_tokenizer *t, const char *text, size_t len, int32_t *
   tg_tok_bpe *b = t->bpe;
   const unsigned char *u = (const unsigned char *)text;
   size_t on = 0, ocap = len / 3 + 16; /* English runs at about 4 bytes a token */
-  int32_t *out = xmalloc(ocap * sizeof *out);
+  int32_t *out = tg_xmalloc(ocap * sizeof *out);
   for (size_t i = 0; i < len;) {
     size_t e = chunk_end(b, u, len, i), cn = e - i;
     const char *chunk = text + i;
     i = e;
     if (cn == 1) {
-      if (on == ocap) out = xrealloc(out, (ocap = 2 * ocap) * sizeof *out);
+      if (on == ocap) out = tg_xrealloc(out, (ocap = 2 * ocap) * sizeof *out);
       out[on++] = b->byte_id[(unsigned char)chunk[0]];
       continue;
     }
@@ -360,7 +334,7 @@ void tg_tok_gpt2_encode(tg_tokenizer *t, const char *text, size_t len, int32_t *
       if (c) {
         if (on + c->n_ids > ocap) {
           ocap = 2 * (on + c->n_ids);
-          out = xrealloc(out, ocap * sizeof *out);
+          out = tg_xrealloc(out, ocap * sizeof *out);
         }
         memcpy(out + on, b->cids + c->ids_off, c->n_ids * sizeof *out);
         on += c->n_ids;
@@ -410,32 +384,6 @@ static long symbol_bytes(const int16_t inv[0x144], const char *s, size_t n, char
   return m;
 }
 
-static bool read_file(const char *path, char **buf, size_t *size, char *why, size_t whylen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    refuse(why, whylen, "cannot open %s: %s", path, strerror(errno));
-    return false;
-  }
-  size_t cap = 1 << 16, n = 0;
-  char *p = xmalloc(cap);
-  for (;;) {
-    if (n == cap) p = xrealloc(p, cap *= 2);
-    size_t got = fread(p + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  bool ok = !ferror(f);
-  if (!ok) refuse(why, whylen, "cannot read %s: %s", path, strerror(errno));
-  fclose(f);
-  if (!ok) {
-    free(p);
-    return false;
-  }
-  *buf = p;
-  *size = n;
-  return true;
-}
-
 /* Pieces by bytes, to find the ids that vocab.bpe's merges name. */
 typedef struct piece_index {
   int32_t *slot; /* ids, -1 when free */
@@ -465,7 +413,7 @@ static bool load_encoder(tg_tokenizer *t, const int16_t inv[0x144], const char *
                          size_t whylen) {
   char *text;
   size_t size;
-  if (!read_file(path, &text, &size, why, whylen)) return false;
+  if (!tg_read_whole_file(path, &text, &size, why, whylen)) return false;
   tg_arena *a = tg_arena_new();
   tg_json_error err;
   tg_json_opts opts = {.max_depth = 4};
@@ -475,28 +423,28 @@ static bool load_encoder(tg_tokenizer *t, const int16_t inv[0x144], const char *
   uint32_t *len = NULL;
   if (!root) {
     lc_of(text, err.pos, &line, &col);
-    refuse(why, whylen, "%s:%d:%d: %s", path, line, col, err.msg);
+    tg_why(why, whylen, "%s:%d:%d: %s", path, line, col, err.msg);
     goto done;
   }
   if (root->kind != TG_JSON_OBJECT || root->n < 256 || root->n > INT32_MAX / 2) {
-    refuse(why, whylen, "%s: expected an object mapping GPT-2's token strings to ids", path);
+    tg_why(why, whylen, "%s: expected an object mapping GPT-2's token strings to ids", path);
     goto done;
   }
   int32_t n = (int32_t)root->n;
-  len = xmalloc((size_t)n * sizeof *len);
+  len = tg_xmalloc((size_t)n * sizeof *len);
   for (int32_t i = 0; i < n; i++) len[i] = UINT32_MAX;
   size_t total = 0;
   for (int32_t i = 0; i < n; i++) { /* ids first: a dense permutation of 0 .. n-1 */
     const tg_json *v = &root->u.items[i];
     if (v->kind != TG_JSON_INT || v->u.i < 0 || v->u.i >= n) {
       lc_of(text, v->pos, &line, &col);
-      refuse(why, whylen, "%s:%d:%d: token \"%s\": expected an id in [0, %ld)", path, line, col,
+      tg_why(why, whylen, "%s:%d:%d: token \"%s\": expected an id in [0, %ld)", path, line, col,
              v->key, (long)n);
       goto done;
     }
     if (len[v->u.i] != UINT32_MAX) {
       lc_of(text, v->pos, &line, &col);
-      refuse(why, whylen, "%s:%d:%d: token \"%s\": id %ld is taken twice", path, line, col, v->key,
+      tg_why(why, whylen, "%s:%d:%d: token \"%s\": id %ld is taken twice", path, line, col, v->key,
              (long)v->u.i);
       goto done;
     }
@@ -504,8 +452,8 @@ static bool load_encoder(tg_tokenizer *t, const int16_t inv[0x144], const char *
     total += v->key_len;
   }
   t->n_vocab = n;
-  t->piece_off = xmalloc(((size_t)n + 1) * sizeof *t->piece_off);
-  t->pieces = xmalloc(total);
+  t->piece_off = tg_xmalloc(((size_t)n + 1) * sizeof *t->piece_off);
+  t->pieces = tg_xmalloc(total);
   size_t at = 0;
   for (int32_t i = 0; i < n; i++) t->piece_off[i] = (uint32_t)at, at += len[i];
   for (int32_t i = 0; i < n; i++) {
@@ -515,9 +463,9 @@ static bool load_encoder(tg_tokenizer *t, const int16_t inv[0x144], const char *
     if (m <= 0) {
       lc_of(text, v->pos, &line, &col);
       if (m == 0)
-        refuse(why, whylen, "%s:%d:%d: the empty string is no token", path, line, col);
+        tg_why(why, whylen, "%s:%d:%d: the empty string is no token", path, line, col);
       else
-        refuse(why, whylen, "%s:%d:%d: token \"%s\": U+%04X is not one of the 256 characters "
+        tg_why(why, whylen, "%s:%d:%d: token \"%s\": U+%04X is not one of the 256 characters "
                "that stand for bytes", path, line, col, v->key, (unsigned)bad);
       goto done;
     }
@@ -545,10 +493,10 @@ static bool load_merges(tg_tokenizer *t, const int16_t inv[0x144], const char *p
   tg_tok_bpe *b = t->bpe;
   char *text;
   size_t size;
-  if (!read_file(path, &text, &size, why, whylen)) return false;
+  if (!tg_read_whole_file(path, &text, &size, why, whylen)) return false;
   piece_index x = {NULL, 1};
   while (x.cap < 2 * (size_t)t->n_vocab) x.cap *= 2;
-  x.slot = xmalloc(x.cap * sizeof *x.slot);
+  x.slot = tg_xmalloc(x.cap * sizeof *x.slot);
   for (size_t i = 0; i < x.cap; i++) x.slot[i] = -1;
   for (int32_t id = 0; id < t->n_vocab; id++) {
     const char *s = t->pieces + t->piece_off[id];
@@ -561,18 +509,18 @@ static bool load_merges(tg_tokenizer *t, const int16_t inv[0x144], const char *p
   for (size_t i = 0; i < size; i++) lines += text[i] == '\n';
   b->merge_cap = 1;
   while (b->merge_cap < 2 * lines + 2) b->merge_cap *= 2;
-  b->merges = xmalloc(b->merge_cap * sizeof *b->merges);
+  b->merges = tg_xmalloc(b->merge_cap * sizeof *b->merges);
   for (size_t i = 0; i < b->merge_cap; i++) b->merges[i].pair = EMPTY;
-  char *buf = xmalloc(size + 1);
+  char *buf = tg_xmalloc(size + 1);
   bool ok = false;
   /* Like encoder.py, which reads text.split('\n')[1:-1]: the first line
    * is a version comment and the file ends with a newline. */
   if (size < 8 || memcmp(text, "#version", 8)) {
-    refuse(why, whylen, "%s:1: expected '#version: ...' (is this GPT-2's vocab.bpe?)", path);
+    tg_why(why, whylen, "%s:1: expected '#version: ...' (is this GPT-2's vocab.bpe?)", path);
     goto done;
   }
   if (text[size - 1] != '\n') {
-    refuse(why, whylen, "%s: the last line does not end with a newline (encoder.py would drop "
+    tg_why(why, whylen, "%s: the last line does not end with a newline (encoder.py would drop "
            "it)", path);
     goto done;
   }
@@ -582,14 +530,14 @@ static bool load_merges(tg_tokenizer *t, const int16_t inv[0x144], const char *p
     const char *sp = memchr(p, ' ', (size_t)(eol - p));
     if (!sp || sp == p || sp + 1 == eol || memchr(sp + 1, ' ', (size_t)(eol - sp - 1)) ||
         memchr(p, '\r', (size_t)(eol - p))) {
-      refuse(why, whylen, "%s:%d: expected two symbols separated by one space", path, line);
+      tg_why(why, whylen, "%s:%d: expected two symbols separated by one space", path, line);
       goto done;
     }
     uint32_t bad;
     long na = symbol_bytes(inv, p, (size_t)(sp - p), buf, &bad);
     long nb = na < 0 ? -1 : symbol_bytes(inv, sp + 1, (size_t)(eol - sp - 1), buf + na, &bad);
     if (na < 0 || nb < 0) {
-      refuse(why, whylen, "%s:%d: U+%04X is not one of the 256 characters that stand for bytes",
+      tg_why(why, whylen, "%s:%d: U+%04X is not one of the 256 characters that stand for bytes",
              path, line, (unsigned)bad);
       goto done;
     }
@@ -599,11 +547,11 @@ static bool load_merges(tg_tokenizer *t, const int16_t inv[0x144], const char *p
     if (left < 0 || right < 0 || merged < 0) {
       int w = left < 0 ? 0 : right < 0 ? 1 : 2;
       static const char *what[] = {"its first symbol", "its second symbol", "the merged symbol"};
-      refuse(why, whylen, "%s:%d: %s is not in the encoder's vocabulary", path, line, what[w]);
+      tg_why(why, whylen, "%s:%d: %s is not in the encoder's vocabulary", path, line, what[w]);
       goto done;
     }
     if (!merge_add(b, left, right, rank, merged)) {
-      refuse(why, whylen, "%s:%d: the same merge twice", path, line);
+      tg_why(why, whylen, "%s:%d: the same merge twice", path, line);
       goto done;
     }
     p = eol + 1;
@@ -618,11 +566,11 @@ done:
 
 tg_tokenizer *tg_tok_gpt2_load(const char *encoder_json, const char *vocab_bpe, char *why,
                                size_t whylen) {
-  tg_tokenizer *t = xmalloc(sizeof *t);
+  tg_tokenizer *t = tg_xmalloc(sizeof *t);
   memset(t, 0, sizeof *t);
   t->kind = TG_TOK_GPT2;
-  t->source = strcpy(xmalloc(strlen(encoder_json) + 1), encoder_json);
-  t->bpe = xmalloc(sizeof *t->bpe);
+  t->source = strcpy(tg_xmalloc(strlen(encoder_json) + 1), encoder_json);
+  t->bpe = tg_xmalloc(sizeof *t->bpe);
   memset(t->bpe, 0, sizeof *t->bpe);
   int16_t inv[0x144];
   unicode_to_byte(inv);
@@ -633,7 +581,7 @@ tg_tokenizer *tg_tok_gpt2_load(const char *encoder_json, const char *vocab_bpe, 
       t->bpe->byte_id[(unsigned char)t->pieces[t->piece_off[i]]] = i;
   for (int c = 0; c < 256; c++) {
     if (t->bpe->byte_id[c] < 0) {
-      refuse(why, whylen, "%s: no token for the single byte 0x%02X", encoder_json, c);
+      tg_why(why, whylen, "%s: no token for the single byte 0x%02X", encoder_json, c);
       goto fail;
     }
   }

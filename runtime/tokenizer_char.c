@@ -5,6 +5,7 @@
  * and id i is the i-th of them.  Lookups go through a direct table for
  * ASCII, which is nearly all of English text, and a binary search above. */
 #include "tokenizer.h"
+#include "ir.h" /* tg_xmalloc, tg_why */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,45 +17,18 @@ struct tg_tok_char {
   int32_t ascii[128]; /* id of each ASCII code point, or -1 */
 };
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static void refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-}
-
 /* Builds the tokenizer from n ascending code points (taking cps). */
 static tg_tokenizer *from_code_points(const char *name, uint32_t *cps, int32_t n) {
-  tg_tokenizer *t = xmalloc(sizeof *t);
+  tg_tokenizer *t = tg_xmalloc(sizeof *t);
   memset(t, 0, sizeof *t);
   t->kind = TG_TOK_CHAR;
-  t->source = strcpy(xmalloc(strlen(name) + 1), name);
+  t->source = strcpy(tg_xmalloc(strlen(name) + 1), name);
   t->n_vocab = n;
-  t->chr = xmalloc(sizeof *t->chr);
+  t->chr = tg_xmalloc(sizeof *t->chr);
   t->chr->cps = cps;
   for (int c = 0; c < 128; c++) t->chr->ascii[c] = -1;
-  t->piece_off = xmalloc(((size_t)n + 1) * sizeof *t->piece_off);
-  t->pieces = xmalloc((size_t)n * 4);
+  t->piece_off = tg_xmalloc(((size_t)n + 1) * sizeof *t->piece_off);
+  t->pieces = tg_xmalloc((size_t)n * 4);
   uint32_t at = 0;
   for (int32_t i = 0; i < n; i++) {
     if (cps[i] < 128) t->chr->ascii[cps[i]] = i;
@@ -84,7 +58,7 @@ tg_tokenizer *tg_tok_char_from_text(const char *name, const char *text, size_t l
   enum { NCP = 0x110000 };
   uint8_t *seen = calloc(NCP / 8, 1);
   if (!seen) {
-    refuse(why, whylen, "out of memory");
+    tg_why(why, whylen, "out of memory");
     return NULL;
   }
   const unsigned char *u = (const unsigned char *)text;
@@ -92,7 +66,7 @@ tg_tokenizer *tg_tok_char_from_text(const char *name, const char *text, size_t l
     uint32_t cp;
     int k = tg_utf8_decode(u + i, len - i, &cp);
     if (!k) {
-      refuse(why, whylen, "%s: not UTF-8 text: byte offset %zu (0x%02X) does not start a valid "
+      tg_why(why, whylen, "%s: not UTF-8 text: byte offset %zu (0x%02X) does not start a valid "
              "UTF-8 character", name, i, u[i]);
       free(seen);
       return NULL;
@@ -102,7 +76,7 @@ tg_tokenizer *tg_tok_char_from_text(const char *name, const char *text, size_t l
   }
   int32_t n = 0;
   for (uint32_t cp = 0; cp < NCP; cp++) n += seen[cp >> 3] >> (cp & 7) & 1;
-  uint32_t *cps = xmalloc((size_t)n * sizeof *cps);
+  uint32_t *cps = tg_xmalloc((size_t)n * sizeof *cps);
   n = 0;
   for (uint32_t cp = 0; cp < NCP; cp++)
     if (seen[cp >> 3] >> (cp & 7) & 1) cps[n++] = cp;
@@ -113,18 +87,18 @@ tg_tokenizer *tg_tok_char_from_text(const char *name, const char *text, size_t l
 tg_tokenizer *tg_tok_char_from_symbols(const char *name, const char *const *symbols,
                                        const size_t *lens, int n, char *why, size_t whylen) {
   if (n < 1) {
-    refuse(why, whylen, "%s: the vocabulary is empty", name);
+    tg_why(why, whylen, "%s: the vocabulary is empty", name);
     return NULL;
   }
-  uint32_t *cps = xmalloc((size_t)n * sizeof *cps);
+  uint32_t *cps = tg_xmalloc((size_t)n * sizeof *cps);
   for (int i = 0; i < n; i++) {
     uint32_t cp = 0;
     int k = lens[i] ? tg_utf8_decode((const unsigned char *)symbols[i], lens[i], &cp) : 0;
     char a[32], b[32];
     if (!k || (size_t)k != lens[i]) {
-      refuse(why, whylen, "%s: vocabulary entry %d is not exactly one UTF-8 character", name, i);
+      tg_why(why, whylen, "%s: vocabulary entry %d is not exactly one UTF-8 character", name, i);
     } else if (i && cp <= cps[i - 1]) {
-      refuse(why, whylen, "%s: vocabulary entry %d (%s) does not come after entry %d (%s): the "
+      tg_why(why, whylen, "%s: vocabulary entry %d (%s) does not come after entry %d (%s): the "
              "symbols must be distinct and in code point order", name, i, describe(cp, a), i - 1,
              describe(cps[i - 1], b));
     } else {
@@ -142,14 +116,14 @@ bool tg_tok_char_encode(tg_tokenizer *t, const char *text, size_t len, int32_t *
   const tg_tok_char *c = t->chr;
   const unsigned char *u = (const unsigned char *)text;
   /* At most one id per byte: allocate that and shrink at the end. */
-  int32_t *out = xmalloc((len ? len : 1) * sizeof *out);
+  int32_t *out = tg_xmalloc((len ? len : 1) * sizeof *out);
   size_t m = 0;
   for (size_t i = 0; i < len;) {
     uint32_t cp;
     int32_t id = -1;
     int k = tg_utf8_decode(u + i, len - i, &cp);
     if (!k) {
-      refuse(why, whylen, "not UTF-8 text: byte offset %zu (0x%02X) does not start a valid UTF-8 "
+      tg_why(why, whylen, "not UTF-8 text: byte offset %zu (0x%02X) does not start a valid UTF-8 "
              "character", i, u[i]);
       free(out);
       return false;
@@ -167,7 +141,7 @@ bool tg_tok_char_encode(tg_tokenizer *t, const char *text, size_t len, int32_t *
     }
     if (id < 0) {
       char d[32];
-      refuse(why, whylen, "character %s at byte offset %zu is not in the vocabulary of %s (%ld "
+      tg_why(why, whylen, "character %s at byte offset %zu is not in the vocabulary of %s (%ld "
              "symbols)", describe(cp, d), i, t->source, (long)t->n_vocab);
       free(out);
       return false;
@@ -175,7 +149,7 @@ bool tg_tok_char_encode(tg_tokenizer *t, const char *text, size_t len, int32_t *
     out[m++] = id;
     i += (size_t)k;
   }
-  *ids = xrealloc(out, (m ? m : 1) * sizeof *out);
+  *ids = tg_xrealloc(out, (m ? m : 1) * sizeof *out);
   *n = m;
   return true;
 }

@@ -5,6 +5,7 @@
  * time.  The header is 1024 bytes, so the ids after it are aligned for
  * uint16 reads straight from the mapping. */
 #include "tokens_file.h"
+#include "ir.h" /* tg_xmalloc, tg_why */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,25 +16,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
-static bool refuse(char *why, size_t whylen, const char *fmt, ...) {
-  if (why && whylen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-  }
-  return false;
-}
 
 static bool little_endian(void) {
   const uint16_t one = 1;
@@ -66,7 +48,7 @@ static bool write_all(int fd, const void *buf, size_t n) {
 static void sync_dir(const char *path) {
   const char *slash = strrchr(path, '/');
   size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
-  char *dir = xmalloc(n + 1);
+  char *dir = tg_xmalloc(n + 1);
   memcpy(dir, slash ? path : ".", n);
   dir[n] = 0;
   int fd = open(dir, O_RDONLY);
@@ -78,30 +60,30 @@ static void sync_dir(const char *path) {
 }
 
 bool tg_tokens_write(const char *path, const int32_t *ids, size_t n, char *why, size_t whylen) {
-  if (!path || !*path) return refuse(why, whylen, "no file name for the tokens");
+  if (!path || !*path) return tg_why(why, whylen, "no file name for the tokens");
   if (n > INT32_MAX)
-    return refuse(why, whylen, "%s: %zu tokens are more than the format's %d", path, n,
+    return tg_why(why, whylen, "%s: %zu tokens are more than the format's %d", path, n,
                   INT32_MAX);
   for (size_t i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] > UINT16_MAX)
-      return refuse(why, whylen, "%s: token %zu is %ld, which does not fit the format's uint16",
+      return tg_why(why, whylen, "%s: token %zu is %ld, which does not fit the format's uint16",
                     path, i, (long)ids[i]);
   unsigned char header[TG_TOKENS_HEADER_BYTES] = {0};
   put_i32(header, TG_TOKENS_MAGIC);
   put_i32(header + 4, TG_TOKENS_VERSION);
   put_i32(header + 8, (int32_t)n);
   size_t tlen = strlen(path) + 32;
-  char *tmp = xmalloc(tlen);
+  char *tmp = tg_xmalloc(tlen);
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
   if (fd < 0) {
-    refuse(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
+    tg_why(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
     free(tmp);
     return false;
   }
   bool ok = write_all(fd, header, sizeof header);
   enum { CHUNK = 1 << 15 };
-  unsigned char *buf = xmalloc(2 * CHUNK);
+  unsigned char *buf = tg_xmalloc(2 * CHUNK);
   for (size_t i = 0; ok && i < n; i += CHUNK) {
     size_t k = n - i < CHUNK ? n - i : CHUNK;
     for (size_t j = 0; j < k; j++) {
@@ -115,9 +97,9 @@ bool tg_tokens_write(const char *path, const int32_t *ids, size_t n, char *why, 
   int saved = errno;
   if (close(fd) != 0 && ok) ok = false, saved = errno;
   if (!ok) {
-    refuse(why, whylen, "cannot write %s: %s", tmp, strerror(saved));
+    tg_why(why, whylen, "cannot write %s: %s", tmp, strerror(saved));
   } else if (rename(tmp, path) != 0) {
-    refuse(why, whylen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    tg_why(why, whylen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     ok = false;
   }
   if (!ok) unlink(tmp);
@@ -132,37 +114,37 @@ static bool check(tg_tokens *t, int32_t vocab, char *why, size_t whylen) {
   size_t size = t->map_size;
   const char *path = t->path;
   if (size < TG_TOKENS_HEADER_BYTES)
-    return refuse(why, whylen, "%s: truncated: %zu bytes, less than the %d-byte header of a "
+    return tg_why(why, whylen, "%s: truncated: %zu bytes, less than the %d-byte header of a "
                   "token file", path, size, TG_TOKENS_HEADER_BYTES);
   int32_t magic = get_i32(p), version = get_i32(p + 4), count = get_i32(p + 8);
   if (magic == 20240801)
-    return refuse(why, whylen, "%s: llm.c's Llama 3 token file (magic 20240801, uint32 tokens): "
+    return tg_why(why, whylen, "%s: llm.c's Llama 3 token file (magic 20240801, uint32 tokens): "
                   "tg reads GPT-2 token files (magic %d)", path, TG_TOKENS_MAGIC);
   if (magic != TG_TOKENS_MAGIC)
-    return refuse(why, whylen, "%s: not a token file: bad magic %ld (expected %d)", path,
+    return tg_why(why, whylen, "%s: not a token file: bad magic %ld (expected %d)", path,
                   (long)magic, TG_TOKENS_MAGIC);
   if (version != TG_TOKENS_VERSION)
-    return refuse(why, whylen, "%s: unsupported version %ld (tg reads version %d: uint16 "
+    return tg_why(why, whylen, "%s: unsupported version %ld (tg reads version %d: uint16 "
                   "tokens)", path, (long)version, TG_TOKENS_VERSION);
   if (count < 0)
-    return refuse(why, whylen, "%s: the header's token count is negative (%ld)", path,
+    return tg_why(why, whylen, "%s: the header's token count is negative (%ld)", path,
                   (long)count);
   size_t want = TG_TOKENS_HEADER_BYTES + 2 * (size_t)count;
   if (size < want)
-    return refuse(why, whylen, "%s: truncated: the header says %ld tokens (%zu bytes) but the "
+    return tg_why(why, whylen, "%s: truncated: the header says %ld tokens (%zu bytes) but the "
                   "file has %zu bytes", path, (long)count, want, size);
   if (size > want)
-    return refuse(why, whylen, "%s: %zu bytes after the %ld tokens the header counts (%zu "
+    return tg_why(why, whylen, "%s: %zu bytes after the %ld tokens the header counts (%zu "
                   "bytes expected): the count does not match the data", path, size - want,
                   (long)count, want);
   if (!little_endian())
-    return refuse(why, whylen, "%s: tg reads token files on little-endian machines only", path);
+    return tg_why(why, whylen, "%s: tg reads token files on little-endian machines only", path);
   t->ids = (const uint16_t *)(p + TG_TOKENS_HEADER_BYTES);
   t->n = (size_t)count;
   if (vocab > 0) {
     for (size_t i = 0; i < t->n; i++)
       if (t->ids[i] >= vocab)
-        return refuse(why, whylen, "%s: token %zu is %u, not below the vocabulary size %ld",
+        return tg_why(why, whylen, "%s: token %zu is %u, not below the vocabulary size %ld",
                       path, i, (unsigned)t->ids[i], (long)vocab);
   }
   return true;
@@ -171,7 +153,7 @@ static bool check(tg_tokens *t, int32_t vocab, char *why, size_t whylen) {
 tg_tokens *tg_tokens_open(const char *path, int32_t vocab, char *why, size_t whylen) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) {
-    refuse(why, whylen, "cannot open %s: %s", path, strerror(errno));
+    tg_why(why, whylen, "cannot open %s: %s", path, strerror(errno));
     return NULL;
   }
   struct stat st;
@@ -179,18 +161,18 @@ tg_tokens *tg_tokens_open(const char *path, int32_t vocab, char *why, size_t why
                     : S_ISDIR(st.st_mode) ? "a directory, not a token file"
                     : !S_ISREG(st.st_mode) ? "not a regular file" : NULL;
   if (bad) {
-    refuse(why, whylen, "%s: %s", path, bad);
+    tg_why(why, whylen, "%s: %s", path, bad);
     close(fd);
     return NULL;
   }
-  tg_tokens *t = xmalloc(sizeof *t);
+  tg_tokens *t = tg_xmalloc(sizeof *t);
   memset(t, 0, sizeof *t);
-  t->path = strcpy(xmalloc(strlen(path) + 1), path);
+  t->path = strcpy(tg_xmalloc(strlen(path) + 1), path);
   t->map_size = (size_t)st.st_size;
   if (t->map_size) { /* mmap refuses 0 bytes; check() reports the size */
     void *m = mmap(NULL, t->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
-      refuse(why, whylen, "cannot map %s: %s", path, strerror(errno));
+      tg_why(why, whylen, "cannot map %s: %s", path, strerror(errno));
       close(fd);
       t->map_size = 0;
       tg_tokens_close(t);

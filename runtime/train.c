@@ -54,15 +54,6 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "tgrun: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 static float *falloc(int64_t n) {
   size_t bytes = ((size_t)(n ? n : 1) * sizeof(float) + 255) / 256 * 256;
   float *p = aligned_alloc(256, bytes);
@@ -251,8 +242,8 @@ static void build(run *r) {
 
   /* the parameters, in the grad graph's order */
   for (int i = 0; i < r->g_grad->n_nodes; i++) r->n_params += r->g_grad->nodes[i]->op == TG_OP_param;
-  r->params = xcalloc((size_t)r->n_params, sizeof *r->params);
-  r->param_of_grad = xcalloc((size_t)r->g_grad->n_nodes + 1, sizeof(int));
+  r->params = tg_xcalloc((size_t)r->n_params, sizeof *r->params);
+  r->param_of_grad = tg_xcalloc((size_t)r->g_grad->n_nodes + 1, sizeof(int));
   for (int i = 0; i < r->g_grad->n_nodes; i++) r->param_of_grad[i] = -1;
   int k = 0;
   for (int i = 0; i < r->g_grad->n_nodes; i++) {
@@ -364,7 +355,7 @@ static void sample(run *r, int64_t step) {
   if (!tg_tok_encode(r->tok, c->sample_prompt, strlen(c->sample_prompt), &prompt, &np, why, sizeof why))
     tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "sample_prompt: %s", why);
   int64_t T = c->block_size, total = (int64_t)np + c->sample_tokens;
-  int32_t *ids = xcalloc((size_t)total + 1, sizeof *ids);
+  int32_t *ids = tg_xcalloc((size_t)total + 1, sizeof *ids);
   memcpy(ids, prompt, np * sizeof *ids);
   free(prompt);
   int64_t n = (int64_t)np;
@@ -373,7 +364,7 @@ static void sample(run *r, int64_t step) {
   const tg_node *logits = find_output(r->g_sample, "logits");
   int32_t *in = tg_cpu_leaf(r->c_sample, idx);
   int64_t Vp = logits->type.dim[logits->type.rank - 1].size;
-  float *scratch = xcalloc((size_t)r->vocab * 2 + 16, sizeof(float));
+  float *scratch = tg_xcalloc((size_t)r->vocab * 2 + 16, sizeof(float));
   tg_rng rng;
   tg_rng_seed(&rng, (uint64_t)c->seed, 0x5a5a0000u + (uint64_t)step);
   int64_t start = n;
@@ -511,7 +502,7 @@ static void train_loop(run *r) {
    * micro-batches of b, 2 ranks of b, and one batch of 2b all train on the
    * same sequences; one loader per micro-step, each at the step count. */
   int accum = (int)c->grad_accum;
-  tg_loader **loaders = xcalloc((size_t)accum, sizeof *loaders);
+  tg_loader **loaders = tg_xcalloc((size_t)accum, sizeof *loaders);
   for (int m = 0; m < accum; m++) {
     loaders[m] = tg_loader_new(r->train, c->batch_size, c->block_size, m * r->nranks + r->rank, accum * r->nranks,
                                (uint64_t)c->seed, position, why, sizeof why);
@@ -709,7 +700,7 @@ int tg_train_main(int argc, char **argv) {
     fputs(train_usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  run *r = xcalloc(1, sizeof *r);
+  run *r = tg_xcalloc(1, sizeof *r);
   char why[1024];
   if (!tg_comm_init(&argc, &argv, &r->rank, &r->nranks, why, sizeof why)) {
     fprintf(stderr, "tgrun: error: %s\n", why);

@@ -86,18 +86,9 @@ static int key_index(const char *name) {
 
 /* ---- memory ------------------------------------------------------------- */
 
-static void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 static char *xstrdup(const char *s) {
   size_t n = strlen(s) + 1;
-  return memcpy(xrealloc(NULL, n), s, n);
+  return memcpy(tg_xrealloc(NULL, n), s, n);
 }
 
 static char **str_at(tg_train_config *c, int k) { return (char **)((char *)c + keys[k].off); }
@@ -262,7 +253,7 @@ static bool check_chars(parser *P, const char *s, size_t n, const char *line) {
  * advances *p past the closing quote. */
 static bool read_quoted(parser *P, const char *line, const char **p, const char *end, value *v) {
   const char *q = *p + 1;
-  char *out = xrealloc(NULL, (size_t)(end - q) + 1);
+  char *out = tg_xrealloc(NULL, (size_t)(end - q) + 1);
   size_t n = 0;
   for (;;) {
     if (q >= end) {
@@ -428,7 +419,7 @@ static bool set_key(parser *P, tg_train_config *cfg, int k, const value *v) {
     return true;
   }
   case K_STR: {
-    char *s = xrealloc(NULL, v->len + 1);
+    char *s = tg_xrealloc(NULL, v->len + 1);
     memcpy(s, v->text, v->len);
     s[v->len] = 0;
     const char *why = K->check ? K->check(s) : NULL;
@@ -482,7 +473,7 @@ static bool set_define(parser *P, tg_train_config *cfg, const char *name, int ke
       cfg->defines[i].origin = origin;
       return true;
     }
-  cfg->defines = xrealloc(cfg->defines, (size_t)(cfg->n_defines + 1) * sizeof *cfg->defines);
+  cfg->defines = tg_xrealloc(cfg->defines, (size_t)(cfg->n_defines + 1) * sizeof *cfg->defines);
   cfg->defines[cfg->n_defines++] = (tg_model_define){xstrdup(name), d == 0 ? 0 : d, origin};
   return true;
 }
@@ -532,7 +523,7 @@ static void apply(parser *P, tg_train_config *cfg, const char *key, size_t key_l
         }
     if (!set_define(P, cfg, d, key_col, v, origin)) return;
     if (S) {
-      S->defs = xrealloc(S->defs, (size_t)(S->n_defs + 1) * sizeof *S->defs);
+      S->defs = tg_xrealloc(S->defs, (size_t)(S->n_defs + 1) * sizeof *S->defs);
       S->defs[S->n_defs++] = (seen_define){xstrdup(d), P->line};
     }
     return;

@@ -10,23 +10,14 @@
 #include "safetensors.h"
 #include "weights.h"
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  return p;
-}
-
 static bool is_leaf(const tg_node *n, bool with_state) {
   return n->op == TG_OP_param || (with_state && n->op == TG_OP_state);
 }
 
 static tg_weights *weights_new(const tg_graph *g) {
-  tg_weights *w = xcalloc(1, sizeof *w);
+  tg_weights *w = tg_xcalloc(1, sizeof *w);
   w->g = g;
-  w->values = xcalloc((size_t)g->n_nodes, sizeof *w->values);
+  w->values = tg_xcalloc((size_t)g->n_nodes, sizeof *w->values);
   return w;
 }
 
@@ -74,14 +65,14 @@ void tg_copy_box(const float *src, const tg_type *from, float *dst, const tg_typ
  * normal generator numbers elements by their index), and padded ones are
  * zero. */
 static float *init_leaf(const tg_graph *g, const tg_node *n, uint64_t seed) {
-  float *out = xcalloc((size_t)tg_type_numel(&n->type), sizeof(float));
+  float *out = tg_xcalloc((size_t)tg_type_numel(&n->type), sizeof(float));
   tg_node unpadded = *n;
   tg_file_type(g, &n->type, &unpadded.type);
   if (tg_type_same_shape(&unpadded.type, &n->type)) {
     tg_param_init(n, seed, out);
     return out;
   }
-  float *tmp = xcalloc((size_t)tg_type_numel(&unpadded.type), sizeof(float));
+  float *tmp = tg_xcalloc((size_t)tg_type_numel(&unpadded.type), sizeof(float));
   tg_param_init(&unpadded, seed, tmp);
   tg_copy_box(tmp, &unpadded.type, out, &n->type);
   free(tmp);
@@ -113,13 +104,13 @@ static float *take(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f, const tg
              tg_st_shape_str(t->shape, t->rank, a, sizeof a), tg_type_str(&ft, b, sizeof b));
   }
   int64_t numel = tg_type_numel(&ft);
-  double *tmp = xcalloc((size_t)numel, sizeof *tmp);
+  double *tmp = tg_xcalloc((size_t)numel, sizeof *tmp);
   tg_st_to_f64(t, tmp);
-  float *vals = xcalloc((size_t)numel, sizeof *vals);
+  float *vals = tg_xcalloc((size_t)numel, sizeof *vals);
   for (int64_t i = 0; i < numel; i++) vals[i] = (float)tmp[i];
   free(tmp);
   if (tg_type_same_shape(&ft, &n->type)) return vals;
-  float *out = xcalloc((size_t)tg_type_numel(&n->type), sizeof *out);
+  float *out = tg_xcalloc((size_t)tg_type_numel(&n->type), sizeof *out);
   tg_copy_box(vals, &ft, out, &n->type);
   free(vals);
   return out;
@@ -185,8 +176,8 @@ tg_weights *tg_weights_load(tg_ctx *ctx, const tg_graph *g, const char *path, bo
 bool tg_weights_save(const tg_weights *w, const char *path, bool with_state, char *why,
                      size_t whylen) {
   const tg_graph *g = w->g;
-  tg_st_tensor *ts = xcalloc((size_t)g->n_nodes, sizeof *ts);
-  float **cropped = xcalloc((size_t)g->n_nodes, sizeof *cropped); /* padded leaves only */
+  tg_st_tensor *ts = tg_xcalloc((size_t)g->n_nodes, sizeof *ts);
+  float **cropped = tg_xcalloc((size_t)g->n_nodes, sizeof *cropped); /* padded leaves only */
   int n = 0;
   for (int k = 0; k < g->n_nodes; k++) {
     const tg_node *leaf = g->nodes[k];
@@ -195,7 +186,7 @@ bool tg_weights_save(const tg_weights *w, const char *path, bool with_state, cha
     tg_file_type(g, &leaf->type, &ft);
     const float *data = w->values[k];
     if (!tg_type_same_shape(&ft, &leaf->type)) {
-      cropped[k] = xcalloc((size_t)tg_type_numel(&ft), sizeof(float));
+      cropped[k] = tg_xcalloc((size_t)tg_type_numel(&ft), sizeof(float));
       tg_copy_box(w->values[k], &leaf->type, cropped[k], &ft);
       data = cropped[k];
     }
