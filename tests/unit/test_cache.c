@@ -23,22 +23,6 @@
 static char dir[64];
 static char cache_dir[128];
 
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    for (struct dirent *e; (e = readdir(d));) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[1024];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
-      else unlink(sub);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
-
 /* The tests change these; other tests in the same process (CK_FORK=no)
  * must not see it. */
 static char *saved_home, *saved_xdg;
@@ -62,7 +46,7 @@ static void restore(const char *name, char **saved) {
 static void teardown(void) {
   restore("HOME", &saved_home);
   restore("XDG_CACHE_HOME", &saved_xdg);
-  remove_tree(dir);
+  tu_remove_tree(dir);
 }
 
 static const char *hex_of(const void *data, size_t n) {

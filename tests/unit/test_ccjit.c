@@ -21,22 +21,6 @@
 static char dir[64];
 static char *saved_cc;
 
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    for (struct dirent *e; (e = readdir(d));) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[1024];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
-      else unlink(sub);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
-
 static void setup(void) {
   strcpy(dir, "/tmp/tg_ccjit_test_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -49,7 +33,7 @@ static void teardown(void) {
   else unsetenv("CC");
   free(saved_cc);
   saved_cc = NULL;
-  remove_tree(dir);
+  tu_remove_tree(dir);
 }
 
 static int count_files(const char *needle) {

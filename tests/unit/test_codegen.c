@@ -31,9 +31,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-  ck_assert_int_eq(system(cmd), 0);
+  tu_remove_tree(cache_dir);
 }
 
 /* The training step of gpt2.tg with the given -D overrides, lowered (for

@@ -33,9 +33,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  tu_remove_tree(dir);
 }
 
 /* Writes n tokens, ids[i] = (i * mul) % 65536, as dir/name and opens it. */

@@ -24,29 +24,13 @@
 
 static char dir[64];
 
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    for (struct dirent *e; (e = readdir(d));) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[1024];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
-      else unlink(sub);
-    }
-    closedir(d);
-  }
-  rmdir(path);
-}
-
 static void setup(void) {
   strcpy(dir, "/tmp/tg_nvrtc_test_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   setenv("TG_CACHE", dir, 1);
 }
 
-static void teardown(void) { remove_tree(dir); }
+static void teardown(void) { tu_remove_tree(dir); }
 
 static const char scale_src[] =
     "// tg kernel: scale\n"

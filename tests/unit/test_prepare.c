@@ -35,35 +35,11 @@ static const char *in_dir(const char *name) {
   return p;
 }
 
-static const char *data_path(const char *rel) {
-  static char buf[4][4096];
-  static int k;
-  const char *root = getenv("TG_DATA");
-  char *p = buf[k++ % 4];
-  if (root && *root) snprintf(p, 4096, "%s/%s", root, rel);
-  else snprintf(p, 4096, "%s/../shared/data/%s", TG_SOURCE_DIR, rel);
-  return p;
-}
-
 static void write_bytes(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");
   ck_assert_ptr_nonnull(f);
   ck_assert_uint_eq(fwrite(p, 1, n, f), n);
   fclose(f);
-}
-
-static char *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *p = malloc((size_t)n + 1);
-  ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  p[n] = 0;
-  *size = (size_t)n;
-  return p;
 }
 
 static int count_entries(const char *path) {
@@ -82,7 +58,7 @@ START_TEST(test_tokens_round_trip) {
   const char *path = in_dir("a.bin");
   ck_assert_msg(tg_tokens_write(path, ids, 7, why, sizeof why), "%s", why);
   size_t size;
-  unsigned char *raw = (unsigned char *)slurp(path, &size);
+  unsigned char *raw = (unsigned char *)tu_slurp(path, &size);
   ck_assert_uint_eq(size, 1024 + 14);
   /* llm.c's header, little-endian: 20240520 = 0x0134D888, version 1, count 7 */
   const unsigned char head[12] = {0x88, 0xD8, 0x34, 0x01, 1, 0, 0, 0, 7, 0, 0, 0};
@@ -184,7 +160,7 @@ static void assert_round_trip(const char *out, const char *input) {
   tg_tokenizer *tok = tg_prepare_load_tokenizer(out, why, sizeof why);
   ck_assert_msg(tok, "%s", why);
   size_t size;
-  char *text = slurp(input, &size);
+  char *text = tu_slurp(input, &size);
   size_t at = 0;
   for (int k = 0; k < 2; k++) {
     char p[512];
@@ -209,7 +185,7 @@ static void assert_round_trip(const char *out, const char *input) {
 }
 
 START_TEST(test_prepare_char) {
-  const char *input = data_path("tinyshakespeare/input.txt"), *out = in_dir("sh/char");
+  const char *input = tu_data_path("tinyshakespeare/input.txt"), *out = in_dir("sh/char");
   ck_assert_int_eq(run("--tokenizer", "char", "--input", input, "--out", out, NULL, NULL), 0);
   ck_assert_uint_eq(count_tokens(in_dir("sh/char/train.bin"), 65), 1003854);
   ck_assert_uint_eq(count_tokens(in_dir("sh/char/val.bin"), 65), 111540);
@@ -223,14 +199,14 @@ START_TEST(test_prepare_char) {
 END_TEST
 
 START_TEST(test_prepare_gpt2) {
-  const char *input = data_path("tinyshakespeare/input.txt"), *out = in_dir("gpt2");
+  const char *input = tu_data_path("tinyshakespeare/input.txt"), *out = in_dir("gpt2");
   ck_assert_int_eq(run("--tokenizer", "gpt2", "--input", input, "--out", out, "--gpt2-dir",
-                       data_path("gpt2")),
+                       tu_data_path("gpt2")),
                    0);
   ck_assert_uint_eq(count_tokens(in_dir("gpt2/train.bin"), TG_GPT2_VOCAB), 301966);
   ck_assert_uint_eq(count_tokens(in_dir("gpt2/val.bin"), TG_GPT2_VOCAB), 36059);
   size_t size;
-  char *js = slurp(in_dir("gpt2/tokenizer.json"), &size);
+  char *js = tu_slurp(in_dir("gpt2/tokenizer.json"), &size);
   ck_assert_msg(strstr(js, "\"kind\": \"gpt2\"") && strstr(js, "\"encoder\": \"/"), "%s", js);
   free(js);
   assert_round_trip(out, input);
@@ -256,7 +232,7 @@ START_TEST(test_prepare_small) {
 END_TEST
 
 START_TEST(test_prepare_usage) {
-  const char *input = data_path("tinyshakespeare/input.txt"), *out = in_dir("u");
+  const char *input = tu_data_path("tinyshakespeare/input.txt"), *out = in_dir("u");
   ck_assert_int_eq(run("--help", NULL, NULL, NULL, NULL, NULL, NULL, NULL), 0);
   ck_assert_int_eq(run(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), 2);
   ck_assert_int_eq(run("--input", input, "--out", out, NULL, NULL, NULL, NULL), 2);

@@ -30,25 +30,7 @@ static void setup(void) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
-/* Removes dir and what is in it (files, and directories of files). */
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    for (struct dirent *e; (e = readdir(d));) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[512];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
-      else unlink(sub);
-    }
-    closedir(d);
-  }
-  chmod(path, 0700);
-  rmdir(path);
-}
-
-static void teardown(void) { remove_tree(dir); }
+static void teardown(void) { tu_remove_tree(dir); }
 
 static const char *in_dir(const char *name) {
   static char buf[4][512];

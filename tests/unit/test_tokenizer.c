@@ -13,33 +13,8 @@
 
 static char why[1024];
 
-static const char *data_path(const char *rel) {
-  static char buf[4][4096];
-  static int k;
-  const char *root = getenv("TG_DATA");
-  char *p = buf[k++ % 4];
-  if (root && *root) snprintf(p, 4096, "%s/%s", root, rel);
-  else snprintf(p, 4096, "%s/../shared/data/%s", TG_SOURCE_DIR, rel);
-  return p;
-}
-
-/* A whole file, malloc'ed, with its size. */
-static char *slurp(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f, "cannot open %s (set TG_DATA to the shared data directory)", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *p = malloc((size_t)n + 1);
-  ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  p[n] = 0;
-  *size = (size_t)n;
-  return p;
-}
-
 static tg_tokenizer *gpt2(void) {
-  tg_tokenizer *t = tg_tok_gpt2_load(data_path("gpt2/encoder.json"), data_path("gpt2/vocab.bpe"),
+  tg_tokenizer *t = tg_tok_gpt2_load(tu_data_path("gpt2/encoder.json"), tu_data_path("gpt2/vocab.bpe"),
                                      why, sizeof why);
   ck_assert_msg(t, "%s", why);
   return t;
@@ -75,8 +50,8 @@ static size_t split_at(const char *s, size_t size) {
 
 START_TEST(test_char_shakespeare) {
   size_t size;
-  const char *path = data_path("tinyshakespeare/input.txt");
-  char *text = slurp(path, &size);
+  const char *path = tu_data_path("tinyshakespeare/input.txt");
+  char *text = tu_slurp(path, &size);
   tg_tokenizer *t = tg_tok_char_from_text(path, text, size, why, sizeof why);
   ck_assert_msg(t, "%s", why);
   ck_assert_int_eq(tg_tok_kind_of(t), TG_TOK_CHAR);
@@ -163,7 +138,7 @@ END_TEST
 
 START_TEST(test_gpt2_shakespeare) {
   size_t size;
-  char *text = slurp(data_path("tinyshakespeare/input.txt"), &size);
+  char *text = tu_slurp(tu_data_path("tinyshakespeare/input.txt"), &size);
   tg_tokenizer *t = gpt2();
   ck_assert_int_eq(tg_tok_kind_of(t), TG_TOK_GPT2);
   ck_assert_int_eq(tg_tok_vocab_size(t), TG_GPT2_VOCAB);
@@ -323,7 +298,7 @@ static void bad_gpt2(const char *enc, const char *bpe, const char *msg) {
 START_TEST(test_gpt2_load_errors) {
   strcpy(dir, "/tmp/tg_tok_test_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
-  const char *enc = data_path("gpt2/encoder.json"), *bpe = data_path("gpt2/vocab.bpe");
+  const char *enc = tu_data_path("gpt2/encoder.json"), *bpe = tu_data_path("gpt2/vocab.bpe");
   char want[256];
 
   snprintf(want, sizeof want, "cannot open %s/none.json", dir);

@@ -1,8 +1,11 @@
 /* testutil.c: helpers for the Check unit tests (see testutil.h). */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "frontend.h"
 
@@ -24,6 +27,48 @@ const char *tu_path(const char *rel) {
   char *p = buf[k++ % 8];
   snprintf(p, 4096, "%s/%s", TG_SOURCE_DIR, rel);
   return p;
+}
+
+const char *tu_data_path(const char *rel) {
+  static char buf[4][4096];
+  static int k;
+  const char *root = getenv("TG_DATA");
+  char *p = buf[k++ % 4];
+  if (root && *root) snprintf(p, 4096, "%s/%s", root, rel);
+  else snprintf(p, 4096, "%s/../shared/data/%s", TG_SOURCE_DIR, rel);
+  return p;
+}
+
+char *tu_slurp(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f, "cannot open %s (for shared data, set TG_DATA)", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *p = malloc((size_t)n + 1);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_uint_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  p[n] = 0;
+  *size = (size_t)n;
+  return p;
+}
+
+void tu_remove_tree(const char *path) {
+  DIR *d = opendir(path);
+  if (d) {
+    for (struct dirent *e; (e = readdir(d));) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[4096];
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      struct stat st;
+      if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) tu_remove_tree(sub);
+      else unlink(sub);
+    }
+    closedir(d);
+  }
+  chmod(path, 0700); /* a test may have made it unwritable */
+  rmdir(path);
 }
 
 tg_ctx *tu_ctx(void) {

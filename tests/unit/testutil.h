@@ -27,6 +27,17 @@ tg_graph *tu_compile(tg_ctx *ctx, const char *name, const char *text, int n_defs
 /* Prints g's IR text into a malloc'ed string. */
 char *tu_print_ir(const tg_graph *g);
 
+/* A file of the shared data ($TG_DATA, else ../shared/data beside the
+ * source tree): tu_data_path("tinyshakespeare/input.txt"). */
+const char *tu_data_path(const char *rel);
+
+/* A whole file, malloc'ed and NUL-terminated, with its size; ends the test
+ * if it cannot be read. */
+char *tu_slurp(const char *path, size_t *size);
+
+/* Removes a directory and everything in it (a test's temp dir). */
+void tu_remove_tree(const char *path);
+
 /* Runs a Check suite and returns the process exit status. */
 int tu_run(Suite *s);
 
