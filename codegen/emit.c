@@ -497,8 +497,9 @@ static const char *store_conv(emitter *e, tg_dtype t, const char *v) {
 
 /* Stores n's value at its natural coordinates into its place; where n does
  * not vary along a domain axis, only the point at coordinate 0 of that axis
- * stores (the others would write the same value to the same place). */
-static void store(emitter *e, const tg_node *n, int d) {
+ * stores (the others would write the same value to the same place).  The
+ * value's statements go to depth d, the store itself to `to`. */
+static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
   const char **c = canon(e, &n->type);
   val v = value_at(e, n, c, d);
   int base = n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id;
@@ -519,8 +520,8 @@ static void store(emitter *e, const tg_node *n, int d) {
     if (N->dom.dim[a].size > 1 && !tg_varies(&n->type, &N->dom, a)) tg_sb_printf(&g, "%si%d == 0", g.n ? " && " : "", a);
   }
   const char *stmt = tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv(e, bn->type.dtype, v.s));
-  if (g.n) tg_sb_printf(&e->buf[d], "if (%s) %s\n", g.s, stmt);
-  else tg_sb_printf(&e->buf[d], "%s\n", stmt);
+  if (g.n) tg_sb_printf(to, "if (%s) %s\n", g.s, stmt);
+  else tg_sb_printf(to, "%s\n", stmt);
   tg_sb_free(&g);
 }
 
@@ -630,7 +631,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       }
       for (e.lane = 0; e.lane < e.vec; e.lane++) {
         if (e.lane) memset(e.memo[2], 0, sizeof(char *) * (size_t)p->g->n_nodes);
-        for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2);
+        for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2, &e.buf[2]);
       }
       e.lane = 0;
       e.n_v = 0;
@@ -641,24 +642,10 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       for (int r = 0; r < S->n_reduce; r++) e.memo[1][S->reduce[r]] = tg_sprintf(e.arena, "t%d", S->reduce[r]);
     }
     e.in_loop = false;
+    /* post stores: their values join the outer statements (every thread
+     * computes them), the stores themselves go to post_only (one does) */
     tg_sbuf post = {0};
-    tg_sbuf keep = e.buf[1];
-    memset(&e.buf[1], 0, sizeof e.buf[1]);
-    /* post stores: values go to the outer statements, the stores apart */
-    for (int k = 0; k < N->n_post; k++) store(&e, p->g->nodes[N->post[k]], 1);
-    /* split: definitions stay with the outer statements (every thread), the
-     * store lines go to post_only */
-    char *all = sb_take(&e.buf[1]);
-    tg_sbuf defs = keep;
-    for (char *line = all; line && *line;) {
-      char *nl = strchr(line, '\n');
-      size_t len = nl ? (size_t)(nl - line) : strlen(line);
-      bool is_store = !strncmp(line, "b", 1) || !strncmp(line, "if (", 4);
-      tg_sb_printf(is_store ? &post : &defs, "%.*s\n", (int)len, line);
-      line = nl ? nl + 1 : NULL;
-    }
-    free(all);
-    e.buf[1] = defs;
+    for (int k = 0; k < N->n_post; k++) store(&e, p->g->nodes[N->post[k]], 1, &post);
     flush_outer(&e, out);
     out->post_only = sb_take(&post);
   }

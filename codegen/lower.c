@@ -784,9 +784,7 @@ static void check_assigns(lowerer *L) {
  * arguments are those of its inputs. */
 static void arg_of(const lowerer *L, const tg_node *x, bool *in) {
   const tg_node *b = tg_kernel_base(x);
-  if (L->p->remat[b->id] && b->kernel != L->kernel) {
-    for (int i = 0; i < b->nin; i++) arg_of(L, b->in[i], in);
-  } else if (L->p->remat[b->id] || (b->kernel == L->kernel && !L->stored[b->id] && tg_ops[b->op].kind == TG_KIND_ELEMENTWISE && b->kernel >= 0 && L->p->step_of[b->id] < 0)) {
+  if (L->p->remat[b->id]) {
     for (int i = 0; i < b->nin; i++) arg_of(L, b->in[i], in);
   } else if (L->p->store[b->id].place != TG_PLACE_NONE) {
     in[b->id] = true;
@@ -857,10 +855,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   for (int k = 0; k < g->n_kernels; k++) lower_kernel(&L, k);
   place_values(&L);
   check_assigns(&L);
-  for (int k = 0; k < g->n_kernels; k++) {
-    L.kernel = k;
-    kernel_args(&L, k);
-  }
+  for (int k = 0; k < g->n_kernels; k++) kernel_args(&L, k);
   free(L.steps);
   free(L.members);
   free(L.stored);

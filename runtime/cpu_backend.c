@@ -45,7 +45,11 @@ static void *aligned_zeroed(tg_ctx *ctx, int64_t bytes) {
 }
 
 tg_cpu *tg_cpu_new(tg_ctx *ctx, const tg_graph *g, const char *c_path) {
-  tg_program *p = tg_lower(ctx, g);
+  return tg_cpu_new_program(ctx, tg_lower(ctx, g), c_path);
+}
+
+tg_cpu *tg_cpu_new_program(tg_ctx *ctx, tg_program *p, const char *c_path) {
+  const tg_graph *g = p->g;
   char *src = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&src, &len);
@@ -155,6 +159,8 @@ float *tg_cpu_value(tg_cpu *c, const tg_node *n) {
 }
 
 bool tg_cpu_from_cache(const tg_cpu *c) { return c->from_cache; }
+
+const tg_graph *tg_cpu_graph(const tg_cpu *c) { return c->g; }
 
 void tg_cpu_phase_seconds(const tg_cpu *c, double out[TG_NPHASES]) {
   for (int p = 0; p < TG_NPHASES; p++) out[p] = 0;

@@ -17,6 +17,10 @@ typedef struct tg_cpu tg_cpu;
  * there.  Errors (a graph that cannot be lowered, a compiler failure with
  * its log) are reported through ctx and bail. */
 tg_cpu *tg_cpu_new(tg_ctx *ctx, const tg_graph *g, const char *c_path);
+/* The same from a program the caller lowered (codegen/lower.h), e.g. with
+ * tg_lower_ex's options; p->g must outlive the backend. */
+struct tg_program;
+tg_cpu *tg_cpu_new_program(tg_ctx *ctx, struct tg_program *p, const char *c_path);
 void tg_cpu_free(tg_cpu *c);
 
 /* The storage of leaf n (numel elements of its dtype), NULL if n is not a
@@ -46,6 +50,8 @@ void tg_cpu_profile_print(const tg_cpu *c, FILE *out, int top);
 /* Seconds spent so far in the kernels of each phase (forward, backward,
  * optimizer; a kernel's phase is its first op's), while profiling is on. */
 void tg_cpu_phase_seconds(const tg_cpu *c, double out[TG_NPHASES]);
+/* The graph the backend runs. */
+const tg_graph *tg_cpu_graph(const tg_cpu *c);
 /* Whether the shared object came from the cache (for progress messages). */
 bool tg_cpu_from_cache(const tg_cpu *c);
 

@@ -367,7 +367,6 @@ static void sample(run *r, int64_t step) {
   float *scratch = tg_xcalloc((size_t)r->vocab * 2 + 16, sizeof(float));
   tg_rng rng;
   tg_rng_seed(&rng, (uint64_t)c->seed, 0x5a5a0000u + (uint64_t)step);
-  int64_t start = n;
   while (n < total) {
     /* the last T tokens, left-aligned: causal attention makes the logits at
      * position t depend only on tokens up to t, so the padding after is inert */
@@ -382,7 +381,6 @@ static void sample(run *r, int64_t step) {
   size_t tlen = 0;
   if (!tg_tok_decode(r->tok, ids, (size_t)n, &text, &tlen, why, sizeof why))
     tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "cannot decode a sample: %s", why);
-  (void)start;
   say(r, "---- sample at step %lld (temperature %g, top-k %lld) ----\n%.*s\n----\n", (long long)step, c->temperature,
       (long long)c->top_k, (int)tlen, text);
   FILE *f = fopen(path_in(r, c->out_dir, "samples.txt"), "a");
