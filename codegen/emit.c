@@ -162,7 +162,6 @@ static bool depends_on_reduction(emitter *e, const tg_node *n) {
   if (e->dep_red[n->id] >= 0) return e->dep_red[n->id];
   bool r = n->op == TG_OP_sum || n->op == TG_OP_max;
   for (int i = 0; i < n->nin && !r; i++) r = depends_on_reduction(e, n->in[i]);
-  /* a view's chain may hold other views of this step's values */
   e->dep_red[n->id] = r;
   return r;
 }

@@ -552,7 +552,6 @@ static int cross_reads(lowerer *L, int s, const tg_node *n, int kernel, bool *se
     return L->steps[o].wave + 1 > wave ? L->steps[o].wave + 1 : wave;
   }
   for (int i = 0; i < b->nin; i++) wave = cross_reads(L, s, b->in[i], kernel, seen, wave);
-  /* a view's chain may pass values of the kernel on its way to the base */
   return wave;
 }
 
