@@ -22,34 +22,6 @@ static _Noreturn void internal(const tg_node *n, const char *what) {
   exit(70);
 }
 
-void tg_sb_printf(tg_sbuf *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int need = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (need < 0) return;
-  if (b->n + (size_t)need + 1 > b->cap) {
-    b->cap = (b->n + (size_t)need + 1) * 2;
-    b->s = tg_xrealloc(b->s, b->cap);
-  }
-  va_start(ap, fmt);
-  vsnprintf(b->s + b->n, (size_t)need + 1, fmt, ap);
-  va_end(ap);
-  b->n += (size_t)need;
-}
-
-void tg_sb_free(tg_sbuf *b) {
-  free(b->s);
-  memset(b, 0, sizeof *b);
-}
-
-static char *sb_take(tg_sbuf *b) {
-  char *s = b->s ? b->s : tg_xrealloc(NULL, 1);
-  if (!b->s) s[0] = 0;
-  memset(b, 0, sizeof *b);
-  return s;
-}
-
 void tg_emit_float(tg_sbuf *b, double v) {
   float f = (float)v;
   if (f != f) tg_sb_printf(b, "(tg_inf() - tg_inf())");
@@ -534,7 +506,7 @@ static void push_seg(tg_nest_code *c, tg_segment s) {
 /* Moves the pending outer statements into a segment of their own. */
 static void flush_outer(emitter *e, tg_nest_code *c) {
   if (!e->buf[1].n) return;
-  push_seg(c, (tg_segment){.loop = false, .text = sb_take(&e->buf[1])});
+  push_seg(c, (tg_segment){.loop = false, .text = tg_sb_take(&e->buf[1])});
 }
 
 static void coords_text(emitter *e, tg_sbuf *b, const int *axes, int n, const char *var) {
@@ -583,7 +555,7 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
   tg_sb_printf(&e->buf[1], "for (tg_idx v = 0; v < %lld; v++) b%d[v * %lld%s] = 0;\n",
                (long long)n->type.dim[0].size, n->id, (long long)row, col.s ? col.s : "");
   tg_sb_free(&col);
-  char *body = sb_take(&e->buf[2]);
+  char *body = tg_sb_take(&e->buf[2]);
   flush_outer(e, c);
   push_seg(c, (tg_segment){.loop = true, .text = body, .ordered = true});
 }
@@ -603,8 +575,8 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   tg_sbuf oc = {0}, ic = {0};
   coords_text(&e, &oc, N->outer_axes, N->n_outer, "o");
   coords_text(&e, &ic, N->inner_axes, N->n_inner, "j");
-  out->outer_coords = sb_take(&oc);
-  out->inner_coords = sb_take(&ic);
+  out->outer_coords = tg_sb_take(&oc);
+  out->inner_coords = tg_sb_take(&ic);
   if (e.st->kind == TG_STEP_SCATTER) {
     scatter_code(&e, out);
   } else {
@@ -635,7 +607,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       e.lane = 0;
       e.n_v = 0;
       e.in_loop = false;
-      char *body = sb_take(&e.buf[2]);
+      char *body = tg_sb_take(&e.buf[2]);
       flush_outer(&e, out);
       push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce});
       for (int r = 0; r < S->n_reduce; r++) e.memo[1][S->reduce[r]] = tg_sprintf(e.arena, "t%d", S->reduce[r]);
@@ -646,9 +618,9 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
     tg_sbuf post = {0};
     for (int k = 0; k < N->n_post; k++) store(&e, p->g->nodes[N->post[k]], 1, &post);
     flush_outer(&e, out);
-    out->post_only = sb_take(&post);
+    out->post_only = tg_sb_take(&post);
   }
-  out->uniform = sb_take(&e.buf[0]);
+  out->uniform = tg_sb_take(&e.buf[0]);
   for (int k = 0; k < MAXD; k++) {
     tg_sb_free(&e.buf[k]);
     free(e.memo[k]);

@@ -21,14 +21,8 @@
 #define TG_EMIT_H
 
 #include "lower.h"
+#include "sbuf.h"
 
-typedef struct tg_sbuf {
-  char *s;
-  size_t n, cap;
-} tg_sbuf;
-
-void tg_sb_printf(tg_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void tg_sb_free(tg_sbuf *b);
 
 typedef struct tg_reduction {
   int node;            /* the sum or max */

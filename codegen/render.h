@@ -12,11 +12,9 @@
 #include "lower.h"
 
 /* C11 for the CPU backend: OpenMP loops, OpenBLAS's cblas_sgemm for the
- * matmuls, and an entry point
- *   void tg_step(void *const *leaves, char *arena, char *scratch);
- * that runs every kernel in order.  leaves[i] points at leaf
- * p->leaves[i]'s elements; arena and scratch are p->arena_bytes and
- * p->scratch_bytes, 256-byte aligned. */
+ * matmuls, and the entry points of step_abi.h: tg_step runs every kernel
+ * in order; leaves[i] points at leaf p->leaves[i]'s elements; arena and
+ * scratch are p->arena_bytes and p->scratch_bytes, 256-byte aligned. */
 void tg_render_c(FILE *out, const tg_program *p);
 
 /* CUDA C++ for NVRTC, with no #include: one extern "C" __global__ function

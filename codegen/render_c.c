@@ -10,6 +10,7 @@
 
 #include "emit.h"
 #include "render.h"
+#include "step_abi.h"
 
 /* Below this many points a nest runs on one thread: starting the team
  * costs more than the loop. */
@@ -269,27 +270,28 @@ void tg_render_c(FILE *out, const tg_program *p) {
   for (int k = 0; k < p->n_kernels; k++) kernel_fn(out, p, &p->kernels[k]);
   fprintf(out, "/* The whole step, kernel by kernel.  The runtime calls it with the leaves\n"
                " * in the order of tg_leaf_names and arenas of the sizes below. */\n");
-  fprintf(out, "const long tg_arena_bytes = %lld, tg_scratch_bytes = %lld;\n", (long long)p->arena_bytes,
-          (long long)p->scratch_bytes);
-  fprintf(out, "const int tg_n_leaves = %d;\n", p->n_leaves);
-  fprintf(out, "const char *const tg_leaf_names[] = {");
+  fprintf(out, "const long " TG_ARENA_BYTES_SYMBOL " = %lld, " TG_SCRATCH_BYTES_SYMBOL " = %lld;\n",
+          (long long)p->arena_bytes, (long long)p->scratch_bytes);
+  fprintf(out, "const int " TG_N_LEAVES_SYMBOL " = %d;\n", p->n_leaves);
+  fprintf(out, "const char *const " TG_LEAF_NAMES_SYMBOL "[] = {");
   for (int i = 0; i < p->n_leaves; i++) {
     const tg_node *n = p->g->nodes[p->leaves[i]];
     fprintf(out, "%s\"%s\"", i ? ", " : "", n->name ? n->name : "");
   }
   fprintf(out, "%s};\n", p->n_leaves ? "" : "0");
   /* --profile: seconds per kernel, summed over the steps run with it on */
-  fprintf(out, "int tg_profile = 0;\n");
-  fprintf(out, "double tg_kernel_seconds[%d];\n", p->n_kernels ? p->n_kernels : 1);
+  fprintf(out, "int " TG_PROFILE_SYMBOL " = 0;\n");
+  fprintf(out, "double " TG_KERNEL_SECONDS_SYMBOL "[%d];\n", p->n_kernels ? p->n_kernels : 1);
   fprintf(out, "double omp_get_wtime(void);\n");
   fprintf(out, "/* allreduce, when not NULL, is called with each bucket of gradients as soon as\n"
                " * the bucket's last gradient exists (passes/schedule.c). */\n");
-  fprintf(out, "void tg_step(void *const *leaves, char *arena, char *scratch, void (*allreduce)(int, void *), void *ctx) {\n");
+  fprintf(out, "void " TG_STEP_SYMBOL "(" TG_STEP_PARAMS ") {\n");
   fprintf(out, "  static int blas_threads_set;\n  if (!blas_threads_set) openblas_set_num_threads(1), blas_threads_set = 1;\n");
-  fprintf(out, "  double t = tg_profile ? omp_get_wtime() : 0, u;\n  (void)u;\n");
+  fprintf(out, "  double t = " TG_PROFILE_SYMBOL " ? omp_get_wtime() : 0, u;\n  (void)u;\n");
   const tg_allreduce_plan *ar = p->g->allreduce;
   for (int k = 0; k < p->n_kernels; k++) {
-    fprintf(out, "  k%d(leaves, arena, scratch);\n  if (tg_profile) u = omp_get_wtime(), tg_kernel_seconds[%d] += u - t, t = u;\n", k, k);
+    fprintf(out, "  k%d(leaves, arena, scratch);\n  if (" TG_PROFILE_SYMBOL ") u = omp_get_wtime(), " TG_KERNEL_SECONDS_SYMBOL
+                 "[%d] += u - t, t = u;\n", k, k);
     for (int b = 0; ar && b < ar->n_buckets; b++)
       if (ar->buckets[b].after_kernel == k) fprintf(out, "  if (allreduce) allreduce(%d, ctx);  /* bucket %d */\n", b, b);
   }

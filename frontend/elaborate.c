@@ -17,7 +17,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "frontend.h"
+#include "elaborate.h"
+#include "nearest.h"
 
 typedef enum vkind { V_NONE, V_NUM, V_TENSOR, V_LIST } vkind;
 
@@ -240,40 +241,6 @@ static int visible_names(elab *E, const char **out, int max) {
   for (size_t i = 0; i < sizeof builtin_consts / sizeof *builtin_consts && n < max; i++)
     out[n++] = builtin_consts[i];
   return n;
-}
-
-static int edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 64 || lb > 64) return 1000;
-  int row[65];
-  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int up = row[j];
-      int best = diag + (a[i - 1] != b[j - 1]);
-      if (row[j] + 1 < best) best = row[j] + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[lb];
-}
-
-const char *tg_nearest(const char *name, const char *const *known, int n) {
-  const char *best = NULL;
-  int best_d = 1000;
-  for (int i = 0; i < n; i++) {
-    int d = edit_distance(name, known[i]);
-    if (d < best_d) best_d = d, best = known[i];
-  }
-  /* A suggestion further than a third of the name away is noise, and any
-   * one-letter name is one edit from every other. */
-  size_t len = strlen(name);
-  if (len < 2) return NULL;
-  return best && best_d <= (int)(len < 3 ? 1 : len / 3 + 1) ? best : NULL;
 }
 
 static const char *did_you_mean(elab *E, const char *name, const char *const *known, int n) {

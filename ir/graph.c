@@ -92,3 +92,17 @@ void tg_graph_add_output(tg_graph *g, const char *name, tg_node *node) {
     g->outputs = grow(g->arena, g->outputs, g->n_outputs, &g->cap_outputs, sizeof *g->outputs);
   g->outputs[g->n_outputs++] = (tg_output){tg_strdup(g->arena, name), node};
 }
+
+tg_node *tg_graph_output(const tg_graph *g, const char *name) {
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!strcmp(g->outputs[i].name, name)) return g->outputs[i].node;
+  return NULL;
+}
+
+tg_node *tg_graph_leaf(const tg_graph *g, tg_op op, const char *name) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_node *n = g->nodes[i];
+    if (n->op == op && n->name && !strcmp(n->name, name)) return n;
+  }
+  return NULL;
+}

@@ -4,98 +4,20 @@
  * (ops.def) with its inputs, its result type (dtype and dims, each dim
  * remembering the config symbol it came from, e.g. "vocab"), a name where
  * the source gave one, the .tg location it came from, and its attributes.
- * Nodes live in an arena and are never freed one by one: a compilation
- * allocates freely and frees everything at once with the arena.
- *
- * Errors are reported through a tg_ctx: a message in the form
- * "file:line:col: error: ...", the source line and a caret, and then a
- * longjmp back to whoever set ctx->bail.  This keeps the frontend free of
- * error plumbing and lets a fuzzer run the whole frontend in one process.
- */
+ * Nodes live in an arena (base/arena.h) and are never freed one by one: a
+ * compilation allocates freely and frees everything at once with the
+ * arena.  Errors are reported through a tg_ctx (base/diag.h). */
 #ifndef TG_IR_H
 #define TG_IR_H
 
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-/* ---- arena ------------------------------------------------------------ */
-
-typedef struct tg_arena tg_arena;
-
-tg_arena *tg_arena_new(void);
-void tg_arena_free(tg_arena *a);
-void *tg_alloc(tg_arena *a, size_t size);         /* zeroed, 16-byte aligned */
-char *tg_strdup(tg_arena *a, const char *s);
-char *tg_strndup(tg_arena *a, const char *s, size_t n);
-char *tg_sprintf(tg_arena *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-size_t tg_arena_bytes(const tg_arena *a);         /* total bytes handed out */
-
-/* ---- plain allocation and messages --------------------------------------- */
-
-/* malloc, calloc and realloc that never return NULL: out of memory, they
- * print "tg: out of memory" and exit(1).  For memory outside an arena. */
-void *tg_xmalloc(size_t n);
-void *tg_xcalloc(size_t n, size_t size);
-void *tg_xrealloc(void *p, size_t n);
-
-/* Writes a message into why (whylen bytes; either may be 0/NULL) and
- * returns false: `return tg_why(why, n, "bad %s", x);` in functions that
- * report failure as false plus a message. */
-bool tg_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* ---- source locations and diagnostics -------------------------------- */
-
-typedef struct tg_loc {
-  const char *file; /* NULL when unknown (nodes made by passes) */
-  int line, col;    /* 1-based; col counts bytes */
-} tg_loc;
-
-/* A file's text kept for quoting the offending line under a caret. */
-typedef struct tg_source {
-  struct tg_source *next;
-  const char *path;
-  const char *text;
-  size_t len;
-} tg_source;
-
-typedef struct tg_ctx {
-  tg_arena *arena;     /* owns everything made during one compilation */
-  FILE *err;           /* where diagnostics go; NULL keeps them silent */
-  jmp_buf *bail;       /* tg_bail() jumps here; must be set before use */
-  tg_source *sources;  /* every file read so far */
-  char message[512];   /* the first error's text, without location */
-  int nerrors;
-  int64_t node_limit;  /* refuse to build graphs larger than this */
-  int64_t step_limit;  /* refuse elaborations that run longer than this */
-} tg_ctx;
-
-tg_ctx *tg_ctx_new(FILE *err);
-void tg_ctx_free(tg_ctx *ctx);
-
-/* Reads a whole regular file (at most TG_MAX_FILE_BYTES) and registers it as
- * a source.  Missing, unreadable, over-large, or non-text files are errors
- * reported at `from` (or at path:1:1 when from.file is NULL). */
-enum { TG_MAX_FILE_BYTES = 16 << 20 };
-const tg_source *tg_source_load(tg_ctx *ctx, const char *path, tg_loc from);
-/* Registers text already in memory under a name (tests, the fuzzer). */
-const tg_source *tg_source_add(tg_ctx *ctx, const char *path, const char *text,
-                               size_t len);
-/* Checks that text is UTF-8 without NUL or other control bytes except tab,
- * newline and carriage return; reports the first offending byte. */
-void tg_source_check_text(tg_ctx *ctx, const tg_source *src);
-
-void tg_report(tg_ctx *ctx, const char *severity, tg_loc loc, const char *fmt,
-               ...) __attribute__((format(printf, 4, 5)));
-void tg_vreport(tg_ctx *ctx, const char *severity, tg_loc loc, const char *fmt,
-                va_list ap);
-_Noreturn void tg_bail(tg_ctx *ctx);
-_Noreturn void tg_error(tg_ctx *ctx, tg_loc loc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#include "alloc.h"
+#include "arena.h"
+#include "diag.h"
 
 /* ---- types ------------------------------------------------------------ */
 
@@ -343,6 +265,10 @@ bool tg_graph_get_config(const tg_graph *g, const char *name, double *value);
  * and this gives that constant.  Any other dim: its own size. */
 int64_t tg_dim_unpadded(const tg_graph *g, const tg_dim *d);
 void tg_graph_add_output(tg_graph *g, const char *name, tg_node *node);
+/* The node of the graph output named name, or NULL. */
+tg_node *tg_graph_output(const tg_graph *g, const char *name);
+/* The leaf of op `op` (input, param, state) named name, or NULL. */
+tg_node *tg_graph_leaf(const tg_graph *g, tg_op op, const char *name);
 
 /* Appends a kernel (name and kind; its node lists come from
  * tg_kernels_derive); returns its index. */

@@ -81,13 +81,7 @@ static tg_node *sum_squares(opt *O, tg_node *x) {
   return add(O, r);
 }
 
-static tg_node *find_output(const tg_graph *g, const char *name) {
-  for (int i = 0; i < g->n_outputs; i++)
-    if (!strcmp(g->outputs[i].name, name)) return g->outputs[i].node;
-  return NULL;
-}
-
-void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o) {
+tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o, int *n_slots) {
   opt O = {ctx, g, {g->source, 1, 1}};
   if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1 && o->eps > 0 &&
         o->weight_decay >= 0 && o->grad_clip >= 0))
@@ -105,7 +99,7 @@ void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o) {
     if (p->type.dtype != TG_F32)
       tg_error(ctx, p->loc, "adamw: parameter '%s' must be f32 (the master weights)", p->name);
     params[k] = p;
-    grads[k] = find_output(g, tg_sprintf(ctx->arena, TG_GRAD_PREFIX "%s", p->name));
+    grads[k] = tg_gradient_of(g, p);
     if (!grads[k]) tg_error(ctx, p->loc, "adamw: no gradient for '%s': run autodiff first", p->name);
     k++;
   }
@@ -145,6 +139,7 @@ void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o) {
   tg_node *step_size = op2(&O, TG_OP_div, lr, bc1);
   tg_node *bc2_sqrt = op1(&O, TG_OP_sqrt, bc2);
 
+  tg_adamw_slot *slots = tg_alloc(ctx->arena, sizeof *slots * (size_t)(nparams + 1));
   for (int i = 0; i < nparams; i++) {
     tg_node *p = params[i], *gr = grads[i];
     O.loc = p->loc;
@@ -167,5 +162,8 @@ void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o) {
     op2(&O, TG_OP_assign, p, p2);
     op2(&O, TG_OP_assign, m, m2);
     op2(&O, TG_OP_assign, v, v2);
+    slots[i] = (tg_adamw_slot){p, grads[i], m, v};
   }
+  if (n_slots) *n_slots = nparams;
+  return slots;
 }

@@ -352,12 +352,6 @@ static grad_rule *const rules[TG_NOPS] = {
 
 /* ---- the pass ---------------------------------------------------------------- */
 
-static tg_node *find_output(const tg_graph *g, const char *name) {
-  for (int i = 0; i < g->n_outputs; i++)
-    if (!strcmp(g->outputs[i].name, name)) return g->outputs[i].node;
-  return NULL;
-}
-
 /* Marks the nodes whose gradient is needed: those that depend on a
  * parameter and on which the loss depends. */
 static void mark_wanted(ad *A, const tg_node *loss, int nfwd) {
@@ -377,7 +371,7 @@ static void mark_wanted(ad *A, const tg_node *loss, int nfwd) {
 
 void tg_autodiff(tg_ctx *ctx, tg_graph *g) {
   tg_loc file = {g->source, 1, 1};
-  tg_node *loss = find_output(g, "loss");
+  tg_node *loss = tg_graph_output(g, "loss");
   if (!loss) tg_error(ctx, file, "autodiff: the model has no output named 'loss' to differentiate");
   if (loss->type.rank != 0 || !tg_dtype_is_float(loss->type.dtype)) {
     char t[TG_TYPE_STR_MAX];
@@ -415,4 +409,17 @@ void tg_autodiff(tg_ctx *ctx, tg_graph *g) {
     tg_node *d = A.grad[i] ? A.grad[i] : expand(&A, cst(&A, 0, p->type.dtype), &p->type);
     tg_graph_add_output(g, tg_sprintf(ctx->arena, TG_GRAD_PREFIX "%s", p->name), d);
   }
+}
+
+tg_node *tg_gradient_of(const tg_graph *g, const tg_node *param) {
+  size_t n = strlen(TG_GRAD_PREFIX);
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!strncmp(g->outputs[i].name, TG_GRAD_PREFIX, n) && param->name && !strcmp(g->outputs[i].name + n, param->name))
+      return g->outputs[i].node;
+  return NULL;
+}
+
+const char *tg_gradient_param_name(const char *output_name) {
+  size_t n = strlen(TG_GRAD_PREFIX);
+  return strncmp(output_name, TG_GRAD_PREFIX, n) ? NULL : output_name + n;
 }

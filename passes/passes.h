@@ -26,6 +26,11 @@ void tg_autodiff(tg_ctx *ctx, tg_graph *g);
 
 /* The prefix of the gradient outputs: "grad:wte.weight". */
 #define TG_GRAD_PREFIX "grad:"
+/* The output holding param's gradient (after autodiff), or NULL. */
+tg_node *tg_gradient_of(const tg_graph *g, const tg_node *param);
+/* The parameter name of a gradient output's name ("grad:wte.weight" ->
+ * "wte.weight"), or NULL when name is no gradient output's. */
+const char *tg_gradient_param_name(const char *output_name);
 
 typedef struct tg_adamw_opts {
   double beta1, beta2, eps;
@@ -36,12 +41,23 @@ typedef struct tg_adamw_opts {
 /* nanoGPT's defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1. */
 extern const tg_adamw_opts tg_adamw_defaults;
 
+/* What the optimizer keeps for one parameter: the leaves a runtime binds
+ * to its own buffers, found by identity rather than by their names. */
+typedef struct tg_adamw_slot {
+  tg_node *param;
+  tg_node *grad;    /* the gradient the step reads (an output of autodiff,
+                     * or an input of an optimizer-only graph) */
+  tg_node *m, *v;   /* the moments: state leaves */
+} tg_adamw_slot;
+
 /* adamw.c: appends one AdamW step after autodiff: the global gradient norm
  * (output "grad_norm"), clipping, the moments as state leaves named
- * "adam.m.NAME" and "adam.v.NAME", and assigns of the new parameters and
- * moments.  The learning rate and the 1-based step number are run-time
- * inputs "lr" and "step" (f32 scalars). */
-void tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts);
+ * "adam.m.NAME" and "adam.v.NAME" (the names checkpoints keep them under),
+ * and assigns of the new parameters and moments.  The learning rate and
+ * the 1-based step number are run-time inputs "lr" and "step" (f32
+ * scalars).  Returns one slot per parameter, in graph order (in the
+ * arena), and their count in *n_slots (may be NULL). */
+tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts, int *n_slots);
 
 #define TG_ADAM_M_PREFIX "adam.m."
 #define TG_ADAM_V_PREFIX "adam.v."

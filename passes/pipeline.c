@@ -23,7 +23,7 @@ static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
 }
 
 static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  tg_append_adamw(ctx, g, &o->adamw);
+  tg_append_adamw(ctx, g, &o->adamw, NULL);
 }
 
 static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {

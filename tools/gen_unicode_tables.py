@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes runtime/unicode_tables.c: the classes GPT-2's pre-tokenizer regex
+"""Writes runtime/data/unicode_tables.c: the classes GPT-2's pre-tokenizer regex
 needs (\\p{L}, \\p{N}, \\s), as sorted code point ranges.
 
-    python3.13 tools/gen_unicode_tables.py > runtime/unicode_tables.c
+    python3.13 tools/gen_unicode_tables.py > runtime/data/unicode_tables.c
 
 Letters and numbers come from this Python's unicodedata (general categories
 L* and N*), so the table follows that Python's Unicode version, which the
@@ -54,7 +54,7 @@ def main():
     w(" * spaces the White_Space property (what \\s means in `regex` and tiktoken).\n")
     w(" * Ranges are sorted and disjoint, so one binary search classifies a code\n")
     w(" * point; anything outside them is TG_UNI_OTHER. */\n")
-    w("#include \"tokenizer.h\"\n\n")
+    w("#include \"utf8.h\"\n\n")
     w("const char tg_unicode_version[] = \"%s\";\n\n" % unicodedata.unidata_version)
     w("typedef struct uni_range {\n  uint32_t lo, hi; /* inclusive */\n")
     w("  uint8_t cls;\n} uni_range;\n\n")

@@ -11,6 +11,7 @@
 
 #include "frontend.h"
 #include "ir.h"
+#include "nearest.h"
 #include "passes.h"
 #include "render.h"
 

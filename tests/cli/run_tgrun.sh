@@ -24,8 +24,8 @@ expect_status 2 "$tgrun" grda models/gpt2.tg
 contains "$tmp/out" "did you mean 'grad'?"
 expect_status 2 "$tgrun" grad "${tiny[@]}" --out "$tmp/g.safetensors"
 contains "$tmp/out" "need --weights FILE and --batch FILE"
-expect_status 2 "$tgrun" grad "${tiny[@]}" --weights "$W" --batch "$X" --out "$tmp/g" --backend cuda
-contains "$tmp/out" "expected ref"
+expect_status 2 "$tgrun" grad "${tiny[@]}" --weights "$W" --batch "$X" --out "$tmp/g" --backend tpu
+contains "$tmp/out" "unknown backend; did you mean 'cpu'? (the backends: ref, cpu"
 expect_status 2 "$tgrun" init "${tiny[@]}" --out "$W" --seed -3
 expect_status 2 "$tgrun" step "${tiny[@]}" --weights "$W" --batch "$X" --out "$W" --beta2 1
 contains "$tmp/out" "--beta1 and --beta2 must lie in [0, 1)"

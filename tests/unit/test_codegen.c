@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "ccjit.h"
-#include "cpu_backend.h"
+#include "executors.h"
 #include "init.h"
 #include "lower.h"
 #include "nvrtc.h"
@@ -168,9 +168,10 @@ END_TEST
  * two differ only by float32 rounding in the recomputed tanh and products
  * (the vectorised polynomials vs the same polynomials, reassociated by the
  * compiler), as in tests/cli/run_cpu_backend.sh. */
-/* The grad graph of a 2-layer GPT on the CPU backend, lowered with or
- * without recomputation; its leaves filled deterministically. */
-static tg_cpu *grad_backend(tg_ctx *ctx, bool remat, int *n_remat) {
+/* The grad graph of a 2-layer GPT on the CPU backend (through the executor
+ * interface), lowered with or without recomputation; its leaves filled
+ * deterministically.  *n_remat counts the recomputed values. */
+static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, bool remat, int *n_remat) {
   const char *defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
   tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), 7, defs);
   jmp_buf bail;
@@ -181,34 +182,44 @@ static tg_cpu *grad_backend(tg_ctx *ctx, bool remat, int *n_remat) {
   tg_program *p = tg_lower_ex(ctx, g, remat);
   *n_remat = 0;
   for (int i = 0; i < g->n_nodes; i++) *n_remat += p->remat[i];
-  tg_cpu *c = tg_cpu_new_program(ctx, p, NULL);
+  tg_exec_opts eo = {.name = "grad", .remat = remat};
+  tg_exec *e = tg_exec_compile(dev, ctx, g, &eo);
   ctx->bail = NULL;
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
-    if (n->op == TG_OP_param) tg_param_init(n, 7, tg_cpu_leaf(c, n));
+    int64_t numel = tg_type_numel(&n->type);
+    if (n->op == TG_OP_param) {
+      float *v = malloc(sizeof(float) * (size_t)numel);
+      tg_param_init(n, 7, v);
+      tg_tensor_write(tg_exec_leaf(e, n), v, TG_HOST_F32);
+      free(v);
+    }
     if (n->op == TG_OP_input) {
-      int32_t *ids = tg_cpu_leaf(c, n);
-      for (int64_t e = 0; e < tg_type_numel(&n->type); e++) ids[e] = (int32_t)((e * 37 + (n->name[0] == 't')) % 65);
+      int32_t *ids = malloc(sizeof(int32_t) * (size_t)numel);
+      for (int64_t k = 0; k < numel; k++) ids[k] = (int32_t)((k * 37 + (n->name[0] == 't')) % 65);
+      tg_tensor_write(tg_exec_leaf(e, n), ids, TG_HOST_I32);
+      free(ids);
     }
   }
-  return c;
+  return e;
 }
 
 START_TEST(recomputing_changes_nothing) {
   tg_ctx *ctx[2] = {tu_ctx(), tu_ctx()};
+  tg_device *dev = tg_device_open(ctx[0], tg_executor_find("cpu"), NULL);
   int n_remat[2];
-  tg_cpu *c[2] = {grad_backend(ctx[0], false, &n_remat[0]), grad_backend(ctx[1], true, &n_remat[1])};
+  tg_exec *c[2] = {grad_backend(ctx[0], dev, false, &n_remat[0]), grad_backend(ctx[1], dev, true, &n_remat[1])};
   ck_assert_int_eq(n_remat[0], 0);
   /* the epilogues of the 2 MLPs: 0.5x, 0.044715x, x^3 terms, tanh, 1 + tanh */
   ck_assert_int_ge(n_remat[1], 2 * 5);
-  const tg_graph *g[2] = {tg_cpu_graph(c[0]), tg_cpu_graph(c[1])};
-  for (int r = 0; r < 2; r++) tg_cpu_run(c[r]);
+  const tg_graph *g[2] = {tg_exec_graph(c[0]), tg_exec_graph(c[1])};
+  for (int r = 0; r < 2; r++) tg_exec_run(ctx[r], c[r]);
   ck_assert_int_eq(g[0]->n_outputs, g[1]->n_outputs);
   for (int o = 0; o < g[0]->n_outputs; o++) {
     int64_t n = tg_type_numel(&g[0]->outputs[o].node->type);
     float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
-    ck_assert(tg_cpu_read(c[0], g[0]->outputs[o].node, a));
-    ck_assert(tg_cpu_read(c[1], g[1]->outputs[o].node, b));
+    ck_assert(tg_exec_read(c[0], g[0]->outputs[o].node, a, TG_HOST_F32));
+    ck_assert(tg_exec_read(c[1], g[1]->outputs[o].node, b, TG_HOST_F32));
     float scale = 1e-3f, diff = 0;
     for (int64_t e = 0; e < n; e++) {
       if (fabsf(a[e]) > scale) scale = fabsf(a[e]);
@@ -218,10 +229,9 @@ START_TEST(recomputing_changes_nothing) {
     free(a);
     free(b);
   }
-  for (int r = 0; r < 2; r++) {
-    tg_cpu_free(c[r]);
-    tu_ctx_free(ctx[r]);
-  }
+  for (int r = 0; r < 2; r++) tg_exec_free(c[r]);
+  tg_device_close(dev);
+  for (int r = 0; r < 2; r++) tu_ctx_free(ctx[r]);
 }
 END_TEST
 

@@ -37,7 +37,7 @@ static tg_graph *compile_step(tg_ctx *ctx, int n_defs, const char *const *defs, 
     tg_pad_vocab(ctx, g, po.pad_multiple);
     tg_flash_attn(ctx, g, NULL);
     tg_autodiff(ctx, g);
-    tg_append_adamw(ctx, g, &po.adamw);
+    tg_append_adamw(ctx, g, &po.adamw, NULL);
   } else {
     tg_run_pipeline(ctx, g, &po);
   }

@@ -199,7 +199,7 @@ START_TEST(test_same_loss_gradients_and_steps) {
   if (setjmp(bail)) ck_abort_msg("autodiff/interp failed: %s", tu_errors(ctx));
   for (int k = 0; k < 2; k++) {
     tg_autodiff(ctx, g[k]);
-    tg_append_adamw(ctx, g[k], &tg_adamw_defaults);
+    tg_append_adamw(ctx, g[k], &tg_adamw_defaults, NULL);
     ck_assert(tg_verify(ctx, g[k]));
     it[k] = tg_interp_new(g[k], TG_PREC_F64);
     ck_assert_ptr_nonnull(it[k]);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "prepare.h"
+#include "tgrun_cli.h"
 #include "tokenizer.h"
 #include "tokens_file.h"
 
@@ -143,7 +144,7 @@ static int run(const char *a1, const char *a2, const char *a3, const char *a4, c
   const char *in[8] = {a1, a2, a3, a4, a5, a6, a7, a8};
   int argc = 1;
   for (int i = 0; i < 8 && in[i]; i++) argv[argc++] = (char *)in[i];
-  return tg_prepare_main(argc, argv);
+  return tgrun_prepare_main(argc, argv);
 }
 
 static size_t count_tokens(const char *path, int32_t vocab) {

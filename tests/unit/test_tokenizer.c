@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tokenizer.h"
+#include "utf8.h"
 
 static char why[1024];
 

@@ -1,0 +1,38 @@
+/* comm.h: the ranks of a data-parallel run, over MPI.
+ *
+ * tgrun is one process per rank.  Started by mpirun or srun (their
+ * environment says so), it joins the MPI job; started alone it is rank 0
+ * of 1 and never touches MPI, so a single-process run needs no MPI at all.
+ * Built without MPI (no libopenmpi-dev), only the single-process case
+ * exists and asking for more ranks is an error. */
+#ifndef TG_COMM_H
+#define TG_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Joins the MPI job when launched as one; sets *rank and *size (0 and 1
+ * otherwise).  False with a message when the launch says MPI but this
+ * build has none. */
+bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size_t whylen);
+void tg_comm_finalize(void);
+/* This process's rank and the number of ranks (0 and 1 before tg_comm_init
+ * and when not launched by mpirun or srun). */
+int tg_comm_rank(void);
+int tg_comm_size(void);
+/* Whether the environment is an mpirun/srun launch. */
+bool tg_comm_launched(void);
+/* Averages buf over the ranks: MPI_Allreduce's sum, then one division,
+ * the same on every rank.  Open MPI's all-reduce algorithms (recursive
+ * doubling, ring, reduce-scatter + allgather) give every rank the same
+ * sum bits, so replicas stay identical; tgrun checks that every step. */
+void tg_comm_average(float *buf, int64_t n);
+/* Sums a few doubles over the ranks (losses, timings), same bits everywhere. */
+void tg_comm_sum_doubles(double *buf, int n);
+/* Whether every rank passed the same 64-bit value (a hash of its weights). */
+bool tg_comm_all_equal(uint64_t v);
+void tg_comm_barrier(void);
+bool tg_comm_available(void); /* built with MPI */
+
+#endif

@@ -1,0 +1,390 @@
+/* cpu_backend.c: the CPU backend, an executor (executor.h) that runs a
+ * fused, planned graph as generated C.
+ *
+ * The graph is lowered (codegen/lower.h), rendered as C (codegen/render.h),
+ * built into a shared object with the system compiler (runtime/jit/ccjit.h,
+ * cached on disk) and loaded with dlopen; its entry points are those of
+ * codegen/step_abi.h.  Memory is host memory: a tensor is one aligned
+ * buffer of its dtype, each leaf has one (its own, or the tensor bound to
+ * it), and each compiled graph has the arena memplan planned and the
+ * scratch lowering asked for. */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ccjit.h"
+#include "comm.h"
+#include "executor_impl.h"
+#include "lower.h"
+#include "render.h"
+#include "step_abi.h"
+
+typedef struct cpu_device {
+  tg_device base;
+  float *pack;        /* the all-reduce's packed buffer, grown as needed */
+  int64_t pack_cap;
+} cpu_device;
+
+typedef struct cpu_tensor {
+  tg_tensor base;
+  void *data;         /* numel elements of its dtype, 256-byte aligned */
+  bool owned;         /* false: a leaf's own storage, freed with its exec */
+} cpu_tensor;
+
+typedef struct cpu_exec {
+  tg_exec base;
+  tg_program *p;
+  void *so;
+  tg_step_fn *step;
+  int *profile;          /* the object's tg_profile switch */
+  double *kernel_seconds;
+  void **leaves;         /* per program leaf: the memory the step reads */
+  cpu_tensor **own;      /* per program leaf: its own storage, as a tensor */
+  tg_tensor **bound;     /* per program leaf: the tensor bound to it, or NULL */
+  int *leaf_of;          /* per graph node: index into leaves, or -1 */
+  char *arena, *scratch;
+  bool from_cache;
+} cpu_exec;
+
+/* -march=native: the object is built for this very machine (ccjit keys the
+ * cache on the CPU).  No -ffast-math: the masked logits are -inf and the
+ * reductions must keep their NaN and infinity semantics.  -fno-trapping-math
+ * (tg never enables FP traps) lets gcc vectorise loops with a select between
+ * a division and something else, and inline floorf: the GELU and softmax
+ * loops. */
+static const char *const cc_flags[] = {"-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-w"};
+static const char *const cc_libs[] = {"-lopenblas", "-lm"};
+
+static void *aligned_zeroed(tg_ctx *ctx, int64_t bytes) {
+  size_t n = (size_t)((bytes + 255) / 256 * 256);
+  void *p = aligned_alloc(256, n ? n : 256);
+  if (!p) {
+    if (ctx) tg_error(ctx, (tg_loc){0}, "out of memory allocating %lld bytes for the CPU backend", (long long)bytes);
+    fprintf(stderr, "tg: out of memory allocating %lld bytes for the CPU backend\n", (long long)bytes);
+    exit(1);
+  }
+  memset(p, 0, n ? n : 256);
+  return p;
+}
+
+static int64_t numel_of(const tg_tensor *t) { return tg_type_numel(&t->type); }
+
+/* ---- the device --------------------------------------------------------------- */
+
+static tg_device *cpu_open(tg_ctx *ctx, const tg_device_opts *o) {
+  if (o->precision != TG_PREC_F32) tg_error(ctx, (tg_loc){0}, "the cpu backend computes in f32 only");
+  return &((cpu_device *)tg_xcalloc(1, sizeof(cpu_device)))->base;
+}
+
+static void cpu_close(tg_device *x) {
+  cpu_device *d = (cpu_device *)x;
+  free(d->pack);
+  free(d);
+}
+
+static const char *cpu_describe(const tg_device *d) {
+  (void)d;
+  return "generated C (cc -O3 -fopenmp, OpenBLAS)";
+}
+
+/* The tensors packed into one buffer, one all-reduce, unpacked: fewer,
+ * larger messages than one per tensor. */
+static void cpu_allreduce_average(tg_device *x, tg_tensor *const *ts, int n) {
+  cpu_device *d = (cpu_device *)x;
+  if (tg_comm_size() == 1) return;
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) total += numel_of(ts[i]);
+  if (total > d->pack_cap) {
+    free(d->pack);
+    d->pack = aligned_zeroed(NULL, total * (int64_t)sizeof(float));
+    d->pack_cap = total;
+  }
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    memcpy(d->pack + at, ((cpu_tensor *)ts[i])->data, sizeof(float) * (size_t)numel_of(ts[i]));
+    at += numel_of(ts[i]);
+  }
+  tg_comm_average(d->pack, at);
+  at = 0;
+  for (int i = 0; i < n; i++) {
+    memcpy(((cpu_tensor *)ts[i])->data, d->pack + at, sizeof(float) * (size_t)numel_of(ts[i]));
+    at += numel_of(ts[i]);
+  }
+}
+
+/* ---- tensors ---------------------------------------------------------------------- */
+
+static cpu_tensor *tensor_around(tg_device *d, const tg_type *t, void *data, bool owned) {
+  cpu_tensor *x = tg_xcalloc(1, sizeof *x);
+  x->base.d = d;
+  x->base.type = *t;
+  x->data = data;
+  x->owned = owned;
+  return x;
+}
+
+static tg_tensor *cpu_tensor_new(tg_device *d, const tg_type *t) {
+  return &tensor_around(d, t, aligned_zeroed(NULL, tg_type_numel(t) * tg_dtype_size(t->dtype)), true)->base;
+}
+
+static void cpu_tensor_free(tg_tensor *t) {
+  cpu_tensor *x = (cpu_tensor *)t;
+  if (x->owned) free(x->data);
+  free(x);
+}
+
+static void cpu_tensor_write(tg_tensor *t, const void *src, tg_host_type ht) {
+  tg_host_to_storage(src, ht, ((cpu_tensor *)t)->data, t->type.dtype, numel_of(t));
+}
+
+static void cpu_tensor_read(const tg_tensor *t, void *dst, tg_host_type ht) {
+  tg_host_from_storage(((const cpu_tensor *)t)->data, t->type.dtype, dst, ht, numel_of(t));
+}
+
+static uint64_t cpu_tensor_hash(const tg_tensor *t) {
+  return tg_hash_bytes(((const cpu_tensor *)t)->data, (size_t)numel_of(t) * (size_t)tg_dtype_size(t->type.dtype));
+}
+
+/* ---- compiling ---------------------------------------------------------------------- */
+
+static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
+  /* On a CPU the activations stay in cache, and recomputing the GELU's
+   * tanh costs more than the stores it saves: store by default. */
+  tg_program *p = tg_lower_ex(ctx, g, o->remat > 0);
+  char *src = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&src, &len);
+  if (!f) tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering C");
+  tg_render_c(f, p);
+  fclose(f);
+  if (o->source_path) {
+    FILE *out = fopen(o->source_path, "w");
+    if (!out || fwrite(src, 1, len, out) != len || fclose(out)) {
+      free(src);
+      tg_error(ctx, (tg_loc){o->source_path, 0, 0}, "cannot write the generated C");
+    }
+  }
+  tg_so so = {0};
+  static char err[16384];
+  bool ok = tg_ccjit_build(src, cc_flags, sizeof cc_flags / sizeof *cc_flags, cc_libs,
+                           sizeof cc_libs / sizeof *cc_libs, &so, err, sizeof err);
+  free(src);
+  if (!ok) {
+    if (ctx->err) fprintf(ctx->err, "%s\n", err);
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "the CPU backend could not build the generated C (above)");
+  }
+  void *lib = dlopen(so.path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(err, sizeof err, "%s", dlerror());
+    tg_so_free(&so);
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "cannot load the CPU backend's object: %s", err);
+  }
+  bool from_cache = so.from_cache;
+  tg_so_free(&so);
+  tg_step_fn *step = (tg_step_fn *)dlsym(lib, TG_STEP_SYMBOL);
+  const long *arena = dlsym(lib, TG_ARENA_BYTES_SYMBOL);
+  const int *n_leaves = dlsym(lib, TG_N_LEAVES_SYMBOL);
+  if (!step || !arena || !n_leaves || *arena != p->arena_bytes || *n_leaves != p->n_leaves)
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "the CPU backend's object does not match the program");
+
+  cpu_exec *e = tg_xcalloc(1, sizeof *e);
+  e->base.d = d;
+  e->base.g = g;
+  e->p = p;
+  e->so = lib;
+  e->step = step;
+  e->from_cache = from_cache;
+  e->profile = dlsym(lib, TG_PROFILE_SYMBOL);
+  e->kernel_seconds = dlsym(lib, TG_KERNEL_SECONDS_SYMBOL);
+  e->leaves = tg_xcalloc((size_t)p->n_leaves + 1, sizeof *e->leaves);
+  e->own = tg_xcalloc((size_t)p->n_leaves + 1, sizeof *e->own);
+  e->bound = tg_xcalloc((size_t)p->n_leaves + 1, sizeof *e->bound);
+  e->leaf_of = tg_xmalloc(sizeof(int) * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) e->leaf_of[i] = -1;
+  for (int i = 0; i < p->n_leaves; i++) {
+    const tg_node *n = g->nodes[p->leaves[i]];
+    e->leaf_of[n->id] = i;
+    void *mem = aligned_zeroed(ctx, tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype));
+    e->own[i] = tensor_around(d, &n->type, mem, false);
+    e->leaves[i] = mem;
+  }
+  e->arena = aligned_zeroed(ctx, p->arena_bytes);
+  e->scratch = aligned_zeroed(ctx, p->scratch_bytes);
+  return &e->base;
+}
+
+static void cpu_free(tg_exec *x) {
+  cpu_exec *e = (cpu_exec *)x;
+  for (int i = 0; i < e->p->n_leaves; i++) {
+    free(e->own[i]->data);
+    free(e->own[i]);
+  }
+  free(e->own);
+  free(e->bound);
+  free(e->leaves);
+  free(e->leaf_of);
+  free(e->arena);
+  free(e->scratch);
+  /* The object stays loaded: it brought in libgomp, whose idle worker
+   * threads would run unmapped code if it were unloaded under them. */
+  free(e);
+}
+
+static bool cpu_from_cache(const tg_exec *e) { return ((const cpu_exec *)e)->from_cache; }
+
+static tg_tensor *cpu_leaf(tg_exec *x, const tg_node *n) {
+  cpu_exec *e = (cpu_exec *)x;
+  int i = e->leaf_of[n->id];
+  if (i < 0) return NULL;
+  return e->bound[i] ? e->bound[i] : &e->own[i]->base;
+}
+
+static void cpu_bind(tg_exec *x, const tg_node *n, tg_tensor *t) {
+  cpu_exec *e = (cpu_exec *)x;
+  int i = e->leaf_of[n->id];
+  if (i < 0) return;
+  e->leaves[i] = ((cpu_tensor *)t)->data;
+  e->bound[i] = t;
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+static void on_bucket(int bucket, void *ctx) { tg_exec_call_hook(ctx, bucket); }
+
+static void cpu_run(tg_ctx *ctx, tg_exec *x) {
+  (void)ctx;
+  cpu_exec *e = (cpu_exec *)x;
+  e->step((void *const *)e->leaves, e->arena, e->scratch, x->hook ? on_bucket : NULL, x);
+}
+
+/* Where a graph value's elements are, as a layout over a base in memory:
+ * a leaf's storage or the arena.  NULL when the value is not in memory
+ * (computed where it is read, or in scratch). */
+static const char *base_of(cpu_exec *e, const tg_node *n, tg_layout *lay) {
+  if (!tg_layout_of(e->p, n, lay)) return NULL;
+  const tg_storage *s = &e->p->store[lay->base];
+  if (s->place == TG_PLACE_LEAF) return e->leaves[s->leaf];
+  if (s->place == TG_PLACE_ARENA) return e->arena + s->offset;
+  return NULL;
+}
+
+static bool cpu_read(tg_exec *x, const tg_node *n, void *dst, tg_host_type ht) {
+  cpu_exec *e = (cpu_exec *)x;
+  const tg_graph *g = x->g;
+  tg_layout lay;
+  const char *base = base_of(e, n, &lay);
+  if (!base) return false;
+  /* only what lives to the end of the step: leaves and graph outputs */
+  bool kept = e->p->store[lay.base].place == TG_PLACE_LEAF;
+  for (int i = 0; i < g->memplan->n_buffers && !kept; i++)
+    kept = g->memplan->buffers[i].node == lay.base && g->memplan->buffers[i].last == g->n_kernels;
+  if (!kept) return false;
+  const tg_type *t = &n->type;
+  tg_dtype dt = g->nodes[lay.base]->type.dtype;
+  int size = tg_dtype_size(dt);
+  int64_t numel = tg_type_numel(t), coord[TG_MAX_RANK] = {0};
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t off = lay.offset;
+    for (int d = 0; d < t->rank; d++) off += coord[d] * lay.stride[d];
+    char *out = (char *)dst + i * (ht == TG_HOST_F64 ? 8 : 4);
+    tg_host_from_storage(base + off * size, dt, out, ht, 1);
+    for (int d = t->rank - 1; d >= 0; d--) {
+      if (++coord[d] < t->dim[d].size) break;
+      coord[d] = 0;
+    }
+  }
+  return true;
+}
+
+/* The f32 elements of n in memory now, in order, or NULL. */
+static const float *contiguous_f32(cpu_exec *e, const tg_node *n) {
+  tg_layout lay;
+  const char *base = base_of(e, n, &lay);
+  if (!base || n->type.dtype != TG_F32 || lay.offset) return NULL;
+  int64_t s = 1;
+  for (int d = n->type.rank - 1; d >= 0; d--) {
+    if (n->type.dim[d].size > 1 && lay.stride[d] != s) return NULL;
+    s *= n->type.dim[d].size;
+  }
+  return (const float *)base;
+}
+
+static void cpu_accumulate(tg_exec *x, const tg_node *n, tg_tensor *acc, float scale, bool first) {
+  const float *g = contiguous_f32((cpu_exec *)x, n);
+  if (!g) {
+    fprintf(stderr, "tg: internal error: %s is not contiguous in memory to accumulate\n", n->name ? n->name : "a value");
+    abort();
+  }
+  float *a = ((cpu_tensor *)acc)->data;
+  int64_t m = numel_of(acc);
+  if (first)
+    for (int64_t i = 0; i < m; i++) a[i] = g[i] * scale;
+  else
+    for (int64_t i = 0; i < m; i++) a[i] += g[i] * scale;
+}
+
+/* ---- profiling ------------------------------------------------------------------------- */
+
+static void cpu_profile(tg_exec *x, bool on) {
+  cpu_exec *e = (cpu_exec *)x;
+  if (e->profile) *e->profile = on;
+}
+
+static void cpu_phase_seconds(const tg_exec *x, double out[TG_NPHASES]) {
+  const cpu_exec *e = (const cpu_exec *)x;
+  const tg_graph *g = x->g;
+  for (int p = 0; p < TG_NPHASES; p++) out[p] = 0;
+  if (!e->kernel_seconds) return;
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    if (K->n_nodes) out[g->nodes[K->nodes[0]]->phase] += e->kernel_seconds[k];
+  }
+}
+
+static void cpu_profile_print(const tg_exec *x, FILE *out, int top) {
+  const cpu_exec *e = (const cpu_exec *)x;
+  const tg_graph *g = x->g;
+  if (!e->kernel_seconds) return;
+  int n = g->n_kernels;
+  int *order = tg_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  double total = 0;
+  for (int k = 0; k < n; k++) order[k] = k, total += e->kernel_seconds[k];
+  for (int a = 1; a < n; a++) /* insertion sort by time, longest first */
+    for (int b = a; b > 0 && e->kernel_seconds[order[b]] > e->kernel_seconds[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  fprintf(out, "profile: %d kernels, %.1f ms in all; the longest:\n", n, total * 1e3);
+  for (int i = 0; i < n && i < top; i++) {
+    const tg_kernel *K = &g->kernels[order[i]];
+    fprintf(out, "profile: %7.2f ms %5.1f%%  k%d %s \"%s\"\n", e->kernel_seconds[order[i]] * 1e3,
+            total > 0 ? 100 * e->kernel_seconds[order[i]] / total : 0.0, order[i], tg_kernel_kind_name(K->kind), K->name);
+  }
+  free(order);
+}
+
+const tg_executor tg_executor_cpu = {
+    .name = "cpu",
+    .summary = "the fused step as generated C, built with cc -O3 -fopenmp and OpenBLAS (cached)",
+    .open = cpu_open,
+    .close = cpu_close,
+    .describe = cpu_describe,
+    .allreduce_average = cpu_allreduce_average,
+    .tensor_new = cpu_tensor_new,
+    .tensor_free = cpu_tensor_free,
+    .tensor_write = cpu_tensor_write,
+    .tensor_read = cpu_tensor_read,
+    .tensor_hash = cpu_tensor_hash,
+    .compile = cpu_compile,
+    .free = cpu_free,
+    .from_cache = cpu_from_cache,
+    .leaf = cpu_leaf,
+    .bind = cpu_bind,
+    .run = cpu_run,
+    .read = cpu_read,
+    .accumulate = cpu_accumulate,
+    .profile = cpu_profile,
+    .profile_print = cpu_profile_print,
+    .phase_seconds = cpu_phase_seconds,
+};

@@ -1,0 +1,211 @@
+/* executor.c: the executor interface's dispatch, and what backends share
+ * (executor.h, executor_impl.h).
+ *
+ * Every call goes through the backend's table; the checks here (a leaf of
+ * the right graph, a tensor of the right type) are made once for all
+ * backends, so that a mistake in the caller is reported the same way
+ * whichever executor runs. */
+#include "executor.h"
+#include "executor_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "half.h"
+
+/* ---- devices ------------------------------------------------------------------ */
+
+tg_device *tg_device_open(tg_ctx *ctx, const tg_executor *x, const tg_device_opts *o) {
+  tg_device_opts def = {.precision = TG_PREC_F32};
+  tg_device *d = x->open(ctx, o ? o : &def);
+  d->x = x;
+  return d;
+}
+
+void tg_device_close(tg_device *d) {
+  if (d) d->x->close(d);
+}
+
+const char *tg_device_name(const tg_device *d) { return d->x->name; }
+
+const char *tg_device_describe(const tg_device *d) { return d->x->describe(d); }
+
+void tg_device_allreduce_average(tg_device *d, tg_tensor *const *ts, int n) {
+  for (int i = 0; i < n; i++)
+    if (ts[i]->d != d || ts[i]->type.dtype != TG_F32) {
+      fprintf(stderr, "tg: internal error: all-reduce of a tensor of another device or not f32\n");
+      abort();
+    }
+  d->x->allreduce_average(d, ts, n);
+}
+
+/* ---- tensors ---------------------------------------------------------------------- */
+
+tg_tensor *tg_tensor_new(tg_device *d, const tg_type *t) {
+  tg_tensor *x = d->x->tensor_new(d, t);
+  x->d = d;
+  x->type = *t;
+  return x;
+}
+
+void tg_tensor_free(tg_tensor *t) {
+  if (t) t->d->x->tensor_free(t);
+}
+
+const tg_type *tg_tensor_type(const tg_tensor *t) { return &t->type; }
+
+void tg_tensor_write(tg_tensor *t, const void *src, tg_host_type ht) { t->d->x->tensor_write(t, src, ht); }
+
+void tg_tensor_read(const tg_tensor *t, void *dst, tg_host_type ht) { t->d->x->tensor_read(t, dst, ht); }
+
+uint64_t tg_tensor_hash(const tg_tensor *t) { return t->d->x->tensor_hash(t); }
+
+/* ---- compiled graphs ---------------------------------------------------------------- */
+
+tg_exec *tg_exec_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
+  tg_exec_opts def = {.remat = -1};
+  tg_exec *e = d->x->compile(d, ctx, g, o ? o : &def);
+  e->d = d;
+  e->g = g;
+  return e;
+}
+
+void tg_exec_free(tg_exec *e) {
+  if (e) e->d->x->free(e);
+}
+
+const tg_graph *tg_exec_graph(const tg_exec *e) { return e->g; }
+
+bool tg_exec_from_cache(const tg_exec *e) { return e->d->x->from_cache(e); }
+
+bool tg_exec_is_leaf(const tg_node *n) {
+  return n->op == TG_OP_input || n->op == TG_OP_param || n->op == TG_OP_state;
+}
+
+static bool in_graph(const tg_graph *g, const tg_node *n) {
+  return n && n->id >= 0 && n->id < g->n_nodes && g->nodes[n->id] == n;
+}
+
+tg_tensor *tg_exec_leaf(tg_exec *e, const tg_node *leaf) {
+  if (!in_graph(e->g, leaf) || !tg_exec_is_leaf(leaf)) return NULL;
+  return e->d->x->leaf(e, leaf);
+}
+
+void tg_exec_bind(tg_exec *e, const tg_node *leaf, tg_tensor *t) {
+  char a[TG_TYPE_STR_MAX], b[TG_TYPE_STR_MAX];
+  if (!in_graph(e->g, leaf) || !tg_exec_is_leaf(leaf) || t->d != e->d || !tg_type_equal(&leaf->type, &t->type)) {
+    fprintf(stderr, "tg: internal error: binding %s '%s' %s to a tensor %s%s\n", leaf ? tg_ops[leaf->op].name : "?",
+            leaf && leaf->name ? leaf->name : "?", leaf ? tg_type_str(&leaf->type, a, sizeof a) : "",
+            tg_type_str(&t->type, b, sizeof b), t->d != e->d ? " of another device" : "");
+    abort();
+  }
+  e->d->x->bind(e, leaf, t);
+}
+
+void tg_exec_run(tg_ctx *ctx, tg_exec *e) { e->d->x->run(ctx, e); }
+
+bool tg_exec_read(tg_exec *e, const tg_node *n, void *dst, tg_host_type ht) {
+  if (!in_graph(e->g, n)) return false;
+  return e->d->x->read(e, n, dst, ht);
+}
+
+void tg_exec_on_bucket(tg_exec *e, tg_bucket_hook fn, void *ctx) {
+  e->hook = fn;
+  e->hook_ctx = ctx;
+}
+
+void tg_exec_call_hook(tg_exec *e, int bucket) {
+  if (e->hook) e->hook(e, bucket, e->hook_ctx);
+}
+
+void tg_exec_accumulate(tg_exec *e, const tg_node *n, tg_tensor *acc, float scale, bool first) {
+  if (!in_graph(e->g, n) || acc->d != e->d || acc->type.dtype != TG_F32 || n->type.dtype != TG_F32 ||
+      tg_type_numel(&n->type) != tg_type_numel(&acc->type)) {
+    fprintf(stderr, "tg: internal error: accumulating a value into a tensor of another shape or device\n");
+    abort();
+  }
+  e->d->x->accumulate(e, n, acc, scale, first);
+}
+
+void tg_exec_profile(tg_exec *e, bool on) { e->d->x->profile(e, on); }
+
+void tg_exec_profile_print(const tg_exec *e, FILE *out, int top) { e->d->x->profile_print(e, out, top); }
+
+void tg_exec_phase_seconds(const tg_exec *e, double out[TG_NPHASES]) { e->d->x->phase_seconds(e, out); }
+
+/* ---- host arrays ------------------------------------------------------------------ */
+
+void tg_host_to_f32(const void *src, tg_host_type ht, float *dst, int64_t numel) {
+  if (ht == TG_HOST_F32) memcpy(dst, src, sizeof(float) * (size_t)numel);
+  else if (ht == TG_HOST_F64)
+    for (int64_t i = 0; i < numel; i++) dst[i] = (float)((const double *)src)[i];
+  else
+    for (int64_t i = 0; i < numel; i++) dst[i] = (float)((const int32_t *)src)[i];
+}
+
+void tg_host_to_f64(const void *src, tg_host_type ht, double *dst, int64_t numel) {
+  if (ht == TG_HOST_F64) memcpy(dst, src, sizeof(double) * (size_t)numel);
+  else if (ht == TG_HOST_F32)
+    for (int64_t i = 0; i < numel; i++) dst[i] = ((const float *)src)[i];
+  else
+    for (int64_t i = 0; i < numel; i++) dst[i] = ((const int32_t *)src)[i];
+}
+
+void tg_host_from_f64(const double *src, void *dst, tg_host_type ht, int64_t numel) {
+  if (ht == TG_HOST_F64) memcpy(dst, src, sizeof(double) * (size_t)numel);
+  else if (ht == TG_HOST_F32)
+    for (int64_t i = 0; i < numel; i++) ((float *)dst)[i] = (float)src[i];
+  else
+    for (int64_t i = 0; i < numel; i++) ((int32_t *)dst)[i] = (int32_t)src[i];
+}
+
+/* One element of a host array as a double (exact for f32 and i32). */
+static double host_elem(const void *src, tg_host_type ht, int64_t i) {
+  return ht == TG_HOST_F32 ? ((const float *)src)[i] : ht == TG_HOST_F64 ? ((const double *)src)[i]
+                                                                          : ((const int32_t *)src)[i];
+}
+
+void tg_host_to_storage(const void *src, tg_host_type ht, void *dst, tg_dtype t, int64_t numel) {
+  switch (t) {
+  case TG_F32: tg_host_to_f32(src, ht, dst, numel); return;
+  case TG_I32:
+    if (ht == TG_HOST_I32) memcpy(dst, src, sizeof(int32_t) * (size_t)numel);
+    else
+      for (int64_t i = 0; i < numel; i++) ((int32_t *)dst)[i] = (int32_t)host_elem(src, ht, i);
+    return;
+  case TG_BOOL:
+    for (int64_t i = 0; i < numel; i++) ((uint8_t *)dst)[i] = host_elem(src, ht, i) != 0;
+    return;
+  case TG_BF16:
+    for (int64_t i = 0; i < numel; i++) ((uint16_t *)dst)[i] = tg_f32_to_bf16((float)host_elem(src, ht, i));
+    return;
+  case TG_F16:
+    for (int64_t i = 0; i < numel; i++) ((uint16_t *)dst)[i] = tg_f32_to_f16((float)host_elem(src, ht, i));
+    return;
+  default: return;
+  }
+}
+
+void tg_host_from_storage(const void *src, tg_dtype t, void *dst, tg_host_type ht, int64_t numel) {
+  for (int64_t i = 0; i < numel; i++) {
+    double v;
+    switch (t) {
+    case TG_F32: v = ((const float *)src)[i]; break;
+    case TG_I32: v = ((const int32_t *)src)[i]; break;
+    case TG_BOOL: v = ((const uint8_t *)src)[i] ? 1 : 0; break;
+    case TG_BF16: v = tg_bf16_to_f32(((const uint16_t *)src)[i]); break;
+    case TG_F16: v = tg_f16_to_f32(((const uint16_t *)src)[i]); break;
+    default: v = 0; break;
+    }
+    if (ht == TG_HOST_F32) ((float *)dst)[i] = (float)v;
+    else if (ht == TG_HOST_F64) ((double *)dst)[i] = v;
+    else ((int32_t *)dst)[i] = (int32_t)v;
+  }
+}
+
+uint64_t tg_hash_bytes(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}

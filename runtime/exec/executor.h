@@ -1,0 +1,141 @@
+/* executor.h: the one interface every backend implements.
+ *
+ * An executor runs IR graphs.  The reference interpreter (exec/ref), the
+ * CPU backend (exec/cpu: generated C) and, later, the CUDA backend and its
+ * emulated device all implement it; the training loop and every tgrun
+ * command use only what is declared here, and choose an executor once, by
+ * name (exec/registry/executors.h).  The pieces, as tinygrad's Compiled
+ * device has them (allocator, compiler, runtime):
+ *
+ *   tg_device  an opened executor: its memory and whatever it keeps for
+ *              all the graphs it runs (a CUDA context, a pack buffer);
+ *   tg_exec    one graph compiled for a device, for the shapes in the
+ *              graph (B and T are bound when the model is compiled);
+ *   tg_tensor  device memory holding one value: a leaf's (parameter,
+ *              input, optimizer state), or the caller's own (a gradient
+ *              accumulator).  Graphs share a tensor by binding their
+ *              leaves to it: the four graphs of a training run read one
+ *              copy of the parameters.
+ *
+ * Leaves are named by their nodes (identity), never by rebuilt names.
+ * Values cross between host and device only through tensor_write,
+ * tensor_read and read, as f32, f64 or i32 host arrays, whatever the
+ * device keeps them as.
+ *
+ * Errors in compiling or running are reported through the tg_ctx given
+ * (file, place, what to change) and bail, like the rest of tg. */
+#ifndef TG_EXECUTOR_H
+#define TG_EXECUTOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir.h"
+
+/* How the reference interpreter rounds (its only choice; the compiled
+ * backends compute in f32): TG_PREC_F64 keeps every f32 value as an
+ * exact double, TG_PREC_F32 rounds each to float as a float32 machine
+ * stores it. */
+typedef enum tg_precision { TG_PREC_F64, TG_PREC_F32 } tg_precision;
+
+/* The element type of a host array given to or taken from a device. */
+typedef enum tg_host_type { TG_HOST_F32, TG_HOST_F64, TG_HOST_I32 } tg_host_type;
+
+typedef struct tg_executor tg_executor; /* a backend: its table of functions */
+typedef struct tg_device tg_device;
+typedef struct tg_exec tg_exec;
+typedef struct tg_tensor tg_tensor;
+
+typedef struct tg_device_opts {
+  tg_precision precision; /* ref: f32 or f64; the others accept f32 only */
+  int local_rank;         /* which of the machine's devices (cuda), 0 otherwise */
+} tg_device_opts;
+
+typedef struct tg_exec_opts {
+  const char *name;        /* "grad", "eval", ...: for messages and profiles */
+  const char *source_path; /* write the generated source here; NULL: nowhere */
+  int remat;               /* lowering: recompute matmul epilogue values in
+                            * their readers (1) or store them (0); -1: the
+                            * backend's choice */
+} tg_exec_opts;
+
+/* ---- devices ---------------------------------------------------------------- */
+
+/* Opens executor x; errors (no GPU, a precision it lacks) are reported
+ * through ctx and bail. */
+tg_device *tg_device_open(tg_ctx *ctx, const tg_executor *x, const tg_device_opts *o);
+void tg_device_close(tg_device *d);
+const char *tg_device_name(const tg_device *d); /* the executor's name: "cpu" */
+/* A line saying what runs it: "the reference interpreter, f32" */
+const char *tg_device_describe(const tg_device *d);
+
+/* Averages the tensors over the ranks of a data-parallel run (runtime/comm):
+ * one all-reduce for all of them, then one division, the same bits on
+ * every rank.  Nothing to do on one rank. */
+void tg_device_allreduce_average(tg_device *d, tg_tensor *const *ts, int n);
+
+/* ---- tensors ------------------------------------------------------------------ */
+
+/* A zeroed tensor of type t (its dtype and shape) on d; free it before d. */
+tg_tensor *tg_tensor_new(tg_device *d, const tg_type *t);
+void tg_tensor_free(tg_tensor *t);
+const tg_type *tg_tensor_type(const tg_tensor *t);
+/* The whole tensor from or to a host array of numel elements of ht,
+ * converted (to bf16 rounding to nearest even); i32 only to or from i32. */
+void tg_tensor_write(tg_tensor *t, const void *src, tg_host_type ht);
+void tg_tensor_read(const tg_tensor *t, void *dst, tg_host_type ht);
+/* A 64-bit hash of the tensor's bytes as the device keeps them: equal
+ * hashes on every rank mean bit-identical replicas. */
+uint64_t tg_tensor_hash(const tg_tensor *t);
+
+/* ---- compiled graphs ---------------------------------------------------------- */
+
+/* Compiles g (after the pipeline; fused and planned for the compiled
+ * backends) for d.  g must outlive the result. */
+tg_exec *tg_exec_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o);
+void tg_exec_free(tg_exec *e);
+const tg_graph *tg_exec_graph(const tg_exec *e);
+/* Whether the compiled code came from the on-disk cache (for progress lines). */
+bool tg_exec_from_cache(const tg_exec *e);
+
+/* The tensor leaf (an input, param or state of the graph) reads and the
+ * step's assigns update: its own, zeroed (ones for a `ones` initialiser),
+ * unless bound.  NULL when leaf is not a leaf of the graph. */
+tg_tensor *tg_exec_leaf(tg_exec *e, const tg_node *leaf);
+/* Makes leaf use t, which must be of leaf's type and outlive e. */
+void tg_exec_bind(tg_exec *e, const tg_node *leaf, tg_tensor *t);
+
+/* Runs the graph once: every kernel in order, then the assigns update
+ * their leaves.  Run-time errors (an index out of range in the
+ * interpreter) are reported through ctx and bail. */
+void tg_exec_run(tg_ctx *ctx, tg_exec *e);
+/* The value of n after a run as numel host elements: a graph output, a
+ * leaf, or anything else the step still holds at its end.  False when n
+ * is not in memory then. */
+bool tg_exec_read(tg_exec *e, const tg_node *n, void *dst, tg_host_type ht);
+
+/* ---- gradients, bucket by bucket ----------------------------------------------- */
+
+/* Called during each run for each bucket of gradients (g->allreduce,
+ * passes/schedule.c) as soon as the kernels have produced all of it, in
+ * bucket order; NULL: none.  The hook may call tg_exec_accumulate and
+ * tg_device_allreduce_average: on a GPU these are queued in order with
+ * the rest of the step. */
+typedef void (*tg_bucket_hook)(tg_exec *e, int bucket, void *ctx);
+void tg_exec_on_bucket(tg_exec *e, tg_bucket_hook fn, void *ctx);
+/* acc = (first ? 0 : acc) + scale * n, elementwise in f32, for a value n
+ * of e's graph that is in memory now (a gradient in its bucket hook). */
+void tg_exec_accumulate(tg_exec *e, const tg_node *n, tg_tensor *acc, float scale, bool first);
+
+/* ---- profiling ------------------------------------------------------------------- */
+
+/* While on, each run adds every kernel's time to a table. */
+void tg_exec_profile(tg_exec *e, bool on);
+/* The top kernels by time, one line each. */
+void tg_exec_profile_print(const tg_exec *e, FILE *out, int top);
+/* Seconds spent so far in the kernels of each phase (forward, backward,
+ * optimizer; a kernel's phase is its first op's), while profiling was on. */
+void tg_exec_phase_seconds(const tg_exec *e, double out[TG_NPHASES]);
+
+#endif

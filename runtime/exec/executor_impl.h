@@ -1,0 +1,76 @@
+/* executor_impl.h: what a backend fills in to be an executor (executor.h).
+ *
+ * Like QBE's struct Target: one table of functions per backend, defined in
+ * the backend's own file (tg_executor_ref in exec/ref, tg_executor_cpu in
+ * exec/cpu) and listed by the registry (exec/registry).  Each backend's
+ * device, exec and tensor structs start with the common part below, so
+ * that executor.c can dispatch and keep the bookkeeping every backend
+ * would otherwise repeat (types, names, hooks). */
+#ifndef TG_EXECUTOR_IMPL_H
+#define TG_EXECUTOR_IMPL_H
+
+#include "executor.h"
+
+struct tg_device {
+  const tg_executor *x;
+};
+
+struct tg_tensor {
+  tg_device *d;
+  tg_type type;
+};
+
+struct tg_exec {
+  tg_device *d;
+  const tg_graph *g;
+  tg_bucket_hook hook;
+  void *hook_ctx;
+};
+
+struct tg_executor {
+  const char *name;    /* how users choose it: --backend NAME, backend = "NAME" */
+  const char *summary; /* one line for --help */
+
+  tg_device *(*open)(tg_ctx *ctx, const tg_device_opts *o);
+  void (*close)(tg_device *d);
+  const char *(*describe)(const tg_device *d);
+  void (*allreduce_average)(tg_device *d, tg_tensor *const *ts, int n);
+
+  tg_tensor *(*tensor_new)(tg_device *d, const tg_type *t);
+  void (*tensor_free)(tg_tensor *t);
+  void (*tensor_write)(tg_tensor *t, const void *src, tg_host_type ht);
+  void (*tensor_read)(const tg_tensor *t, void *dst, tg_host_type ht);
+  uint64_t (*tensor_hash)(const tg_tensor *t);
+
+  tg_exec *(*compile)(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o);
+  void (*free)(tg_exec *e);
+  bool (*from_cache)(const tg_exec *e);
+  tg_tensor *(*leaf)(tg_exec *e, const tg_node *leaf);
+  void (*bind)(tg_exec *e, const tg_node *leaf, tg_tensor *t);
+  void (*run)(tg_ctx *ctx, tg_exec *e);
+  bool (*read)(tg_exec *e, const tg_node *n, void *dst, tg_host_type ht);
+  void (*accumulate)(tg_exec *e, const tg_node *n, tg_tensor *acc, float scale, bool first);
+
+  void (*profile)(tg_exec *e, bool on);
+  void (*profile_print)(const tg_exec *e, FILE *out, int top);
+  void (*phase_seconds)(const tg_exec *e, double out[TG_NPHASES]);
+};
+
+/* Whether n is a leaf a runtime fills: an input, a param or a state. */
+bool tg_exec_is_leaf(const tg_node *n);
+/* Calls e's bucket hook, if any (backends, at each bucket's point). */
+void tg_exec_call_hook(tg_exec *e, int bucket);
+
+/* Host arrays to and from a device's own element type, for backends that
+ * keep tensors in host memory: numel elements; i32 host arrays go only to
+ * and from i32 and bool storage. */
+void tg_host_to_f32(const void *src, tg_host_type ht, float *dst, int64_t numel);
+void tg_host_to_f64(const void *src, tg_host_type ht, double *dst, int64_t numel);
+void tg_host_from_f64(const double *src, void *dst, tg_host_type ht, int64_t numel);
+/* Storage of dtype t (f32, bf16, f16, i32, bool) to and from host arrays. */
+void tg_host_to_storage(const void *src, tg_host_type ht, void *dst, tg_dtype t, int64_t numel);
+void tg_host_from_storage(const void *src, tg_dtype t, void *dst, tg_host_type ht, int64_t numel);
+/* FNV-1a over bytes. */
+uint64_t tg_hash_bytes(const void *p, size_t n);
+
+#endif

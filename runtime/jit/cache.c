@@ -1,0 +1,204 @@
+/* cache.c: the on-disk cache of compiled code (see cache.h).
+ *
+ * Entries are replaced by rename(2) of a complete, fsynced file created in
+ * the cache directory itself (rename is atomic only within one file
+ * system), so a process that opens an entry never sees a partial one, even
+ * if the writer crashes. */
+#include "cache.h"
+#include "diag.h" /* tg_why */
+#include "file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__GNUC__)
+#define TG_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define TG_PRINTF(f, a)
+#endif
+
+/* ---- the cache directory ------------------------------------------------- */
+
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+/* Chooses the directory and says which variable chose it, for messages. */
+static bool choose_dir(char *buf, size_t buflen, const char **from, char *err, size_t errlen) {
+  const char *v;
+  int n;
+  /* The XDG spec says a relative XDG_CACHE_HOME is invalid and to be
+   * ignored; TG_CACHE is ours, so a relative one is taken as given. */
+  if ((v = env("TG_CACHE"))) *from = "$TG_CACHE", n = snprintf(buf, buflen, "%s", v);
+  else if ((v = env("XDG_CACHE_HOME")) && v[0] == '/')
+    *from = "$XDG_CACHE_HOME", n = snprintf(buf, buflen, "%s/tg", v);
+  else if ((v = env("HOME"))) *from = "$HOME", n = snprintf(buf, buflen, "%s/.cache/tg", v);
+  else
+    return tg_why(err, errlen,
+                "no directory for the compile cache: set TG_CACHE (neither XDG_CACHE_HOME nor "
+                "HOME is set)");
+  if (n < 0 || (size_t)n >= buflen)
+    return tg_why(err, errlen, "the cache directory name (from %s) is too long", *from);
+  return true;
+}
+
+/* mkdir -p: each missing component in turn, so that a first run on a fresh
+ * account also creates ~/.cache. */
+static bool make_dirs(const char *path, const char *from, char *err, size_t errlen) {
+  char why[1024];
+  if (!tg_make_dirs(path, why, sizeof why))
+    return tg_why(err, errlen, "cannot use the cache directory '%s' (from %s): %s; set TG_CACHE to a writable directory",
+                  path, from, why);
+  if (access(path, W_OK | X_OK) != 0)
+    return tg_why(err, errlen,
+                "cannot use the cache directory '%s' (from %s): %s; set TG_CACHE to a writable "
+                "directory",
+                path, from, strerror(errno));
+  return true;
+}
+
+bool tg_cache_dir(char *buf, size_t buflen, char *err, size_t errlen) {
+  const char *from = "";
+  return choose_dir(buf, buflen, &from, err, errlen) && make_dirs(buf, from, err, errlen);
+}
+
+/* Keys and suffixes become file names: allow nothing that could leave the
+ * directory or hide a file. */
+static bool valid_name(const char *key, const char *suffix, char *err, size_t errlen) {
+  size_t n = key ? strlen(key) : 0;
+  bool ok = n > 0 && n <= 128;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = (key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f');
+  if (!ok)
+    return tg_why(err, errlen, "bad cache key '%s': want lower-case hex digits", key ? key : "");
+  if (!suffix) suffix = "";
+  ok = !*suffix || (suffix[0] == '.' && suffix[1] && strlen(suffix) <= 32);
+  for (size_t i = 1; ok && *suffix && suffix[i]; i++) {
+    char c = suffix[i];
+    ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-';
+  }
+  if (!ok) return tg_why(err, errlen, "bad cache suffix '%s'", suffix);
+  return true;
+}
+
+bool tg_cache_path(const char *key, const char *suffix, char *buf, size_t buflen, char *err,
+                   size_t errlen) {
+  if (!valid_name(key, suffix, err, errlen) || !tg_cache_dir(buf, buflen, err, errlen))
+    return false;
+  size_t n = strlen(buf);
+  int m = snprintf(buf + n, buflen - n, "/%s%s", key, suffix ? suffix : "");
+  if (m < 0 || (size_t)m >= buflen - n) return tg_why(err, errlen, "cache path too long");
+  return true;
+}
+
+/* ---- entries ------------------------------------------------------------- */
+
+bool tg_cache_get(const char *key, const char *suffix, void **data, size_t *size, bool *found,
+                  char *err, size_t errlen) {
+  *data = NULL, *size = 0, *found = false;
+  char path[4096];
+  if (!tg_cache_path(key, suffix, path, sizeof path, err, errlen)) return false;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return true;
+    return tg_why(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return tg_why(err, errlen, "cache entry '%s' is not a regular file", path);
+  }
+  size_t n = (size_t)st.st_size;
+  unsigned char *buf = malloc(n + 1);
+  if (!buf) {
+    close(fd);
+    return tg_why(err, errlen, "out of memory reading '%s' (%zu bytes)", path, n);
+  }
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int e = r < 0 ? errno : EIO;
+      close(fd);
+      free(buf);
+      return tg_why(err, errlen, "cannot read '%s': %s", path, strerror(e));
+    }
+    got += (size_t)r;
+  }
+  close(fd);
+  buf[n] = 0;
+  *data = buf, *size = n, *found = true;
+  return true;
+}
+
+bool tg_cache_tmp(const char *key, const char *suffix, char *buf, size_t buflen, char *err,
+                  size_t errlen) {
+  if (!tg_cache_path(key, suffix, buf, buflen, err, errlen)) return false;
+  size_t n = strlen(buf);
+  if (buflen - n < sizeof ".tmp.XXXXXX") return tg_why(err, errlen, "cache path too long");
+  memcpy(buf + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+  int fd = mkstemp(buf);
+  if (fd < 0)
+    return tg_why(err, errlen, "cannot create a file in the cache: '%s': %s", buf, strerror(errno));
+  /* mkstemp makes 0600; entries are ordinary files like a compiler's. */
+  (void)fchmod(fd, 0644);
+  close(fd);
+  return true;
+}
+
+/* Makes the rename durable.  Best effort: the entry is complete and in
+ * place already, and some file systems cannot sync a directory at all. */
+bool tg_cache_install(const char *tmp, const char *key, const char *suffix, char *err,
+                      size_t errlen) {
+  char path[4096];
+  bool ok = tg_cache_path(key, suffix, path, sizeof path, err, errlen);
+  if (ok) {
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0)
+      ok = tg_why(err, errlen, "cannot sync '%s': %s", tmp, strerror(errno));
+    if (fd >= 0) close(fd);
+  }
+  if (ok && rename(tmp, path) != 0)
+    ok = tg_why(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+  if (!ok) unlink(tmp);
+  else tg_sync_parent_dir(path);
+  return ok;
+}
+
+static bool write_all(int fd, const void *data, size_t size) {
+  const unsigned char *p = data;
+  while (size) {
+    ssize_t w = write(fd, p, size);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      return false;
+    }
+    p += w, size -= (size_t)w;
+  }
+  return true;
+}
+
+bool tg_cache_put(const char *key, const char *suffix, const void *data, size_t size, char *err,
+                  size_t errlen) {
+  char tmp[4096];
+  if (!tg_cache_tmp(key, suffix, tmp, sizeof tmp, err, errlen)) return false;
+  int fd = open(tmp, O_WRONLY | O_CLOEXEC);
+  bool ok = fd >= 0 && write_all(fd, data, size);
+  int e = errno;
+  if (fd >= 0 && close(fd) != 0 && ok) ok = false, e = errno;
+  if (!ok) {
+    unlink(tmp);
+    return tg_why(err, errlen, "cannot write '%s': %s", tmp, strerror(e));
+  }
+  return tg_cache_install(tmp, key, suffix, err, errlen);
+}

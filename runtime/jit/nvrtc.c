@@ -1,0 +1,341 @@
+/* nvrtc.c: compiling CUDA C++ to CUBIN with a dlopen'ed NVRTC (see nvrtc.h).
+ *
+ * NVRTC's header is not included: its few entry points are declared here
+ * with the same ABI (nvrtcResult is an enum, so an int; nvrtcProgram an
+ * opaque pointer), so tg builds on machines without the CUDA toolkit too.
+ *
+ * A failure to load NVRTC is not remembered, so a later call (after
+ * CUDA_HOME has been set, or in a test) tries again; a success is kept for
+ * the life of the process and the library is never closed. */
+#include "nvrtc.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "diag.h" /* tg_why */
+#include "sbuf.h"
+
+#if defined(__GNUC__)
+#define TG_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define TG_PRINTF(f, a)
+#endif
+
+enum { NVRTC_SUCCESS = 0 };
+typedef struct nvrtc_program_ *nvrtc_program;
+
+static struct {
+  bool loaded;
+  int major, minor;
+  int (*version)(int *major, int *minor);
+  const char *(*error_string)(int result);
+  int (*create)(nvrtc_program *prog, const char *src, const char *name, int nheaders,
+                const char *const *headers, const char *const *include_names);
+  int (*destroy)(nvrtc_program *prog);
+  int (*compile)(nvrtc_program prog, int nopts, const char *const *opts);
+  int (*log_size)(nvrtc_program prog, size_t *size);
+  int (*log)(nvrtc_program prog, char *log);
+  int (*cubin_size)(nvrtc_program prog, size_t *size);
+  int (*cubin)(nvrtc_program prog, char *cubin);
+} nv;
+static pthread_mutex_t nv_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- messages ------------------------------------------------------------ */
+
+/* ---- loading NVRTC ------------------------------------------------------- */
+
+/* dlsym returns void *, which C does not convert to a function pointer;
+ * POSIX guarantees the representation is the same, so copy the bits. */
+static bool sym(void *lib, const char *name, void *fp, tg_sbuf *why) {
+  void *p = dlsym(lib, name);
+  if (!p) {
+    tg_sb_printf(why, " (which lacks %s)", name);
+    return false;
+  }
+  memcpy(fp, &p, sizeof p);
+  return true;
+}
+
+static bool try_load(const char *path, tg_sbuf *why) {
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  tg_sb_printf(why, "%s%s", why->n ? ", " : "", path);
+  if (!lib) {
+    /* "No such file" for each miss says nothing new; other reasons (wrong
+     * architecture, missing dependencies) are what the user needs. */
+    const char *e = dlerror();
+    if (e && !strstr(e, "No such file")) tg_sb_printf(why, " (%s)", e);
+    return false;
+  }
+  bool ok = sym(lib, "nvrtcVersion", &nv.version, why) &&
+            sym(lib, "nvrtcGetErrorString", &nv.error_string, why) &&
+            sym(lib, "nvrtcCreateProgram", &nv.create, why) &&
+            sym(lib, "nvrtcDestroyProgram", &nv.destroy, why) &&
+            sym(lib, "nvrtcCompileProgram", &nv.compile, why) &&
+            sym(lib, "nvrtcGetProgramLogSize", &nv.log_size, why) &&
+            sym(lib, "nvrtcGetProgramLog", &nv.log, why) &&
+            sym(lib, "nvrtcGetCUBINSize", &nv.cubin_size, why) &&
+            sym(lib, "nvrtcGetCUBIN", &nv.cubin, why);
+  if (ok && nv.version(&nv.major, &nv.minor) != NVRTC_SUCCESS) {
+    tg_sb_printf(why, " (nvrtcVersion failed)");
+    ok = false;
+  }
+  if (!ok) dlclose(lib);
+  return ok;
+}
+
+static bool load(char *err, size_t errlen) {
+  pthread_mutex_lock(&nv_lock);
+  if (nv.loaded) {
+    pthread_mutex_unlock(&nv_lock);
+    return true;
+  }
+  /* The versioned names first: a bare libnvrtc.so exists only where the
+   * development package is installed. */
+  static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+  const char *dirs[] = {getenv("CUDA_HOME"), "/usr/local/cuda"};
+  tg_sbuf why = {0};
+  bool ok = false;
+  for (size_t i = 0; !ok && i < sizeof names / sizeof *names; i++) ok = try_load(names[i], &why);
+  for (size_t d = 0; !ok && d < sizeof dirs / sizeof *dirs; d++) {
+    if (!dirs[d] || !*dirs[d]) continue;
+    for (size_t i = 0; !ok && i < sizeof names / sizeof *names; i++) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/lib64/%s", dirs[d], names[i]);
+      ok = try_load(path, &why);
+    }
+  }
+  nv.loaded = ok;
+  pthread_mutex_unlock(&nv_lock);
+  if (!ok)
+    tg_why(err, errlen,
+         "cannot load NVRTC, the CUDA runtime compiler: tried %s; install NVRTC (CUDA toolkit "
+         "12 or 13) or set CUDA_HOME to the toolkit's directory",
+         tg_sb_text(&why));
+  tg_sb_free(&why);
+  return ok;
+}
+
+bool tg_nvrtc_version(int *major, int *minor, char *err, size_t errlen) {
+  if (!load(err, errlen)) return false;
+  *major = nv.major, *minor = nv.minor;
+  return true;
+}
+
+/* ---- kernel names for log lines ------------------------------------------ */
+
+/* The name after the last "// tg kernel: NAME" marker at or before line
+ * `line` of src (1-based), into buf; false when no marker precedes it. */
+static bool kernel_at(const char *src, long line, char *buf, size_t buflen) {
+  static const char marker[] = "// tg kernel:";
+  bool found = false;
+  long l = 1;
+  for (const char *p = src; *p && l <= line; l++) {
+    const char *q = p;
+    while (*q == ' ' || *q == '\t') q++;
+    const char *end = strchr(p, '\n');
+    if (!end) end = p + strlen(p);
+    if (!strncmp(q, marker, sizeof marker - 1)) {
+      q += sizeof marker - 1;
+      while (*q == ' ' || *q == '\t') q++;
+      const char *e = end;
+      while (e > q && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+      size_t n = (size_t)(e - q) < buflen - 1 ? (size_t)(e - q) : buflen - 1;
+      memcpy(buf, q, n);
+      buf[n] = 0;
+      found = true;
+    }
+    p = *end ? end + 1 : end;
+  }
+  return found;
+}
+
+/* The distinct line numbers, in log order, of the log's lines
+ * "NAME(LINE): ..." that point into this source (not into a header). */
+static int log_lines(const char *log, const char *name, long *lines, int max) {
+  size_t nl = strlen(name);
+  int n = 0;
+  for (const char *p = log; *p && n < max;) {
+    const char *end = strchr(p, '\n');
+    if (!end) end = p + strlen(p);
+    if (!strncmp(p, name, nl) && p[nl] == '(') {
+      char *after;
+      long l = strtol(p + nl + 1, &after, 10);
+      if (after != p + nl + 1 && *after == ')' && l > 0) {
+        bool seen = false;
+        for (int i = 0; i < n; i++) seen = seen || lines[i] == l;
+        if (!seen) lines[n++] = l;
+      }
+    }
+    p = *end ? end + 1 : end;
+  }
+  return n;
+}
+
+/* The message for a failed compile: which kernels, the whole log, then
+ * where each line the log mentions is.  The kernels come first so that a
+ * short err buffer still names them. */
+static void compile_error(const char *src, const char *name, const char *arch, int rc,
+                          const char *log, char *err, size_t errlen) {
+  enum { MAX_LINES = 64 };
+  long lines[MAX_LINES];
+  int n = log_lines(log, name, lines, MAX_LINES);
+  char names[MAX_LINES][128];
+  int nk = 0;
+  for (int i = 0; i < n; i++) {
+    char k[128];
+    if (!kernel_at(src, lines[i], k, sizeof k)) continue;
+    bool seen = false;
+    for (int j = 0; j < nk; j++) seen = seen || !strcmp(names[j], k);
+    if (!seen) memcpy(names[nk++], k, sizeof k);
+  }
+  tg_sbuf kernels = {0};
+  for (int j = 0; j < nk; j++)
+    tg_sb_printf(&kernels, "%s%s", j ? ", " : nk > 1 ? "kernels " : "kernel ", names[j]);
+  tg_sbuf b = {0};
+  tg_sb_printf(&b, "NVRTC could not compile %s%s%s for %s (%s)",
+            nk ? tg_sb_text(&kernels) : "", nk ? " in " : "", name, arch,
+            nv.error_string(rc));
+  tg_sb_free(&kernels);
+  tg_sb_printf(&b, ":\n%s", log);
+  if (b.n && b.s[b.n - 1] != '\n') tg_sb_printf(&b, "\n");
+  for (int i = 0; i < n; i++) {
+    char k[128];
+    if (kernel_at(src, lines[i], k, sizeof k))
+      tg_sb_printf(&b, "%s(%ld) is in kernel %s\n", name, lines[i], k);
+    else
+      tg_sb_printf(&b, "%s(%ld) is before the first kernel\n", name, lines[i]);
+  }
+  if (b.n) b.s[--b.n] = 0; /* no final newline, like every other message */
+  tg_why(err, errlen, "%s", b.s);
+  tg_sb_free(&b);
+}
+
+/* ---- compiling ----------------------------------------------------------- */
+
+/* "sm_" and digits, maybe with a feature suffix ("sm_90a", "sm_100f"):
+ * CUBIN is for one real architecture, so "compute_XX" cannot be used. */
+static bool valid_arch(const char *arch) {
+  if (!arch || strncmp(arch, "sm_", 3) || !(arch[3] >= '0' && arch[3] <= '9')) return false;
+  const char *p = arch + 3;
+  while (*p >= '0' && *p <= '9') p++;
+  while ((*p >= 'a' && *p <= 'z')) p++;
+  return *p == 0 && p - arch < 16;
+}
+
+void tg_cubin_free(tg_cubin *c) {
+  if (!c) return;
+  free(c->data);
+  free(c->log);
+  *c = (tg_cubin){0};
+}
+
+static bool cache_lookup(const char *key, tg_cubin *out, char *err, size_t errlen) {
+  void *log = NULL, *cubin = NULL;
+  size_t nlog, ncubin;
+  bool has_log = false, has_cubin = false;
+  /* The log is written first, so a cubin without one is a crashed writer's
+   * leftover (or tampering): compile again and overwrite. */
+  if (!tg_cache_get(key, ".cubin", &cubin, &ncubin, &has_cubin, err, errlen)) return false;
+  if (has_cubin && !tg_cache_get(key, ".log", &log, &nlog, &has_log, err, errlen)) {
+    free(cubin);
+    return false;
+  }
+  if (has_cubin && has_log) {
+    *out = (tg_cubin){cubin, ncubin, log, true};
+    return true;
+  }
+  free(cubin);
+  free(log);
+  return true;
+}
+
+bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
+                      const char *const *opts, int nopts, tg_cubin *out, char *err,
+                      size_t errlen) {
+  *out = (tg_cubin){0};
+  if (!src_name || !*src_name) src_name = "tg.cu";
+  if (!src) return tg_why(err, errlen, "NVRTC: no source to compile");
+  if (!valid_arch(arch))
+    return tg_why(err, errlen, "NVRTC: bad GPU architecture '%s': want sm_XX, as in sm_80 or sm_90",
+                arch ? arch : "(null)");
+  if (nopts < 0 || (nopts > 0 && !opts)) return tg_why(err, errlen, "NVRTC: bad option list");
+  if (!load(err, errlen)) return false;
+
+  int nall = nopts + 2;
+  const char **all = malloc(sizeof *all * (size_t)nall);
+  char archopt[64];
+  if (!all) return tg_why(err, errlen, "out of memory");
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+  all[0] = archopt, all[1] = "-std=c++17";
+  for (int i = 0; i < nopts; i++) all[2 + i] = opts[i] ? opts[i] : "";
+
+  tg_sha256 s;
+  char key[TG_SHA256_HEX], version[32];
+  snprintf(version, sizeof version, "%d.%d", nv.major, nv.minor);
+  tg_sha256_init(&s);
+  tg_sha256_field(&s, "tg nvrtc cubin 1");
+  tg_sha256_field(&s, version);
+  tg_sha256_field(&s, arch);
+  tg_sha256_field(&s, src_name);
+  tg_sha256_field(&s, src);
+  for (int i = 0; i < nall; i++) tg_sha256_field(&s, all[i]);
+  tg_sha256_final(&s, NULL, key);
+
+  bool ok = cache_lookup(key, out, err, errlen);
+  if (!ok || out->from_cache) {
+    free(all);
+    return ok;
+  }
+
+  nvrtc_program prog = NULL;
+  int rc = nv.create(&prog, src, src_name, 0, NULL, NULL);
+  if (rc != NVRTC_SUCCESS) {
+    free(all);
+    return tg_why(err, errlen, "NVRTC cannot create a program for %s: %s", src_name,
+                nv.error_string(rc));
+  }
+  rc = nv.compile(prog, nall, all);
+  free(all);
+  size_t nlog = 0;
+  char *log = NULL;
+  if (nv.log_size(prog, &nlog) == NVRTC_SUCCESS && (log = malloc(nlog + 1))) {
+    if (nv.log(prog, log) != NVRTC_SUCCESS) nlog = 0;
+    log[nlog] = 0;
+  }
+  if (!log) {
+    nv.destroy(&prog);
+    return tg_why(err, errlen, "NVRTC: cannot get the log of %s", src_name);
+  }
+  /* nlog counts the NUL; what matters for "no warnings" is the text. */
+  nlog = strlen(log);
+  if (rc != NVRTC_SUCCESS) {
+    compile_error(src, src_name, arch, rc, log, err, errlen);
+    free(log);
+    nv.destroy(&prog);
+    return false;
+  }
+  size_t ncubin = 0;
+  char *cubin = NULL;
+  if ((rc = nv.cubin_size(prog, &ncubin)) != NVRTC_SUCCESS ||
+      !(cubin = malloc(ncubin ? ncubin : 1)) || (rc = nv.cubin(prog, cubin)) != NVRTC_SUCCESS) {
+    ok = tg_why(err, errlen, "NVRTC: cannot get the CUBIN of %s: %s", src_name,
+              rc != NVRTC_SUCCESS ? nv.error_string(rc) : "out of memory");
+  }
+  nv.destroy(&prog);
+  if (ok)
+    ok = tg_cache_put(key, ".log", log, nlog, err, errlen) &&
+         tg_cache_put(key, ".cubin", cubin, ncubin, err, errlen);
+  if (!ok) {
+    free(cubin);
+    free(log);
+    return false;
+  }
+  *out = (tg_cubin){cubin, ncubin, log, false};
+  return true;
+}

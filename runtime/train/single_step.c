@@ -1,0 +1,216 @@
+/* single_step.c: `tgrun init | grad | step` (single_step.h).
+ *
+ * grad and step read the batch first, compile the model with B and T from
+ * it, check everything that can be checked before any compiling for a
+ * device (token ids against the vocabulary, the batch against the model's
+ * inputs, no other input left without a value), run the same pipeline as
+ * tgc, load the weights, and run the graph on the executor asked for:
+ * once for grad, N times for step. */
+#include "single_step.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "batch.h"
+#include "executors.h"
+#include "safetensors.h"
+#include "weights.h"
+
+/* Compiles the model; B and T follow the batch unless given with -D. */
+static tg_graph *compile(tg_ctx *ctx, const tg_single_opts *o, const tg_batch *b) {
+  /* The batch's B and T go first: the last -D of a name wins, so an
+   * explicit -D B=... still decides (and a mismatch is then reported).  A
+   * model without B or T constants just does not take them. */
+  int n = 0;
+  tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2));
+  if (b) {
+    all[n++] = (tg_define){"B", (double)b->B, true};
+    all[n++] = (tg_define){"T", (double)b->T, true};
+  }
+  if (o->n_defines) memcpy(all + n, o->defines, sizeof *all * (size_t)o->n_defines);
+  n += o->n_defines;
+  tg_compile_opts co = {all, n, o->include_dirs, o->n_include_dirs};
+  tg_graph *g = tg_compile_file(ctx, o->model, &co);
+  if (!tg_verify(ctx, g)) tg_bail(ctx);
+  return g;
+}
+
+/* Checks that the model has inputs idx and targets of the batch's shape,
+ * and no other input that tgrun would leave without a value. */
+static void check_batch_inputs(tg_ctx *ctx, const tg_graph *g, const tg_batch *b, const char *path) {
+  const char *names[2] = {"idx", "targets"};
+  for (int k = 0; k < 2; k++) {
+    const tg_node *in = tg_graph_leaf(g, TG_OP_input, names[k]);
+    if (!in)
+      tg_error(ctx, (tg_loc){g->source, 1, 1}, "the model has no input '%s' to take the batch's",
+               names[k]);
+    if (in->type.rank != 2 || in->type.dim[0].size != b->B || in->type.dim[1].size != b->T) {
+      char t[TG_TYPE_STR_MAX];
+      tg_error(ctx, (tg_loc){path, 0, 0},
+               "tensor '%s' is [%lld, %lld] but the model's input is %s (check -D B and -D T)",
+               names[k], (long long)b->B, (long long)b->T, tg_type_str(&in->type, t, sizeof t));
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op != TG_OP_input || !strcmp(n->name, "idx") || !strcmp(n->name, "targets")) continue;
+    if (n->phase == TG_PHASE_OPTIMIZER) continue; /* lr and step, set per step */
+    tg_error(ctx, n->loc, "the model's input '%s' has no value: tgrun feeds only 'idx' and "
+             "'targets' from the batch", n->name);
+  }
+}
+
+static int save_weights(const tg_weights *w, const char *path) {
+  char why[512];
+  if (tg_weights_save(w, path, false, why, sizeof why)) return 0;
+  fprintf(stderr, "tgrun: error: %s\n", why);
+  return 1;
+}
+
+/* What grad and step hold; on the heap, so that it survives an error's
+ * longjmp and is freed after it. */
+typedef struct session {
+  tg_batch *batch;
+  tg_graph *g;
+  tg_weights *w;
+  tg_device *dev;
+  tg_exec *e;
+} session;
+
+static void session_free(session *s) {
+  if (!s) return;
+  tg_exec_free(s->e);
+  tg_device_close(s->dev);
+  tg_weights_free(s->w);
+  if (s->g) tg_graph_free(s->g);
+  tg_batch_free(s->batch);
+  free(s);
+}
+
+static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, session *s) {
+  s->batch = tg_batch_load(ctx, o->batch);
+  s->g = compile(ctx, o, s->batch);
+  double vocab;
+  if (tg_graph_get_config(s->g, "vocab", &vocab)) tg_batch_check_ids(ctx, s->batch, o->batch, (int64_t)vocab);
+  tg_pipeline_opts popts = {.grad = true, .step = step, .adamw = o->adamw, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  tg_run_pipeline(ctx, s->g, &popts);
+  check_batch_inputs(ctx, s->g, s->batch, o->batch);
+  s->w = tg_weights_load(ctx, s->g, o->weights, false);
+  tg_device_opts dopts = {.precision = o->precision};
+  s->dev = tg_device_open_named(ctx, o->backend ? o->backend : "ref", &dopts);
+  tg_exec_opts eo = {.name = step ? "step" : "grad", .source_path = o->keep_source, .remat = -1};
+  s->e = tg_exec_compile(s->dev, ctx, s->g, &eo);
+  tg_exec_profile(s->e, o->profile_top > 0);
+  for (int i = 0; i < s->g->n_nodes; i++)
+    if (s->w->values[i]) tg_tensor_write(tg_exec_leaf(s->e, s->g->nodes[i]), s->w->values[i], TG_HOST_F32);
+  const char *names[2] = {"idx", "targets"};
+  const int32_t *vals[2] = {s->batch->idx, s->batch->targets};
+  for (int k = 0; k < 2; k++)
+    tg_tensor_write(tg_exec_leaf(s->e, tg_graph_leaf(s->g, TG_OP_input, names[k])), vals[k], TG_HOST_I32);
+}
+
+/* Runs body with a context whose errors land here; returns the status. */
+typedef int (*command_fn)(tg_ctx *ctx, const tg_single_opts *o, session *s);
+
+static int with_session(const tg_single_opts *o, command_fn body) {
+  tg_ctx *ctx = tg_ctx_new(stderr);
+  /* On the heap: what it holds must survive an error's longjmp. */
+  session *const s = tg_xcalloc(1, sizeof *s);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  int status;
+  if (setjmp(bail)) status = 1;
+  else status = body(ctx, o, s);
+  session_free(s);
+  tg_ctx_free(ctx);
+  return status;
+}
+
+static int do_init(tg_ctx *ctx, const tg_single_opts *o, session *s) {
+  s->g = compile(ctx, o, NULL);
+  s->w = tg_weights_init(s->g, o->seed);
+  int st = save_weights(s->w, o->out);
+  if (st == 0) printf("wrote %s: initial weights, seed %llu\n", o->out, (unsigned long long)o->seed);
+  return st;
+}
+
+static int do_grad(tg_ctx *ctx, const tg_single_opts *o, session *s) {
+  open_session(ctx, o, false, s);
+  tg_exec_run(ctx, s->e);
+  const tg_graph *g = s->g;
+  /* loss first, then each parameter's gradient under the parameter's name */
+  int n = 0;
+  float loss_value = 0;
+  tg_st_tensor *ts = tg_alloc(ctx->arena, sizeof *ts * (size_t)(g->n_outputs + 1));
+  for (int i = 0; i < g->n_outputs; i++) {
+    const char *name = g->outputs[i].name;
+    const tg_node *node = g->outputs[i].node;
+    const char *param = tg_gradient_param_name(name);
+    if (!param && strcmp(name, "loss")) continue;
+    int64_t numel = tg_type_numel(&node->type);
+    float *v = tg_alloc(ctx->arena, sizeof *v * (size_t)numel);
+    if (!tg_exec_read(s->e, node, v, TG_HOST_F32))
+      tg_error(ctx, node->loc, "internal: output '%s' is not in memory after the step", name);
+    if (!param) loss_value = v[0];
+    /* At the parameter's file shape: a padded vocab (pad_vocab) is cropped. */
+    tg_type ft;
+    tg_file_type(g, &node->type, &ft);
+    float *out = tg_alloc(ctx->arena, sizeof *out * (size_t)tg_type_numel(&ft));
+    tg_copy_box(v, &node->type, out, &ft);
+    tg_st_tensor *t = &ts[n++];
+    t->name = param ? param : name;
+    t->dtype = TG_F32;
+    t->rank = ft.rank;
+    for (int d = 0; d < t->rank; d++) t->shape[d] = ft.dim[d].size;
+    t->data = out;
+    t->nbytes = (size_t)tg_type_numel(&ft) * sizeof *out;
+  }
+  char why[512];
+  if (!tg_st_write(o->out, ts, n, NULL, 0, why, sizeof why)) {
+    fprintf(stderr, "tgrun: error: %s\n", why);
+    return 1;
+  }
+  printf("loss %.8g\nwrote %s: loss and %d gradient%s\n", loss_value, o->out, n - 1, n == 2 ? "" : "s");
+  return 0;
+}
+
+static double read_double(tg_ctx *ctx, session *s, const char *name) {
+  const tg_node *n = tg_graph_output(s->g, name);
+  double v;
+  if (!n || !tg_exec_read(s->e, n, &v, TG_HOST_F64))
+    tg_error(ctx, (tg_loc){s->g->source, 1, 1}, "internal: %s is not in memory after the step", name);
+  return v;
+}
+
+static int do_step(tg_ctx *ctx, const tg_single_opts *o, session *s) {
+  open_session(ctx, o, true, s);
+  const tg_graph *g = s->g;
+  tg_tensor *lr_in = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "lr"));
+  tg_tensor *step_in = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "step"));
+  for (long i = 1; i <= o->steps; i++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* as doubles: the interpreter in f64 keeps them exact; f32 devices round */
+    double lr = o->lr, step = (double)i;
+    tg_tensor_write(lr_in, &lr, TG_HOST_F64);
+    tg_tensor_write(step_in, &step, TG_HOST_F64);
+    tg_exec_run(ctx, s->e);
+    double lossv = read_double(ctx, s, "loss"), normv = read_double(ctx, s, "grad_norm");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    printf("step %ld/%ld  loss %.8g  grad_norm %.6g  lr %.3g  %.0f ms\n", i, o->steps, lossv, normv, o->lr, ms);
+    fflush(stdout);
+  }
+  if (o->profile_top > 0) tg_exec_profile_print(s->e, stdout, o->profile_top);
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_param) tg_exec_read(s->e, g->nodes[i], s->w->values[i], TG_HOST_F32);
+  int st = save_weights(s->w, o->out);
+  if (st == 0) printf("wrote %s: weights after %ld step%s\n", o->out, o->steps, o->steps == 1 ? "" : "s");
+  return st;
+}
+
+int tg_single_init(const tg_single_opts *o) { return with_session(o, do_init); }
+int tg_single_grad(const tg_single_opts *o) { return with_session(o, do_grad); }
+int tg_single_step(const tg_single_opts *o) { return with_session(o, do_step); }

@@ -1,0 +1,689 @@
+/* train.c: `tgrun train.cfg`, the training loop (train.h).
+ *
+ * One run compiles the model four times, each graph run by the executor
+ * the config names (runtime/exec: the CPU backend's generated C, or the
+ * reference interpreter), all four sharing one copy of the parameters
+ * (tensors on the device, bound to each graph's parameter leaves):
+ *
+ *   grad      forward and backward of one micro-batch: the loss and every
+ *             parameter's gradient; the schedule pass (passes/schedule.c)
+ *             calls back after each bucket of gradients is complete, and
+ *             there the executor adds the gradients into the accumulators
+ *             and, on a step's last micro-batch, averages them over the
+ *             ranks;
+ *   optimizer clipping and AdamW on the accumulated gradients (tg's adamw
+ *             pass on a graph whose gradients are inputs);
+ *   eval      the forward of one batch: the loss on train and val batches;
+ *   sample    the forward of one sequence with its logits, for text samples.
+ *
+ * Rank 0 evaluates, samples, logs and writes checkpoints; every rank takes
+ * the same steps on its own slice of each batch (dataloader.h), so the
+ * replicas stay bit-identical, which is checked every step. */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "comm.h"
+#include "dataloader.h"
+#include "executor.h"
+#include "executors.h"
+#include "file.h"
+#include "frontend.h"
+#include "loss_plot.h"
+#include "lr_schedule.h"
+#include "metrics.h"
+#include "passes.h"
+#include "prepare.h"
+#include "rng.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "tokens_file.h"
+#include "train_config.h"
+#include "weights.h"
+
+#define TG_TRAIN_VERSION "tgrun 0.1.0"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+/* One parameter, shared by every graph: tensors on the device. */
+typedef struct param {
+  const char *name;
+  tg_type type;      /* the graph's (padded) shape */
+  int64_t numel;
+  const tg_node *grad; /* its gradient output in the grad graph (NULL: none) */
+  tg_tensor *value, *grad_acc, *m, *v;
+} param;
+
+typedef struct run {
+  tg_ctx *ctx;
+  tg_train_config cfg;
+  int rank, nranks;
+  FILE *log;         /* out_dir/train.log (rank 0) */
+  tg_tokenizer *tok;
+  int32_t vocab;
+  tg_tokens *train, *val;
+  tg_device *dev;
+  tg_graph *g_grad, *g_opt, *g_eval, *g_sample;
+  tg_exec *e_grad, *e_opt, *e_eval, *e_sample;
+  tg_adamw_slot *slots; /* the optimizer graph's, one per parameter, in params order */
+  param *params;
+  int n_params;
+  int *param_of_grad; /* per g_grad node: index into params of the grad it is, or -1 */
+  tg_tensor **bucket; /* a bucket's accumulators, for the all-reduce */
+  int32_t *idx, *tgt;  /* a batch staged on the host, B x T each */
+  int32_t *sample_in;  /* a sample's context, T */
+  float *logits;       /* the sample graph's logits, [1, T, vocab padded] */
+  int micro, accum;   /* the micro-step running, of how many */
+} run;
+
+/* Prints to stdout and, on rank 0, to the log file. */
+static void say(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(run *r, const char *fmt, ...) {
+  if (r->rank != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+  if (r->log) {
+    va_start(ap, fmt);
+    vfprintf(r->log, fmt, ap);
+    va_end(ap);
+    fflush(r->log);
+  }
+}
+
+static const char *path_in(run *r, const char *dir, const char *file) {
+  return tg_sprintf(r->ctx->arena, "%s/%s", dir, file);
+}
+
+static void mkdirs(run *r, const char *dir) {
+  char why[1024];
+  if (!tg_make_dirs(dir, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0}, "%s", why);
+}
+
+/* ---- graphs -------------------------------------------------------------------- */
+
+/* The model with the run's config: the train.cfg's model.NAME values, the
+ * tokenizer's vocabulary, and B, T of the batch. */
+static tg_graph *compile_model(run *r, int64_t B, bool sample) {
+  const tg_train_config *c = &r->cfg;
+  tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 4));
+  int n = 0;
+  bool block_given = false;
+  for (int i = 0; i < c->n_defines; i++) {
+    d[n++] = (tg_define){c->defines[i].name, c->defines[i].value, false};
+    block_given |= !strcmp(c->defines[i].name, "block_size");
+  }
+  d[n++] = (tg_define){"vocab", (double)r->vocab, true};
+  d[n++] = (tg_define){"B", (double)B, true};
+  d[n++] = (tg_define){"T", (double)c->block_size, true};
+  if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true};
+  const char *incs[1] = {TG_TRAIN_MODELS_DIR};
+  tg_compile_opts co = {d, n, incs, 1};
+  /* model = "models/gpt2.tg" run from elsewhere: the installed models/ */
+  const char *path = c->model;
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *installed = tg_sprintf(r->ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
+  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) path = installed;
+  tg_graph *g = tg_compile_file(r->ctx, path, &co);
+  if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
+  if (sample) {
+    /* the head's output, named `logits` in the model, is what sampling reads */
+    tg_node *logits = NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+      if (g->nodes[i]->name && !strcmp(g->nodes[i]->name, "logits") && g->nodes[i]->phase == TG_PHASE_FORWARD)
+        logits = g->nodes[i];
+    if (!logits)
+      tg_error(r->ctx, (tg_loc){c->model, 1, 1}, "the model names no value 'logits' [B, T, vocab] to sample from");
+    tg_graph_add_output(g, "logits", logits);
+  }
+  return g;
+}
+
+/* The optimizer alone: the model's parameters, their gradients as inputs
+ * ("grad:NAME", the accumulated and averaged gradients), and the adamw
+ * pass appended, as it is to a training step. */
+static tg_graph *optimizer_graph(run *r, const tg_graph *model, const tg_adamw_opts *o, tg_adamw_slot **slots) {
+  tg_graph *g = tg_graph_new(r->ctx->arena);
+  g->source = model->source;
+  for (int i = 0; i < model->n_config; i++) tg_graph_set_config(g, model->config[i].name, model->config[i].value);
+  for (int i = 0; i < model->n_nodes; i++) {
+    const tg_node *p = model->nodes[i];
+    if (p->op != TG_OP_param) continue;
+    tg_node *q = tg_node_new(g, TG_OP_param, p->loc);
+    q->type = p->type;
+    q->name = p->name;
+    q->init = p->init;
+    const char *why = tg_graph_add(g, q);
+    tg_node *gr = tg_node_new(g, TG_OP_input, p->loc);
+    gr->type = p->type;
+    gr->name = tg_sprintf(r->ctx->arena, TG_GRAD_PREFIX "%s", p->name);
+    gr->phase = TG_PHASE_OPTIMIZER;
+    if (!why) why = tg_graph_add(g, gr);
+    if (why) tg_error(r->ctx, p->loc, "cannot build the optimizer graph: %s", why);
+    tg_graph_add_output(g, gr->name, gr);
+  }
+  *slots = tg_append_adamw(r->ctx, g, o, NULL);
+  /* only the norm is an output; the gradients were only for the pass */
+  int k = 0;
+  for (int i = 0; i < g->n_outputs; i++)
+    if (strncmp(g->outputs[i].name, TG_GRAD_PREFIX, strlen(TG_GRAD_PREFIX))) g->outputs[k++] = g->outputs[i];
+  g->n_outputs = k;
+  if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
+  return g;
+}
+
+/* Compiles g for the run's device (its generated source kept in
+ * out_dir/kernels/NAME.c for the reader); every parameter leaf is bound to
+ * the shared copy. */
+static tg_exec *compile_for_device(run *r, tg_graph *g, const char *name) {
+  const char *kdir = path_in(r, r->cfg.out_dir, "kernels");
+  const char *src = r->rank == 0 ? path_in(r, kdir, tg_sprintf(r->ctx->arena, "%s.c", name)) : NULL;
+  double t0 = now();
+  tg_exec_opts eo = {.name = name, .source_path = src, .remat = -1};
+  tg_exec *e = tg_exec_compile(r->dev, r->ctx, g, &eo);
+  if (src && access(src, F_OK) != 0) src = NULL; /* an executor without generated source (ref) */
+  say(r, "built %-9s %3d kernels  %s%s (%.1f s)\n", name, g->n_kernels, src ? src : "",
+      tg_exec_from_cache(e) ? ", from the cache" : "", now() - t0);
+  for (int i = 0; i < r->n_params; i++) {
+    const tg_node *p = tg_graph_leaf(g, TG_OP_param, r->params[i].name);
+    if (p) tg_exec_bind(e, p, r->params[i].value);
+  }
+  return e;
+}
+
+/* The graphs of the run, their kernels and the fusion report. */
+static void build(run *r) {
+  tg_device_opts dopts = {.precision = TG_PREC_F32};
+  r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
+  const tg_train_config *c = &r->cfg;
+  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip};
+  const char *kdir = path_in(r, c->out_dir, "kernels");
+  if (r->rank == 0) mkdirs(r, kdir);
+
+  r->g_grad = compile_model(r, c->batch_size, false);
+  FILE *fusion = r->rank == 0 ? fopen(path_in(r, kdir, "fusion.txt"), "w") : NULL;
+  tg_pipeline_opts po = {.grad = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .report_pass = "fusion",
+                         .report = fusion};
+  tg_run_pipeline(r->ctx, r->g_grad, &po);
+  if (fusion) fclose(fusion);
+
+  /* the parameters, in the grad graph's order */
+  for (int i = 0; i < r->g_grad->n_nodes; i++) r->n_params += r->g_grad->nodes[i]->op == TG_OP_param;
+  r->params = tg_xcalloc((size_t)r->n_params, sizeof *r->params);
+  r->param_of_grad = tg_xcalloc((size_t)r->g_grad->n_nodes + 1, sizeof(int));
+  r->bucket = tg_xcalloc((size_t)r->n_params + 1, sizeof *r->bucket);
+  for (int i = 0; i < r->g_grad->n_nodes; i++) r->param_of_grad[i] = -1;
+  int k = 0;
+  for (int i = 0; i < r->g_grad->n_nodes; i++) {
+    const tg_node *n = r->g_grad->nodes[i];
+    if (n->op != TG_OP_param) continue;
+    param *p = &r->params[k];
+    p->name = n->name;
+    p->type = n->type;
+    p->numel = tg_type_numel(&n->type);
+    p->value = tg_tensor_new(r->dev, &n->type);
+    p->grad_acc = tg_tensor_new(r->dev, &n->type);
+    p->m = tg_tensor_new(r->dev, &n->type);
+    p->v = tg_tensor_new(r->dev, &n->type);
+    p->grad = tg_gradient_of(r->g_grad, n);
+    if (p->grad) r->param_of_grad[tg_kernel_base(p->grad)->id] = k;
+    k++;
+  }
+
+  r->g_opt = optimizer_graph(r, r->g_grad, &ao, &r->slots);
+  tg_pipeline_opts pk = {.kernels = true};
+  tg_run_pipeline(r->ctx, r->g_opt, &pk);
+  r->g_eval = compile_model(r, c->batch_size, false);
+  tg_pipeline_opts pe = {.kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  tg_run_pipeline(r->ctx, r->g_eval, &pe);
+  r->g_sample = compile_model(r, 1, true);
+  tg_run_pipeline(r->ctx, r->g_sample, &pe);
+
+  int64_t bt = c->batch_size * c->block_size;
+  r->idx = tg_xcalloc((size_t)bt, sizeof *r->idx);
+  r->tgt = tg_xcalloc((size_t)bt, sizeof *r->tgt);
+  r->sample_in = tg_xcalloc((size_t)c->block_size, sizeof *r->sample_in);
+  r->logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_sample, "logits")->type), sizeof *r->logits);
+  r->e_grad = compile_for_device(r, r->g_grad, "grad");
+  r->e_opt = compile_for_device(r, r->g_opt, "optimizer");
+  r->e_eval = compile_for_device(r, r->g_eval, "eval");
+  r->e_sample = compile_for_device(r, r->g_sample, "sample");
+  /* the optimizer's gradient inputs and moments are the run's tensors; the
+   * optimizer graph has the grad graph's parameters, in the same order */
+  for (int i = 0; i < r->n_params; i++) {
+    const tg_adamw_slot *s = &r->slots[i];
+    param *p = &r->params[i];
+    if (strcmp(s->param->name, p->name))
+      tg_error(r->ctx, s->param->loc, "internal: the optimizer's parameter %d is '%s', not '%s'", i, s->param->name,
+               p->name);
+    tg_exec_bind(r->e_opt, s->grad, p->grad_acc);
+    tg_exec_bind(r->e_opt, s->m, p->m);
+    tg_exec_bind(r->e_opt, s->v, p->v);
+  }
+  tg_exec_profile(r->e_grad, true);
+}
+
+/* ---- gradients: accumulated, then averaged over the ranks ------------------------ */
+
+/* Called by the grad graph's step after each bucket of gradients is
+ * complete: the executor adds them into the accumulators (the device does
+ * the work, queued in order with the step), and on a step's last
+ * micro-step the bucket is averaged over the ranks in one all-reduce. */
+static void on_bucket(tg_exec *e, int bucket, void *ctx) {
+  run *r = ctx;
+  const tg_bucket *B = &r->g_grad->allreduce->buckets[bucket];
+  const float scale = 1.0f / (float)r->accum;
+  int n = 0;
+  for (int i = 0; i < B->n_grads; i++) {
+    int pi = r->param_of_grad[B->grads[i]];
+    if (pi < 0) continue;
+    param *p = &r->params[pi];
+    tg_exec_accumulate(e, p->grad, p->grad_acc, scale, r->micro == 0);
+    r->bucket[n++] = p->grad_acc;
+  }
+  /* only the last micro-step communicates */
+  if (r->micro == r->accum - 1 && r->nranks > 1) tg_device_allreduce_average(r->dev, r->bucket, n);
+}
+
+/* ---- evaluation and samples ------------------------------------------------------ */
+
+/* The batch's token ids, staged on the host, into the graph's inputs. */
+static void feed(run *r, tg_exec *e, const int32_t *idx, const int32_t *targets) {
+  const tg_graph *g = tg_exec_graph(e);
+  tg_tensor_write(tg_exec_leaf(e, tg_graph_leaf(g, TG_OP_input, "idx")), idx, TG_HOST_I32);
+  if (targets) tg_tensor_write(tg_exec_leaf(e, tg_graph_leaf(g, TG_OP_input, "targets")), targets, TG_HOST_I32);
+  (void)r;
+}
+
+/* A graph's scalar output after a run. */
+static float read_scalar(run *r, tg_exec *e, const char *name) {
+  const tg_node *n = tg_graph_output(tg_exec_graph(e), name);
+  float v;
+  if (!n || !tg_exec_read(e, n, &v, TG_HOST_F32))
+    tg_error(r->ctx, (tg_loc){r->cfg.model, 1, 1}, "internal: output '%s' is not in memory after the step", name);
+  return v;
+}
+
+static double eval_split(run *r, const tg_tokens *toks) {
+  double sum = 0;
+  for (int64_t k = 0; k < r->cfg.eval_batches; k++) {
+    tg_loader_eval_batch(toks, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, k, 0, 1, r->idx, r->tgt);
+    feed(r, r->e_eval, r->idx, r->tgt);
+    tg_exec_run(r->ctx, r->e_eval);
+    sum += read_scalar(r, r->e_eval, "loss");
+  }
+  return sum / (double)(r->cfg.eval_batches ? r->cfg.eval_batches : 1);
+}
+
+/* Generates sample_tokens tokens after the prompt; prints them and appends
+ * them to out_dir/samples.txt. */
+static void sample(run *r, int64_t step) {
+  const tg_train_config *c = &r->cfg;
+  if (c->sample_tokens <= 0) return;
+  char why[512];
+  int32_t *prompt = NULL;
+  size_t np = 0;
+  if (!tg_tok_encode(r->tok, c->sample_prompt, strlen(c->sample_prompt), &prompt, &np, why, sizeof why))
+    tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "sample_prompt: %s", why);
+  int64_t T = c->block_size, total = (int64_t)np + c->sample_tokens;
+  int32_t *ids = tg_xcalloc((size_t)total + 1, sizeof *ids);
+  memcpy(ids, prompt, np * sizeof *ids);
+  free(prompt);
+  int64_t n = (int64_t)np;
+  if (n == 0) ids[n++] = 0; /* an empty prompt starts from token 0 */
+  const tg_node *logits = tg_graph_output(r->g_sample, "logits");
+  int32_t *in = r->sample_in;
+  int64_t Vp = logits->type.dim[logits->type.rank - 1].size;
+  float *row = r->logits;
+  float *scratch = tg_xcalloc((size_t)r->vocab * 2 + 16, sizeof(float));
+  tg_rng rng;
+  tg_rng_seed(&rng, (uint64_t)c->seed, 0x5a5a0000u + (uint64_t)step);
+  while (n < total) {
+    /* the last T tokens, left-aligned: causal attention makes the logits at
+     * position t depend only on tokens up to t, so the padding after is inert */
+    int64_t from = n > T ? n - T : 0, len = n - from;
+    for (int64_t t = 0; t < T; t++) in[t] = t < len ? ids[from + t] : 0;
+    feed(r, r->e_sample, in, NULL);
+    tg_exec_run(r->ctx, r->e_sample);
+    if (!tg_exec_read(r->e_sample, logits, row, TG_HOST_F32))
+      tg_error(r->ctx, logits->loc, "internal: the logits are not in memory");
+    ids[n++] = tg_sample(row + (len - 1) * Vp, r->vocab, c->temperature, (int32_t)c->top_k, &rng, scratch);
+  }
+  char *text = NULL;
+  size_t tlen = 0;
+  if (!tg_tok_decode(r->tok, ids, (size_t)n, &text, &tlen, why, sizeof why))
+    tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "cannot decode a sample: %s", why);
+  say(r, "---- sample at step %lld (temperature %g, top-k %lld) ----\n%.*s\n----\n", (long long)step, c->temperature,
+      (long long)c->top_k, (int)tlen, text);
+  FILE *f = fopen(path_in(r, c->out_dir, "samples.txt"), "a");
+  if (f) {
+    fprintf(f, "---- step %lld ----\n%.*s\n", (long long)step, (int)tlen, text);
+    fclose(f);
+  }
+  free(text);
+  free(ids);
+  free(scratch);
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+/* The optimizer graph's params and moments by node id, read from the
+ * device into host arrays, as the checkpoint wants them; free with
+ * free_leaf_values. */
+static float **leaf_values(run *r) {
+  float **v = tg_xcalloc((size_t)r->g_opt->n_nodes + 1, sizeof(float *));
+  for (int i = 0; i < r->n_params; i++) {
+    const tg_adamw_slot *s = &r->slots[i];
+    const param *p = &r->params[i];
+    const tg_node *leaf[3] = {s->param, s->m, s->v};
+    tg_tensor *from[3] = {p->value, p->m, p->v};
+    for (int k = 0; k < 3; k++) {
+      v[leaf[k]->id] = tg_xmalloc(sizeof(float) * (size_t)p->numel);
+      tg_tensor_read(from[k], v[leaf[k]->id], TG_HOST_F32);
+    }
+  }
+  return v;
+}
+
+static void free_leaf_values(run *r, float **v) {
+  for (int i = 0; i < r->g_opt->n_nodes; i++) free(v[i]);
+  free(v);
+}
+
+static void save_checkpoint(run *r, int64_t step, uint64_t position) {
+  if (r->rank != 0) return;
+  tg_ckpt_meta m = {.step = step, .data_position = position, .seed = (uint64_t)r->cfg.seed, .model = r->cfg.model,
+                    .writer = TG_TRAIN_VERSION};
+  char why[1024];
+  double t0 = now();
+  float **v = leaf_values(r);
+  bool ok = tg_ckpt_save_in_dir(r->cfg.out_dir, r->g_opt, v, &m, why, sizeof why);
+  free_leaf_values(r, v);
+  if (!ok) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot write the checkpoint: %s", why);
+  say(r, "checkpoint: %s/" TG_CKPT_FILE " at step %lld (%.2f s)\n", r->cfg.out_dir, (long long)step, now() - t0);
+}
+
+/* Fills the parameters (and for resume the moments) from wherever the
+ * config says; returns the steps already done and the data position. */
+static int64_t initial_state(run *r, uint64_t *position) {
+  const tg_train_config *c = &r->cfg;
+  *position = 0;
+  if (c->resume) {
+    tg_ckpt_meta m = {0};
+    char *used = NULL;
+    tg_weights *w = tg_ckpt_load_latest(r->ctx, r->g_opt, c->out_dir, true, &m, &used);
+    if (!w) tg_bail(r->ctx);
+    for (int i = 0; i < r->n_params; i++) {
+      const tg_adamw_slot *s = &r->slots[i];
+      param *p = &r->params[i];
+      const tg_node *leaf[3] = {s->param, s->m, s->v};
+      tg_tensor *to[3] = {p->value, p->m, p->v};
+      for (int k = 0; k < 3; k++)
+        if (w->values[leaf[k]->id]) tg_tensor_write(to[k], w->values[leaf[k]->id], TG_HOST_F32);
+    }
+    tg_weights_free(w);
+    *position = m.data_position;
+    say(r, "resumed from %s: %lld steps done\n", used ? used : c->out_dir, (long long)m.step);
+    free(used);
+    return m.step;
+  }
+  /* init_from: a tg checkpoint or a plain weights file (Hugging Face's
+   * GPT-2, tgrun init/step output); only its weights are taken */
+  const tg_graph *wg = c->init_from && *c->init_from ? r->g_opt : r->g_grad;
+  tg_ckpt_meta m = {0};
+  tg_weights *w = c->init_from && *c->init_from ? tg_ckpt_load(r->ctx, r->g_opt, c->init_from, false, &m)
+                                                 : tg_weights_init(r->g_grad, (uint64_t)c->seed);
+  if (!w) tg_bail(r->ctx);
+  for (int i = 0; i < r->n_params; i++) {
+    const tg_node *n = tg_graph_leaf(wg, TG_OP_param, r->params[i].name);
+    tg_tensor_write(r->params[i].value, w->values[n->id], TG_HOST_F32);
+  }
+  tg_weights_free(w);
+  if (c->init_from && *c->init_from) say(r, "initial weights from %s\n", c->init_from);
+  return 0;
+}
+
+/* A hash of every parameter's bits: replicas must agree exactly. */
+static uint64_t weights_hash(const run *r) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < r->n_params; i++) h = (h ^ tg_tensor_hash(r->params[i].value)) * 1099511628211ull;
+  return h;
+}
+
+/* ---- the loop ---------------------------------------------------------------------- */
+
+static bool due(int64_t step, int64_t interval, int64_t last) {
+  return step == last || (interval > 0 && step % interval == 0);
+}
+
+static void write_plot(run *r, const char *metrics_path) {
+  if (r->rank != 0) return;
+  char why[512];
+  const char *svg = path_in(r, r->cfg.out_dir, "loss.svg");
+  if (!tg_loss_plot_from_metrics(metrics_path, svg, r->cfg.model, why, sizeof why))
+    say(r, "warning: no loss plot: %s\n", why);
+}
+
+/* Train and val loss after `step` steps: logged and appended to the metrics. */
+static void evaluate(run *r, const tg_log_columns *cols, tg_metrics_file *mf, int64_t step) {
+  char why[512], line[512];
+  tg_metrics_row e = tg_metrics_row_blank(TG_METRICS_EVAL, step);
+  e.train_loss = eval_split(r, r->train);
+  e.val_loss = eval_split(r, r->val);
+  tg_log_eval_line(line, sizeof line, cols, &e);
+  say(r, "%s\n", line);
+  tg_metrics_append(mf, &e, why, sizeof why);
+}
+
+static void train_loop(run *r) {
+  const tg_train_config *c = &r->cfg;
+  uint64_t position;
+  int64_t done = initial_state(r, &position);
+  char why[1024];
+  /* A step's batch is grad_accum x ranks slices of one seeded draw (stream =
+   * the step): micro-step m of rank r takes slice m * ranks + r.  So 2
+   * micro-batches of b, 2 ranks of b, and one batch of 2b all train on the
+   * same sequences; one loader per micro-step, each at the step count. */
+  int accum = (int)c->grad_accum;
+  tg_loader **loaders = tg_xcalloc((size_t)accum, sizeof *loaders);
+  for (int m = 0; m < accum; m++) {
+    loaders[m] = tg_loader_new(r->train, c->batch_size, c->block_size, m * r->nranks + r->rank, accum * r->nranks,
+                               (uint64_t)c->seed, position, why, sizeof why);
+    if (!loaders[m]) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
+  }
+  const char *metrics_path = path_in(r, c->out_dir, c->metrics_file);
+  tg_metrics_file *mf = NULL;
+  if (r->rank == 0) {
+    mf = tg_metrics_open(metrics_path, done > 0, why, sizeof why);
+    if (!mf) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
+  }
+
+  tg_tensor *lr_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, "lr"));
+  tg_tensor *step_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, "step"));
+  tg_exec_on_bucket(r->e_grad, on_bucket, r);
+  r->accum = (int)c->grad_accum;
+
+
+  /* MFU as nanoGPT counts it: 6N + 12 L H Q T FLOPs per token, N without
+   * the position embedding */
+  double L = 0, H = 0, C = 0;
+  tg_graph_get_config(r->g_grad, "n_layer", &L);
+  tg_graph_get_config(r->g_grad, "n_head", &H);
+  tg_graph_get_config(r->g_grad, "n_embd", &C);
+  int64_t nparams = 0;
+  for (int i = 0; i < r->n_params; i++)
+    if (strcmp(r->params[i].name, "wpe.weight")) {
+      tg_type ft;
+      tg_file_type(r->g_grad, &r->params[i].type, &ft);
+      nparams += tg_type_numel(&ft);
+    }
+  tg_mfu_model mm = {nparams, (int64_t)L, (int64_t)H, H > 0 ? (int64_t)(C / H) : 0, c->block_size};
+  int64_t tokens_per_step = c->batch_size * c->block_size * c->grad_accum * r->nranks;
+  double flops_per_step = tg_flops_per_step(&mm, tokens_per_step);
+
+  tg_lr_schedule sched = {c->learning_rate, c->min_lr, c->warmup_steps, tg_train_config_decay_steps(c)};
+  tg_log_columns cols = {c->max_steps, true};
+  if (r->rank == 0) {
+    say(r, "training %s: %lld parameters, %lld tokens per step (%lld x %lld x %lld accumulated x %d rank%s)\n",
+        c->model, (long long)nparams, (long long)tokens_per_step, (long long)c->batch_size, (long long)c->block_size,
+        (long long)c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s");
+    tg_log_legend(stdout, &cols);
+    if (r->log) tg_log_legend(r->log, &cols);
+  }
+  /* the loss before any step: the baseline of the plot */
+  if (done == 0 && r->rank == 0) evaluate(r, &cols, mf, 0);
+  double phase0[TG_NPHASES] = {0};
+  for (int64_t s = done; s < c->max_steps; s++) {
+    double t0 = now();
+    double lr = tg_lr_at(&sched, s);
+    tg_exec_phase_seconds(r->e_grad, phase0);
+    double loss_sum = 0;
+    for (r->micro = 0; r->micro < r->accum; r->micro++) {
+      tg_loader_next(loaders[r->micro], r->idx, r->tgt);
+      feed(r, r->e_grad, r->idx, r->tgt);
+      tg_exec_run(r->ctx, r->e_grad);
+      loss_sum += read_scalar(r, r->e_grad, "loss");
+    }
+    double phase1[TG_NPHASES];
+    tg_exec_phase_seconds(r->e_grad, phase1);
+    float lr_f = (float)lr, step_f = (float)(s + 1);
+    tg_tensor_write(lr_in, &lr_f, TG_HOST_F32);
+    tg_tensor_write(step_in, &step_f, TG_HOST_F32);
+    tg_exec_run(r->ctx, r->e_opt);
+    float gn = read_scalar(r, r->e_opt, "grad_norm");
+    double stats[1] = {loss_sum / r->accum};
+    tg_comm_sum_doubles(stats, 1);
+    double dt = now() - t0;
+    if (r->nranks > 1 && !tg_comm_all_equal(weights_hash(r)))
+      tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "the ranks' weights differ after step %lld", (long long)s + 1);
+
+    int64_t step = s + 1;
+    tg_metrics_row row = tg_metrics_row_blank(TG_METRICS_STEP, step);
+    row.loss = stats[0] / r->nranks;
+    row.lr = lr;
+    row.grad_norm = gn;
+    row.dt_ms = dt * 1e3;
+    row.fwd_ms = (phase1[TG_PHASE_FORWARD] - phase0[TG_PHASE_FORWARD]) * 1e3;
+    row.bwd_ms = (phase1[TG_PHASE_BACKWARD] - phase0[TG_PHASE_BACKWARD]) * 1e3;
+    row.tok_per_s = (double)tokens_per_step / dt;
+    row.mfu = tg_mfu(flops_per_step, dt, c->peak_flops);
+    if (r->rank == 0) {
+      if (due(step, c->log_interval, c->max_steps) || step == 1) {
+        char line[512];
+        tg_log_step_line(line, sizeof line, &cols, &row);
+        say(r, "%s\n", line);
+      }
+      tg_metrics_append(mf, &row, why, sizeof why);
+    }
+    if (r->rank == 0 && due(step, c->eval_interval, c->max_steps)) {
+      evaluate(r, &cols, mf, step);
+      write_plot(r, metrics_path);
+    }
+    if (r->rank == 0 && due(step, c->sample_interval, c->max_steps)) sample(r, step);
+    if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
+  }
+  if (mf && !tg_metrics_close(mf, why, sizeof why)) say(r, "warning: %s\n", why);
+  write_plot(r, metrics_path);
+  if (r->nranks > 1) say(r, "replicas: the %d ranks' weights were bit-identical after every step\n", r->nranks);
+  for (int m = 0; m < accum; m++) tg_loader_free(loaders[m]);
+  free(loaders);
+}
+
+/* ---- entry ----------------------------------------------------------------------- */
+
+/* Everything from the config to the end of the loop; errors longjmp out
+ * of it to tg_train. */
+static int train(run *r) {
+  char why[1024];
+  const tg_train_config *c = &r->cfg;
+  if (c->threads > 0) {
+    char t[32];
+    snprintf(t, sizeof t, "%lld", (long long)c->threads);
+    setenv("OMP_NUM_THREADS", t, 1); /* read when the kernels' OpenMP starts */
+  }
+  if (r->rank == 0) {
+    mkdirs(r, c->out_dir);
+    r->log = fopen(path_in(r, c->out_dir, "train.log"), c->resume ? "a" : "w");
+    if (!c->resume) remove(path_in(r, c->out_dir, "samples.txt")); /* a fresh run's samples only */
+    FILE *f = fopen(path_in(r, c->out_dir, "train.cfg"), "w");
+    if (f) {
+      tg_train_config_print(f, c);
+      fclose(f);
+    }
+  }
+  tg_comm_barrier();
+  r->tok = tg_prepare_load_tokenizer(c->data_dir, why, sizeof why);
+  if (!r->tok) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "data_dir: %s (make it with tgrun prepare)", why);
+  r->vocab = tg_tok_vocab_size(r->tok);
+  r->train = tg_tokens_open(path_in(r, c->data_dir, "train.bin"), r->vocab, why, sizeof why);
+  if (!r->train) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
+  r->val = tg_tokens_open(path_in(r, c->data_dir, "val.bin"), r->vocab, why, sizeof why);
+  if (!r->val) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
+  say(r, "data: %s: %zu train and %zu val tokens, %s tokenizer, vocab %d\n", c->data_dir, r->train->n, r->val->n,
+      tg_tok_kind_name(tg_tok_kind_of(r->tok)), r->vocab);
+  build(r);
+  train_loop(r);
+  if (r->rank == 0) {
+    say(r, "\ndone. run directory %s:\n", c->out_dir);
+    say(r, "  log       %s/train.log\n  metrics   %s/%s\n  plot      %s/loss.svg\n  samples   %s/samples.txt\n",
+        c->out_dir, c->out_dir, c->metrics_file, c->out_dir, c->out_dir);
+    say(r, "  checkpoint %s/" TG_CKPT_FILE "\n  kernels   %s/kernels/*.c\n  fusion    %s/kernels/fusion.txt\n",
+        c->out_dir, c->out_dir, c->out_dir);
+  }
+  return 0;
+}
+
+int tg_train(const tg_train_config *cfg, int rank, int nranks) {
+  run *r = tg_xcalloc(1, sizeof *r);
+  r->cfg = *cfg; /* shallow: the caller's strings, which outlive the run */
+  r->rank = rank;
+  r->nranks = nranks;
+  r->ctx = tg_ctx_new(stderr);
+  jmp_buf bail;
+  r->ctx->bail = &bail;
+  int status;
+  /* the work is in a function of its own: nothing of it lives in this
+   * frame across the longjmp of an error */
+  if (setjmp(bail)) status = 1;
+  else status = train(r);
+  if (r->log) fclose(r->log);
+  tg_exec_free(r->e_grad);
+  tg_exec_free(r->e_opt);
+  tg_exec_free(r->e_eval);
+  tg_exec_free(r->e_sample);
+  for (int i = 0; i < r->n_params; i++) {
+    tg_tensor_free(r->params[i].value);
+    tg_tensor_free(r->params[i].grad_acc);
+    tg_tensor_free(r->params[i].m);
+    tg_tensor_free(r->params[i].v);
+  }
+  free(r->params);
+  free(r->param_of_grad);
+  free(r->bucket);
+  free(r->idx);
+  free(r->tgt);
+  free(r->sample_in);
+  free(r->logits);
+  tg_device_close(r->dev);
+  if (r->train) tg_tokens_close(r->train);
+  if (r->val) tg_tokens_close(r->val);
+  if (r->tok) tg_tok_free(r->tok);
+  tg_ctx_free(r->ctx);
+  free(r);
+  return status;
+}

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""check_architecture.py SRCDIR BUILDDIR: the layering docs/architecture.md
+draws, checked against the code.
+
+ 1. Layers call only downward.  Every source file belongs to the layer of
+    its folder; LAYERS below says which layers each may use.  An edge is an
+    #include "..." of another file's header, or a reference from one
+    object file to a symbol another defines (read with nm from BUILDDIR).
+    A backend's folder (runtime/exec/ref, runtime/exec/cpu, ...) may be used
+    by the registry alone: nothing else names a backend's functions.
+ 2. No circle between files: modules (a .c with its .h and its private
+    x_impl.h; Flex's scanner and Bison's parser are one module, the
+    grammar, since each needs the other's generated header) form no cycle
+    of includes and calls.
+ 3. The map is whole: every source file's path appears in
+    docs/architecture.md, and every source path the page names exists.
+ 4. No folder holds directly more than 30% of the non-test source lines.
+
+Exit status 0 when all hold; otherwise every violation is printed and the
+status is 1.  Tests are not checked: they test each layer from inside."""
+import os
+import re
+import subprocess
+import sys
+
+# folder -> the folders its files may use (besides their own)
+LAYERS = {
+    'base': [],
+    'ir': ['base'],
+    'frontend': ['ir', 'base'],
+    'passes': ['ir', 'base'],
+    'codegen': ['passes', 'ir', 'base'],
+    'runtime/formats': ['passes', 'ir', 'base'],
+    'runtime/data': ['runtime/formats', 'base'],
+    'runtime/jit': ['base'],
+    'runtime/comm': ['base'],
+    'runtime/exec': ['ir', 'base'],
+    'runtime/exec/ref': ['runtime/exec', 'runtime/comm', 'ir', 'base'],
+    'runtime/exec/cpu': ['runtime/exec', 'runtime/comm', 'runtime/jit', 'codegen', 'passes', 'ir', 'base'],
+    'runtime/exec/registry': ['runtime/exec', 'runtime/exec/ref', 'runtime/exec/cpu', 'base'],
+    'runtime/train': ['runtime/exec/registry', 'runtime/exec', 'runtime/data', 'runtime/formats', 'runtime/comm',
+                      'frontend', 'passes', 'ir', 'base'],
+    'tools': ['runtime/train', 'runtime/exec/registry', 'runtime/exec', 'runtime/data', 'runtime/formats',
+              'runtime/comm', 'codegen', 'frontend', 'passes', 'ir', 'base'],
+}
+SOURCE_EXT = ('.c', '.h', '.l', '.y', '.def', '.cpp', '.hpp')
+# generated from the grammar: header -> the file it comes from
+GENERATED = {'parser.h': 'frontend/parser.y', 'lexer.h': 'frontend/lexer.l'}
+GROUPS = {'frontend/parser': 'frontend/grammar', 'frontend/lexer': 'frontend/grammar'}
+MAX_SHARE = 0.30
+
+
+def source_files(src):
+    out = []
+    for layer in LAYERS:
+        d = os.path.join(src, layer)
+        if not os.path.isdir(d):
+            continue
+        for f in sorted(os.listdir(d)):
+            if f.endswith(SOURCE_EXT) and os.path.isfile(os.path.join(d, f)):
+                out.append(layer + '/' + f)
+    return out
+
+
+def module(path):
+    stem = os.path.splitext(path)[0]
+    if stem.endswith('_impl'):  # a module's private header: x_impl.h belongs to x
+        stem = stem[:-len('_impl')]
+    return GROUPS.get(stem, stem)
+
+
+def main():
+    src, build = sys.argv[1], sys.argv[2]
+    problems = []
+    files = source_files(src)
+    by_name = {}
+    for f in files:
+        by_name.setdefault(os.path.basename(f), []).append(f)
+    for name, where in by_name.items():
+        if len(where) > 1:
+            problems.append('header name %s is in more than one folder: %s' % (name, ', '.join(where)))
+
+    edges = {}  # (from file, to file) -> why
+
+    # includes
+    inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+    for f in files:
+        text = open(os.path.join(src, f), encoding='utf-8', errors='replace').read()
+        for name in inc.findall(text):
+            base = os.path.basename(name)
+            if base in GENERATED:
+                target = GENERATED[base]
+            elif base in by_name:
+                target = by_name[base][0]
+            else:
+                continue  # a system or build-directory header
+            if target != f:
+                edges.setdefault((f, target), '#include "%s"' % name)
+
+    # symbol references between object files
+    objs = {}
+    for root, _, names in os.walk(os.path.join(build, 'CMakeFiles')):
+        for n in names:
+            if not n.endswith('.o'):
+                continue
+            full = os.path.join(root, n)
+            rel = full.split('.dir/', 1)[1][:-2] if '.dir/' in full else None
+            if rel in files:
+                objs[rel] = full
+            elif rel and os.path.basename(rel) in ('parser.c', 'lexer.c'):
+                objs['frontend/' + ('parser.y' if rel.endswith('parser.c') else 'lexer.l')] = full
+    if not objs:
+        problems.append('no object files under %s/CMakeFiles: build first' % build)
+    defined, used = {}, {}
+    for f, o in objs.items():
+        out = subprocess.run(['nm', '-P', o], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) < 2:
+                continue
+            sym, kind = parts[0], parts[1]
+            if kind == 'U':
+                used.setdefault(f, set()).add(sym)
+            elif kind in 'TDBRCVW':
+                defined.setdefault(sym, f)
+    for f, syms in used.items():
+        for s in sorted(syms):
+            g = defined.get(s)
+            if g and g != f:
+                edges.setdefault((f, g), 'uses %s' % s)
+
+    # 1. layers
+    def folder(f):
+        return os.path.dirname(f)
+    for (a, b), why in sorted(edges.items()):
+        fa, fb = folder(a), folder(b)
+        if fa != fb and fb not in LAYERS.get(fa, []):
+            problems.append('layering: %s (%s) %s of %s (%s), which %s may not use' % (a, fa, why, b, fb, fa))
+
+    # 2. cycles between modules
+    graph = {}
+    for (a, b), why in edges.items():
+        ma, mb = module(a), module(b)
+        if ma != mb:
+            graph.setdefault(ma, {}).setdefault(mb, (a, b, why))
+    index, low, stack, on, sccs = {}, {}, [], set(), []
+    counter = [0]
+
+    def strong(v):
+        # iterative Tarjan
+        work = [(v, iter(graph.get(v, {})))]
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(graph.get(w, {}))))
+                    advanced = True
+                    break
+                elif w in on:
+                    low[node] = min(low[node], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                if len(comp) > 1:
+                    sccs.append(comp)
+    for v in sorted(set(graph) | {m for d in graph.values() for m in d}):
+        if v not in index:
+            strong(v)
+    for comp in sccs:
+        inside = set(comp)
+        why = ['%s %s of %s' % (a, w, b) for m in sorted(comp) for n, (a, b, w) in sorted(graph.get(m, {}).items())
+               if n in inside]
+        problems.append('circle between %s: %s' % (', '.join(sorted(comp)), '; '.join(why)))
+
+    # 3. the map
+    doc = open(os.path.join(src, 'docs/architecture.md'), encoding='utf-8').read()
+    mapped = files + [os.path.join('tools', f) for f in sorted(os.listdir(os.path.join(src, 'tools')))
+                      if f.endswith(('.sh', '.py'))]
+    for f in mapped:
+        if f not in doc:
+            problems.append('docs/architecture.md does not list %s' % f)
+    for p in sorted(set(re.findall(r'\b((?:base|ir|frontend|passes|codegen|runtime|tools)/[\w/.-]+\.(?:c|h|l|y|def|cpp|hpp|sh|py))\b', doc))):
+        if not os.path.exists(os.path.join(src, p)):
+            problems.append('docs/architecture.md names %s, which does not exist' % p)
+
+    # 4. folder sizes
+    lines = {}
+    for f in files:
+        with open(os.path.join(src, f), encoding='utf-8', errors='replace') as fh:
+            lines[folder(f)] = lines.get(folder(f), 0) + sum(1 for _ in fh)
+    total = sum(lines.values())
+    for d, n in sorted(lines.items()):
+        if n > MAX_SHARE * total:
+            problems.append('%s holds %d of %d source lines (%.0f%%, more than %.0f%%)' %
+                            (d, n, total, 100.0 * n / total, 100 * MAX_SHARE))
+
+    for p in problems:
+        print('FAIL: ' + p)
+    print('architecture: %d source files in %d folders, %d edges between files, %d lines; largest folder %s (%.0f%%)' %
+          (len(files), len(lines), len(edges), total, max(lines, key=lines.get), 100.0 * max(lines.values()) / total))
+    print('architecture: %s' % ('%d problems' % len(problems) if problems else 'all checks hold'))
+    return 1 if problems else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

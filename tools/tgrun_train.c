@@ -1,0 +1,69 @@
+/* tgrun_train.c: the command line of `tgrun train.cfg [KEY=VALUE ...]`:
+ * the config file, its overrides, joining the ranks (the work is
+ * runtime/train/train.c). */
+#include "tgrun_cli.h"
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "train.h"
+#include "train_config.h"
+
+static const char train_usage[] =
+    "usage: tgrun train.cfg [KEY=VALUE ...]\n"
+    "       tgrun --nproc N train.cfg [KEY=VALUE ...]\n"
+    "\n"
+    "Trains as train.cfg says (docs/train-config.md: every key and its default);\n"
+    "KEY=VALUE arguments override the file.  The run directory (out_dir) gets\n"
+    "train.log, metrics.jsonl, loss.svg, samples.txt, checkpoints, the generated\n"
+    "kernels (kernels/*.c) and the fusion report (kernels/fusion.txt).\n"
+    "--nproc N runs N data-parallel ranks with mpirun; tgrun also runs as a rank\n"
+    "when started by mpirun or srun itself.\n";
+
+
+/* The config as loaded, overridden and validated; returns -1 to go on,
+ * else the exit status. */
+static int load_config(tg_ctx *ctx, int argc, char **argv, tg_train_config *cfg) {
+  tg_train_config_defaults(cfg);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  int status = -1;
+  if (setjmp(bail)) status = 1;
+  else if (!tg_train_config_load(ctx, argv[1], cfg)) status = 1;
+  else {
+    for (int i = 2; i < argc && status < 0; i++)
+      if (!tg_train_config_override(ctx, cfg, argv[i])) status = 2;
+    if (status < 0 && !tg_train_config_validate(ctx, cfg)) status = 1;
+  }
+  ctx->bail = NULL;
+  return status;
+}
+
+int tgrun_train_main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help")) {
+    fputs(train_usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  char why[1024];
+  int rank, nranks;
+  if (!tg_comm_init(&argc, &argv, &rank, &nranks, why, sizeof why)) {
+    fprintf(stderr, "tgrun: error: %s\n", why);
+    return 1;
+  }
+  tg_ctx *ctx = tg_ctx_new(stderr);
+  tg_train_config cfg;
+  int status = load_config(ctx, argc, argv, &cfg);
+  tg_ctx_free(ctx);
+  if (status < 0) status = tg_train(&cfg, rank, nranks);
+  tg_train_config_free(&cfg);
+  if (status && nranks > 1) {
+    fflush(stderr);
+    /* one rank's error must not leave the others waiting in a collective */
+    exit(status);
+  }
+  tg_comm_finalize();
+  return status;
+}
