@@ -796,26 +796,25 @@ static void kernel_args(lowerer *L, int k) {
   const tg_graph *g = L->g;
   tg_lkernel *lk = &L->p->kernels[k];
   const tg_kernel *K = &g->kernels[k];
-  bool *in = tg_xcalloc((size_t)g->n_nodes + 1, 1), *w = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  bool *r = tg_xcalloc((size_t)g->n_nodes + 1, 1), *w = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int j = 0; j < K->n_nodes; j++) {
     const tg_node *n = g->nodes[K->nodes[j]];
-    if (L->stored[n->id]) {
-      int b = n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id;
-      in[b] = w[b] = true;
-    }
-    for (int x = 0; x < n->nin; x++) arg_of(L, n->in[x], in);
+    if (L->stored[n->id]) w[n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id] = true;
+    for (int x = 0; x < n->nin; x++) arg_of(L, n->in[x], r);
   }
+  /* a copy of a view for a matmul: written by its nest, read by the gemm */
   for (int s = 0; s < lk->n_steps; s++)
-    if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) in[lk->steps[s].node] = w[lk->steps[s].node] = true;
+    if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) r[lk->steps[s].node] = w[lk->steps[s].node] = true;
   ivec args = {0};
   for (int i = 0; i < g->n_nodes; i++)
-    if (in[i]) push(&args, i);
+    if (r[i] || w[i]) push(&args, i);
   lk->args = arena_ints(L->arena, &args);
   lk->n_args = args.n;
+  lk->arg_read = tg_alloc(L->arena, (size_t)(args.n ? args.n : 1));
   lk->arg_written = tg_alloc(L->arena, (size_t)(args.n ? args.n : 1));
-  for (int a = 0; a < args.n; a++) lk->arg_written[a] = w[args.v[a]];
+  for (int a = 0; a < args.n; a++) lk->arg_read[a] = r[args.v[a]], lk->arg_written[a] = w[args.v[a]];
   free(args.v);
-  free(in);
+  free(r);
   free(w);
 }
 

@@ -106,7 +106,8 @@ typedef struct tg_lkernel {
   tg_step *steps;
   int n_steps, n_waves;
   int *args, n_args;      /* every base value the kernel reads or writes, in order */
-  bool *arg_written;
+  bool *arg_read;         /* per arg: the kernel reads it */
+  bool *arg_written;      /* per arg: the kernel writes it */
 } tg_lkernel;
 
 typedef struct tg_program {

@@ -20,6 +20,7 @@
  * header, so NVRTC needs no include path. */
 #include <string.h>
 
+#include "cuda_plan.h"
 #include "emit.h"
 #include "render.h"
 
@@ -31,24 +32,6 @@ static void print_code(FILE *out, const char *text, const char *indent) {
     l = nl ? nl + 1 : NULL;
   }
 }
-
-static bool is_reduction_nest(const tg_step *st) {
-  if (st->kind != TG_STEP_NEST) return false;
-  for (int s = 0; s < st->nest.n_sweeps; s++)
-    if (st->nest.sweeps[s].n_reduce) return true;
-  return false;
-}
-
-/* Blocks a step needs in its wave's launch. */
-static long long step_blocks(const tg_step *st) {
-  const tg_nest *N = &st->nest;
-  if (st->kind == TG_STEP_SCATTER) return (N->outer_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
-  if (is_reduction_nest(st)) return N->outer_count;
-  long long points = N->outer_count * N->inner_count / tg_nest_vec_width(st, TG_DIALECT_CUDA);
-  return (points + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
-}
-
-static bool launched(const tg_step *st) { return st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER; }
 
 static void prelude(FILE *out, const tg_program *p) {
   const tg_graph *g = p->g;
@@ -112,7 +95,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   if (st->kind == TG_STEP_SCATTER) {
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu) * blockDim.x + threadIdx.x;\n", first);
     fprintf(out, "    if (o < %lld) {\n      (void)o;\n", (long long)N->outer_count);
-  } else if (is_reduction_nest(st)) {
+  } else if (tg_cuda_is_reduction_nest(st)) {
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu);\n    {\n      (void)o;\n", first);
   } else {
     /* a thread per point, or per c.vec consecutive points of the inner axis */
@@ -122,7 +105,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     fprintf(out, "      const tg_idx o = e / %lld, j = e %% %lld * %d;\n      (void)o, (void)j;\n", per, per, c.vec);
   }
   print_code(out, c.outer_coords, "      ");
-  bool red = is_reduction_nest(st);
+  bool red = tg_cuda_is_reduction_nest(st);
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
     if (!sg->loop) {
@@ -169,7 +152,7 @@ void tg_render_cuda(FILE *out, const tg_program *p) {
     for (int w = 0; w < lk->n_waves; w++) {
       long long blocks = 0;
       bool any = false;
-      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && launched(&lk->steps[s]);
+      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
       if (!any) continue;
       fprintf(out, "// tg kernel: k%d_w%d\n", k, w);
       fputs(cm.s, out);
@@ -177,8 +160,8 @@ void tg_render_cuda(FILE *out, const tg_program *p) {
       const char *sep = "  ";
       for (int s = 0; s < lk->n_steps; s++) {
         const tg_step *st = &lk->steps[s];
-        if (st->wave != w || !launched(st)) continue;
-        long long nb = step_blocks(st);
+        if (st->wave != w || !tg_cuda_step_launched(st)) continue;
+        long long nb = tg_cuda_step_blocks(st);
         fprintf(out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, blocks + nb, s, nb, nb == 1 ? "" : "s");
         step_body(out, p, lk, s, blocks);
         fprintf(out, "  }");
@@ -213,20 +196,28 @@ static void json_str(FILE *out, const char *s) {
   fputc('"', out);
 }
 
-static void arg_json(FILE *out, const tg_program *p, int node) {
+static const char *access_of(bool read, bool written) {
+  return read && written ? "readwrite" : written ? "write" : "read";
+}
+
+/* A value in memory: which, where, and (for a kernel's argument) whether
+ * the kernel reads it, writes it or both; access NULL: not said. */
+static void arg_json(FILE *out, const tg_program *p, int node, const char *access) {
   const tg_node *n = p->g->nodes[node];
   const tg_storage *s = &p->store[node];
   fprintf(out, "{\"param\": \"b%d\", \"value\": \"%%%d\", \"name\": ", node, node);
   json_str(out, n->name ? n->name : "");
   fprintf(out, ", \"dtype\": \"%s\", \"shape\": [", tg_dtype_name(n->type.dtype));
   for (int d = 0; d < n->type.rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)n->type.dim[d].size);
-  if (s->place == TG_PLACE_LEAF) fprintf(out, "], \"place\": \"leaf\", \"leaf\": %d}", s->leaf);
-  else fprintf(out, "], \"place\": \"%s\", \"offset\": %lld}", s->place == TG_PLACE_ARENA ? "arena" : "scratch",
+  if (s->place == TG_PLACE_LEAF) fprintf(out, "], \"place\": \"leaf\", \"leaf\": %d", s->leaf);
+  else fprintf(out, "], \"place\": \"%s\", \"offset\": %lld", s->place == TG_PLACE_ARENA ? "arena" : "scratch",
                (long long)s->offset);
+  if (access) fprintf(out, ", \"access\": \"%s\"", access);
+  fprintf(out, "}");
 }
 
-static void gemm_json(FILE *out, const tg_gemm *G, bool cuda) {
-  fprintf(out, "{\"%s\": {", cuda ? "cublaslt" : "cblas_sgemm");
+static void cblas_json(FILE *out, const tg_gemm *G) {
+  fprintf(out, "{\"cblas_sgemm\": {");
   fprintf(out, "\"c\": \"b%d\", \"a\": \"b%d\", \"b\": \"b%d\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
                "\"trans_a\": %s, \"trans_b\": %s, \"lda\": %lld, \"ldb\": %lld, \"ldc\": %lld, "
                "\"a_offset\": %lld, \"b_offset\": %lld, \"batch\": %lld, \"row_major\": true}}",
@@ -235,9 +226,27 @@ static void gemm_json(FILE *out, const tg_gemm *G, bool cuda) {
           (long long)G->b_off, (long long)G->batch);
 }
 
-void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool cuda) {
+/* Everything the cublasLtMatmul call is made with (cuda_plan.h). */
+static void cublaslt_json(FILE *out, const tg_cuda_matmul *M) {
+  fprintf(out, "{\"cublaslt\": {\"d\": \"b%d\", \"c\": \"b%d\", \"a\": \"b%d\", \"b\": \"b%d\",\n         "
+               "\"a_type\": \"%s\", \"b_type\": \"%s\", \"c_type\": \"%s\", \"compute\": \"%s\", \"scale_type\": \"%s\",\n         "
+               "\"trans_a\": %s, \"trans_b\": %s, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"order\": \"column\",\n         "
+               "\"a_layout\": [%lld, %lld, %lld], \"b_layout\": [%lld, %lld, %lld], \"c_layout\": [%lld, %lld, %lld],\n         "
+               "\"a_offset\": %lld, \"b_offset\": %lld, \"c_offset\": %lld, \"batch_count\": %d, "
+               "\"batch_strides\": [%lld, %lld, %lld],\n         "
+               "\"alpha\": %g, \"beta\": %g, \"epilogue\": \"%s\", \"workspace_bytes\": %lld}}",
+          M->node, M->node, M->a_node, M->b_node, tg_dtype_name(M->a_type), tg_dtype_name(M->b_type),
+          tg_dtype_name(M->c_type), M->compute, M->scale_type, M->trans_a ? "true" : "false", M->trans_b ? "true" : "false",
+          (long long)M->m, (long long)M->n, (long long)M->k, (long long)M->a_rows, (long long)M->a_cols,
+          (long long)M->lda, (long long)M->b_rows, (long long)M->b_cols, (long long)M->ldb, (long long)M->m,
+          (long long)M->n, (long long)M->ldc, (long long)M->a_offset, (long long)M->b_offset, (long long)M->c_offset,
+          M->batch_count, (long long)M->a_batch_stride, (long long)M->b_batch_stride, (long long)M->c_batch_stride,
+          M->alpha, M->beta, M->epilogue, (long long)M->workspace_bytes);
+}
+
+static void manifest_head(FILE *out, const tg_program *p, const char *file, bool cuda) {
   const tg_graph *g = p->g;
-  fprintf(out, "{\n  \"format\": \"tg-manifest-1\",\n  \"source\": ");
+  fprintf(out, "{\n  \"format\": \"tg-manifest-2\",\n  \"source\": ");
   json_str(out, g->source);
   fprintf(out, ",\n  \"%s\": ", cuda ? "cuda" : "c");
   json_str(out, file);
@@ -245,74 +254,103 @@ void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool c
           (long long)p->scratch_bytes);
   for (int i = 0; i < p->n_leaves; i++) {
     fprintf(out, "%s\n    ", i ? "," : "");
-    arg_json(out, p, p->leaves[i]);
+    arg_json(out, p, p->leaves[i], NULL);
   }
   fprintf(out, "\n  ],\n  \"kernels\": [");
+}
+
+static void kernel_head(FILE *out, const tg_program *p, const tg_lkernel *lk, const char *where) {
+  const tg_kernel *K = &p->g->kernels[lk->kernel];
+  fprintf(out, "%s\n    {\"kernel\": \"k%d\", \"name\": ", lk->kernel ? "," : "", lk->kernel);
+  json_str(out, K->name);
+  fprintf(out, ", \"kind\": \"%s\"", tg_kernel_kind_name(K->kind));
+  if (where) {
+    fprintf(out, ", \"where\": ");
+    json_str(out, where);
+  }
+  fprintf(out, ",\n     \"args\": [");
+  for (int a = 0; a < lk->n_args; a++) {
+    fprintf(out, "%s\n       ", a ? "," : "");
+    arg_json(out, p, lk->args[a], access_of(lk->arg_read[a], lk->arg_written[a]));
+  }
+  fprintf(out, "],\n     \"launches\": [");
+}
+
+static void allreduce_json(FILE *out, const tg_graph *g, int b) {
+  const tg_bucket *B = &g->allreduce->buckets[b];
+  fprintf(out, "{\"allreduce\": %d, \"bytes\": %lld, \"grads\": [", b, (long long)B->bytes);
+  for (int x = 0; x < B->n_grads; x++) fprintf(out, "%s\"b%d\"", x ? ", " : "", B->grads[x]);
+  fprintf(out, "]}");
+}
+
+/* CUDA: the plan (cuda_plan.h), exactly as the CUDA backend runs it. */
+static void manifest_cuda(FILE *out, const tg_program *p) {
+  tg_arena *a = tg_arena_new();
+  const tg_cuda_plan *plan = tg_cuda_plan_make(a, p);
+  int op = 0;
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
-    const tg_kernel *K = &g->kernels[k];
-    fprintf(out, "%s\n    {\"kernel\": \"k%d\", \"name\": ", k ? "," : "", k);
-    json_str(out, K->name);
-    fprintf(out, ", \"kind\": \"%s\",\n     \"args\": [", tg_kernel_kind_name(K->kind));
-    for (int a = 0; a < lk->n_args; a++) {
-      fprintf(out, "%s\n       ", a ? "," : "");
-      arg_json(out, p, lk->args[a]);
-      fprintf(out, "%s", lk->arg_written[a] ? "" : "");
+    kernel_head(out, p, lk, plan->where[k]);
+    for (bool first = true; op < plan->n_ops && plan->ops[op].kernel == lk->kernel; op++, first = false) {
+      const tg_cuda_op *o = &plan->ops[op];
+      fprintf(out, "%s\n       ", first ? "" : ",");
+      if (o->kind == TG_CUDA_MATMUL) {
+        cublaslt_json(out, &o->matmul);
+      } else if (o->kind == TG_CUDA_ALLREDUCE) {
+        allreduce_json(out, p->g, o->bucket);
+      } else {
+        const tg_cuda_launch *L = &o->launch;
+        fprintf(out, "{\"function\": \"%s\", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"shared_bytes\": %zu, "
+                     "\"args\": [",
+                L->function, L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
+                L->shared_bytes);
+        for (int x = 0; x < L->n_args; x++)
+          fprintf(out, "%s{\"b%d\": \"%s\"}", x ? ", " : "", L->args[x].node,
+                  access_of(L->args[x].read, L->args[x].written));
+        fprintf(out, "]}");
+      }
     }
-    fprintf(out, "],\n     \"launches\": [");
-    /* in run order: by wave, a wave's gemms before its nests' launch */
+    fprintf(out, "]}");
+  }
+  tg_arena_free(a);
+}
+
+/* C: each step is a function of the kernel, called in order. */
+static void manifest_c(FILE *out, const tg_program *p) {
+  const tg_graph *g = p->g;
+  for (int k = 0; k < p->n_kernels; k++) {
+    const tg_lkernel *lk = &p->kernels[k];
+    kernel_head(out, p, lk, NULL);
     bool first = true;
-    for (int w = 0; w < lk->n_waves; w++) {
-      long long blocks = 0;
-      for (int s = 0; s < lk->n_steps; s++) {
-        const tg_step *st = &lk->steps[s];
-        if (st->wave != w) continue;
-        if (!cuda && st->kind != TG_STEP_GEMM) {
-          /* C: each step is a function of the kernel, called in order */
-          fprintf(out, "%s\n       {\"function\": \"%s\", \"kind\": \"%s\"", first ? "" : ",", st->fn,
-                  st->kind == TG_STEP_NEST ? "nest" : st->kind == TG_STEP_SCATTER ? "scatter" : "flash");
-          if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER)
-            fprintf(out, ", \"outer_points\": %lld, \"inner_points\": %lld, \"sweeps\": %d",
-                    (long long)st->nest.outer_count, (long long)st->nest.inner_count, st->nest.n_sweeps);
-          fprintf(out, ", \"args\": \"kernel\"}");
-          first = false;
-        } else if (st->kind == TG_STEP_GEMM) {
-          fprintf(out, "%s\n       ", first ? "" : ",");
-          gemm_json(out, &st->gemm, cuda);
-          first = false;
-        } else if (launched(st)) {
-          blocks += step_blocks(st);
-        } else {
-          tg_flash_launch fl[TG_FLASH_MAX_LAUNCHES];
-          int n = tg_flash_cuda_launches(&st->flash, st->fn, st->kind == TG_STEP_FLASH_BWD, fl);
-          for (int i = 0; i < n; i++) {
-            fprintf(out, "%s\n       {\"function\": \"%s\", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], "
-                         "\"shared_bytes\": %zu, \"args\": [", first ? "" : ",", fl[i].name, fl[i].grid[0],
-                    fl[i].grid[1], fl[i].grid[2], fl[i].block[0], fl[i].block[1], fl[i].block[2], fl[i].shmem);
-            int na = st->kind == TG_STEP_FLASH_BWD ? 9 : 5;
-            for (int a = 0; a < na; a++) fprintf(out, "%s\"b%d\"", a ? ", " : "", st->flash_args[a]);
-            fprintf(out, "]}");
-            first = false;
-          }
-        }
+    for (int s = 0; s < lk->n_steps; s++) {
+      const tg_step *st = &lk->steps[s];
+      fprintf(out, "%s\n       ", first ? "" : ",");
+      first = false;
+      if (st->kind == TG_STEP_GEMM) {
+        cblas_json(out, &st->gemm);
+        continue;
       }
-      if (blocks) {
-        fprintf(out, "%s\n       {\"function\": \"k%d_w%d\", \"grid\": [%lld, 1, 1], \"block\": [%d, 1, 1], "
-                     "\"shared_bytes\": 0, \"args\": \"kernel\"}",
-                first ? "" : ",", k, w, blocks, TG_CUDA_BLOCK);
-        first = false;
-      }
+      fprintf(out, "{\"function\": \"%s\", \"kind\": \"%s\"", st->fn,
+              st->kind == TG_STEP_NEST ? "nest" : st->kind == TG_STEP_SCATTER ? "scatter" : "flash");
+      if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER)
+        fprintf(out, ", \"outer_points\": %lld, \"inner_points\": %lld, \"sweeps\": %d", (long long)st->nest.outer_count,
+                (long long)st->nest.inner_count, st->nest.n_sweeps);
+      fprintf(out, ", \"args\": \"kernel\"}");
     }
     const tg_allreduce_plan *ar = g->allreduce;
     for (int b = 0; ar && b < ar->n_buckets; b++) {
       if (ar->buckets[b].after_kernel != k) continue;
-      fprintf(out, "%s\n       {\"allreduce\": %d, \"bytes\": %lld, \"grads\": [", first ? "" : ",", b,
-              (long long)ar->buckets[b].bytes);
-      for (int x = 0; x < ar->buckets[b].n_grads; x++) fprintf(out, "%s\"b%d\"", x ? ", " : "", ar->buckets[b].grads[x]);
-      fprintf(out, "]}");
+      fprintf(out, "%s\n       ", first ? "" : ",");
       first = false;
+      allreduce_json(out, g, b);
     }
     fprintf(out, "]}");
   }
+}
+
+void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool cuda) {
+  manifest_head(out, p, file, cuda);
+  if (cuda) manifest_cuda(out, p);
+  else manifest_c(out, p);
   fprintf(out, "\n  ]\n}\n");
 }

@@ -127,7 +127,7 @@ void tg_exec_accumulate(tg_exec *e, const tg_node *n, tg_tensor *acc, float scal
   e->d->x->accumulate(e, n, acc, scale, first);
 }
 
-void tg_exec_profile(tg_exec *e, bool on) { e->d->x->profile(e, on); }
+void tg_exec_profile(tg_exec *e, tg_profile_level level) { e->d->x->profile(e, level); }
 
 void tg_exec_profile_print(const tg_exec *e, FILE *out, int top) { e->d->x->profile_print(e, out, top); }
 

@@ -130,12 +130,17 @@ void tg_exec_accumulate(tg_exec *e, const tg_node *n, tg_tensor *acc, float scal
 
 /* ---- profiling ------------------------------------------------------------------- */
 
-/* While on, each run adds every kernel's time to a table. */
-void tg_exec_profile(tg_exec *e, bool on);
-/* The top kernels by time, one line each. */
+/* What a run measures: nothing; the time of each phase (cheap enough for
+ * every step of training: on a GPU a few events inside the captured
+ * step); or every kernel's time (on a GPU: the step runs launch by
+ * launch, without a CUDA graph, to time each). */
+typedef enum tg_profile_level { TG_PROFILE_OFF, TG_PROFILE_PHASES, TG_PROFILE_KERNELS } tg_profile_level;
+void tg_exec_profile(tg_exec *e, tg_profile_level level);
+/* The top kernels by time, one line each (TG_PROFILE_KERNELS). */
 void tg_exec_profile_print(const tg_exec *e, FILE *out, int top);
 /* Seconds spent so far in the kernels of each phase (forward, backward,
- * optimizer; a kernel's phase is its first op's), while profiling was on. */
+ * optimizer; a kernel's phase is its first op's), while profiling was on
+ * (TG_PROFILE_PHASES or more). */
 void tg_exec_phase_seconds(const tg_exec *e, double out[TG_NPHASES]);
 
 #endif

@@ -51,7 +51,7 @@ struct tg_executor {
   bool (*read)(tg_exec *e, const tg_node *n, void *dst, tg_host_type ht);
   void (*accumulate)(tg_exec *e, const tg_node *n, tg_tensor *acc, float scale, bool first);
 
-  void (*profile)(tg_exec *e, bool on);
+  void (*profile)(tg_exec *e, tg_profile_level level);
   void (*profile_print)(const tg_exec *e, FILE *out, int top);
   void (*phase_seconds)(const tg_exec *e, double out[TG_NPHASES]);
 };

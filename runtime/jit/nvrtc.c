@@ -19,13 +19,8 @@
 
 #include "cache.h"
 #include "diag.h" /* tg_why */
+#include "dynlib.h"
 #include "sbuf.h"
-
-#if defined(__GNUC__)
-#define TG_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define TG_PRINTF(f, a)
-#endif
 
 enum { NVRTC_SUCCESS = 0 };
 typedef struct nvrtc_program_ *nvrtc_program;
@@ -50,42 +45,21 @@ static pthread_mutex_t nv_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- loading NVRTC ------------------------------------------------------- */
 
-/* dlsym returns void *, which C does not convert to a function pointer;
- * POSIX guarantees the representation is the same, so copy the bits. */
-static bool sym(void *lib, const char *name, void *fp, tg_sbuf *why) {
-  void *p = dlsym(lib, name);
-  if (!p) {
-    tg_sb_printf(why, " (which lacks %s)", name);
-    return false;
-  }
-  memcpy(fp, &p, sizeof p);
-  return true;
-}
-
-static bool try_load(const char *path, tg_sbuf *why) {
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  tg_sb_printf(why, "%s%s", why->n ? ", " : "", path);
-  if (!lib) {
-    /* "No such file" for each miss says nothing new; other reasons (wrong
-     * architecture, missing dependencies) are what the user needs. */
-    const char *e = dlerror();
-    if (e && !strstr(e, "No such file")) tg_sb_printf(why, " (%s)", e);
-    return false;
-  }
-  bool ok = sym(lib, "nvrtcVersion", &nv.version, why) &&
-            sym(lib, "nvrtcGetErrorString", &nv.error_string, why) &&
-            sym(lib, "nvrtcCreateProgram", &nv.create, why) &&
-            sym(lib, "nvrtcDestroyProgram", &nv.destroy, why) &&
-            sym(lib, "nvrtcCompileProgram", &nv.compile, why) &&
-            sym(lib, "nvrtcGetProgramLogSize", &nv.log_size, why) &&
-            sym(lib, "nvrtcGetProgramLog", &nv.log, why) &&
-            sym(lib, "nvrtcGetCUBINSize", &nv.cubin_size, why) &&
-            sym(lib, "nvrtcGetCUBIN", &nv.cubin, why);
+/* The entry points of a loaded NVRTC, and its version; false with why. */
+static bool bind(void *lib, tg_sbuf *why) {
+  bool ok = tg_dynlib_fn(lib, "nvrtcVersion", &nv.version, why) &&
+            tg_dynlib_fn(lib, "nvrtcGetErrorString", &nv.error_string, why) &&
+            tg_dynlib_fn(lib, "nvrtcCreateProgram", &nv.create, why) &&
+            tg_dynlib_fn(lib, "nvrtcDestroyProgram", &nv.destroy, why) &&
+            tg_dynlib_fn(lib, "nvrtcCompileProgram", &nv.compile, why) &&
+            tg_dynlib_fn(lib, "nvrtcGetProgramLogSize", &nv.log_size, why) &&
+            tg_dynlib_fn(lib, "nvrtcGetProgramLog", &nv.log, why) &&
+            tg_dynlib_fn(lib, "nvrtcGetCUBINSize", &nv.cubin_size, why) &&
+            tg_dynlib_fn(lib, "nvrtcGetCUBIN", &nv.cubin, why);
   if (ok && nv.version(&nv.major, &nv.minor) != NVRTC_SUCCESS) {
     tg_sb_printf(why, " (nvrtcVersion failed)");
     ok = false;
   }
-  if (!ok) dlclose(lib);
   return ok;
 }
 
@@ -98,18 +72,10 @@ static bool load(char *err, size_t errlen) {
   /* The versioned names first: a bare libnvrtc.so exists only where the
    * development package is installed. */
   static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-  const char *dirs[] = {getenv("CUDA_HOME"), "/usr/local/cuda"};
   tg_sbuf why = {0};
-  bool ok = false;
-  for (size_t i = 0; !ok && i < sizeof names / sizeof *names; i++) ok = try_load(names[i], &why);
-  for (size_t d = 0; !ok && d < sizeof dirs / sizeof *dirs; d++) {
-    if (!dirs[d] || !*dirs[d]) continue;
-    for (size_t i = 0; !ok && i < sizeof names / sizeof *names; i++) {
-      char path[4096];
-      snprintf(path, sizeof path, "%s/lib64/%s", dirs[d], names[i]);
-      ok = try_load(path, &why);
-    }
-  }
+  void *lib = tg_dynlib_open(names, 3, true, &why);
+  bool ok = lib && bind(lib, &why);
+  if (lib && !ok) dlclose(lib);
   nv.loaded = ok;
   pthread_mutex_unlock(&nv_lock);
   if (!ok)

@@ -102,7 +102,7 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
   s->dev = tg_device_open_named(ctx, o->backend ? o->backend : "ref", &dopts);
   tg_exec_opts eo = {.name = step ? "step" : "grad", .source_path = o->keep_source, .remat = -1};
   s->e = tg_exec_compile(s->dev, ctx, s->g, &eo);
-  tg_exec_profile(s->e, o->profile_top > 0);
+  tg_exec_profile(s->e, o->profile_top > 0 ? TG_PROFILE_KERNELS : TG_PROFILE_OFF);
   for (int i = 0; i < s->g->n_nodes; i++)
     if (s->w->values[i]) tg_tensor_write(tg_exec_leaf(s->e, s->g->nodes[i]), s->w->values[i], TG_HOST_F32);
   const char *names[2] = {"idx", "targets"};

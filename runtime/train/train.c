@@ -275,7 +275,7 @@ static void build(run *r) {
     tg_exec_bind(r->e_opt, s->m, p->m);
     tg_exec_bind(r->e_opt, s->v, p->v);
   }
-  tg_exec_profile(r->e_grad, true);
+  tg_exec_profile(r->e_grad, TG_PROFILE_PHASES);
 }
 
 /* ---- gradients: accumulated, then averaged over the ranks ------------------------ */

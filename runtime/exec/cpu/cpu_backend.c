@@ -39,7 +39,8 @@ typedef struct cpu_exec {
   int *profile;          /* the object's tg_profile switch */
   double *kernel_seconds;
   void **leaves;         /* per program leaf: the memory the step reads */
-  cpu_tensor **own;      /* per program leaf: its own storage, as a tensor */
+  cpu_tensor **own;      /* per program leaf: its own storage, made when first
+                          * needed (a bound leaf never needs it) */
   tg_tensor **bound;     /* per program leaf: the tensor bound to it, or NULL */
   int *leaf_of;          /* per graph node: index into leaves, or -1 */
   char *arena, *scratch;
@@ -201,13 +202,7 @@ static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const 
   e->bound = tg_xcalloc((size_t)p->n_leaves + 1, sizeof *e->bound);
   e->leaf_of = tg_xmalloc(sizeof(int) * ((size_t)g->n_nodes + 1));
   for (int i = 0; i < g->n_nodes; i++) e->leaf_of[i] = -1;
-  for (int i = 0; i < p->n_leaves; i++) {
-    const tg_node *n = g->nodes[p->leaves[i]];
-    e->leaf_of[n->id] = i;
-    void *mem = aligned_zeroed(ctx, tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype));
-    e->own[i] = tensor_around(d, &n->type, mem, false);
-    e->leaves[i] = mem;
-  }
+  for (int i = 0; i < p->n_leaves; i++) e->leaf_of[g->nodes[p->leaves[i]]->id] = i;
   e->arena = aligned_zeroed(ctx, p->arena_bytes);
   e->scratch = aligned_zeroed(ctx, p->scratch_bytes);
   return &e->base;
@@ -215,10 +210,11 @@ static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const 
 
 static void cpu_free(tg_exec *x) {
   cpu_exec *e = (cpu_exec *)x;
-  for (int i = 0; i < e->p->n_leaves; i++) {
-    free(e->own[i]->data);
-    free(e->own[i]);
-  }
+  for (int i = 0; i < e->p->n_leaves; i++)
+    if (e->own[i]) {
+      free(e->own[i]->data);
+      free(e->own[i]);
+    }
   free(e->own);
   free(e->bound);
   free(e->leaves);
@@ -232,11 +228,28 @@ static void cpu_free(tg_exec *x) {
 
 static bool cpu_from_cache(const tg_exec *e) { return ((const cpu_exec *)e)->from_cache; }
 
+/* Leaf i's own storage, made on first use: zeros, or ones for a
+ * parameter or state whose initialiser says so. */
+static cpu_tensor *own_leaf(cpu_exec *e, int i) {
+  if (!e->own[i]) {
+    const tg_node *n = e->base.g->nodes[e->p->leaves[i]];
+    int64_t numel = tg_type_numel(&n->type);
+    e->own[i] = tensor_around(e->base.d, &n->type, aligned_zeroed(NULL, numel * tg_dtype_size(n->type.dtype)), false);
+    if (n->op != TG_OP_input && n->init.kind == TG_INIT_ONES) {
+      double one = 1;
+      for (int64_t k = 0; k < numel; k++)
+        tg_host_to_storage(&one, TG_HOST_F64, (char *)e->own[i]->data + k * tg_dtype_size(n->type.dtype), n->type.dtype, 1);
+    }
+    if (!e->bound[i]) e->leaves[i] = e->own[i]->data;
+  }
+  return e->own[i];
+}
+
 static tg_tensor *cpu_leaf(tg_exec *x, const tg_node *n) {
   cpu_exec *e = (cpu_exec *)x;
   int i = e->leaf_of[n->id];
   if (i < 0) return NULL;
-  return e->bound[i] ? e->bound[i] : &e->own[i]->base;
+  return e->bound[i] ? e->bound[i] : &own_leaf(e, i)->base;
 }
 
 static void cpu_bind(tg_exec *x, const tg_node *n, tg_tensor *t) {
@@ -254,6 +267,8 @@ static void on_bucket(int bucket, void *ctx) { tg_exec_call_hook(ctx, bucket); }
 static void cpu_run(tg_ctx *ctx, tg_exec *x) {
   (void)ctx;
   cpu_exec *e = (cpu_exec *)x;
+  for (int i = 0; i < e->p->n_leaves; i++)
+    if (!e->leaves[i]) own_leaf(e, i);
   e->step((void *const *)e->leaves, e->arena, e->scratch, x->hook ? on_bucket : NULL, x);
 }
 
@@ -325,9 +340,10 @@ static void cpu_accumulate(tg_exec *x, const tg_node *n, tg_tensor *acc, float s
 
 /* ---- profiling ------------------------------------------------------------------------- */
 
-static void cpu_profile(tg_exec *x, bool on) {
+/* Timing every kernel costs two clock reads each: phases come from it too. */
+static void cpu_profile(tg_exec *x, tg_profile_level level) {
   cpu_exec *e = (cpu_exec *)x;
-  if (e->profile) *e->profile = on;
+  if (e->profile) *e->profile = level != TG_PROFILE_OFF;
 }
 
 static void cpu_phase_seconds(const tg_exec *x, double out[TG_NPHASES]) {

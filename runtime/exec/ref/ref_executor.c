@@ -156,7 +156,7 @@ static void ref_accumulate(tg_exec *x, const tg_node *n, tg_tensor *acc, float s
   for (int64_t i = 0; i < numel_of(acc); i++) a[i] = (first ? 0 : a[i]) + (double)scale * v[i];
 }
 
-static void ref_profile(tg_exec *e, bool on) { (void)e, (void)on; }
+static void ref_profile(tg_exec *e, tg_profile_level level) { (void)e, (void)level; }
 
 static void ref_profile_print(const tg_exec *e, FILE *out, int top) {
   (void)e, (void)top;

@@ -1,0 +1,86 @@
+/* cuda_plan.h: what runs on the GPU, in order, for a lowered program: every
+ * kernel launch, every cuBLASLt matmul and every all-reduce point
+ * (cuda_plan.c).
+ *
+ * One description serves two readers: the manifest that `tgc --emit cuda`
+ * writes for a person (render.h) and the CUDA backend that executes it
+ * (runtime/exec/cuda), so that what the manifest says is what runs.  The
+ * plan is made from the program alone (lower.h) and is deterministic. */
+#ifndef TG_CUDA_PLAN_H
+#define TG_CUDA_PLAN_H
+
+#include "lower.h"
+
+typedef enum tg_cuda_op_kind {
+  TG_CUDA_LAUNCH,    /* a __global__ function of the generated .cu */
+  TG_CUDA_MATMUL,    /* one cublasLtMatmul (maybe a strided batch of products) */
+  TG_CUDA_ALLREDUCE, /* a bucket of gradients is complete (passes/schedule.c) */
+} tg_cuda_op_kind;
+
+/* One pointer argument: a base value (graph position) and how the kernel
+ * touches it. */
+typedef struct tg_cuda_arg {
+  int node;
+  bool read, written;
+} tg_cuda_arg;
+
+typedef struct tg_cuda_launch {
+  const char *function;  /* the extern "C" __global__ function */
+  unsigned grid[3], block[3];
+  size_t shared_bytes;   /* dynamic shared memory */
+  tg_cuda_arg *args;     /* in parameter order */
+  int n_args;
+} tg_cuda_launch;
+
+/* A row-major product C = op(A) op(B) (lower.h's tg_gemm) as cuBLASLt
+ * takes it: column-major, so the call computes Cᵀ = op(B)ᵀ op(A)ᵀ, and
+ * cuBLASLt's A is tg's B.  Every field the call needs is here. */
+typedef struct tg_cuda_matmul {
+  int node;                 /* the matmul: the base value C lives in */
+  int a_node, b_node;       /* cuBLASLt's operands A and B (tg's b and a) */
+  tg_dtype a_type, b_type, c_type;
+  const char *compute;      /* "CUBLAS_COMPUTE_32F": fp32 accumulation */
+  const char *scale_type;   /* "CUDA_R_32F" */
+  bool trans_a, trans_b;    /* cuBLASLt's: CUBLAS_OP_T for a transposed operand */
+  int64_t m, n, k;          /* cuBLASLt's: D is m x n (tg's n x m), inner k */
+  int64_t a_rows, a_cols, lda; /* layouts, column-major, as stored */
+  int64_t b_rows, b_cols, ldb;
+  int64_t ldc;              /* C and D: m x n */
+  int64_t a_offset, b_offset, c_offset; /* elements from each base value */
+  int batch_count;          /* products in one call (1: none) */
+  int64_t a_batch_stride, b_batch_stride, c_batch_stride; /* elements */
+  double alpha, beta;       /* D = alpha op(A) op(B) + beta C; C is D */
+  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT" */
+  int64_t workspace_bytes;  /* the workspace the call may use */
+} tg_cuda_matmul;
+
+typedef struct tg_cuda_op {
+  tg_cuda_op_kind kind;
+  int kernel;               /* the fused kernel it belongs to (g->kernels) */
+  tg_cuda_launch launch;    /* TG_CUDA_LAUNCH */
+  tg_cuda_matmul matmul;    /* TG_CUDA_MATMUL */
+  int bucket;               /* TG_CUDA_ALLREDUCE: index into g->allreduce */
+} tg_cuda_op;
+
+typedef struct tg_cuda_plan {
+  const tg_program *p;
+  tg_cuda_op *ops;          /* in run order */
+  int n_ops;
+  const char **where;       /* per fused kernel: its .tg lines, "gpt2.tg:27, std.tg:15-17" */
+} tg_cuda_plan;
+
+/* How render_cuda.c maps steps to launches: whether a step is part of its
+ * wave's __global__ function (nests and scatters; gemms and flash
+ * attention are not), whether a nest reduces (a block per outer point),
+ * and how many blocks a step takes in its wave's launch. */
+bool tg_cuda_step_launched(const tg_step *st);
+bool tg_cuda_is_reduction_nest(const tg_step *st);
+long long tg_cuda_step_blocks(const tg_step *st);
+
+/* The workspace every matmul may use (cuBLASLt's advice for Hopper). */
+enum { TG_CUBLASLT_WORKSPACE = 32 << 20 };
+
+/* The plan of p, allocated in a (freed with it). */
+tg_cuda_plan *tg_cuda_plan_make(tg_arena *a, const tg_program *p);
+
+#endif
