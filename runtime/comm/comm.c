@@ -14,6 +14,24 @@ int tg_comm_size(void) { return ranks; }
 
 int tg_comm_rank(void) { return me; }
 
+int tg_comm_local_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return 0;
+}
+
+void tg_comm_broadcast(void *buf, size_t n) {
+  if (ranks == 1) return;
+#ifdef TG_HAVE_MPI
+  MPI_Bcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
+#else
+  (void)buf, (void)n;
+#endif
+}
+
 bool tg_comm_launched(void) {
   /* Open MPI's mpirun, MPICH/Hydra (PMI), and Slurm's srun */
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||

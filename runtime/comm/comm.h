@@ -21,6 +21,12 @@ void tg_comm_finalize(void);
  * and when not launched by mpirun or srun). */
 int tg_comm_rank(void);
 int tg_comm_size(void);
+/* This process's rank among the ranks on its machine, from the launcher's
+ * environment (Open MPI, MPICH, Slurm); 0 when not launched.  The CUDA
+ * backend takes GPU number local_rank. */
+int tg_comm_local_rank(void);
+/* Rank 0's n bytes at buf, to every rank (the NCCL unique id). */
+void tg_comm_broadcast(void *buf, size_t n);
 /* Whether the environment is an mpirun/srun launch. */
 bool tg_comm_launched(void);
 /* Averages buf over the ranks: MPI_Allreduce's sum, then one division,

@@ -30,6 +30,8 @@ const char *tg_device_name(const tg_device *d) { return d->x->name; }
 
 const char *tg_device_describe(const tg_device *d) { return d->x->describe(d); }
 
+const char *tg_device_source_suffix(const tg_device *d) { return d->x->source_suffix; }
+
 void tg_device_allreduce_average(tg_device *d, tg_tensor *const *ts, int n) {
   for (int i = 0; i < n; i++)
     if (ts[i]->d != d || ts[i]->type.dtype != TG_F32) {

@@ -69,6 +69,9 @@ void tg_device_close(tg_device *d);
 const char *tg_device_name(const tg_device *d); /* the executor's name: "cpu" */
 /* A line saying what runs it: "the reference interpreter, f32" */
 const char *tg_device_describe(const tg_device *d);
+/* The file suffix of the source the executor generates (".c", ".cu"), or
+ * NULL when it generates none: what to name tg_exec_opts.source_path. */
+const char *tg_device_source_suffix(const tg_device *d);
 
 /* Averages the tensors over the ranks of a data-parallel run (runtime/comm):
  * one all-reduce for all of them, then one division, the same bits on

@@ -30,6 +30,7 @@ struct tg_exec {
 struct tg_executor {
   const char *name;    /* how users choose it: --backend NAME, backend = "NAME" */
   const char *summary; /* one line for --help */
+  const char *source_suffix; /* what tg_exec_opts.source_path receives: ".c", ".cu"; NULL: none */
 
   tg_device *(*open)(tg_ctx *ctx, const tg_device_opts *o);
   void (*close)(tg_device *d);

@@ -188,15 +188,15 @@ static tg_graph *optimizer_graph(run *r, const tg_graph *model, const tg_adamw_o
 }
 
 /* Compiles g for the run's device (its generated source kept in
- * out_dir/kernels/NAME.c for the reader); every parameter leaf is bound to
- * the shared copy. */
+ * out_dir/kernels/NAME.c or .cu for the reader); every parameter leaf is
+ * bound to the shared copy. */
 static tg_exec *compile_for_device(run *r, tg_graph *g, const char *name) {
   const char *kdir = path_in(r, r->cfg.out_dir, "kernels");
-  const char *src = r->rank == 0 ? path_in(r, kdir, tg_sprintf(r->ctx->arena, "%s.c", name)) : NULL;
+  const char *suffix = tg_device_source_suffix(r->dev);
+  const char *src = r->rank == 0 && suffix ? path_in(r, kdir, tg_sprintf(r->ctx->arena, "%s%s", name, suffix)) : NULL;
   double t0 = now();
   tg_exec_opts eo = {.name = name, .source_path = src, .remat = -1};
   tg_exec *e = tg_exec_compile(r->dev, r->ctx, g, &eo);
-  if (src && access(src, F_OK) != 0) src = NULL; /* an executor without generated source (ref) */
   say(r, "built %-9s %3d kernels  %s%s (%.1f s)\n", name, g->n_kernels, src ? src : "",
       tg_exec_from_cache(e) ? ", from the cache" : "", now() - t0);
   for (int i = 0; i < r->n_params; i++) {
@@ -642,8 +642,10 @@ static int train(run *r) {
     say(r, "\ndone. run directory %s:\n", c->out_dir);
     say(r, "  log       %s/train.log\n  metrics   %s/%s\n  plot      %s/loss.svg\n  samples   %s/samples.txt\n",
         c->out_dir, c->out_dir, c->metrics_file, c->out_dir, c->out_dir);
-    say(r, "  checkpoint %s/" TG_CKPT_FILE "\n  kernels   %s/kernels/*.c\n  fusion    %s/kernels/fusion.txt\n",
-        c->out_dir, c->out_dir, c->out_dir);
+    const char *suffix = tg_device_source_suffix(r->dev);
+    say(r, "  checkpoint %s/" TG_CKPT_FILE "\n", c->out_dir);
+    if (suffix) say(r, "  kernels   %s/kernels/*%s\n", c->out_dir, suffix);
+    say(r, "  fusion    %s/kernels/fusion.txt\n", c->out_dir);
   }
   return 0;
 }

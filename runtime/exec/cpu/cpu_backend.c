@@ -383,6 +383,7 @@ static void cpu_profile_print(const tg_exec *x, FILE *out, int top) {
 const tg_executor tg_executor_cpu = {
     .name = "cpu",
     .summary = "the fused step as generated C, built with cc -O3 -fopenmp and OpenBLAS (cached)",
+    .source_suffix = ".c",
     .open = cpu_open,
     .close = cpu_close,
     .describe = cpu_describe,

@@ -1,0 +1,994 @@
+/* cuda_backend.c: the CUDA backend, two executors (executor.h) over one
+ * table of driver, cuBLASLt and NCCL calls (cuda_api.h): "cuda" on a real
+ * GPU, through the libraries dlopen'ed, and "cuda-emu" on the emulated
+ * device (emu/), which runs the same generated .cu on the CPU so that CI
+ * executes every kernel.  Above the table the code is the same for both.
+ *
+ * Compiling a graph: lower it (codegen/lower.h, recomputing epilogue
+ * values: on a GPU the step is memory-bound), render the CUDA (one .cu for
+ * the whole step), compile it for the device (NVRTC, cached; or the host
+ * compiler for the emulator), load the module, and make the plan
+ * (codegen/cuda_plan.h): every launch, matmul and all-reduce point in run
+ * order, exactly what the manifest shows.  The graph's intermediates live
+ * in one device allocation laid out by memplan (the arena, then the
+ * scratch); leaves are tensors, the graph's own (made when first needed)
+ * or bound ones shared with other graphs.
+ *
+ * Running: the plan's launches go to one compute stream.  Each matmul is a
+ * cublasLtMatmul with fp32 accumulation and an algorithm chosen once per
+ * shape (cached on the device).  At each all-reduce point the bucket hook
+ * of the caller (tg_exec_on_bucket) has its work queued in order: the
+ * accumulation kernel on the compute stream, the NCCL all-reduce on a
+ * communication stream that waits for an event, so that communication
+ * overlaps the rest of the backward; the compute stream waits for the
+ * communication only at the end of the step.  The hooks are called before
+ * anything is queued, to learn what they want this run ("record" them):
+ * their wishes (first micro-step or not, last or not) are the key of a
+ * CUDA graph.  The first run of a key is launched op by op (the warm-up);
+ * the second is captured into a graph, which every later run of that key
+ * replays with one launch.  Inputs (the batch, lr, step) are written into
+ * their fixed tensors before a replay; outputs are read once per step.
+ *
+ * Errors name the call, the kernel or matmul, and the .tg lines it came
+ * from.  TG_CUDA_SYNC=1 synchronises and checks after every launch (and
+ * turns the graphs off), so that an error is pinned on the launch that
+ * made it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "cuda_api.h"
+#include "cuda_plan.h"
+#include "executor_impl.h"
+#include "lower.h"
+#include "render.h"
+
+/* ---- the device ------------------------------------------------------------------ */
+
+typedef struct algo_entry {
+  uint64_t key;
+  cublasLtMatmulAlgo_t algo;
+} algo_entry;
+
+typedef struct cuda_exec cuda_exec;
+
+typedef struct cuda_device {
+  tg_device base;
+  tg_ctx *ctx; /* errors outside compile and run (tensor I/O) are reported here */
+  tg_cuda_api api;
+  CUdevice dev;
+  CUcontext cuctx;
+  char name[256], arch[16], describe[512];
+  int sm_count;
+  size_t total_mem;
+  CUstream stream, comm_stream;
+  cublasLtHandle_t lt;
+  CUdeviceptr workspace;
+  CUmodule rt_module;
+  CUfunction k_accumulate;
+  ncclComm_t nccl;
+  int rank, nranks;
+  algo_entry *algos;
+  int n_algos, cap_algos;
+  bool sync_each;      /* TG_CUDA_SYNC=1 */
+  bool graphs;         /* capture and replay steps (off with TG_CUDA_SYNC or TG_CUDA_GRAPHS=0) */
+  cuda_exec *recording; /* the exec whose bucket hooks are being recorded */
+  char *staging;       /* host memory for conversions */
+  size_t staging_cap;
+} cuda_device;
+
+typedef struct cuda_tensor {
+  tg_tensor base;
+  CUdeviceptr ptr;
+  size_t bytes;
+  bool owned; /* false: a leaf's own storage, freed with its exec */
+} cuda_tensor;
+
+/* What a bucket hook asked for, kept until its point in the step. */
+typedef enum hook_kind { HOOK_ACCUMULATE, HOOK_ALLREDUCE } hook_kind;
+typedef struct hook_op {
+  hook_kind kind;
+  const tg_node *n;   /* ACCUMULATE: the value to add */
+  cuda_tensor *acc;   /* ACCUMULATE: into this */
+  float scale;
+  bool first;
+  cuda_tensor **ts;   /* ALLREDUCE: these tensors */
+  int n_ts;
+} hook_op;
+
+typedef struct hook_list {
+  hook_op *ops;
+  int n, cap;
+} hook_list;
+
+typedef struct graph_entry {
+  uint64_t key;
+  int runs;           /* launched op by op so far (1: warmed up) */
+  CUgraphExec exec;   /* the captured step, once made */
+} graph_entry;
+
+/* One matmul's descriptors, made once at compile time. */
+typedef struct lt_call {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+} lt_call;
+
+struct cuda_exec {
+  tg_exec base;
+  tg_arena *arena;     /* the plan's */
+  tg_program *p;
+  tg_cuda_plan *plan;
+  CUmodule module;
+  CUfunction *fn;      /* per plan op: the launch's function */
+  lt_call *lt;         /* per plan op: the matmul's descriptors */
+  CUdeviceptr mem;     /* the arena, then the scratch */
+  int64_t scratch_at;
+  cuda_tensor **own, **bound; /* per program leaf */
+  int *leaf_of;        /* per graph node: index into the leaves, or -1 */
+  bool from_cache;
+  hook_list *hooks;    /* per bucket: what the hook asked for this run */
+  CUevent *bucket_ev;  /* per bucket: the gradients are complete */
+  CUevent comm_done;
+  graph_entry *graphs;
+  int n_graphs, cap_graphs;
+  uint64_t generation; /* bumped by a bind: captured graphs hold pointers */
+  tg_profile_level profile;
+  CUevent *op_ev;      /* TG_PROFILE_KERNELS: one before each op and one at the end */
+  CUevent phase_ev[TG_NPHASES + 1];
+  bool phase_started[TG_NPHASES];
+  bool pending;        /* a profiled run whose times are not yet added */
+  double phase_seconds[TG_NPHASES];
+  double *kernel_seconds; /* per fused kernel */
+};
+
+static cuda_device *dev_of(const tg_exec *e) { return (cuda_device *)e->d; }
+
+/* ---- errors ----------------------------------------------------------------------- */
+
+static const char *cu_error(cuda_device *d, CUresult r) {
+  static char buf[1024];
+  const char *name = NULL, *text = NULL;
+  if (d->api.cuGetErrorName) d->api.cuGetErrorName(r, &name);
+  if (d->api.cuGetErrorString) d->api.cuGetErrorString(r, &text);
+  snprintf(buf, sizeof buf, "%s (%d): %s", name ? name : "CUDA error", r, text ? text : "");
+  if (d->api.emu_last_error && *d->api.emu_last_error()) {
+    size_t k = strlen(buf);
+    snprintf(buf + k, sizeof buf - k, "\n%s", d->api.emu_last_error());
+  }
+  return buf;
+}
+
+/* A failed driver call: the call, what it was for, and the hint. */
+#define CU(d, ctx, call, what)                                                                                   \
+  do {                                                                                                           \
+    CUresult r_ = (call);                                                                                        \
+    if (r_ != CUDA_SUCCESS)                                                                                      \
+      tg_error((ctx), (tg_loc){0}, "%s failed%s%s: %s%s", #call, *(what) ? " for " : "", (what), cu_error((d), r_), \
+               (d)->sync_each ? "" : "\n(set TG_CUDA_SYNC=1 to check after every launch and pin the error on it)"); \
+  } while (0)
+
+static const char *lt_error(cuda_device *d, cublasStatus_t s) {
+  static char buf[1024];
+  const char *text = d->api.cublasLtGetStatusString ? d->api.cublasLtGetStatusString(s) : NULL;
+  snprintf(buf, sizeof buf, "%s (%d)", text ? text : "cuBLAS status", s);
+  if (d->api.emu_last_error && *d->api.emu_last_error()) {
+    size_t k = strlen(buf);
+    snprintf(buf + k, sizeof buf - k, "\n%s", d->api.emu_last_error());
+  }
+  return buf;
+}
+
+#define LT(d, ctx, call, what)                                                                                \
+  do {                                                                                                        \
+    cublasStatus_t s_ = (call);                                                                               \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                          \
+      tg_error((ctx), (tg_loc){0}, "%s failed for %s: %s", #call, (what), lt_error((d), s_));                 \
+  } while (0)
+
+#define NC(d, ctx, call, what)                                                                                \
+  do {                                                                                                        \
+    ncclResult_t n_ = (call);                                                                                 \
+    if (n_ != ncclSuccess)                                                                                    \
+      tg_error((ctx), (tg_loc){0}, "%s failed for %s: %s (%d)", #call, (what),                              \
+               (d)->api.ncclGetErrorString ? (d)->api.ncclGetErrorString(n_) : "NCCL error", n_);             \
+  } while (0)
+
+/* ---- the backend's own kernels ----------------------------------------------------- */
+
+/* Kernels the backend needs besides the generated ones: the gradient
+ * accumulation of the bucket hooks.  A grid-stride loop, so any size runs
+ * on a fixed grid. */
+static const char runtime_kernels[] =
+    "// tg kernel: tg_accumulate\n"
+    "// The bucket hooks' accumulation: acc = (first ? 0 : acc) + scale * g.\n"
+    "extern \"C\" __global__ void tg_accumulate(float *__restrict__ acc, const float *__restrict__ g, float scale,\n"
+    "                                           int first, long long n) {\n"
+    "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (long long)gridDim.x * blockDim.x)\n"
+    "    acc[i] = first ? g[i] * scale : acc[i] + g[i] * scale;\n"
+    "}\n";
+
+/* ---- opening ------------------------------------------------------------------------ */
+
+static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulated) {
+  cuda_device *d = tg_xcalloc(1, sizeof *d);
+  d->ctx = ctx;
+  if (emulated) {
+    tg_cuda_api_emulated(&d->api);
+  } else {
+    char why[2048];
+    if (!tg_cuda_api_load(&d->api, why, sizeof why)) {
+      free(d);
+      tg_error(ctx, (tg_loc){0}, "backend cuda: %s\n(backend cuda-emu runs the same CUDA on the CPU, emulated; "
+               "backend cpu runs generated C)", why);
+    }
+  }
+  if (o->precision != TG_PREC_F32) {
+    free(d);
+    tg_error(ctx, (tg_loc){0}, "the cuda backends compute in f32 so far");
+  }
+  const char *sync = getenv("TG_CUDA_SYNC"), *graphs = getenv("TG_CUDA_GRAPHS");
+  d->sync_each = sync && *sync && strcmp(sync, "0");
+  d->graphs = !d->sync_each && !(graphs && !strcmp(graphs, "0"));
+  tg_cuda_api *A = &d->api;
+  CU(d, ctx, A->cuInit(0), "");
+  int count = 0;
+  CU(d, ctx, A->cuDeviceGetCount(&count), "");
+  if (count == 0) tg_error(ctx, (tg_loc){0}, "backend %s: no CUDA device", emulated ? "cuda-emu" : "cuda");
+  d->rank = tg_comm_rank();
+  d->nranks = tg_comm_size();
+  int which = o->local_rank;
+  if (which >= count)
+    tg_error(ctx, (tg_loc){0}, "rank %d is local rank %d of its machine, which has %d GPU%s: one GPU per rank (start "
+             "at most %d ranks a machine)", d->rank, which, count, count == 1 ? "" : "s", count);
+  CU(d, ctx, A->cuDeviceGet(&d->dev, which), "");
+  CU(d, ctx, A->cuDeviceGetName(d->name, sizeof d->name, d->dev), "");
+  int major = 0, minor = 0;
+  CU(d, ctx, A->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev), "");
+  CU(d, ctx, A->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev), "");
+  CU(d, ctx, A->cuDeviceGetAttribute(&d->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev), "");
+  CU(d, ctx, A->cuDeviceTotalMem(&d->total_mem, d->dev), "");
+  if (major < 8)
+    tg_error(ctx, (tg_loc){0}, "%s is compute capability %d.%d; tg's kernels need 8.0 or later (bf16 mma.sync)", d->name,
+             major, minor);
+  snprintf(d->arch, sizeof d->arch, "sm_%d%d", major, minor);
+  CU(d, ctx, A->cuDevicePrimaryCtxRetain(&d->cuctx, d->dev), "");
+  CU(d, ctx, A->cuCtxSetCurrent(d->cuctx), "");
+  CU(d, ctx, A->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING), "the compute stream");
+  CU(d, ctx, A->cuStreamCreate(&d->comm_stream, CU_STREAM_NON_BLOCKING), "the communication stream");
+  LT(d, ctx, A->cublasLtCreate(&d->lt), "the cuBLASLt handle");
+  CU(d, ctx, A->cuMemAlloc(&d->workspace, TG_CUBLASLT_WORKSPACE), "cuBLASLt's workspace");
+
+  void *image = NULL;
+  size_t size = 0;
+  bool cached;
+  char err[16384];
+  if (!A->compile(runtime_kernels, "tg_runtime.cu", d->arch, &image, &size, &cached, err, sizeof err))
+    tg_error(ctx, (tg_loc){0}, "the backend's own kernels: %s", err);
+  CUresult r = A->cuModuleLoadData(&d->rt_module, image);
+  free(image);
+  CU(d, ctx, r, "the backend's own kernels");
+  CU(d, ctx, A->cuModuleGetFunction(&d->k_accumulate, d->rt_module, "tg_accumulate"), "tg_accumulate");
+
+  if (d->nranks > 1) {
+    if (!A->ncclCommInitRank)
+      tg_error(ctx, (tg_loc){0}, "%d ranks need NCCL, and no libnccl.so.2 was found (install NCCL or set CUDA_HOME)",
+               d->nranks);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->rank == 0) NC(d, ctx, A->ncclGetUniqueId(&id), "the NCCL unique id");
+    tg_comm_broadcast(&id, sizeof id);
+    NC(d, ctx, A->ncclCommInitRank(&d->nccl, d->nranks, id, d->rank), "the NCCL communicator");
+  }
+  snprintf(d->describe, sizeof d->describe, "%s (%s, %d SMs, %.1f GiB), %s", d->name, d->arch, d->sm_count,
+           (double)d->total_mem / (1 << 30), A->name);
+  return &d->base;
+}
+
+static tg_device *cuda_open(tg_ctx *ctx, const tg_device_opts *o) { return open_device(ctx, o, false); }
+static tg_device *emu_open(tg_ctx *ctx, const tg_device_opts *o) { return open_device(ctx, o, true); }
+
+static void cuda_close(tg_device *x) {
+  cuda_device *d = (cuda_device *)x;
+  tg_cuda_api *A = &d->api;
+  if (A->cuStreamSynchronize && d->stream) A->cuStreamSynchronize(d->stream);
+  if (d->nccl && A->ncclCommDestroy) A->ncclCommDestroy(d->nccl);
+  if (d->rt_module) A->cuModuleUnload(d->rt_module);
+  if (d->workspace) A->cuMemFree(d->workspace);
+  if (d->lt) A->cublasLtDestroy(d->lt);
+  if (d->comm_stream) A->cuStreamDestroy(d->comm_stream);
+  if (d->stream) A->cuStreamDestroy(d->stream);
+  if (d->cuctx) A->cuDevicePrimaryCtxRelease(d->dev);
+  free(d->algos);
+  free(d->staging);
+  free(d);
+}
+
+static const char *cuda_describe(const tg_device *x) { return ((const cuda_device *)x)->describe; }
+
+/* ---- tensors -------------------------------------------------------------------------- */
+
+static void *staging(cuda_device *d, size_t n) {
+  if (n > d->staging_cap) {
+    free(d->staging);
+    d->staging = tg_xmalloc(n);
+    d->staging_cap = n;
+  }
+  return d->staging;
+}
+
+static cuda_tensor *tensor_alloc(cuda_device *d, const tg_type *t, bool owned) {
+  cuda_tensor *x = tg_xcalloc(1, sizeof *x);
+  x->base.d = &d->base;
+  x->base.type = *t;
+  x->bytes = (size_t)tg_type_numel(t) * (size_t)tg_dtype_size(t->dtype);
+  x->owned = owned;
+  CU(d, d->ctx, d->api.cuMemAlloc(&x->ptr, x->bytes ? x->bytes : 1), "a tensor");
+  CU(d, d->ctx, d->api.cuMemsetD8Async(x->ptr, 0, x->bytes, d->stream), "zeroing a tensor");
+  return x;
+}
+
+static tg_tensor *cuda_tensor_new(tg_device *x, const tg_type *t) { return &tensor_alloc((cuda_device *)x, t, true)->base; }
+
+static void tensor_release(cuda_tensor *t) {
+  cuda_device *d = (cuda_device *)t->base.d;
+  d->api.cuStreamSynchronize(d->stream);
+  d->api.cuMemFree(t->ptr);
+  free(t);
+}
+
+static void cuda_tensor_free(tg_tensor *t) { tensor_release((cuda_tensor *)t); }
+
+static void cuda_tensor_write(tg_tensor *x, const void *src, tg_host_type ht) {
+  cuda_tensor *t = (cuda_tensor *)x;
+  cuda_device *d = (cuda_device *)x->d;
+  int64_t n = tg_type_numel(&x->type);
+  const void *from = src;
+  bool same = (ht == TG_HOST_F32 && x->type.dtype == TG_F32) || (ht == TG_HOST_I32 && x->type.dtype == TG_I32);
+  if (!same) {
+    void *s = staging(d, t->bytes + 1);
+    tg_host_to_storage(src, ht, s, x->type.dtype, n);
+    from = s;
+  }
+  /* from pageable memory the copy is staged before the call returns, and
+   * it is ordered on the stream before anything queued after it */
+  CU(d, d->ctx, d->api.cuMemcpyHtoDAsync(t->ptr, from, t->bytes, d->stream), "writing a tensor");
+  if (d->sync_each) CU(d, d->ctx, d->api.cuStreamSynchronize(d->stream), "writing a tensor");
+}
+
+static void read_device(cuda_device *d, void *dst, CUdeviceptr src, size_t bytes, const char *what) {
+  CU(d, d->ctx, d->api.cuStreamSynchronize(d->stream), what);
+  CU(d, d->ctx, d->api.cuMemcpyDtoH(dst, src, bytes), what);
+}
+
+static void cuda_tensor_read(const tg_tensor *x, void *dst, tg_host_type ht) {
+  const cuda_tensor *t = (const cuda_tensor *)x;
+  cuda_device *d = (cuda_device *)x->d;
+  void *s = staging(d, t->bytes + 1);
+  read_device(d, s, t->ptr, t->bytes, "reading a tensor");
+  tg_host_from_storage(s, x->type.dtype, dst, ht, tg_type_numel(&x->type));
+}
+
+static uint64_t cuda_tensor_hash(const tg_tensor *x) {
+  const cuda_tensor *t = (const cuda_tensor *)x;
+  cuda_device *d = (cuda_device *)x->d;
+  void *s = staging(d, t->bytes + 1);
+  read_device(d, s, t->ptr, t->bytes, "hashing a tensor");
+  return tg_hash_bytes(s, t->bytes);
+}
+
+/* ---- all-reduce -------------------------------------------------------------------- */
+
+static void enqueue_allreduce(cuda_device *d, tg_ctx *ctx, cuda_tensor *const *ts, int n) {
+  tg_cuda_api *A = &d->api;
+  NC(d, ctx, A->ncclGroupStart(), "an all-reduce");
+  for (int i = 0; i < n; i++)
+    NC(d, ctx, A->ncclAllReduce((const void *)ts[i]->ptr, (void *)ts[i]->ptr, (size_t)tg_type_numel(&ts[i]->base.type),
+                                ncclFloat32, ncclAvg, d->nccl, d->comm_stream),
+       "an all-reduce");
+  NC(d, ctx, A->ncclGroupEnd(), "an all-reduce");
+}
+
+static void hook_push(hook_list *l, hook_op op) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 8;
+    l->ops = tg_xrealloc(l->ops, sizeof *l->ops * (size_t)l->cap);
+  }
+  l->ops[l->n++] = op;
+}
+
+static int current_bucket; /* set while a hook is recorded */
+
+static void cuda_allreduce_average(tg_device *x, tg_tensor *const *ts, int n) {
+  cuda_device *d = (cuda_device *)x;
+  if (d->nranks == 1 || n == 0) return;
+  if (d->recording) {
+    cuda_tensor **copy = tg_xmalloc(sizeof *copy * (size_t)n);
+    for (int i = 0; i < n; i++) copy[i] = (cuda_tensor *)ts[i];
+    hook_push(&d->recording->hooks[current_bucket], (hook_op){HOOK_ALLREDUCE, NULL, NULL, 0, false, copy, n});
+    return;
+  }
+  /* outside a step: now, and wait for it */
+  enqueue_allreduce(d, d->ctx, (cuda_tensor *const *)ts, n);
+  CU(d, d->ctx, d->api.cuStreamSynchronize(d->comm_stream), "an all-reduce");
+}
+
+/* ---- compiling ------------------------------------------------------------------------- */
+
+static cudaDataType lt_type(tg_dtype t) { return t == TG_BF16 ? CUDA_R_16BF : t == TG_F16 ? CUDA_R_16F : CUDA_R_32F; }
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
+static cublasLtMatrixLayout_t layout(cuda_device *d, tg_ctx *ctx, tg_dtype t, int64_t rows, int64_t cols, int64_t ld,
+                                     int batch, int64_t stride, const char *what) {
+  cublasLtMatrixLayout_t l;
+  LT(d, ctx, d->api.cublasLtMatrixLayoutCreate(&l, lt_type(t), (uint64_t)rows, (uint64_t)cols, ld), what);
+  if (batch > 1) {
+    LT(d, ctx, d->api.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch), what);
+    LT(d, ctx, d->api.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                       sizeof stride),
+       what);
+  }
+  return l;
+}
+
+/* The descriptors of one matmul, and its algorithm: chosen once per shape
+ * by cuBLASLt's heuristic and kept on the device for every later graph. */
+static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, lt_call *c, const char *what) {
+  tg_cuda_api *A = &d->api;
+  LT(d, ctx, A->cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+  int32_t ta = M->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = M->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
+  LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
+  LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), what);
+  c->a = layout(d, ctx, M->a_type, M->a_rows, M->a_cols, M->lda, M->batch_count, M->a_batch_stride, what);
+  c->b = layout(d, ctx, M->b_type, M->b_rows, M->b_cols, M->ldb, M->batch_count, M->b_batch_stride, what);
+  c->c = layout(d, ctx, M->c_type, M->m, M->n, M->ldc, M->batch_count, M->c_batch_stride, what);
+  uint64_t key = 1469598103934665603ull;
+  int64_t f[] = {M->a_type, M->b_type, M->c_type, M->trans_a, M->trans_b, M->m, M->n, M->k, M->lda, M->ldb, M->ldc,
+                 M->batch_count, M->a_batch_stride, M->b_batch_stride, M->c_batch_stride,
+                 /* alignment matters to the algorithm: the offsets' 16-byte residues */
+                 (M->a_offset * tg_dtype_size(M->a_type)) % 16, (M->b_offset * tg_dtype_size(M->b_type)) % 16,
+                 (M->c_offset * tg_dtype_size(M->c_type)) % 16};
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++) key = mix(key, (uint64_t)f[i]);
+  for (int i = 0; i < d->n_algos; i++)
+    if (d->algos[i].key == key) {
+      c->algo = d->algos[i].algo;
+      return;
+    }
+  cublasLtMatmulPreference_t pref;
+  LT(d, ctx, A->cublasLtMatmulPreferenceCreate(&pref), what);
+  uint64_t ws = TG_CUBLASLT_WORKSPACE;
+  LT(d, ctx, A->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+     what);
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasStatus_t s = A->cublasLtMatmulAlgoGetHeuristic(d->lt, c->desc, c->a, c->b, c->c, c->c, pref, 1, &res, &found);
+  A->cublasLtMatmulPreferenceDestroy(pref);
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+    tg_error(ctx, (tg_loc){0}, "cuBLASLt has no algorithm for %s (m %lld, n %lld, k %lld, batch %d): %s", what,
+             (long long)M->m, (long long)M->n, (long long)M->k, M->batch_count,
+             s != CUBLAS_STATUS_SUCCESS ? lt_error(d, s) : "none found");
+  c->algo = res.algo;
+  if (d->n_algos == d->cap_algos) {
+    d->cap_algos = d->cap_algos ? 2 * d->cap_algos : 32;
+    d->algos = tg_xrealloc(d->algos, sizeof *d->algos * (size_t)d->cap_algos);
+  }
+  d->algos[d->n_algos++] = (algo_entry){key, c->algo};
+}
+
+/* "kernel k12_w0 (std.tg:15-17)", "matmul k3 (gpt2.tg:30)": for messages */
+static const char *op_what(cuda_exec *e, int i) {
+  const tg_cuda_op *op = &e->plan->ops[i];
+  const char *where = e->plan->where[op->kernel];
+  if (op->kind == TG_CUDA_LAUNCH) return tg_sprintf(e->arena, "kernel %s (%s)", op->launch.function, where);
+  if (op->kind == TG_CUDA_MATMUL) return tg_sprintf(e->arena, "the matmul of k%d (%s)", op->kernel, where);
+  return tg_sprintf(e->arena, "the all-reduce of bucket %d after k%d", op->bucket, op->kernel);
+}
+
+static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
+  cuda_device *d = (cuda_device *)x;
+  tg_cuda_api *A = &d->api;
+  tg_program *p = tg_lower_ex(ctx, g, o->remat != 0);
+  char *src = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&src, &len);
+  if (!f) tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering CUDA");
+  tg_render_cuda(f, p);
+  fclose(f);
+  if (o->source_path) {
+    FILE *out = fopen(o->source_path, "w");
+    if (!out || fwrite(src, 1, len, out) != len || fclose(out)) {
+      free(src);
+      tg_error(ctx, (tg_loc){o->source_path, 0, 0}, "cannot write the generated CUDA");
+    }
+  }
+  void *image = NULL;
+  size_t size = 0;
+  bool cached = false;
+  static char err[65536];
+  const char *name = tg_sprintf(ctx->arena, "%s.cu", o->name ? o->name : "step");
+  bool ok = A->compile(src, name, d->arch, &image, &size, &cached, err, sizeof err);
+  free(src);
+  if (!ok) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the generated CUDA does not compile for %s: %s", d->arch, err);
+
+  cuda_exec *e = tg_xcalloc(1, sizeof *e);
+  e->base.d = x;
+  e->base.g = g;
+  e->p = p;
+  e->from_cache = cached;
+  e->arena = tg_arena_new();
+  e->plan = tg_cuda_plan_make(e->arena, p);
+  CUresult r = A->cuModuleLoadData(&e->module, image);
+  free(image);
+  if (r != CUDA_SUCCESS) {
+    free(e);
+    CU(d, ctx, r, name);
+  }
+  int n = e->plan->n_ops;
+  e->fn = tg_xcalloc((size_t)n + 1, sizeof *e->fn);
+  e->lt = tg_xcalloc((size_t)n + 1, sizeof *e->lt);
+  for (int i = 0; i < n; i++) {
+    const tg_cuda_op *op = &e->plan->ops[i];
+    if (op->kind == TG_CUDA_LAUNCH) {
+      CU(d, ctx, A->cuModuleGetFunction(&e->fn[i], e->module, op->launch.function), op_what(e, i));
+      if (op->launch.shared_bytes > 48 * 1024)
+        CU(d, ctx, A->cuFuncSetAttribute(e->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         (int)op->launch.shared_bytes),
+           op_what(e, i));
+    } else if (op->kind == TG_CUDA_MATMUL) {
+      make_lt_call(d, ctx, &op->matmul, &e->lt[i], op_what(e, i));
+    }
+  }
+  /* the arena and the scratch: one allocation, laid out by memplan */
+  e->scratch_at = (p->arena_bytes + 255) / 256 * 256;
+  size_t bytes = (size_t)(e->scratch_at + p->scratch_bytes);
+  CU(d, ctx, A->cuMemAlloc(&e->mem, bytes ? bytes : 256), tg_sprintf(e->arena, "the %lld bytes of %s's intermediates",
+                                                                   (long long)bytes, name));
+  CU(d, ctx, A->cuMemsetD8Async(e->mem, 0, bytes, d->stream), name);
+  e->own = tg_xcalloc((size_t)p->n_leaves + 1, sizeof *e->own);
+  e->bound = tg_xcalloc((size_t)p->n_leaves + 1, sizeof *e->bound);
+  e->leaf_of = tg_xmalloc(sizeof(int) * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) e->leaf_of[i] = -1;
+  for (int i = 0; i < p->n_leaves; i++) e->leaf_of[g->nodes[p->leaves[i]]->id] = i;
+  int nb = g->allreduce ? g->allreduce->n_buckets : 0;
+  e->hooks = tg_xcalloc((size_t)nb + 1, sizeof *e->hooks);
+  e->bucket_ev = tg_xcalloc((size_t)nb + 1, sizeof *e->bucket_ev);
+  for (int b = 0; b < nb; b++) CU(d, ctx, A->cuEventCreate(&e->bucket_ev[b], CU_EVENT_DISABLE_TIMING), name);
+  CU(d, ctx, A->cuEventCreate(&e->comm_done, CU_EVENT_DISABLE_TIMING), name);
+  for (int ph = 0; ph <= TG_NPHASES; ph++) CU(d, ctx, A->cuEventCreate(&e->phase_ev[ph], CU_EVENT_DEFAULT), name);
+  e->kernel_seconds = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *e->kernel_seconds);
+  return &e->base;
+}
+
+static void drop_graphs(cuda_exec *e) {
+  cuda_device *d = dev_of(&e->base);
+  for (int i = 0; i < e->n_graphs; i++)
+    if (e->graphs[i].exec) d->api.cuGraphExecDestroy(e->graphs[i].exec);
+  free(e->graphs);
+  e->graphs = NULL;
+  e->n_graphs = e->cap_graphs = 0;
+}
+
+static void free_hooks(cuda_exec *e) {
+  const tg_allreduce_plan *ar = e->base.g->allreduce;
+  for (int b = 0; ar && b < ar->n_buckets; b++) {
+    for (int i = 0; i < e->hooks[b].n; i++) free(e->hooks[b].ops[i].ts);
+    e->hooks[b].n = 0;
+  }
+}
+
+static void cuda_free(tg_exec *x) {
+  cuda_exec *e = (cuda_exec *)x;
+  cuda_device *d = dev_of(x);
+  tg_cuda_api *A = &d->api;
+  A->cuStreamSynchronize(d->stream);
+  drop_graphs(e);
+  free_hooks(e);
+  const tg_allreduce_plan *ar = x->g->allreduce;
+  for (int b = 0; ar && b < ar->n_buckets; b++) {
+    free(e->hooks[b].ops);
+    A->cuEventDestroy(e->bucket_ev[b]);
+  }
+  A->cuEventDestroy(e->comm_done);
+  for (int ph = 0; ph <= TG_NPHASES; ph++) A->cuEventDestroy(e->phase_ev[ph]);
+  if (e->op_ev)
+    for (int i = 0; i <= e->plan->n_ops; i++) A->cuEventDestroy(e->op_ev[i]);
+  for (int i = 0; i < e->plan->n_ops; i++)
+    if (e->lt[i].desc) {
+      A->cublasLtMatmulDescDestroy(e->lt[i].desc);
+      A->cublasLtMatrixLayoutDestroy(e->lt[i].a);
+      A->cublasLtMatrixLayoutDestroy(e->lt[i].b);
+      A->cublasLtMatrixLayoutDestroy(e->lt[i].c);
+    }
+  for (int i = 0; i < e->p->n_leaves; i++)
+    if (e->own[i]) tensor_release(e->own[i]);
+  A->cuMemFree(e->mem);
+  A->cuModuleUnload(e->module);
+  free(e->hooks);
+  free(e->bucket_ev);
+  free(e->op_ev);
+  free(e->kernel_seconds);
+  free(e->own);
+  free(e->bound);
+  free(e->leaf_of);
+  free(e->fn);
+  free(e->lt);
+  tg_arena_free(e->arena);
+  free(e);
+}
+
+static bool cuda_from_cache(const tg_exec *e) { return ((const cuda_exec *)e)->from_cache; }
+
+/* ---- leaves ---------------------------------------------------------------------------- */
+
+static cuda_tensor *own_leaf(cuda_exec *e, int i) {
+  if (!e->own[i]) {
+    cuda_device *d = dev_of(&e->base);
+    const tg_node *n = e->base.g->nodes[e->p->leaves[i]];
+    e->own[i] = tensor_alloc(d, &n->type, false);
+    if (n->op != TG_OP_input && n->init.kind == TG_INIT_ONES) {
+      int64_t numel = tg_type_numel(&n->type);
+      double *ones = tg_xmalloc(sizeof(double) * (size_t)(numel ? numel : 1));
+      for (int64_t k = 0; k < numel; k++) ones[k] = 1;
+      cuda_tensor_write(&e->own[i]->base, ones, TG_HOST_F64);
+      free(ones);
+    }
+    e->generation++;
+  }
+  return e->own[i];
+}
+
+static tg_tensor *cuda_leaf(tg_exec *x, const tg_node *n) {
+  cuda_exec *e = (cuda_exec *)x;
+  int i = e->leaf_of[n->id];
+  if (i < 0) return NULL;
+  return e->bound[i] ? &e->bound[i]->base : &own_leaf(e, i)->base;
+}
+
+static void cuda_bind(tg_exec *x, const tg_node *n, tg_tensor *t) {
+  cuda_exec *e = (cuda_exec *)x;
+  int i = e->leaf_of[n->id];
+  if (i < 0 || e->bound[i] == (cuda_tensor *)t) return;
+  e->bound[i] = (cuda_tensor *)t;
+  e->generation++; /* the captured graphs hold the old pointer */
+  drop_graphs(e);
+}
+
+/* Where base value `node` lives on the device, and its extent in bytes. */
+static CUdeviceptr value_ptr(cuda_exec *e, int node, size_t *bytes) {
+  const tg_storage *s = &e->p->store[node];
+  const tg_node *n = e->base.g->nodes[node];
+  if (bytes) *bytes = (size_t)tg_type_numel(&n->type) * (size_t)tg_dtype_size(n->type.dtype);
+  if (s->place == TG_PLACE_LEAF) {
+    cuda_tensor *t = e->bound[s->leaf] ? e->bound[s->leaf] : own_leaf(e, s->leaf);
+    if (bytes) *bytes = t->bytes;
+    return t->ptr;
+  }
+  if (s->place == TG_PLACE_ARENA) return e->mem + (CUdeviceptr)s->offset;
+  if (s->place == TG_PLACE_SCRATCH) return e->mem + (CUdeviceptr)(e->scratch_at + s->offset);
+  return 0;
+}
+
+/* ---- running ------------------------------------------------------------------------------ */
+
+static void launch(cuda_exec *e, tg_ctx *ctx, int i) {
+  cuda_device *d = dev_of(&e->base);
+  const tg_cuda_launch *L = &e->plan->ops[i].launch;
+  CUdeviceptr ptr[16 + 64];
+  void *args[16 + 64];
+  size_t extent[16 + 64];
+  const char *names[16 + 64];
+  int n = L->n_args < 80 ? L->n_args : 80;
+  for (int a = 0; a < n; a++) {
+    ptr[a] = value_ptr(e, L->args[a].node, &extent[a]);
+    args[a] = &ptr[a];
+    names[a] = tg_sprintf(e->arena, "b%d", L->args[a].node);
+  }
+  if (d->api.emu_describe_launch)
+    d->api.emu_describe_launch(L->function, e->plan->where[e->plan->ops[i].kernel], n, names, extent);
+  CU(d, ctx,
+     d->api.cuLaunchKernel(e->fn[i], L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
+                           (unsigned)L->shared_bytes, d->stream, args, NULL),
+     op_what(e, i));
+}
+
+static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
+  cuda_device *d = dev_of(&e->base);
+  const tg_cuda_matmul *M = &e->plan->ops[i].matmul;
+  const lt_call *c = &e->lt[i];
+  float alpha = (float)M->alpha, beta = (float)M->beta;
+  CUdeviceptr a = value_ptr(e, M->a_node, NULL) + (CUdeviceptr)(M->a_offset * tg_dtype_size(M->a_type));
+  CUdeviceptr b = value_ptr(e, M->b_node, NULL) + (CUdeviceptr)(M->b_offset * tg_dtype_size(M->b_type));
+  CUdeviceptr cc = value_ptr(e, M->node, NULL) + (CUdeviceptr)(M->c_offset * tg_dtype_size(M->c_type));
+  LT(d, ctx,
+     d->api.cublasLtMatmul(d->lt, c->desc, &alpha, (const void *)a, c->a, (const void *)b, c->b, &beta,
+                           (const void *)cc, c->c, (void *)cc, c->c, &c->algo, (void *)d->workspace,
+                           TG_CUBLASLT_WORKSPACE, d->stream),
+     op_what(e, i));
+}
+
+/* The value n of e's graph as a contiguous f32 array on the device. */
+static CUdeviceptr contiguous_f32(cuda_exec *e, const tg_node *n) {
+  tg_layout lay;
+  if (n->type.dtype != TG_F32 || !tg_layout_of(e->p, n, &lay)) return 0;
+  int64_t s = 1;
+  for (int k = n->type.rank - 1; k >= 0; k--) {
+    if (n->type.dim[k].size > 1 && lay.stride[k] != s) return 0;
+    s *= n->type.dim[k].size;
+  }
+  CUdeviceptr base = value_ptr(e, lay.base, NULL);
+  return base ? base + (CUdeviceptr)(lay.offset * 4) : 0;
+}
+
+static void enqueue_accumulate(cuda_exec *e, tg_ctx *ctx, const hook_op *h) {
+  cuda_device *d = dev_of(&e->base);
+  CUdeviceptr g = contiguous_f32(e, h->n);
+  if (!g) tg_error(ctx, h->n->loc, "internal: the gradient to accumulate is not contiguous in memory");
+  long long n = (long long)tg_type_numel(&h->acc->base.type);
+  CUdeviceptr acc = h->acc->ptr;
+  float scale = h->scale;
+  int first = h->first;
+  void *args[] = {&acc, &g, &scale, &first, &n};
+  unsigned blocks = (unsigned)((n + 255) / 256 < 8 * d->sm_count ? (n + 255) / 256 : 8 * d->sm_count);
+  if (blocks == 0) blocks = 1;
+  if (d->api.emu_describe_launch) {
+    const char *names[] = {"acc", "g", "scale", "first", "n"};
+    size_t ext[] = {h->acc->bytes, (size_t)n * 4, 0, 0, 0};
+    d->api.emu_describe_launch("tg_accumulate", "the gradient accumulation", 5, names, ext);
+  }
+  CU(d, ctx, d->api.cuLaunchKernel(d->k_accumulate, blocks, 1, 1, 256, 1, 1, 0, d->stream, args, NULL),
+     "tg_accumulate (the gradient accumulation)");
+}
+
+static int phase_of(cuda_exec *e, int i) {
+  const tg_kernel *K = &e->base.g->kernels[e->plan->ops[i].kernel];
+  return K->n_nodes ? e->base.g->nodes[K->nodes[0]]->phase : TG_PHASE_FORWARD;
+}
+
+/* Queues the whole step; returns whether communication was queued. */
+static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
+  cuda_device *d = dev_of(&e->base);
+  tg_cuda_api *A = &d->api;
+  bool comm = false, kernels = e->profile == TG_PROFILE_KERNELS && !capturing;
+  bool phases = e->profile != TG_PROFILE_OFF;
+  for (int ph = 0; ph < TG_NPHASES; ph++) e->phase_started[ph] = false;
+  int last_phase = -1;
+  for (int i = 0; i < e->plan->n_ops; i++) {
+    const tg_cuda_op *op = &e->plan->ops[i];
+    if (kernels) CU(d, ctx, A->cuEventRecord(e->op_ev[i], d->stream), "profiling");
+    if (phases && op->kind != TG_CUDA_ALLREDUCE) {
+      int ph = phase_of(e, i);
+      if (ph != last_phase && !e->phase_started[ph]) {
+        CU(d, ctx, A->cuEventRecord(e->phase_ev[ph], d->stream), "profiling");
+        e->phase_started[ph] = true;
+      }
+      last_phase = ph;
+    }
+    if (op->kind == TG_CUDA_LAUNCH) {
+      launch(e, ctx, i);
+    } else if (op->kind == TG_CUDA_MATMUL) {
+      matmul(e, ctx, i);
+    } else {
+      const hook_list *l = &e->hooks[op->bucket];
+      for (int h = 0; h < l->n; h++) {
+        const hook_op *ho = &l->ops[h];
+        if (ho->kind == HOOK_ACCUMULATE) {
+          enqueue_accumulate(e, ctx, ho);
+        } else {
+          /* the bucket is complete on the compute stream: the
+           * communication stream waits for that, and only that */
+          CU(d, ctx, A->cuEventRecord(e->bucket_ev[op->bucket], d->stream), op_what(e, i));
+          CU(d, ctx, A->cuStreamWaitEvent(d->comm_stream, e->bucket_ev[op->bucket], 0), op_what(e, i));
+          enqueue_allreduce(d, ctx, ho->ts, ho->n_ts);
+          comm = true;
+        }
+      }
+    }
+    if (d->sync_each) CU(d, ctx, A->cuStreamSynchronize(d->stream), op_what(e, i));
+  }
+  if (comm) {
+    /* the step ends when its communication does: what runs next on the
+     * compute stream (the optimizer) sees the averaged gradients */
+    CU(d, ctx, A->cuEventRecord(e->comm_done, d->comm_stream), "the end of the step's all-reduces");
+    CU(d, ctx, A->cuStreamWaitEvent(d->stream, e->comm_done, 0), "the end of the step's all-reduces");
+  }
+  if (kernels) CU(d, ctx, A->cuEventRecord(e->op_ev[e->plan->n_ops], d->stream), "profiling");
+  if (phases) CU(d, ctx, A->cuEventRecord(e->phase_ev[TG_NPHASES], d->stream), "profiling");
+}
+
+/* Calls the bucket hooks, recording what they ask for; returns the key of
+ * this run's graph. */
+static uint64_t record_hooks(cuda_exec *e) {
+  cuda_device *d = dev_of(&e->base);
+  free_hooks(e);
+  uint64_t key = mix(1469598103934665603ull, e->generation);
+  const tg_allreduce_plan *ar = e->base.g->allreduce;
+  if (!e->base.hook || !ar) return key;
+  d->recording = e;
+  for (int b = 0; b < ar->n_buckets; b++) {
+    current_bucket = b;
+    tg_exec_call_hook(&e->base, b);
+    for (int h = 0; h < e->hooks[b].n; h++) {
+      const hook_op *o = &e->hooks[b].ops[h];
+      key = mix(mix(mix(key, (uint64_t)b), (uint64_t)o->kind), o->first);
+      uint32_t sb;
+      memcpy(&sb, &o->scale, 4);
+      key = mix(mix(key, sb), o->kind == HOOK_ACCUMULATE ? (uint64_t)o->acc->ptr : (uint64_t)o->n_ts);
+    }
+  }
+  d->recording = NULL;
+  return key;
+}
+
+static graph_entry *graph_for(cuda_exec *e, uint64_t key) {
+  for (int i = 0; i < e->n_graphs; i++)
+    if (e->graphs[i].key == key) return &e->graphs[i];
+  if (e->n_graphs == e->cap_graphs) {
+    e->cap_graphs = e->cap_graphs ? 2 * e->cap_graphs : 4;
+    e->graphs = tg_xrealloc(e->graphs, sizeof *e->graphs * (size_t)e->cap_graphs);
+  }
+  e->graphs[e->n_graphs] = (graph_entry){key, 0, NULL};
+  return &e->graphs[e->n_graphs++];
+}
+
+static void cuda_run(tg_ctx *ctx, tg_exec *x) {
+  cuda_exec *e = (cuda_exec *)x;
+  cuda_device *d = dev_of(x);
+  tg_cuda_api *A = &d->api;
+  for (int i = 0; i < e->p->n_leaves; i++)
+    if (!e->bound[i]) own_leaf(e, i);
+  uint64_t key = record_hooks(e);
+  if (e->profile == TG_PROFILE_KERNELS && !e->op_ev) {
+    e->op_ev = tg_xcalloc((size_t)e->plan->n_ops + 1, sizeof *e->op_ev);
+    for (int i = 0; i <= e->plan->n_ops; i++) CU(d, ctx, A->cuEventCreate(&e->op_ev[i], CU_EVENT_DEFAULT), "profiling");
+  }
+  bool graphs = d->graphs && e->profile != TG_PROFILE_KERNELS;
+  graph_entry *ge = graphs ? graph_for(e, key) : NULL;
+  if (ge && !ge->exec && ge->runs >= 1) {
+    /* warmed up: capture the step once, then replay it */
+    CU(d, ctx, A->cuStreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the step");
+    enqueue(e, ctx, true);
+    CUgraph graph;
+    CU(d, ctx, A->cuStreamEndCapture(d->stream, &graph), "capturing the step");
+    CUresult r = A->cuGraphInstantiateWithFlags(&ge->exec, graph, 0);
+    A->cuGraphDestroy(graph);
+    CU(d, ctx, r, "instantiating the captured step");
+  }
+  if (ge && ge->exec) {
+    CU(d, ctx, A->cuGraphLaunch(ge->exec, d->stream), "replaying the step");
+  } else {
+    enqueue(e, ctx, false);
+    if (ge) ge->runs++;
+  }
+  e->pending = e->profile != TG_PROFILE_OFF;
+  if (d->sync_each) CU(d, ctx, A->cuStreamSynchronize(d->stream), "the step");
+}
+
+/* Adds the last run's measured times (waiting for it). */
+static void collect_times(cuda_exec *e) {
+  if (!e->pending) return;
+  cuda_device *d = dev_of(&e->base);
+  tg_cuda_api *A = &d->api;
+  e->pending = false;
+  CU(d, d->ctx, A->cuEventSynchronize(e->phase_ev[TG_NPHASES]), "profiling");
+  /* phases run in order: each lasts until the next one starts */
+  for (int ph = 0; ph < TG_NPHASES; ph++) {
+    if (!e->phase_started[ph]) continue;
+    int next = TG_NPHASES;
+    for (int q = ph + 1; q < TG_NPHASES; q++)
+      if (e->phase_started[q]) {
+        next = q;
+        break;
+      }
+    float ms = 0;
+    if (A->cuEventElapsedTime(&ms, e->phase_ev[ph], e->phase_ev[next]) == CUDA_SUCCESS) e->phase_seconds[ph] += ms / 1e3;
+  }
+  if (e->profile == TG_PROFILE_KERNELS && e->op_ev)
+    for (int i = 0; i < e->plan->n_ops; i++) {
+      float ms = 0;
+      if (A->cuEventElapsedTime(&ms, e->op_ev[i], e->op_ev[i + 1]) == CUDA_SUCCESS)
+        e->kernel_seconds[e->plan->ops[i].kernel] += ms / 1e3;
+    }
+}
+
+static bool cuda_read(tg_exec *x, const tg_node *n, void *dst, tg_host_type ht) {
+  cuda_exec *e = (cuda_exec *)x;
+  cuda_device *d = dev_of(x);
+  const tg_graph *g = x->g;
+  tg_layout lay;
+  if (!tg_layout_of(e->p, n, &lay)) return false;
+  const tg_storage *s = &e->p->store[lay.base];
+  bool kept = s->place == TG_PLACE_LEAF;
+  for (int i = 0; i < g->memplan->n_buffers && !kept; i++)
+    kept = g->memplan->buffers[i].node == lay.base && g->memplan->buffers[i].last == g->n_kernels;
+  if (!kept) return false;
+  size_t bytes;
+  CUdeviceptr base = value_ptr(e, lay.base, &bytes);
+  char *host = staging(d, bytes + 1);
+  read_device(d, host, base, bytes, "reading a result");
+  tg_dtype dt = g->nodes[lay.base]->type.dtype;
+  int size = tg_dtype_size(dt);
+  const tg_type *t = &n->type;
+  int64_t numel = tg_type_numel(t), coord[TG_MAX_RANK] = {0};
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t off = lay.offset;
+    for (int k = 0; k < t->rank; k++) off += coord[k] * lay.stride[k];
+    tg_host_from_storage(host + off * size, dt, (char *)dst + i * (ht == TG_HOST_F64 ? 8 : 4), ht, 1);
+    for (int k = t->rank - 1; k >= 0; k--) {
+      if (++coord[k] < t->dim[k].size) break;
+      coord[k] = 0;
+    }
+  }
+  return true;
+}
+
+static void cuda_accumulate(tg_exec *x, const tg_node *n, tg_tensor *acc, float scale, bool first) {
+  cuda_exec *e = (cuda_exec *)x;
+  cuda_device *d = dev_of(x);
+  hook_op h = {HOOK_ACCUMULATE, n, (cuda_tensor *)acc, scale, first, NULL, 0};
+  if (d->recording == e) hook_push(&e->hooks[current_bucket], h);
+  else enqueue_accumulate(e, d->ctx, &h);
+}
+
+/* ---- profiling --------------------------------------------------------------------------------- */
+
+static void cuda_profile(tg_exec *x, tg_profile_level level) {
+  cuda_exec *e = (cuda_exec *)x;
+  if (e->profile != level) drop_graphs(e); /* the events are part of a captured step */
+  e->profile = level;
+}
+
+static void cuda_phase_seconds(const tg_exec *x, double out[TG_NPHASES]) {
+  cuda_exec *e = (cuda_exec *)x;
+  collect_times(e);
+  for (int p = 0; p < TG_NPHASES; p++) out[p] = e->phase_seconds[p];
+}
+
+static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
+  cuda_exec *e = (cuda_exec *)x;
+  collect_times(e);
+  const tg_graph *g = x->g;
+  int n = g->n_kernels;
+  int *order = tg_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  double total = 0;
+  for (int k = 0; k < n; k++) order[k] = k, total += e->kernel_seconds[k];
+  for (int a = 1; a < n; a++)
+    for (int b = a; b > 0 && e->kernel_seconds[order[b]] > e->kernel_seconds[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  fprintf(out, "profile: %d kernels, %.3f ms in all on %s; the longest:\n", n, total * 1e3, dev_of(x)->name);
+  for (int i = 0; i < n && i < top; i++) {
+    const tg_kernel *K = &g->kernels[order[i]];
+    fprintf(out, "profile: %8.3f ms %5.1f%%  k%d %s \"%s\" (%s)\n", e->kernel_seconds[order[i]] * 1e3,
+            total > 0 ? 100 * e->kernel_seconds[order[i]] / total : 0.0, order[i], tg_kernel_kind_name(K->kind), K->name,
+            e->plan->where[order[i]]);
+  }
+  free(order);
+}
+
+#define CUDA_EXECUTOR_FUNCTIONS                                                                                     \
+  .source_suffix = ".cu", .close = cuda_close, .describe = cuda_describe, .allreduce_average = cuda_allreduce_average, \
+  .tensor_new = cuda_tensor_new, .tensor_free = cuda_tensor_free, .tensor_write = cuda_tensor_write,                 \
+  .tensor_read = cuda_tensor_read, .tensor_hash = cuda_tensor_hash, .compile = cuda_compile, .free = cuda_free,     \
+  .from_cache = cuda_from_cache, .leaf = cuda_leaf, .bind = cuda_bind, .run = cuda_run, .read = cuda_read,          \
+  .accumulate = cuda_accumulate, .profile = cuda_profile, .profile_print = cuda_profile_print,                      \
+  .phase_seconds = cuda_phase_seconds
+
+const tg_executor tg_executor_cuda = {
+    .name = "cuda",
+    .summary = "the fused step as CUDA on an NVIDIA GPU: NVRTC, cuBLASLt, NCCL, CUDA graphs (dlopen'ed)",
+    .open = cuda_open,
+    CUDA_EXECUTOR_FUNCTIONS,
+};
+
+const tg_executor tg_executor_cuda_emu = {
+    .name = "cuda-emu",
+    .summary = "the same CUDA on the emulated device: every kernel run on the CPU, with bounds and race checks",
+    .open = emu_open,
+    CUDA_EXECUTOR_FUNCTIONS,
+};
