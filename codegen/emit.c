@@ -272,7 +272,10 @@ static const char *vector_load(emitter *e, const tg_node *n, const char **c, con
     if (!strcmp(e->vkeys[k], key)) return tg_sprintf(e->arena, "%s.%c", e->vnames[k], comp[e->lane]);
   if (e->lane) return NULL; /* lane 0 did not load it: read it plainly */
   const char *name = new_tmp(e);
-  tg_sb_printf(&e->buf[2], "const float4 %s = *(const float4 *)&%s;\n", name, key);
+  /* TG_LD4 (flash.h: tg_cuda_emit_memory_macros): one float4 load on the
+   * GPU, a checked one on the emulated device (vectors are CUDA-only) */
+  tg_sb_printf(&e->buf[2], "const float4 %s = TG_LD4(b%d, %s);\n", name, lay->base,
+               affine(e, lay->offset, lay->stride, c0, n->type.rank));
   e->vkeys = realloc(e->vkeys, sizeof(char *) * (size_t)(e->n_v + 1));
   e->vnames = realloc(e->vnames, sizeof(char *) * (size_t)(e->n_v + 1));
   if (!e->vkeys || !e->vnames) exit(1);
@@ -654,11 +657,16 @@ void tg_nest_code_free(tg_nest_code *c) {
 /* ---- parameters and comments ------------------------------------------------ */
 
 void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d) {
-  const char *restrict_kw = d == TG_DIALECT_CUDA ? "__restrict__" : "restrict";
   for (int a = 0; a < lk->n_args; a++) {
     const tg_node *n = p->g->nodes[lk->args[a]];
-    tg_sb_printf(b, "%s%s%s *%s b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
-                 tg_storage_ctype(n->type.dtype), restrict_kw, n->id);
+    /* CUDA: TG_ARG(T) is T *__restrict__ on the GPU and a checked pointer
+     * on the emulated device (flash.h: tg_cuda_emit_memory_macros) */
+    if (d == TG_DIALECT_CUDA)
+      tg_sb_printf(b, "%sTG_ARG(%s%s) b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
+                   tg_storage_ctype(n->type.dtype), n->id);
+    else
+      tg_sb_printf(b, "%s%s%s *restrict b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
+                   tg_storage_ctype(n->type.dtype), n->id);
   }
   if (!lk->n_args) tg_sb_printf(b, "void");
 }

@@ -64,8 +64,9 @@ int tg_nest_vec_width(const tg_step *st, tg_dialect d);
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out);
 void tg_nest_code_free(tg_nest_code *c);
 
-/* The parameter list of kernel lk's functions: "float *__restrict__ b12, ..."
- * (pointers to every base value it touches; inputs const). */
+/* The parameter list of kernel lk's functions: "TG_ARG(float) b12, ..." in
+ * CUDA (flash.h: tg_cuda_emit_memory_macros), "float *restrict b12, ..." in
+ * C (pointers to every base value it touches; inputs const). */
 void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d);
 /* A comment naming the kernel, its kind and the ops it fuses with their
  * .tg lines. */

@@ -62,8 +62,9 @@ void tg_flash_emit_c_fwd(FILE *out, const char *fn, const tg_flash_shape *s);
 void tg_flash_emit_c_bwd(FILE *out, const char *fn, const tg_flash_shape *s);
 
 /* ---- CUDA --------------------------------------------------------------
- * Emits CUDA C++ with no #include (for NVRTC without include paths):
- * device helpers named PREFIX_* and extern "C" __global__ kernels named
+ * Emits CUDA C++ with no #include (for NVRTC without include paths; it
+ * also builds for the emulated device behind cuda_emu.h): the memory
+ * macros (below), device helpers named PREFIX_* and extern "C" __global__ kernels named
  * PREFIX_fwd, or PREFIX_bwd_dkdv and PREFIX_bwd_dq, each after a line
  * `// tg kernel: NAME`.  Needs sm_80 or newer (bf16 mma.sync and ldmatrix).
  * q, k, v, do are staged in shared memory as bf16 (rounded to nearest even)
@@ -73,6 +74,20 @@ void tg_flash_emit_c_bwd(FILE *out, const char *fn, const tg_flash_shape *s);
  * up to 128); an unsupported shape emits an #error line instead. */
 bool tg_flash_supported(const tg_flash_shape *s, char *why, size_t n);
 void tg_flash_emit_cuda(FILE *out, const char *fn_prefix, const tg_flash_shape *s, bool backward);
+/* The same without the memory macros, for a file that defines them once
+ * at its top (tg_render_cuda). */
+void tg_flash_emit_cuda_kernels(FILE *out, const char *fn_prefix, const tg_flash_shape *s, bool backward);
+
+/* The macros generated CUDA spells memory with (guarded, so a file may
+ * hold them more than once): TG_ARG(T) for a kernel's pointer argument,
+ * TG_PTR(T) for a pointer into global or shared memory, TG_SHARED(T,
+ * name, count) for a shared array, TG_LD4(p, i) for a 16-byte load.  On
+ * the GPU (__CUDA_ARCH__) they are plain pointers and arrays, T
+ * *__restrict__ for arguments, so NVRTC sees the code it always did; the
+ * emulated device (runtime/exec/cuda/emu/cuda_emu.h) defines them as
+ * checked pointers.  Each PTX instruction sits in a small device function
+ * with the emulator's version under #ifndef __CUDA_ARCH__. */
+void tg_cuda_emit_memory_macros(FILE *out);
 
 /* One kernel launch.  The launches of a call site run in the order given,
  * on one stream, with the argument list described above.  All shared

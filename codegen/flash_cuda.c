@@ -116,7 +116,7 @@ static const char *ptype(const tg_flash_operand *o) { return o->bf16 ? "unsigned
 static void operand(FILE *f, const char *name, const char *up, const tg_flash_operand *o, bool konst,
                     bool cols) {
   fprintf(f,
-          "  %s%s *%sp = %s + (%" PRId64 "LL + (long long)blockIdx.z * %" PRId64
+          "  TG_PTR(%s%s) %sp = %s + (%" PRId64 "LL + (long long)blockIdx.z * %" PRId64
           "LL + (long long)blockIdx.y * %" PRId64 "LL);\n",
           konst ? "const " : "", ptype(o), name, name, o->offset, o->stride[0], o->stride[1]);
   if (cols)
@@ -130,31 +130,45 @@ static const char *helpers =
     "// tg helpers: $P\n"
     "// Written out here because the source is compiled with no include path:\n"
     "// bf16 conversions, the PTX instructions the kernels use, and tile staging.\n"
+    "// Each PTX instruction sits in a function of its own, with the emulated\n"
+    "// device's version (runtime/exec/cuda/emu/cuda_emu.h) beside it.\n"
     "\n"
     "// Two floats as a bf16 pair rounded to nearest even, lo in bits 0-15\n"
     "// (cvt puts its first source in the upper half).\n"
     "__device__ __forceinline__ unsigned $P_pack(float lo, float hi) {\n"
+    "#ifdef __CUDA_ARCH__\n"
     "  unsigned r;\n"
     "  asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));\n"
     "  return r;\n"
+    "#else\n"
+    "  return tg_emu::cvt_rn_bf16x2_f32(hi, lo);\n"
+    "#endif\n"
     "}\n"
-    "__device__ __forceinline__ float $P_ld(const float *p, long long i) { return p[i]; }\n"
-    "__device__ __forceinline__ float $P_ld(const unsigned short *p, long long i) {\n"
+    "__device__ __forceinline__ float $P_ld(TG_PTR(const float) p, long long i) { return p[i]; }\n"
+    "__device__ __forceinline__ float $P_ld(TG_PTR(const unsigned short) p, long long i) {\n"
     "  return __uint_as_float((unsigned)p[i] << 16);\n"
     "}\n"
-    "__device__ __forceinline__ void $P_st(float *p, long long i, float x) { p[i] = x; }\n"
-    "__device__ __forceinline__ void $P_st(unsigned short *p, long long i, float x) {\n"
+    "__device__ __forceinline__ void $P_st(TG_PTR(float) p, long long i, float x) { p[i] = x; }\n"
+    "__device__ __forceinline__ void $P_st(TG_PTR(unsigned short) p, long long i, float x) {\n"
     "  p[i] = (unsigned short)($P_pack(x, 0.0f) & 0xffffu);\n"
     "}\n"
     "__device__ __forceinline__ float $P_ex2(float x) {\n"
+    "#ifdef __CUDA_ARCH__\n"
     "  float y;\n"
     "  asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
     "  return y;\n"
+    "#else\n"
+    "  return tg_emu::ex2_approx_ftz(x);\n"
+    "#endif\n"
     "}\n"
     "__device__ __forceinline__ float $P_lg2(float x) {\n"
+    "#ifdef __CUDA_ARCH__\n"
     "  float y;\n"
     "  asm(\"lg2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
     "  return y;\n"
+    "#else\n"
+    "  return tg_emu::lg2_approx_ftz(x);\n"
+    "#endif\n"
     "}\n"
     "__device__ __forceinline__ float $P_ninf() { return -__int_as_float(0x7f800000); }\n"
     "\n"
@@ -163,27 +177,75 @@ static const char *helpers =
     "// (g+8, 2t+8..); b: (2t..2t+1, g), (2t+8..2t+9, g); c: (g, 2t), (g, 2t+1), (g+8, 2t),\n"
     "// (g+8, 2t+1) (row, column); a pair's lower column (row for b) in the low half.\n"
     "__device__ __forceinline__ void $P_mma(float *c, const unsigned *a, unsigned b0, unsigned b1) {\n"
+    "#ifdef __CUDA_ARCH__\n"
     "  asm volatile(\n"
     "      \"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, \"\n"
     "      \"{%8, %9}, {%0, %1, %2, %3};\"\n"
     "      : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
     "      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
+    "#else\n"
+    "  tg_emu::mma_m16n8k16_bf16(c, a, b0, b1, __LINE__);\n"
+    "#endif\n"
+    "}\n"
+    "\n"
+    "// The shared-memory address of p, as ldmatrix and cp.async take it.\n"
+    "template <typename P>\n"
+    "__device__ __forceinline__ unsigned $P_smem(P p) {\n"
+    "#ifdef __CUDA_ARCH__\n"
+    "  unsigned a;\n"
+    "  asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(p));\n"
+    "  return a;\n"
+    "#else\n"
+    "  return tg_emu::cvta_to_shared(p);\n"
+    "#endif\n"
+    "}\n"
+    "\n"
+    "// Two 8x8 bf16 matrices read transposed: lanes 0-7 give the addresses of the first's\n"
+    "// rows, lanes 8-15 the second's; lane l gets in b[m] matrix m's elements (2(l%4), l/4)\n"
+    "// and (2(l%4)+1, l/4).\n"
+    "__device__ __forceinline__ void $P_ldsm_x2_trans(unsigned addr, unsigned *b) {\n"
+    "#ifdef __CUDA_ARCH__\n"
+    "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\"\n"
+    "               : \"=r\"(b[0]), \"=r\"(b[1]) : \"r\"(addr) : \"memory\");\n"
+    "#else\n"
+    "  tg_emu::ldmatrix(2, true, addr, b, __LINE__);\n"
+    "#endif\n"
     "}\n"
     "\n"
     "// The mma b operand for rows k0..k0+15, columns n0..n0+7 of a row-major [k][n] bf16\n"
     "// tile in shared memory (b wants it column-major, hence .trans): lane l passes the\n"
     "// address of row k0 + (l & 15) at column n0 (lanes 16-31 repeat valid addresses).\n"
-    "__device__ __forceinline__ void $P_ldsm_t(const unsigned *row, unsigned *b) {\n"
-    "  unsigned a;\n"
-    "  asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(a) : \"l\"(row));\n"
-    "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\"\n"
-    "               : \"=r\"(b[0]), \"=r\"(b[1]) : \"r\"(a) : \"memory\");\n"
+    "__device__ __forceinline__ void $P_ldsm_t(TG_PTR(const unsigned) row, unsigned *b) {\n"
+    "  $P_ldsm_x2_trans($P_smem(row), b);\n"
+    "}\n"
+    "\n"
+    "// cp.async: 16 bytes from global memory to shared (addr from $P_smem), completed by\n"
+    "// cp.async.wait_group after cp.async.commit_group; the emulated device copies at once.\n"
+    "template <typename P>\n"
+    "__device__ __forceinline__ void $P_cp_async16(unsigned addr, P src) {\n"
+    "#ifdef __CUDA_ARCH__\n"
+    "  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" : : \"r\"(addr), \"l\"(src) : \"memory\");\n"
+    "#else\n"
+    "  tg_emu::cp_async(addr, src, 16, __LINE__);\n"
+    "#endif\n"
+    "}\n"
+    "__device__ __forceinline__ void $P_cp_async_commit() {\n"
+    "#ifdef __CUDA_ARCH__\n"
+    "  asm volatile(\"cp.async.commit_group;\" : : : \"memory\");\n"
+    "#endif\n"
+    "}\n"
+    "// Waits until at most N committed groups are still in flight.\n"
+    "template <int N>\n"
+    "__device__ __forceinline__ void $P_cp_async_wait() {\n"
+    "#ifdef __CUDA_ARCH__\n"
+    "  asm volatile(\"cp.async.wait_group %0;\" : : \"n\"(N) : \"memory\");\n"
+    "#endif\n"
     "}\n"
     "\n"
     "// The a operand for rows r0..r0+15, columns 16*kk..16*kk+15 of a [rows][W words] tile.\n"
-    "__device__ __forceinline__ void $P_frag_a(unsigned *a, const unsigned *tile, int W, int r0, int kk) {\n"
+    "__device__ __forceinline__ void $P_frag_a(unsigned *a, TG_PTR(const unsigned) tile, int W, int r0, int kk) {\n"
     "  const int lane = threadIdx.x & 31;\n"
-    "  const unsigned *p = tile + (r0 + (lane >> 2)) * W + kk * 8 + (lane & 3);\n"
+    "  TG_PTR(const unsigned) p = tile + (r0 + (lane >> 2)) * W + kk * 8 + (lane & 3);\n"
     "  a[0] = p[0];\n"
     "  a[1] = p[8 * W];\n"
     "  a[2] = p[4];\n"
@@ -193,7 +255,7 @@ static const char *helpers =
     "// Rows r0..r0+R-1 of a [T, D] operand (row stride st, column stride sd) into a\n"
     "// [R][W words] shared tile as bf16 pairs; rows at or past T become zeros.\n"
     "template <typename X>\n"
-    "__device__ __forceinline__ void $P_stage(unsigned *dst, const X *src, long long st, long long sd,\n"
+    "__device__ __forceinline__ void $P_stage(TG_PTR(unsigned) dst, TG_PTR(const X) src, long long st, long long sd,\n"
     "                                         int r0, int R, int T, int D, int W) {\n"
     "  for (int e = threadIdx.x; e < R * (D / 2); e += blockDim.x) {\n"
     "    const int r = e / (D / 2), c = 2 * (e - r * (D / 2)), i = r0 + r;\n"
@@ -208,8 +270,8 @@ static const char *helpers =
     "\n"
     "// di[r] = do_i . o_i in f32 for rows i = r0 + r, r < R (0 at or past T), a warp a row.\n"
     "template <typename X, typename Y>\n"
-    "__device__ __forceinline__ void $P_rowdot(float *di, const X *dout, long long dst, long long dsd,\n"
-    "                                          const Y *o, long long ost, long long osd, int r0, int R,\n"
+    "__device__ __forceinline__ void $P_rowdot(TG_PTR(float) di, TG_PTR(const X) dout, long long dst, long long dsd,\n"
+    "                                          TG_PTR(const Y) o, long long ost, long long osd, int r0, int R,\n"
     "                                          int T, int D) {\n"
     "  const int lane = threadIdx.x & 31;\n"
     "  for (int r = threadIdx.x >> 5; r < R; r += blockDim.x >> 5) {\n"
@@ -225,7 +287,8 @@ static const char *helpers =
     "\n";
 
 static const char *fwd_body =
-    "  __shared__ __align__(16) unsigned ks[BN * W], vs[BN * W];\n"
+    "  TG_SHARED(__align__(16) unsigned, ks, BN * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, vs, BN * W);\n"
     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
     "  // the last rows see the most keys: their blocks go first\n"
     "  const int r0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BM;\n"
@@ -255,7 +318,7 @@ static const char *fwd_body =
     "    for (int kk = 0; kk < D / 16; kk++)\n"
     "#pragma unroll\n"
     "      for (int n = 0; n < BN / 8; n++) {\n"
-    "        const unsigned *p = ks + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) p = ks + (n * 8 + g) * W + kk * 8 + t;\n"
     "        $P_mma(s[n], qf[kk], p[0], p[4]);\n"
     "      }\n"
     "    // only a tile reaching past the block's first row has keys to mask\n"
@@ -337,8 +400,11 @@ static const char *fwd_body =
     "}\n";
 
 static const char *dq_body =
-    "  __shared__ __align__(16) unsigned qs[BM * W], dos[BM * W], ks[BN * W], vs[BN * W];\n"
-    "  __shared__ float dis[BM];\n"
+    "  TG_SHARED(__align__(16) unsigned, qs, BM * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, dos, BM * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, ks, BN * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, vs, BN * W);\n"
+    "  TG_SHARED(float, dis, BM);\n"
     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
     "  const int r0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BM;  // longest rows first\n"
     "  const int ra = r0 + warp * 16 + g, rb = ra + 8;\n"
@@ -373,7 +439,8 @@ static const char *dq_body =
     "      $P_frag_a(ad, dos, W, warp * 16, kk);\n"
     "#pragma unroll\n"
     "      for (int n = 0; n < BN / 8; n++) {\n"
-    "        const unsigned *pk = ks + (n * 8 + g) * W + kk * 8 + t, *pv = vs + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pk = ks + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pv = vs + (n * 8 + g) * W + kk * 8 + t;\n"
     "        $P_mma(s[n], a, pk[0], pk[4]);\n"
     "        $P_mma(dp[n], ad, pv[0], pv[4]);\n"
     "      }\n"
@@ -417,8 +484,12 @@ static const char *dq_body =
     "}\n";
 
 static const char *dkdv_body =
-    "  __shared__ __align__(16) unsigned ks[BM * W], vs[BM * W], qs[BN * W], dos[BN * W];\n"
-    "  __shared__ float lss[BN], dis[BN];\n"
+    "  TG_SHARED(__align__(16) unsigned, ks, BM * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, vs, BM * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, qs, BN * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, dos, BN * W);\n"
+    "  TG_SHARED(float, lss, BN);\n"
+    "  TG_SHARED(float, dis, BN);\n"
     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
     "  const int r0 = (int)blockIdx.x * BM;  // the first keys are seen by the most queries: first\n"
     "  const int ja = r0 + warp * 16 + g, jb = ja + 8;  // this lane's two keys\n"
@@ -452,7 +523,8 @@ static const char *dkdv_body =
     "      $P_frag_a(av, vs, W, warp * 16, kk);\n"
     "#pragma unroll\n"
     "      for (int n = 0; n < BN / 8; n++) {\n"
-    "        const unsigned *pq = qs + (n * 8 + g) * W + kk * 8 + t, *pd = dos + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pq = qs + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pd = dos + (n * 8 + g) * W + kk * 8 + t;\n"
     "        $P_mma(s[n], a, pq[0], pq[4]);\n"
     "        $P_mma(dp[n], av, pd[0], pd[4]);\n"
     "      }\n"
@@ -513,16 +585,16 @@ static const char *const kernel_suffix[] = {"_fwd", "_bwd_dkdv", "_bwd_dq"};
 
 static void signature(FILE *f, const char *prefix, int kind, const tg_flash_shape *s) {
   fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s%s(\n", THREADS, prefix, kernel_suffix[kind]);
-  fprintf(f, "    const %s *__restrict__ q, const %s *__restrict__ k, const %s *__restrict__ v,\n", ptype(&s->q),
-          ptype(&s->k), ptype(&s->v));
+  fprintf(f, "    TG_ARG(const %s) q, TG_ARG(const %s) k, TG_ARG(const %s) v,\n", ptype(&s->q), ptype(&s->k),
+          ptype(&s->v));
   if (kind == K_FWD) {
-    fprintf(f, "    %s *__restrict__ o, %s *__restrict__ lse) {\n", ptype(&s->o), ptype(&s->lse));
+    fprintf(f, "    TG_ARG(%s) o, TG_ARG(%s) lse) {\n", ptype(&s->o), ptype(&s->lse));
     return;
   }
-  fprintf(f, "    const %s *__restrict__ o, const %s *__restrict__ lse, const %s *__restrict__ dout,\n",
-          ptype(&s->o), ptype(&s->lse), ptype(&s->dout));
-  fprintf(f, "    %s *__restrict__ dq, %s *__restrict__ dk, %s *__restrict__ dv) {\n", ptype(&s->dq),
-          ptype(&s->dk), ptype(&s->dv));
+  fprintf(f, "    TG_ARG(const %s) o, TG_ARG(const %s) lse, TG_ARG(const %s) dout,\n", ptype(&s->o),
+          ptype(&s->lse), ptype(&s->dout));
+  fprintf(f, "    TG_ARG(%s) dq, TG_ARG(%s) dk, TG_ARG(%s) dv) {\n", ptype(&s->dq), ptype(&s->dk),
+          ptype(&s->dv));
 }
 
 static void consts(FILE *f, const tg_flash_shape *s, int bn) {
@@ -579,7 +651,26 @@ static void emit_kernel(FILE *f, const char *prefix, int kind, const tg_flash_sh
   }
 }
 
-void tg_flash_emit_cuda(FILE *f, const char *prefix, const tg_flash_shape *s, bool backward) {
+void tg_cuda_emit_memory_macros(FILE *f) {
+  fputs("// Memory is spelled with these so that the emulated device (runtime/exec/cuda/emu/\n"
+        "// cuda_emu.h, put in front of this file when it is built for the host) can check every\n"
+        "// access against its buffer; on the GPU they are plain pointers.\n"
+        "#ifndef TG_MEMORY_MACROS\n"
+        "#define TG_MEMORY_MACROS\n"
+        "#ifdef __CUDA_ARCH__\n"
+        "#define TG_ARG(T) T *__restrict__                   // a kernel's pointer argument\n"
+        "#define TG_PTR(T) T *                               // a pointer into global or shared memory\n"
+        "#define TG_SHARED(T, name, count) __shared__ T name[count]  // a block's shared array\n"
+        "#define TG_SHARED_DYNAMIC(T, name) extern __shared__ __align__(16) T name[]\n"
+        "#define TG_LD4(p, i) (*(const float4 *)&(p)[i])    // p[i..i+3] as one 16-byte load\n"
+        "#elif !defined(TG_CUDA_EMU_H)\n"
+        "#error \"compile this with NVRTC, or for the emulated device after cuda_emu.h\"\n"
+        "#endif\n"
+        "#endif\n\n",
+        f);
+}
+
+void tg_flash_emit_cuda_kernels(FILE *f, const char *prefix, const tg_flash_shape *s, bool backward) {
   char why[256];
   fprintf(f,
           "// tg flash attention %s (codegen/flash_cuda.c): nb=%" PRId64 " nh=%" PRId64 " T=%" PRId64
@@ -601,6 +692,11 @@ void tg_flash_emit_cuda(FILE *f, const char *prefix, const tg_flash_shape *s, bo
   emit_kernel(f, prefix, K_DKDV, s);
   fputc('\n', f);
   emit_kernel(f, prefix, K_DQ, s);
+}
+
+void tg_flash_emit_cuda(FILE *f, const char *prefix, const tg_flash_shape *s, bool backward) {
+  tg_cuda_emit_memory_macros(f);
+  tg_flash_emit_cuda_kernels(f, prefix, s, backward);
 }
 
 int tg_flash_cuda_launches(const tg_flash_shape *s, const char *prefix, bool backward, tg_flash_launch *out) {

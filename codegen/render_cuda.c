@@ -17,7 +17,13 @@
  * and f16 are converted on load and rounded on store).  Matmuls are not
  * kernels here: the runtime calls cuBLASLt, as the manifest describes;
  * flash attention comes from codegen/flash_cuda.c.  The file includes no
- * header, so NVRTC needs no include path. */
+ * header, so NVRTC needs no include path.
+ *
+ * The same file runs on the emulated device (runtime/exec/cuda/emu/): memory
+ * is spelled with macros that are plain pointers under __CUDA_ARCH__ and
+ * checked pointers behind cuda_emu.h (flash.h: tg_cuda_emit_memory_macros),
+ * each PTX instruction has the emulator's version beside it, and the file
+ * ends with a table of its kernels for the emulator to call them by name. */
 #include <string.h>
 
 #include "cuda_plan.h"
@@ -42,6 +48,7 @@ static void prelude(FILE *out, const tg_program *p) {
           "// arena %lld bytes, scratch %lld bytes, %d leaves.\n\n",
           g->source ? g->source : "?", g->n_kernels, (long long)p->arena_bytes, (long long)p->scratch_bytes,
           p->n_leaves);
+  tg_cuda_emit_memory_macros(out);
   fputs("typedef long long tg_idx;\n"
         "__device__ __forceinline__ float tg_inf() { return __int_as_float(0x7f800000); }\n"
         "__device__ __forceinline__ float tg_exp(float x) { return expf(x); }\n"
@@ -53,16 +60,24 @@ static void prelude(FILE *out, const tg_program *p) {
         "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even\n"
         "}\n"
         "__device__ __forceinline__ float tg_f16_load(unsigned short h) {\n"
+        "#ifdef __CUDA_ARCH__\n"
         "  float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f;\n"
+        "#else\n"
+        "  return tg_emu::f16_to_f32(h);\n"
+        "#endif\n"
         "}\n"
         "__device__ __forceinline__ unsigned short tg_f16_store(float f) {\n"
+        "#ifdef __CUDA_ARCH__\n"
         "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n"
+        "#else\n"
+        "  return tg_emu::f32_to_f16_rn(f);\n"
+        "#endif\n"
         "}\n"
         "// Block reductions: warp shuffles, then one value per warp through shared\n"
         "// memory; every thread gets the result.  Blocks are 256 threads.\n"
         "__device__ __forceinline__ float tg_max2(float a, float b) { return (b > a || b != b) ? b : a; }\n"
         "__device__ float tg_block_sum(float v) {\n"
-        "  __shared__ float part[32];\n"
+        "  TG_SHARED(float, part, 32);\n"
         "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
         "  __syncthreads();\n"
         "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
@@ -72,7 +87,7 @@ static void prelude(FILE *out, const tg_program *p) {
         "  return v;\n"
         "}\n"
         "__device__ float tg_block_max(float v) {\n"
-        "  __shared__ float part[32];\n"
+        "  TG_SHARED(float, part, 32);\n"
         "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
         "  __syncthreads();\n"
         "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
@@ -142,6 +157,31 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   tg_nest_code_free(&c);
 }
 
+/* The list of every __global__ function, for the emulated device (which
+ * calls kernels by name through it); the GPU never sees it. */
+static void emulator_table(FILE *out, const tg_program *p) {
+  fputs("#ifndef __CUDA_ARCH__\n"
+        "// The kernels by name, for the emulated device (runtime/exec/cuda/emu/cuda_emu.h).\n"
+        "TG_EMU_KERNEL_TABLE(\n",
+        out);
+  for (int k = 0; k < p->n_kernels; k++) {
+    const tg_lkernel *lk = &p->kernels[k];
+    for (int w = 0; w < lk->n_waves; w++) {
+      bool any = false;
+      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && launched(&lk->steps[s]);
+      if (any) fprintf(out, "  TG_EMU_KERNEL(k%d_w%d)\n", k, w);
+    }
+    for (int s = 0; s < lk->n_steps; s++) {
+      const tg_step *st = &lk->steps[s];
+      if (st->kind != TG_STEP_FLASH_FWD && st->kind != TG_STEP_FLASH_BWD) continue;
+      tg_flash_launch fl[TG_FLASH_MAX_LAUNCHES];
+      int n = tg_flash_cuda_launches(&st->flash, st->fn, st->kind == TG_STEP_FLASH_BWD, fl);
+      for (int i = 0; i < n; i++) fprintf(out, "  TG_EMU_KERNEL(%s)\n", fl[i].name);
+    }
+  }
+  fputs(")\n#endif\n", out);
+}
+
 void tg_render_cuda(FILE *out, const tg_program *p) {
   prelude(out, p);
   for (int k = 0; k < p->n_kernels; k++) {
@@ -174,13 +214,14 @@ void tg_render_cuda(FILE *out, const tg_program *p) {
       const tg_step *st = &lk->steps[s];
       if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) {
         fputs(cm.s, out);
-        tg_flash_emit_cuda(out, st->fn, &st->flash, st->kind == TG_STEP_FLASH_BWD);
+        tg_flash_emit_cuda_kernels(out, st->fn, &st->flash, st->kind == TG_STEP_FLASH_BWD);
         fputc('\n', out);
       }
     }
     tg_sb_free(&cm);
     tg_sb_free(&params);
   }
+  emulator_table(out, p);
 }
 
 /* ---- the manifest ------------------------------------------------------------ */

@@ -1,0 +1,97 @@
+/* emu_internal.h: what the emulated driver's files share (not for the backend).
+ *
+ * emu_driver.c owns the state (the context, allocations, streams, events,
+ * graphs, modules) behind one mutex, which every entry point takes; the
+ * helpers here expect it held.  emu_blaslt.c is the cuBLASLt reference
+ * GEMM; emu_compile.c builds modules. */
+#ifndef TG_EMU_INTERNAL_H
+#define TG_EMU_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_api.h"
+
+/* CUresults the table's enum does not list (NVIDIA's values). */
+enum {
+  EMU_ERROR_INVALID_CONTEXT = 201,
+  EMU_ERROR_NOT_READY = 600,
+  EMU_ERROR_MISALIGNED_ADDRESS = 716,
+  EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  EMU_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+  EMU_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+};
+
+/* The device lock: every entry point holds it while it works. */
+void emu_lock(void);
+void emu_unlock(void);
+
+/* The story of the last failed call, for emu_last_error (per host thread). */
+void emu_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The device allocation holding byte p: its bounds.  False if none. */
+bool emu_find_alloc(uintptr_t p, uintptr_t *lo, uintptr_t *hi);
+
+/* Whether bytes [p, p + n) lie in one allocation; if not, why (naming
+ * `what`) into why.  n == 0 is always fine. */
+bool emu_range_ok(uintptr_t p, size_t n, const char *what, char *why, size_t whylen);
+
+/* The context is usable from this thread (cuInit done, a current primary
+ * context, no sticky error): CUDA_SUCCESS or why not, with emu_set_error. */
+CUresult emu_ctx_check(const char *call);
+
+/* An error that, as on a GPU, ruins the context: every later call returns it. */
+void emu_set_sticky(CUresult e);
+
+/* ---- cuBLASLt calls (emu_blaslt.c) ---------------------------------------------- */
+
+typedef struct emu_lt_layout {
+  int type;        /* cudaDataType */
+  int order;       /* cublasLtOrder_t */
+  uint64_t rows, cols;
+  int64_t ld;
+  int32_t batch;
+  int64_t stride;  /* elements between batches */
+} emu_lt_layout;
+
+typedef struct emu_lt_desc {
+  int compute, scale, pointer_mode, transa, transb;
+  uint32_t epilogue;
+  uintptr_t bias;
+  int64_t bias_stride;
+  uintptr_t aux;
+  int64_t aux_ld, aux_stride;
+  int32_t bias_type; /* -1: the default (D's type) */
+} emu_lt_desc;
+
+/* One cublasLtMatmul, by value: what a graph replays. */
+typedef struct emu_lt_call {
+  emu_lt_desc op;
+  emu_lt_layout a, b, c, d;
+  float alpha, beta;
+  uintptr_t A, B, C, D;
+} emu_lt_call;
+
+/* Checks a call: CUBLAS_STATUS_SUCCESS, or NOT_SUPPORTED / INVALID_VALUE
+ * with why.  Touches no memory. */
+cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t whylen);
+/* Validates (including that every range it touches lies in an
+ * allocation) and runs it. */
+cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen);
+
+/* For cublasLtMatmul on a capturing stream: records it (true), or false
+ * when s is not capturing.  *status is set when recorded. */
+bool emu_capture_matmul(CUstream s, const emu_lt_call *c, cublasStatus_t *status);
+
+void emu_blaslt_fill(tg_cuda_api *api);
+
+/* ---- compiling (emu_compile.c) ------------------------------------------------ */
+
+bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
+                 bool *from_cache, char *err, size_t errlen);
+
+/* cuda_emu.h's text, embedded at build time (emu_header.c, generated). */
+extern const char tg_cuda_emu_header[];
+
+#endif
