@@ -23,6 +23,11 @@ void tg_render_c(FILE *out, const tg_program *p);
  * runtime; the manifest describes them. */
 void tg_render_cuda(FILE *out, const tg_program *p);
 
+/* The CUDA backend's own kernels (render_cuda_runtime.c): tg_accumulate
+ * (float *acc, const float *g, float scale, int first, long long n), the
+ * bucket hooks' acc = (first ? 0 : acc) + scale * g, any grid. */
+void tg_render_cuda_runtime(FILE *out);
+
 /* JSON describing what runs, in order.  For CUDA (cuda): every launch of
  * the .cu file (function, grid, block, shared bytes), the cuBLASLt matmuls
  * and the all-reduce points; for C: every step function with its loop

@@ -253,12 +253,16 @@ static void kernel_fn(FILE *out, const tg_program *p, const tg_lkernel *lk) {
                  (long long)s->offset);
   }
   fprintf(out, "  (void)L, (void)A, (void)S;\n");
-  for (int s = 0; s < lk->n_steps; s++) {
-    const tg_step *st = &lk->steps[s];
-    if (st->kind == TG_STEP_GEMM) gemm_code(out, p, st);
-    else if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) flash_call(out, st);
-    else fprintf(out, "  %s(%s);\n", st->fn, call.s ? call.s : "");
-  }
+  /* wave by wave (lower.h): a step may compute what a matmul of the same
+   * kernel reads, and so run before it whatever its place in the list */
+  for (int w = 0; w < lk->n_waves; w++)
+    for (int s = 0; s < lk->n_steps; s++) {
+      const tg_step *st = &lk->steps[s];
+      if (st->wave != w) continue;
+      if (st->kind == TG_STEP_GEMM) gemm_code(out, p, st);
+      else if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) flash_call(out, st);
+      else fprintf(out, "  %s(%s);\n", st->fn, call.s ? call.s : "");
+    }
   fprintf(out, "}\n\n");
   tg_sb_free(&cm);
   tg_sb_free(&params);

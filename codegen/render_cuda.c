@@ -74,7 +74,9 @@ static void prelude(FILE *out, const tg_program *p) {
         "#endif\n"
         "}\n"
         "// Block reductions: warp shuffles, then one value per warp through shared\n"
-        "// memory; every thread gets the result.  Blocks are 256 threads.\n"
+        "// memory, which every warp reads and reduces again, so that every thread of\n"
+        "// the block gets the result (the next sweep of a row uses it in all warps).\n"
+        "// Blocks are 256 threads.\n"
         "__device__ __forceinline__ float tg_max2(float a, float b) { return (b > a || b != b) ? b : a; }\n"
         "__device__ float tg_block_sum(float v) {\n"
         "  TG_SHARED(float, part, 32);\n"
@@ -82,7 +84,7 @@ static void prelude(FILE *out, const tg_program *p) {
         "  __syncthreads();\n"
         "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
         "  __syncthreads();\n"
-        "  v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
+        "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : 0.0f;\n"
         "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
         "  return v;\n"
         "}\n"
@@ -92,7 +94,7 @@ static void prelude(FILE *out, const tg_program *p) {
         "  __syncthreads();\n"
         "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
         "  __syncthreads();\n"
-        "  v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : -tg_inf();\n"
+        "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : -tg_inf();\n"
         "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
         "  return v;\n"
         "}\n\n",
@@ -168,7 +170,7 @@ static void emulator_table(FILE *out, const tg_program *p) {
     const tg_lkernel *lk = &p->kernels[k];
     for (int w = 0; w < lk->n_waves; w++) {
       bool any = false;
-      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && launched(&lk->steps[s]);
+      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
       if (any) fprintf(out, "  TG_EMU_KERNEL(k%d_w%d)\n", k, w);
     }
     for (int s = 0; s < lk->n_steps; s++) {

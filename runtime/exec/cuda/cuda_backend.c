@@ -32,7 +32,9 @@
  * Errors name the call, the kernel or matmul, and the .tg lines it came
  * from.  TG_CUDA_SYNC=1 synchronises and checks after every launch (and
  * turns the graphs off), so that an error is pinned on the launch that
- * made it. */
+ * made it; TG_CUDA_GRAPHS=0 turns the graphs off alone; TG_CUDA_TRACE=FILE
+ * appends a line per launch, matmul and all-reduce run one by one, and one
+ * per replay of a captured step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +74,7 @@ typedef struct cuda_device {
   int n_algos, cap_algos;
   bool sync_each;      /* TG_CUDA_SYNC=1 */
   bool graphs;         /* capture and replay steps (off with TG_CUDA_SYNC or TG_CUDA_GRAPHS=0) */
+  FILE *trace;         /* TG_CUDA_TRACE: what runs, a line each */
   cuda_exec *recording; /* the exec whose bucket hooks are being recorded */
   char *staging;       /* host memory for conversions */
   size_t staging_cap;
@@ -159,12 +162,32 @@ static const char *cu_error(cuda_device *d, CUresult r) {
   return buf;
 }
 
+/* The function a call expression calls: "A->cuLaunchKernel(f, ...)" gives
+ * "cuLaunchKernel", for messages. */
+static const char *call_name(const char *expr) {
+  static char buf[128];
+  const char *open = strchr(expr, '('), *start = expr;
+  if (!open) return expr;
+  for (const char *p = expr; p < open; p++)
+    if (*p == '>' || *p == '.' || *p == ' ') start = p + 1;
+  snprintf(buf, sizeof buf, "%.*s", (int)(open - start), start);
+  return buf;
+}
+
+/* A failed driver call, its result r_ already in hand: the call's name. */
+static void cu_fail(cuda_device *d, tg_ctx *ctx, CUresult r, const char *call, const char *what) {
+  if (r == CUDA_SUCCESS) return;
+  tg_error(ctx, (tg_loc){0}, "%s failed%s%s: %s%s", call, *what ? " for " : "", what, cu_error(d, r),
+           d->sync_each ? "" : "\n(set TG_CUDA_SYNC=1 to check after every launch and pin the error on it)");
+}
+
 /* A failed driver call: the call, what it was for, and the hint. */
 #define CU(d, ctx, call, what)                                                                                   \
   do {                                                                                                           \
     CUresult r_ = (call);                                                                                        \
     if (r_ != CUDA_SUCCESS)                                                                                      \
-      tg_error((ctx), (tg_loc){0}, "%s failed%s%s: %s%s", #call, *(what) ? " for " : "", (what), cu_error((d), r_), \
+      tg_error((ctx), (tg_loc){0}, "%s failed%s%s: %s%s", call_name(#call), *(what) ? " for " : "", (what),      \
+               cu_error((d), r_),                                                                                \
                (d)->sync_each ? "" : "\n(set TG_CUDA_SYNC=1 to check after every launch and pin the error on it)"); \
   } while (0)
 
@@ -183,31 +206,16 @@ static const char *lt_error(cuda_device *d, cublasStatus_t s) {
   do {                                                                                                        \
     cublasStatus_t s_ = (call);                                                                               \
     if (s_ != CUBLAS_STATUS_SUCCESS)                                                                          \
-      tg_error((ctx), (tg_loc){0}, "%s failed for %s: %s", #call, (what), lt_error((d), s_));                 \
+      tg_error((ctx), (tg_loc){0}, "%s failed for %s: %s", call_name(#call), (what), lt_error((d), s_));      \
   } while (0)
 
 #define NC(d, ctx, call, what)                                                                                \
   do {                                                                                                        \
     ncclResult_t n_ = (call);                                                                                 \
     if (n_ != ncclSuccess)                                                                                    \
-      tg_error((ctx), (tg_loc){0}, "%s failed for %s: %s (%d)", #call, (what),                              \
+      tg_error((ctx), (tg_loc){0}, "%s failed for %s: %s (%d)", call_name(#call), (what),                   \
                (d)->api.ncclGetErrorString ? (d)->api.ncclGetErrorString(n_) : "NCCL error", n_);             \
   } while (0)
-
-/* ---- the backend's own kernels ----------------------------------------------------- */
-
-/* Kernels the backend needs besides the generated ones: the gradient
- * accumulation of the bucket hooks.  A grid-stride loop, so any size runs
- * on a fixed grid. */
-static const char runtime_kernels[] =
-    "// tg kernel: tg_accumulate\n"
-    "// The bucket hooks' accumulation: acc = (first ? 0 : acc) + scale * g.\n"
-    "extern \"C\" __global__ void tg_accumulate(float *__restrict__ acc, const float *__restrict__ g, float scale,\n"
-    "                                           int first, long long n) {\n"
-    "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-    "       i += (long long)gridDim.x * blockDim.x)\n"
-    "    acc[i] = first ? g[i] * scale : acc[i] + g[i] * scale;\n"
-    "}\n";
 
 /* ---- opening ------------------------------------------------------------------------ */
 
@@ -231,6 +239,9 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
   const char *sync = getenv("TG_CUDA_SYNC"), *graphs = getenv("TG_CUDA_GRAPHS");
   d->sync_each = sync && *sync && strcmp(sync, "0");
   d->graphs = !d->sync_each && !(graphs && !strcmp(graphs, "0"));
+  const char *trace = getenv("TG_CUDA_TRACE");
+  if (trace && *trace && !(d->trace = fopen(trace, "a")))
+    tg_error(ctx, (tg_loc){0}, "TG_CUDA_TRACE: cannot open '%s' for appending", trace);
   tg_cuda_api *A = &d->api;
   CU(d, ctx, A->cuInit(0), "");
   int count = 0;
@@ -260,15 +271,23 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
   LT(d, ctx, A->cublasLtCreate(&d->lt), "the cuBLASLt handle");
   CU(d, ctx, A->cuMemAlloc(&d->workspace, TG_CUBLASLT_WORKSPACE), "cuBLASLt's workspace");
 
+  /* the backend's own kernels (codegen/render_cuda_runtime.c) */
+  char *src = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&src, &len);
+  if (!f) tg_error(ctx, (tg_loc){0}, "out of memory");
+  tg_render_cuda_runtime(f);
+  fclose(f);
   void *image = NULL;
   size_t size = 0;
   bool cached;
-  char err[16384];
-  if (!A->compile(runtime_kernels, "tg_runtime.cu", d->arch, &image, &size, &cached, err, sizeof err))
-    tg_error(ctx, (tg_loc){0}, "the backend's own kernels: %s", err);
+  static char err[16384];
+  bool built = A->compile(src, "tg_runtime.cu", d->arch, &image, &size, &cached, err, sizeof err);
+  free(src);
+  if (!built) tg_error(ctx, (tg_loc){0}, "the backend's own kernels: %s", err);
   CUresult r = A->cuModuleLoadData(&d->rt_module, image);
   free(image);
-  CU(d, ctx, r, "the backend's own kernels");
+  cu_fail(d, ctx, r, "cuModuleLoadData", "the backend's own kernels");
   CU(d, ctx, A->cuModuleGetFunction(&d->k_accumulate, d->rt_module, "tg_accumulate"), "tg_accumulate");
 
   if (d->nranks > 1) {
@@ -300,6 +319,7 @@ static void cuda_close(tg_device *x) {
   if (d->comm_stream) A->cuStreamDestroy(d->comm_stream);
   if (d->stream) A->cuStreamDestroy(d->stream);
   if (d->cuctx) A->cuDevicePrimaryCtxRelease(d->dev);
+  if (d->trace) fclose(d->trace);
   free(d->algos);
   free(d->staging);
   free(d);
@@ -525,7 +545,7 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
   free(image);
   if (r != CUDA_SUCCESS) {
     free(e);
-    CU(d, ctx, r, name);
+    cu_fail(d, ctx, r, "cuModuleLoadData", name);
   }
   int n = e->plan->n_ops;
   e->fn = tg_xcalloc((size_t)n + 1, sizeof *e->fn);
@@ -677,11 +697,12 @@ static CUdeviceptr value_ptr(cuda_exec *e, int node, size_t *bytes) {
 static void launch(cuda_exec *e, tg_ctx *ctx, int i) {
   cuda_device *d = dev_of(&e->base);
   const tg_cuda_launch *L = &e->plan->ops[i].launch;
-  CUdeviceptr ptr[16 + 64];
-  void *args[16 + 64];
-  size_t extent[16 + 64];
-  const char *names[16 + 64];
-  int n = L->n_args < 80 ? L->n_args : 80;
+  int n = L->n_args;
+  /* the pointers must stay put until the launch is issued (or captured) */
+  CUdeviceptr *ptr = tg_xcalloc((size_t)n + 1, sizeof *ptr);
+  void **args = tg_xcalloc((size_t)n + 1, sizeof *args);
+  size_t *extent = tg_xcalloc((size_t)n + 1, sizeof *extent);
+  const char **names = tg_xcalloc((size_t)n + 1, sizeof *names);
   for (int a = 0; a < n; a++) {
     ptr[a] = value_ptr(e, L->args[a].node, &extent[a]);
     args[a] = &ptr[a];
@@ -689,10 +710,13 @@ static void launch(cuda_exec *e, tg_ctx *ctx, int i) {
   }
   if (d->api.emu_describe_launch)
     d->api.emu_describe_launch(L->function, e->plan->where[e->plan->ops[i].kernel], n, names, extent);
-  CU(d, ctx,
-     d->api.cuLaunchKernel(e->fn[i], L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
-                           (unsigned)L->shared_bytes, d->stream, args, NULL),
-     op_what(e, i));
+  CUresult r = d->api.cuLaunchKernel(e->fn[i], L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1],
+                                     L->block[2], (unsigned)L->shared_bytes, d->stream, args, NULL);
+  free(ptr);
+  free(args);
+  free(extent);
+  free(names);
+  cu_fail(d, ctx, r, "cuLaunchKernel", op_what(e, i));
 }
 
 static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
@@ -767,6 +791,11 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
       }
       last_phase = ph;
     }
+    if (d->trace && !capturing) {
+      if (op->kind == TG_CUDA_LAUNCH) fprintf(d->trace, "launch %s\n", op->launch.function);
+      else if (op->kind == TG_CUDA_MATMUL) fprintf(d->trace, "matmul k%d\n", op->kernel);
+      else fprintf(d->trace, "allreduce %d\n", op->bucket);
+    }
     if (op->kind == TG_CUDA_LAUNCH) {
       launch(e, ctx, i);
     } else if (op->kind == TG_CUDA_MATMUL) {
@@ -776,6 +805,7 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
       for (int h = 0; h < l->n; h++) {
         const hook_op *ho = &l->ops[h];
         if (ho->kind == HOOK_ACCUMULATE) {
+          if (d->trace && !capturing) fprintf(d->trace, "launch tg_accumulate\n");
           enqueue_accumulate(e, ctx, ho);
         } else {
           /* the bucket is complete on the compute stream: the
@@ -855,9 +885,10 @@ static void cuda_run(tg_ctx *ctx, tg_exec *x) {
     CU(d, ctx, A->cuStreamEndCapture(d->stream, &graph), "capturing the step");
     CUresult r = A->cuGraphInstantiateWithFlags(&ge->exec, graph, 0);
     A->cuGraphDestroy(graph);
-    CU(d, ctx, r, "instantiating the captured step");
+    cu_fail(d, ctx, r, "cuGraphInstantiateWithFlags", "the captured step");
   }
   if (ge && ge->exec) {
+    if (d->trace) fprintf(d->trace, "graph %d ops\n", e->plan->n_ops);
     CU(d, ctx, A->cuGraphLaunch(ge->exec, d->stream), "replaying the step");
   } else {
     enqueue(e, ctx, false);

@@ -8,8 +8,9 @@
 
 extern const tg_executor tg_executor_ref; /* exec/ref/ref_executor.c */
 extern const tg_executor tg_executor_cpu; /* exec/cpu/cpu_backend.c */
+extern const tg_executor tg_executor_cuda, tg_executor_cuda_emu; /* exec/cuda/cuda_backend.c */
 
-static const tg_executor *const all[] = {&tg_executor_ref, &tg_executor_cpu};
+static const tg_executor *const all[] = {&tg_executor_ref, &tg_executor_cpu, &tg_executor_cuda, &tg_executor_cuda_emu};
 enum { N_EXECUTORS = sizeof all / sizeof *all };
 
 const tg_executor *tg_executor_find(const char *name) {

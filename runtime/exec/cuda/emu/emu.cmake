@@ -18,7 +18,7 @@ add_library(tg_cuda_emu STATIC
   ${TG_EMU_DIR}/emu_driver.c ${TG_EMU_DIR}/emu_exec.c ${TG_EMU_DIR}/emu_fiber.c
   ${TG_EMU_DIR}/emu_blaslt.c ${TG_EMU_DIR}/emu_compile.c ${CMAKE_CURRENT_BINARY_DIR}/emu_header.c)
 target_include_directories(tg_cuda_emu PUBLIC ${TG_EMU_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/runtime/exec/cuda)
-target_link_libraries(tg_cuda_emu PUBLIC tgcore m ${CMAKE_DL_LIBS} Threads::Threads)
+target_link_libraries(tg_cuda_emu PUBLIC tg_jit tg_base m ${CMAKE_DL_LIBS} Threads::Threads)
 if(TG_SANITIZE)
   # modules are built with the sanitizers too, so the header's code is checked
   target_compile_definitions(tg_cuda_emu PRIVATE TG_EMU_SANITIZE=1)
@@ -30,21 +30,3 @@ add_library(tg_cuda_emu_header_check OBJECT ${TG_EMU_DIR}/header_check.cpp)
 set_target_properties(tg_cuda_emu_header_check PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
 target_include_directories(tg_cuda_emu_header_check PRIVATE ${TG_EMU_DIR})
 
-# The fiber switch again, through ucontext: the fallback must work too.
-add_executable(test_cuda_emu_fiber_ucontext ${CMAKE_CURRENT_SOURCE_DIR}/tests/unit/test_cuda_emu_fiber.c
-  ${TG_EMU_DIR}/emu_fiber.c tests/unit/testutil.c)
-target_compile_definitions(test_cuda_emu_fiber_ucontext PRIVATE TG_EMU_FIBER_UCONTEXT=1
-  TG_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
-target_include_directories(test_cuda_emu_fiber_ucontext PRIVATE ${CHECK_INCLUDE_DIRS} tests/unit ${TG_EMU_DIR})
-target_link_libraries(test_cuda_emu_fiber_ucontext tgcore ${CHECK_LINK_LIBRARIES})
-add_test(NAME test_cuda_emu_fiber_ucontext COMMAND test_cuda_emu_fiber_ucontext)
-set_tests_properties(test_cuda_emu_fiber_ucontext PROPERTIES ENVIRONMENT "CK_FORK=yes" LABELS unit)
-
-# tests/unit/test_cuda_emu*.c come from the top-level glob, linked with
-# tgcore only; they need the emulator as well.
-foreach(t test_cuda_emu test_cuda_emu_fiber test_cuda_emu_blaslt test_cuda_emu_flash)
-  if(TARGET ${t})
-    target_link_libraries(${t} tg_cuda_emu)
-    set_tests_properties(${t} PROPERTIES TIMEOUT 1500)
-  endif()
-endforeach()

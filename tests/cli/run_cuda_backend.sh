@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# run_cuda_backend.sh BACKEND TGRUN TGC SRCDIR: the CUDA backend end to end
+# on a 2-layer GPT: BACKEND is cuda-emu (CI: the emulated device runs every
+# kernel on the CPU, checking every access) or cuda (a real GPU:
+# tools/gpu_check.sh).
+#
+# - gradients against the reference interpreter;
+# - the losses of 5 AdamW steps against the CPU backend;
+# - every kernel of the training step runs: the launches traced
+#   (TG_CUDA_TRACE) cover every function of the manifest of the same step,
+#   forward, backward, optimizer and flash attention;
+# - the step replays as a CUDA graph after its warm-up and gives the same
+#   losses as launch by launch (TG_CUDA_GRAPHS=0);
+# - errors name the place: a bad backend name, and TG_CUDA_SYNC=1 runs;
+# - a short training run on 1 rank with batch 4 and 2 ranks with batch 2.
+#
+# Tolerances.  The CUDA step is f32 except flash attention, whose kernels
+# multiply on the bf16 tensor cores (q, k, v, the probabilities and the
+# output gradient rounded to bf16: 8 significant bits, a relative rounding
+# of at most 2^-9 = 2e-3 each; fp32 accumulation).  A gradient of a weight
+# that reaches the loss through an attention carries a few such roundings,
+# each of size 2e-3 of the terms, summed like a random walk over the T
+# keys: measured ~4e-4 of each tensor's scale after the second layer and
+# up to ~4e-3 before the first, so each gradient must be within 2e-2 of its
+# largest element.  A wrong index, a missing rescale or a swapped operand
+# is off by O(1) of the scale.  The CPU backend's flash attention is f32,
+# so 5 AdamW steps of the two differ by those roundings amplified by
+# AdamW's division by sqrt(v) (see run_cpu_backend.sh): within 2e-3
+# relative, where a broken kernel makes the loss rise or stall (off by
+# 1e-1 or more).
+set -u
+backend=$1
+src=$(cd "$4" && pwd)
+. "$src/tests/cli/testlib.sh"
+tgrun=$(abspath "$2")
+tgc=$(abspath "$3")
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+mk="$py $src/tests/cli/make_safetensors.py"
+cmp="$py $src/tests/cli/compare_safetensors.py"
+export TG_CACHE=${TG_CACHE:-$tmp/cache}
+cd "$src"
+
+m=(models/gpt2.tg -D n_layer=2 -D n_embd=64 -D n_head=4 -D vocab=65 -D block_size=32)
+W=$tmp/w.safetensors X=$tmp/x.safetensors
+expect_status 0 "$tgrun" init "${m[@]}" --seed 7 --out "$W"
+idx=$(seq 0 127 | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 37 + 11) % 65 }')
+tgt=$(seq 0 127 | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 53 + 5) % 65 }')
+$mk "$X" "idx:I32:4x32:$idx" "targets:I32:4x32:$tgt"
+
+# gradients against the reference interpreter
+expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/ref.safetensors"
+expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/cuda.safetensors" --backend "$backend"
+expect_status 0 $cmp "$tmp/ref.safetensors" "$tmp/cuda.safetensors" 2e-2
+cat "$tmp/out"
+
+# 5 AdamW steps against the CPU backend, the launches traced
+expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 --out "$tmp/s_cpu.safetensors" \
+  --backend cpu
+grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cpu_losses"
+TG_CUDA_TRACE=$tmp/trace expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 \
+  --out "$tmp/s_cuda.safetensors" --backend "$backend"
+grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cuda_losses"
+if $py - "$tmp/cpu_losses" "$tmp/cuda_losses" <<'PY'
+import sys
+a = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 5, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("step losses cpu", a, "cuda", b, "worst relative difference %.3g (limit 2e-3)" % worst)
+sys.exit(0 if worst <= 2e-3 and b[-1] < b[0] else 1)
+PY
+then ok; else bad "the CUDA backend's step losses differ from the CPU backend's"; fi
+
+# every function of the step's manifest ran at least once
+expect_status 0 "$tgc" "${m[@]}" -D B=4 -D T=32 --emit cuda -o "$tmp/cu"
+if $py - "$tmp/cu/manifest.json" "$tmp/trace" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+want = {l["function"] for k in m["kernels"] for l in k["launches"] if "function" in l}
+got = {}
+for line in open(sys.argv[2]):
+    parts = line.split()
+    if parts and parts[0] == "launch":
+        got[parts[1]] = got.get(parts[1], 0) + 1
+missing = sorted(want - set(got))
+print("%d functions in the manifest; %d distinct launched, %d launches in all; missing: %s"
+      % (len(want), len(got), sum(got.values()), missing or "none"))
+kinds = {f.split("_")[0] for f in want}
+sys.exit(0 if not missing and want else 1)
+PY
+then ok; else bad "some kernel of the step never ran"; fi
+grep -q "^matmul " "$tmp/trace" && ok || bad "the trace shows no matmul"
+grep -q "^graph " "$tmp/trace" && ok || bad "the trace shows no replay of a captured graph"
+
+# launch by launch (no graphs) gives the same losses as the replays
+TG_CUDA_GRAPHS=0 expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 \
+  --out "$tmp/s_nograph.safetensors" --backend "$backend"
+grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/nograph_losses"
+if cmp -s "$tmp/cuda_losses" "$tmp/nograph_losses"; then ok; else
+  bad "replaying the captured step changes the losses:"; paste "$tmp/cuda_losses" "$tmp/nograph_losses"; fi
+
+# TG_CUDA_SYNC=1 checks after every launch, with the same results
+TG_CUDA_SYNC=1 expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/sync.safetensors" \
+  --backend "$backend"
+expect_status 0 $cmp "$tmp/cuda.safetensors" "$tmp/sync.safetensors" 0
+
+# a backend that is not there is named
+expect_status 2 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/x" --backend cdua
+contains "$tmp/out" "did you mean 'cuda'"
+
+# training: 2 ranks x batch 2 = 1 rank x batch 4 (as tests/cli/run_train.sh
+# on the CPU: within 1e-4 relative, plus the bf16 attention: 2e-3)
+data=${TG_DATA:-$src/../shared/data}
+if [ -n "${TG_SANITIZED:-}" ]; then
+  echo "note: the training part is skipped in the sanitizer build (Open MPI's own allocations read as leaks)"
+elif [ "$backend" = cuda ] && [ "$(nvidia-smi -L 2> /dev/null | wc -l)" -lt 2 ]; then
+  echo "note: one GPU here: the 2-rank run needs 2 (one GPU per rank); 1 rank only"
+  expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
+  cat > "$tmp/small.cfg" <<CFG
+model = "models/gpt2.tg"
+model.n_layer = 2
+model.n_head = 2
+model.n_embd = 32
+model.block_size = 32
+data_dir = "$tmp/data"
+backend = "$backend"
+block_size = 32
+learning_rate = 3e-3
+warmup_steps = 2
+lr_decay_steps = 5
+max_steps = 5
+eval_interval = 0
+eval_batches = 2
+sample_tokens = 20
+CFG
+  expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/one" batch_size=4
+elif command -v mpirun > /dev/null; then
+  expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
+  cat > "$tmp/small.cfg" <<CFG
+model = "models/gpt2.tg"
+model.n_layer = 2
+model.n_head = 2
+model.n_embd = 32
+model.block_size = 32
+data_dir = "$tmp/data"
+backend = "$backend"
+block_size = 32
+learning_rate = 3e-3
+warmup_steps = 2
+lr_decay_steps = 5
+max_steps = 5
+eval_interval = 0
+eval_batches = 2
+sample_tokens = 20
+CFG
+  losses() { $py -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if 'loss' in r and 'val_loss' not in r: print(r['step'], repr(r['loss']))" "$1"; }
+  expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/one" batch_size=4
+  contains "$tmp/out" "kernels   $tmp/one/kernels/*.cu"
+  losses "$tmp/one/metrics.jsonl" > "$tmp/one.losses"
+  expect_status 0 "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/two" batch_size=2
+  contains "$tmp/out" "bit-identical after every step"
+  losses "$tmp/two/metrics.jsonl" > "$tmp/two.losses"
+  if $py - "$tmp/one.losses" "$tmp/two.losses" <<'PY'
+import sys
+a = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("1 rank x 4:", a, "\n2 ranks x 2:", b, "\nworst relative difference %.3g (limit 2e-3)" % worst)
+sys.exit(0 if len(a) == len(b) == 5 and worst <= 2e-3 else 1)
+PY
+  then ok; else bad "2 ranks' losses differ from 1 rank's"; fi
+else
+  bad "mpirun is missing (openmpi-bin)"
+fi
+finish
