@@ -4,7 +4,7 @@
  * are compiled with the system compiler into a shared object, loaded, and
  * run on random inputs laid out like GPT-2's (q, k, v strided views of one
  * [nb, T, 3*nh*D] qkv buffer), against a double-precision reference
- * computed here from the definitions (docs/ir.md).  T = 37 is not a
+ * computed from the definitions (docs/ir.md; flash_ref.h).  T = 37 is not a
  * multiple of the tile, T = 1 is a single row, T = 64 is whole tiles.
  *
  * Tolerance (f32 cases): every output is a sum over at most T keys of
@@ -22,9 +22,11 @@
  * rounded before the reference sees them, so only the output rounding
  * (2^-9 relative) and f32 arithmetic remain; allowed 1e-2.
  *
- * The CUDA renderer cannot be run here: its source is checked for what
- * NVRTC needs (no #include), for the tensor-core instruction, for one
- * `// tg kernel:` line per launch, and for being the same bytes each time. */
+ * The CUDA renderer's source is checked here for what NVRTC needs (no
+ * #include), for the tensor-core instruction, for one `// tg kernel:` line
+ * per launch, and for being the same bytes each time; it is run, on the
+ * emulated device, against the same reference (flash_ref.h) in
+ * test_cuda_emu_flash.c. */
 #include <dlfcn.h>
 #include <math.h>
 #include <spawn.h>
@@ -36,106 +38,10 @@
 #include <unistd.h>
 
 #include "flash.h"
+#include "flash_ref.h"
 #include "testutil.h"
 
 extern char **environ;
-
-/* ---- shapes ----------------------------------------------------------------- */
-
-/* GPT-2's layout: q, k, v views of qkv [nb, T, 3*nh*D] (q at 0, k at nh*D,
- * v at 2*nh*D), o, do, dq, dk, dv contiguous [nb, nh, T, D], lse [nb, nh, T]. */
-static tg_flash_shape gpt2_shape(int64_t nb, int64_t nh, int64_t T, int64_t D, double scale, bool bf16) {
-  tg_flash_shape s;
-  memset(&s, 0, sizeof s);
-  s.nb = nb, s.nh = nh, s.T = T, s.D = D, s.scale = scale;
-  int64_t C = 3 * nh * D;
-  tg_flash_operand qkv = {0, {T * C, D, C, 1}, bf16};
-  s.q = s.k = s.v = qkv;
-  s.k.offset = nh * D;
-  s.v.offset = 2 * nh * D;
-  tg_flash_operand dense = {0, {nh * T * D, T * D, D, 1}, bf16};
-  s.o = s.dout = s.dq = s.dk = s.dv = dense;
-  s.lse = (tg_flash_operand){0, {nh * T, T, 1, 0}, false};
-  return s;
-}
-
-/* The same with other layouts for the rest: o and dq [nb, T, nh, D] after an
- * offset, do and dk transposed ([nb, nh, D, T]: a column stride other than
- * 1), lse [T, nb, nh] after an offset. */
-static tg_flash_shape odd_shape(int64_t nb, int64_t nh, int64_t T, int64_t D, double scale, bool bf16) {
-  tg_flash_shape s = gpt2_shape(nb, nh, T, D, scale, bf16);
-  s.o = (tg_flash_operand){5, {T * nh * D, D, nh * D, 1}, bf16};
-  s.dq = s.o;
-  s.dout = (tg_flash_operand){0, {nh * D * T, D * T, 1, T}, bf16};
-  s.dk = s.dout;
-  s.lse = (tg_flash_operand){3, {nh, 1, nb * nh, 0}, false};
-  return s;
-}
-
-/* Elements a buffer needs for operand o (strides non-negative). */
-static int64_t extent(const tg_flash_shape *s, const tg_flash_operand *o, bool has_d) {
-  return 1 + o->offset + (s->nb - 1) * o->stride[0] + (s->nh - 1) * o->stride[1] + (s->T - 1) * o->stride[2] +
-         (has_d ? (s->D - 1) * o->stride[3] : 0);
-}
-
-static int64_t at(const tg_flash_operand *o, int64_t b, int64_t h, int64_t t, int64_t d) {
-  return o->offset + b * o->stride[0] + h * o->stride[1] + t * o->stride[2] + d * o->stride[3];
-}
-
-/* ---- bf16 and f32 buffers --------------------------------------------------- */
-
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* finite inputs only */
-}
-
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* A buffer of n elements, f32 or bf16, as the emitted code reads it. */
-typedef struct buf {
-  bool bf16;
-  int64_t n;
-  void *p;
-} buf;
-
-static buf buf_new(int64_t n, bool bf16) {
-  buf b = {bf16, n, malloc((size_t)n * (bf16 ? 2 : 4))};
-  ck_assert_ptr_nonnull(b.p);
-  /* NaN everywhere, so that an element left unwritten cannot pass */
-  for (int64_t i = 0; i < n; i++) {
-    if (bf16) ((uint16_t *)b.p)[i] = 0x7fc0;
-    else ((float *)b.p)[i] = NAN;
-  }
-  return b;
-}
-
-static double buf_get(const buf *b, int64_t i) {
-  return b->bf16 ? from_bf16(((const uint16_t *)b->p)[i]) : ((const float *)b->p)[i];
-}
-
-/* Stores x, rounded to the buffer's type; returns the value stored. */
-static double buf_set(buf *b, int64_t i, double x) {
-  if (b->bf16) {
-    ((uint16_t *)b->p)[i] = to_bf16((float)x);
-    return from_bf16(((uint16_t *)b->p)[i]);
-  }
-  ((float *)b->p)[i] = (float)x;
-  return (float)x;
-}
-
-static uint64_t rng = 88172645463325252ull;
-static double uniform(void) { /* xorshift64: the same inputs on every run */
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
-}
 
 /* ---- compiling emitted C ---------------------------------------------------- */
 
@@ -180,87 +86,6 @@ static void *build_c(const tg_flash_shape *s) {
   remove_tmpdir();
   ck_assert_msg(h != NULL, "dlopen: %s", dlerror());
   return h;
-}
-
-/* ---- the double-precision reference ------------------------------------------ */
-
-typedef struct ref {
-  double *o, *lse, *dq, *dk, *dv; /* [nb, nh, T, D] (lse [nb, nh, T]) */
-} ref;
-
-/* From the definitions, one (batch, head) at a time, with the inputs as the
- * kernel sees them (already rounded to the buffers' types). */
-static ref reference(const tg_flash_shape *s, const buf *qkv, const buf *dout) {
-  int64_t T = s->T, D = s->D, n = s->nb * s->nh * T * D;
-  ref r = {calloc((size_t)n, 8), calloc((size_t)(n / D), 8), calloc((size_t)n, 8), calloc((size_t)n, 8),
-           calloc((size_t)n, 8)};
-  double *q = malloc((size_t)(T * D) * 8), *k = malloc((size_t)(T * D) * 8), *v = malloc((size_t)(T * D) * 8),
-         *g = malloc((size_t)(T * D) * 8), *p = malloc((size_t)(T * T) * 8), *sc = malloc((size_t)T * 8);
-  for (int64_t b = 0; b < s->nb; b++)
-    for (int64_t h = 0; h < s->nh; h++) {
-      int64_t base = (b * s->nh + h) * T * D;
-      for (int64_t t = 0; t < T; t++)
-        for (int64_t d = 0; d < D; d++) {
-          q[t * D + d] = buf_get(qkv, at(&s->q, b, h, t, d));
-          k[t * D + d] = buf_get(qkv, at(&s->k, b, h, t, d));
-          v[t * D + d] = buf_get(qkv, at(&s->v, b, h, t, d));
-          g[t * D + d] = buf_get(dout, at(&s->dout, b, h, t, d));
-        }
-      for (int64_t i = 0; i < T; i++) {
-        double m = -INFINITY, l = 0;
-        for (int64_t j = 0; j <= i; j++) {
-          double x = 0;
-          for (int64_t d = 0; d < D; d++) x += q[i * D + d] * k[j * D + d];
-          sc[j] = s->scale * x;
-          m = fmax(m, sc[j]);
-        }
-        for (int64_t j = 0; j <= i; j++) l += exp(sc[j] - m);
-        double lse = m + log(l);
-        r.lse[(b * s->nh + h) * T + i] = lse;
-        for (int64_t j = 0; j < T; j++) p[i * T + j] = j <= i ? exp(sc[j] - lse) : 0;
-        for (int64_t d = 0; d < D; d++) {
-          double x = 0;
-          for (int64_t j = 0; j <= i; j++) x += p[i * T + j] * v[j * D + d];
-          r.o[base + i * D + d] = x;
-        }
-      }
-      for (int64_t i = 0; i < T; i++) {
-        double di = 0;
-        for (int64_t d = 0; d < D; d++) di += g[i * D + d] * r.o[base + i * D + d];
-        for (int64_t j = 0; j <= i; j++) {
-          double dp = 0;
-          for (int64_t d = 0; d < D; d++) dp += g[i * D + d] * v[j * D + d];
-          double pij = p[i * T + j], ds = pij * (dp - di);
-          for (int64_t d = 0; d < D; d++) {
-            r.dq[base + i * D + d] += s->scale * ds * k[j * D + d];
-            r.dk[base + j * D + d] += s->scale * ds * q[i * D + d];
-            r.dv[base + j * D + d] += pij * g[i * D + d];
-          }
-        }
-      }
-    }
-  free(q), free(k), free(v), free(g), free(p), free(sc);
-  return r;
-}
-
-static void ref_free(ref *r) { free(r->o), free(r->lse), free(r->dq), free(r->dk), free(r->dv); }
-
-/* max |got - want| / max |want| over one output; NaN if any element is NaN. */
-static double rel_err(const tg_flash_shape *s, const tg_flash_operand *op, const buf *got, const double *want,
-                      bool has_d) {
-  double err = 0, mag = 0;
-  int64_t D = has_d ? s->D : 1;
-  for (int64_t b = 0; b < s->nb; b++)
-    for (int64_t h = 0; h < s->nh; h++)
-      for (int64_t t = 0; t < s->T; t++)
-        for (int64_t d = 0; d < D; d++) {
-          double w = want[((b * s->nh + h) * s->T + t) * D + d];
-          double x = buf_get(got, at(op, b, h, t, d));
-          if (isnan(x)) return NAN;
-          err = fmax(err, fabs(x - w));
-          mag = fmax(mag, fabs(w));
-        }
-  return err / (mag > 0 ? mag : 1);
 }
 
 /* ---- running the emitted C ---------------------------------------------------- */
@@ -409,7 +234,7 @@ START_TEST(test_cuda_source) {
     char *a = emit_cuda(&s, "attn7", bwd), *b = emit_cuda(&s, "attn7", bwd);
     ck_assert_msg(strcmp(a, b) == 0, "T=%d D=%d: two emissions differ", (int)T, (int)D);
     ck_assert_msg(!strstr(a, "#include"), "NVRTC has no include path");
-    ck_assert_msg(!strstr(a, "#error"), "%s", a);
+    ck_assert_msg(!strstr(a, "#error \"attn7"), "refused: %.300s", strstr(a, "#error \"attn7"));
     ck_assert(strstr(a, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
     ck_assert(strstr(a, "cvt.rn.bf16x2.f32"));
 
@@ -453,7 +278,7 @@ START_TEST(test_cuda_shape_in_source) {
   t = s;
   t.o.bf16 = true;
   b = emit_cuda(&t, "attn", false);
-  ck_assert_msg(strstr(b, "unsigned short *__restrict__ o"), "%s", b);
+  ck_assert_msg(strstr(b, "TG_ARG(unsigned short) o"), "%s", b);
   free(a);
   free(b);
 }
@@ -480,7 +305,7 @@ START_TEST(test_cuda_refuses) {
   tg_flash_launch l[TG_FLASH_MAX_LAUNCHES];
   ck_assert_int_eq(tg_flash_cuda_launches(&s, "not a name", false, l), 0);
   char *text = emit_cuda(&s, "9attn", false);
-  ck_assert(strstr(text, "#error") && !strstr(text, "__global__"));
+  ck_assert(strstr(text, "#error \"flash attention: kernel prefix") && !strstr(text, "__global__"));
   free(text);
 }
 END_TEST

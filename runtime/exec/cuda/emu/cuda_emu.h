@@ -388,10 +388,11 @@ template <typename T> class ptr;
   if (a < r->lo) snprintf(where, sizeof where, "%lld before the start", -idx);
   else if (idx == count) snprintf(where, sizeof where, "one past the end");
   else snprintf(where, sizeof where, "%lld past the end", idx - count + 1);
-  fail(TG_EMU_ILLEGAL_ADDRESS, "accesses %s[%lld] (%zu bytes at byte offset %lld), %s of %s %s (%lld %s%s, %llu bytes)",
-       r->name, idx, n, a >= r->lo ? (long long)(a - r->lo) : -(long long)(r->lo - a), where,
-       r->space == TG_EMU_SHARED ? "shared array" : "argument", r->name, count, tn, count == 1 ? "" : "s",
-       (unsigned long long)(r->hi - r->lo));
+  /* undescribed arguments are named "argument 3" already */
+  const char *kind = r->space == TG_EMU_SHARED ? "shared array " : strncmp(r->name, "argument", 8) ? "argument " : "";
+  fail(TG_EMU_ILLEGAL_ADDRESS, "accesses %s[%lld] (%zu bytes at byte offset %lld), %s of %s%s (%lld %s%s, %llu bytes)",
+       r->name, idx, n, a >= r->lo ? (long long)(a - r->lo) : -(long long)(r->lo - a), where, kind, r->name, count, tn,
+       count == 1 ? "" : "s", (unsigned long long)(r->hi - r->lo));
 }
 
 [[noreturn]] __attribute__((noinline)) inline void misaligned(const tg_emu_region *r, uintptr_t a, size_t n) {

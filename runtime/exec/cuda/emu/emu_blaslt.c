@@ -546,11 +546,13 @@ static void matrix_range(const emu_lt_layout *l, uintptr_t base, int b, uintptr_
   *hi = *lo + count * type_bytes(l->type);
 }
 
-static bool range_check(uintptr_t lo, uintptr_t hi, const char *what, int b, int batches, char *why, size_t n) {
+/* Batch b of an operand starting at base lies in base's allocation. */
+static bool range_check(uintptr_t base, uintptr_t lo, uintptr_t hi, const char *what, int b, int batches, char *why,
+                        size_t n) {
   char name[96];
   if (batches > 1) snprintf(name, sizeof name, "%s (batch %d of %d)", what, b, batches);
   else snprintf(name, sizeof name, "%s", what);
-  return emu_range_ok(lo, hi - lo, name, why, n);
+  return emu_range_in(base, lo, hi - lo, name, why, n);
 }
 
 static bool ranges_ok(const emu_lt_call *c, char *why, size_t n) {
@@ -560,26 +562,26 @@ static bool ranges_ok(const emu_lt_call *c, char *why, size_t n) {
   for (int b = 0; b < batches; b++) {
     uintptr_t lo, hi;
     matrix_range(&c->a, c->A, b, &lo, &hi);
-    if (!range_check(lo, hi, "operand A", b, batches, why, n)) return false;
+    if (!range_check(c->A, lo, hi, "operand A", b, batches, why, n)) return false;
     matrix_range(&c->b, c->B, b, &lo, &hi);
-    if (!range_check(lo, hi, "operand B", b, batches, why, n)) return false;
+    if (!range_check(c->B, lo, hi, "operand B", b, batches, why, n)) return false;
     if (c->beta != 0) {
       matrix_range(&c->c, c->C, b, &lo, &hi);
-      if (!range_check(lo, hi, "operand C", b, batches, why, n)) return false;
+      if (!range_check(c->C, lo, hi, "operand C", b, batches, why, n)) return false;
     }
     matrix_range(&c->d, c->D, b, &lo, &hi);
-    if (!range_check(lo, hi, "operand D", b, batches, why, n)) return false;
+    if (!range_check(c->D, lo, hi, "operand D", b, batches, why, n)) return false;
     if (has_bias(e) || writes_bias(e)) {
       uint64_t len = e == CUBLASLT_EPILOGUE_BGRADB ? nn : m;
       size_t es = type_bytes(bias_type(c));
       lo = c->op.bias + (uintptr_t)((int64_t)b * c->op.bias_stride * (int64_t)es);
-      if (!range_check(lo, lo + len * es, "the bias vector", b, batches, why, n)) return false;
+      if (!range_check(c->op.bias, lo, lo + len * es, "the bias vector", b, batches, why, n)) return false;
     }
     if (writes_aux(e) || reads_aux(e)) {
       size_t es = type_bytes(c->d.type);
       lo = c->op.aux + (uintptr_t)((int64_t)b * c->op.aux_stride * (int64_t)es);
       hi = lo + ((nn - 1) * (uint64_t)c->op.aux_ld + m) * es;
-      if (!range_check(lo, hi, "the aux matrix", b, batches, why, n)) return false;
+      if (!range_check(c->op.aux, lo, hi, "the aux matrix", b, batches, why, n)) return false;
     }
   }
   return true;

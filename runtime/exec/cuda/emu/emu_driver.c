@@ -280,11 +280,16 @@ bool emu_find_alloc(uintptr_t p, uintptr_t *lo, uintptr_t *hi) {
   return true;
 }
 
-bool emu_range_ok(uintptr_t p, size_t n, const char *what, char *why, size_t whylen) {
+bool emu_range_in(uintptr_t base, uintptr_t p, size_t n, const char *what, char *why, size_t whylen) {
   if (!n) return true;
   uintptr_t lo, hi;
-  if (!emu_find_alloc(p, &lo, &hi)) {
-    snprintf(why, whylen, "%s: %#llx is in no allocation of the device", what, (unsigned long long)p);
+  if (!emu_find_alloc(base, &lo, &hi)) {
+    snprintf(why, whylen, "%s: %#llx is in no allocation of the device", what, (unsigned long long)base);
+    return false;
+  }
+  if (p < lo) {
+    snprintf(why, whylen, "%s: bytes [%#llx, +%zu) start %llu bytes before their allocation (%#llx, %llu bytes)", what,
+             (unsigned long long)p, n, (unsigned long long)(lo - p), (unsigned long long)lo, (unsigned long long)(hi - lo));
     return false;
   }
   if (p + n > hi || p + n < p) {
@@ -294,6 +299,10 @@ bool emu_range_ok(uintptr_t p, size_t n, const char *what, char *why, size_t why
     return false;
   }
   return true;
+}
+
+bool emu_range_ok(uintptr_t p, size_t n, const char *what, char *why, size_t whylen) {
+  return emu_range_in(p, p, n, what, why, whylen);
 }
 
 /* ---- capture rules ---------------------------------------------------------------- */

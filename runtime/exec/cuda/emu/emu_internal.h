@@ -36,6 +36,9 @@ bool emu_find_alloc(uintptr_t p, uintptr_t *lo, uintptr_t *hi);
 /* Whether bytes [p, p + n) lie in one allocation; if not, why (naming
  * `what`) into why.  n == 0 is always fine. */
 bool emu_range_ok(uintptr_t p, size_t n, const char *what, char *why, size_t whylen);
+/* The same, in the allocation holding byte `base` (an operand's start,
+ * when p is one of its later pieces). */
+bool emu_range_in(uintptr_t base, uintptr_t p, size_t n, const char *what, char *why, size_t whylen);
 
 /* The context is usable from this thread (cuInit done, a current primary
  * context, no sticky error): CUDA_SUCCESS or why not, with emu_set_error. */
