@@ -394,8 +394,10 @@ static const char *compute(emitter *e, const tg_node *n, const char **c, int d) 
     ic[n->axis] = tg_sprintf(e->arena, "(%s < %lld ? 0 : %s >= %lld ? %lld : %s - %lld)", cc, (long long)n->start, cc,
                              (long long)(n->start + len), (long long)(len - 1), cc, (long long)n->start);
     val v = value_at(e, in, ic, d);
-    return tg_sprintf(e->arena, "((%s >= %lld && %s < %lld) ? %s : 0)", cc, (long long)n->start, cc,
-                      (long long)(n->start + len), v.s);
+    /* the zero in the value's type: a bare 0 would make the conditional an
+     * int where the read is a checked reference (the emulated device) */
+    return tg_sprintf(e->arena, "((%s >= %lld && %s < %lld) ? %s : (%s)0)", cc, (long long)n->start, cc,
+                      (long long)(n->start + len), v.s, tg_compute_ctype(n->type.dtype));
   }
   case TG_OP_concat: {
     tg_sbuf b = {0};

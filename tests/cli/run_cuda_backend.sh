@@ -17,17 +17,21 @@
 # Tolerances.  The CUDA step is f32 except flash attention, whose kernels
 # multiply on the bf16 tensor cores (q, k, v, the probabilities and the
 # output gradient rounded to bf16: 8 significant bits, a relative rounding
-# of at most 2^-9 = 2e-3 each; fp32 accumulation).  A gradient of a weight
-# that reaches the loss through an attention carries a few such roundings,
-# each of size 2e-3 of the terms, summed like a random walk over the T
-# keys: measured ~4e-4 of each tensor's scale after the second layer and
-# up to ~4e-3 before the first, so each gradient must be within 2e-2 of its
-# largest element.  A wrong index, a missing rescale or a swapped operand
-# is off by O(1) of the scale.  The CPU backend's flash attention is f32,
-# so 5 AdamW steps of the two differ by those roundings amplified by
-# AdamW's division by sqrt(v) (see run_cpu_backend.sh): within 2e-3
-# relative, where a broken kernel makes the loss rise or stall (off by
-# 1e-1 or more).
+# of at most 2^-9 = 2e-3 each; fp32 accumulation).  A gradient that
+# reaches the loss through an attention carries several such roundings,
+# and the backward's P (dP - Di) subtracts nearly equal terms, which turns
+# them into a larger relative error: measured at most 8e-3 of a tensor's
+# largest element (the first layer's c_attn bias), so each gradient must be
+# within 2e-2 of it.  A wrong index, a missing rescale or a swapped operand
+# is off by O(1) of the scale.  The CPU backend's flash attention is f32;
+# AdamW's first steps move every weight by about lr whatever the size of
+# its gradient (m / sqrt(v) is the gradient's sign), so a gradient near
+# zero whose sign the bf16 roundings flip moves the other way: at lr 1e-2
+# that compounds into a few percent of the loss after 5 steps of this tiny
+# model.  At lr 1e-3 the two backends' 5 losses stay within 1e-5 relative
+# (measured); the limit is 1e-4, as for the CPU backend against the
+# reference (run_cpu_backend.sh), where a broken kernel is off by 1e-1 or
+# more.
 set -u
 backend=$1
 src=$(cd "$4" && pwd)
@@ -55,10 +59,10 @@ expect_status 0 $cmp "$tmp/ref.safetensors" "$tmp/cuda.safetensors" 2e-2
 cat "$tmp/out"
 
 # 5 AdamW steps against the CPU backend, the launches traced
-expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 --out "$tmp/s_cpu.safetensors" \
+expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-3 --steps 5 --out "$tmp/s_cpu.safetensors" \
   --backend cpu
 grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cpu_losses"
-TG_CUDA_TRACE=$tmp/trace expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 \
+TG_CUDA_TRACE=$tmp/trace expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-3 --steps 5 \
   --out "$tmp/s_cuda.safetensors" --backend "$backend"
 grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cuda_losses"
 if $py - "$tmp/cpu_losses" "$tmp/cuda_losses" <<'PY'
@@ -67,8 +71,8 @@ a = [float(l.split()[1]) for l in open(sys.argv[1])]
 b = [float(l.split()[1]) for l in open(sys.argv[2])]
 assert len(a) == len(b) == 5, (a, b)
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print("step losses cpu", a, "cuda", b, "worst relative difference %.3g (limit 2e-3)" % worst)
-sys.exit(0 if worst <= 2e-3 and b[-1] < b[0] else 1)
+print("step losses cpu", a, "cuda", b, "worst relative difference %.3g (limit 1e-4)" % worst)
+sys.exit(0 if worst <= 1e-4 and b[-1] < b[0] else 1)
 PY
 then ok; else bad "the CUDA backend's step losses differ from the CPU backend's"; fi
 
@@ -94,7 +98,7 @@ grep -q "^matmul " "$tmp/trace" && ok || bad "the trace shows no matmul"
 grep -q "^graph " "$tmp/trace" && ok || bad "the trace shows no replay of a captured graph"
 
 # launch by launch (no graphs) gives the same losses as the replays
-TG_CUDA_GRAPHS=0 expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 \
+TG_CUDA_GRAPHS=0 expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-3 --steps 5 \
   --out "$tmp/s_nograph.safetensors" --backend "$backend"
 grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/nograph_losses"
 if cmp -s "$tmp/cuda_losses" "$tmp/nograph_losses"; then ok; else
