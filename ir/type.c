@@ -186,6 +186,7 @@ static bool check_flash(const tg_node *n, int nqkv, int lse_at, int o_at, char *
   if (lse_at >= 0) {
     tg_type want = *q;
     want.dim[want.rank - 1] = (tg_dim){1, NULL};
+    want.dtype = TG_F32; /* the row statistics stay f32 whatever q is */
     if (!tg_type_equal(&n->in[lse_at]->type, &want))
       FAIL("%s: lse %s is not %s", opn, tg_type_str(&n->in[lse_at]->type, sa, sizeof sa),
            tg_type_str(&want, sb, sizeof sb));
@@ -399,6 +400,7 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     if (!check_flash(n, 2, -1, -1, why, whylen)) return false;
     *out = *a;
     out->dim[out->rank - 1] = (tg_dim){1, NULL};
+    out->dtype = TG_F32; /* log-sum-exp of scores: f32 even for bf16 q, k */
     return true;
   case TG_OP_flash_attention:
     if (!check_flash(n, 3, 3, -1, why, whylen)) return false;

@@ -19,7 +19,7 @@
 
 #include "passes.h"
 
-const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0};
+const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0, NULL};
 
 typedef struct opt {
   tg_ctx *ctx;
@@ -162,7 +162,22 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
     op2(&O, TG_OP_assign, p, p2);
     op2(&O, TG_OP_assign, m, m2);
     op2(&O, TG_OP_assign, v, v2);
-    slots[i] = (tg_adamw_slot){p, grads[i], m, v};
+    /* the bf16 copy the forward reads (precision.c's weight_copies), or one
+     * the caller asks for: rewritten here, once per optimizer step */
+    tg_node *copy = tg_param_copy_of(g, p);
+    for (int c = 0; o->copies && o->copies[c] && !copy; c++)
+      if (!strcmp(o->copies[c], p->name)) {
+        tg_type bt = p->type;
+        bt.dtype = TG_BF16;
+        copy = leaf(&O, TG_OP_state, tg_sprintf(ctx->arena, "%s%s", TG_BF16_COPY_PREFIX, p->name), &bt);
+      }
+    if (copy) {
+      tg_node *c = tg_node_new(g, TG_OP_cast, O.loc);
+      c->type = copy->type;
+      tg_node_set_inputs(g, c, 1, &p2);
+      op2(&O, TG_OP_assign, copy, add(&O, c));
+    }
+    slots[i] = (tg_adamw_slot){p, grads[i], m, v, copy};
   }
   if (n_slots) *n_slots = nparams;
   return slots;

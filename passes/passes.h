@@ -36,6 +36,10 @@ typedef struct tg_adamw_opts {
   double beta1, beta2, eps;
   double weight_decay; /* decoupled; applied to parameters of rank >= 2 only */
   double grad_clip;    /* clip the global gradient norm to this; 0: no clipping */
+  /* parameters whose bf16 copy the step writes besides those the graph's
+   * forward reads (tg_hoist_param_copies): an optimizer-only graph's;
+   * NULL-terminated names, or NULL */
+  const char *const *copies;
 } tg_adamw_opts;
 
 /* nanoGPT's defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1. */
@@ -48,6 +52,7 @@ typedef struct tg_adamw_slot {
   tg_node *grad;    /* the gradient the step reads (an output of autodiff,
                      * or an input of an optimizer-only graph) */
   tg_node *m, *v;   /* the moments: state leaves */
+  tg_node *copy;    /* the parameter's bf16 copy the step rewrites, or NULL */
 } tg_adamw_slot;
 
 /* adamw.c: appends one AdamW step after autodiff: the global gradient norm
@@ -69,6 +74,32 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *op
  * not NULL, writes one line per match and one per near miss (an attention
  * look-alike that is not replaced, with the reason), then a count. */
 void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report);
+
+/* precision.c: the mixed-precision policy.  With TG_PRECISION_BF16, casts
+ * on the forward graph (before autodiff) make matmuls, attention and the
+ * activations they save bf16, and keep parameters, reductions, the loss
+ * and the residual stream f32 (the rules: precision.c's table).  When
+ * report is not NULL, writes each value's dtype and the rule that chose
+ * it.  A no-op for TG_PRECISION_F32, or on a graph with a backward. */
+typedef enum tg_precision_policy { TG_PRECISION_F32, TG_PRECISION_BF16 } tg_precision_policy;
+void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FILE *report);
+
+/* A parameter's bf16 copy: a state leaf "bf16.NAME" that the forward reads
+ * instead of casting the parameter each time, written once per optimizer
+ * step (the adamw pass; the training loop's optimizer graph). */
+#define TG_BF16_COPY_PREFIX "bf16."
+typedef struct tg_param_copy {
+  tg_node *param, *copy;
+} tg_param_copy;
+/* Turns every forward cast of a parameter (precision's weight copies) into
+ * such a state leaf, in place; returns the pairs (in the arena) and their
+ * count in *n (may be NULL).  Runs after autodiff, which differentiates
+ * through the casts, and before adamw, which writes the copies.  Whoever
+ * runs the graph must fill each copy with its parameter, rounded, before
+ * the first run (a graph without the optimizer only reads them). */
+tg_param_copy *tg_hoist_param_copies(tg_ctx *ctx, tg_graph *g, int *n);
+/* The copy state leaf of param in g, or NULL. */
+tg_node *tg_param_copy_of(const tg_graph *g, const tg_node *param);
 
 /* fuse.c: groups the training step's ops into kernels (node->kernel and
  * g->kernels, see ir.h): layernorms, softmax + cross-entropy with its
@@ -104,6 +135,7 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE 
 
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
+  tg_precision_policy precision; /* f32 (the default) or bf16 (precision.c) */
   bool grad;              /* add the backward (autodiff) */
   bool step;              /* ... and the optimizer: the whole training step */
   bool kernels;           /* fuse and plan memory even without the gradient

@@ -1,0 +1,279 @@
+/* precision.c: the mixed-precision policy, chosen at compile time.
+ *
+ * With bf16, the forward graph (before autodiff, so that the backward
+ * follows from it) gets explicit casts so that what dominates a GPT's
+ * bytes and FLOPs is bf16, and what decides its accuracy stays f32, as
+ * PyTorch's autocast and llm.c do:
+ *
+ *   - matmuls take bf16 operands and give a bf16 result (cuBLASLt and the
+ *     CPU accumulate in f32): the activations the backward reads (a
+ *     matmul's input, the MLP's hidden layer, q, k and v) are stored bf16;
+ *   - flash attention takes bf16 q, k, v; its row statistics stay f32;
+ *   - reductions read and give f32: layernorm's mean and variance,
+ *     softmax and cross-entropy, the loss;
+ *   - an elementwise op is bf16 only when every operand is: bf16 values,
+ *     parameters (read as their bf16 copies) and constants that bf16
+ *     holds exactly; anything f32 (the residual stream, a statistic, a
+ *     constant like 0.044715) makes it f32, widening its bf16 operands;
+ *   - parameters stay f32 (the master weights the optimizer updates, with
+ *     f32 moments); a parameter read by a bf16 op is read through one
+ *     cast, which tg_hoist_param_copies turns into a state leaf written
+ *     once per optimizer step (adamw.c, and the training loop's separate
+ *     optimizer graph);
+ *   - movement ops keep their input's dtype; a gather gives its table's.
+ *
+ * Autodiff then gives each value's gradient the value's dtype (the
+ * derivative of a cast is the cast back), so a parameter's gradient is
+ * f32, accumulated and all-reduced in f32.  The rules are the table
+ * below; `tgc --report precision` prints each value's dtype and the rule
+ * that chose it. */
+#include <math.h>
+#include <string.h>
+
+#include "half.h"
+#include "passes.h"
+
+typedef enum rule {
+  R_INPUT, R_MASTER, R_COPY, R_MATMUL, R_ATTENTION, R_REDUCE, R_WIDE, R_NARROW, R_WIDEN, R_MOVE, R_EMBED,
+  R_CONST, R_CAST, N_RULES
+} rule;
+
+static const struct {
+  const char *name, *why;
+} rules[N_RULES] = {
+    [R_INPUT] = {"input", "inputs keep their declared dtype"},
+    [R_MASTER] = {"master", "parameters stay f32: the master weights the optimizer updates"},
+    [R_COPY] = {"weight copy", "a parameter that a bf16 op reads, as bf16: made once per optimizer step"},
+    [R_MATMUL] = {"matmul", "bf16 operands and result, f32 accumulation: the saved activation is bf16"},
+    [R_ATTENTION] = {"attention", "bf16 q, k, v and output; the row statistics (lse) f32"},
+    [R_REDUCE] = {"reduction", "sums and maxima read f32 and give f32: normalisation, softmax, cross-entropy, the loss"},
+    [R_WIDE] = {"elementwise f32", "an f32 operand (the residual stream, a statistic, an inexact constant) makes it f32"},
+    [R_NARROW] = {"elementwise bf16", "every operand bf16 (or a weight copy, or a constant bf16 holds): stored bf16"},
+    [R_WIDEN] = {"widen", "a bf16 value an f32 op reads"},
+    [R_MOVE] = {"movement", "reshapes, transposes, slices and concatenations keep their input's dtype"},
+    [R_EMBED] = {"embedding", "a gather gives its table's dtype: the residual stream starts f32"},
+    [R_CONST] = {"constant", "constants and indices as written"},
+    [R_CAST] = {"cast", "a cast the model writes"},
+};
+
+/* The graph rebuilt in order: each node after the casts it needs.  The
+ * per-node tables are indexed by the new ids (a node's inputs are always
+ * pushed before it, so theirs are final when it is rewritten). */
+typedef struct rewriter {
+  tg_ctx *ctx;
+  tg_graph *g;
+  tg_node **out;        /* the new node order */
+  rule *rule_of;        /* per new node: the rule that chose its dtype */
+  tg_node **twin;       /* per new node: a param's bf16 copy, a const's bf16 twin */
+  int n, cap;
+} rewriter;
+
+static void *grown(tg_arena *a, const void *old, int n, int cap, size_t elem) {
+  void *p = tg_alloc(a, elem * (size_t)cap);
+  if (n) memcpy(p, old, elem * (size_t)n);
+  return p;
+}
+
+static tg_node *push(rewriter *w, tg_node *n, rule r) {
+  if (w->n == w->cap) {
+    int cap = w->cap ? 2 * w->cap : 256;
+    w->out = grown(w->g->arena, w->out, w->n, cap, sizeof *w->out);
+    w->rule_of = grown(w->g->arena, w->rule_of, w->n, cap, sizeof *w->rule_of);
+    w->twin = grown(w->g->arena, w->twin, w->n, cap, sizeof *w->twin);
+    w->cap = cap;
+  }
+  n->id = w->n;
+  w->rule_of[w->n] = r;
+  w->twin[w->n] = NULL;
+  w->out[w->n++] = n;
+  return n;
+}
+
+/* Sets n's type from its inputs (n's given type kept for leaves and casts;
+ * a reshape keeps its shape and takes its input's dtype). */
+static void retype(rewriter *w, tg_node *n) {
+  if (n->op == TG_OP_reshape || n->op == TG_OP_expand) n->type.dtype = n->in[0]->type.dtype;
+  char why[600];
+  tg_type t;
+  if (!tg_infer_type(n, &t, why, sizeof why)) tg_error(w->ctx, n->loc, "precision: %s", why);
+  n->type = t;
+}
+
+static tg_node *cast_to(rewriter *w, tg_node *x, tg_dtype dt, rule r) {
+  tg_node *c = tg_node_new(w->g, TG_OP_cast, x->loc);
+  c->phase = x->phase;
+  c->type = x->type;
+  c->type.dtype = dt;
+  tg_node_set_inputs(w->g, c, 1, &x);
+  retype(w, c);
+  return push(w, c, r);
+}
+
+/* What a bf16 op reads for input x (already rewritten): a parameter's
+ * copy (one per parameter), a constant's exact bf16 twin (one each), or a
+ * cast. */
+static tg_node *as_bf16(rewriter *w, tg_node *x, rule r) {
+  if (x->type.dtype == TG_BF16 || !tg_dtype_is_float(x->type.dtype)) return x;
+  int id = x->id;
+  if (x->op == TG_OP_param) {
+    if (!w->twin[id]) {
+      tg_node *c = cast_to(w, x, TG_BF16, R_COPY);
+      c->name = tg_sprintf(w->g->arena, "%s%s", TG_BF16_COPY_PREFIX, x->name);
+      w->twin[id] = c;
+    }
+    return w->twin[id];
+  }
+  if (x->op == TG_OP_const) {
+    if (!w->twin[id]) {
+      tg_node *c = tg_node_new(w->g, TG_OP_const, x->loc);
+      c->phase = x->phase;
+      c->value = x->value;
+      c->type = x->type;
+      c->type.dtype = TG_BF16;
+      retype(w, c);
+      w->twin[id] = push(w, c, R_CONST);
+    }
+    return w->twin[id];
+  }
+  return cast_to(w, x, TG_BF16, r);
+}
+
+static bool bf16_exact(double v) { return isnan(v) || (double)tg_bf16_to_f32(tg_f32_to_bf16((float)v)) == v; }
+
+/* Whether an elementwise op over these inputs can stay bf16: some input
+ * is bf16 and every float one is bf16, a parameter or a constant bf16
+ * holds exactly. */
+static bool narrow(const tg_node *const *in, int nin) {
+  bool some = false;
+  for (int k = 0; k < nin; k++) {
+    const tg_node *x = in[k];
+    if (!tg_dtype_is_float(x->type.dtype)) continue;
+    if (x->type.dtype == TG_BF16) some = true;
+    else if (x->op == TG_OP_param) continue;
+    else if (x->op == TG_OP_const && bf16_exact(x->value)) continue;
+    else return false;
+  }
+  return some;
+}
+
+static bool is_flash(tg_op op) { return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention; }
+
+static void rewrite(rewriter *w, tg_node *n) {
+  int nin = n->nin;
+  tg_node *in[8] = {0};
+  for (int k = 0; k < nin && k < 8; k++) in[k] = n->in[k];
+  rule r;
+  const tg_op_info *info = &tg_ops[n->op];
+  if (info->kind == TG_KIND_LEAF) {
+    r = n->op == TG_OP_param ? R_MASTER : n->op == TG_OP_input || n->op == TG_OP_state ? R_INPUT : R_CONST;
+  } else if (n->op == TG_OP_matmul) {
+    for (int k = 0; k < nin; k++) in[k] = as_bf16(w, in[k], R_MATMUL);
+    r = R_MATMUL;
+  } else if (is_flash(n->op)) {
+    for (int k = 0; k < nin; k++)
+      if (!(n->op == TG_OP_flash_attention && k == 3)) in[k] = as_bf16(w, in[k], R_ATTENTION);
+    r = R_ATTENTION;
+  } else if (info->kind == TG_KIND_REDUCTION) {
+    if (in[0]->type.dtype == TG_BF16) in[0] = cast_to(w, in[0], TG_F32, R_WIDEN);
+    r = R_REDUCE;
+  } else if (n->op == TG_OP_cast) {
+    r = R_CAST;
+  } else if (info->kind == TG_KIND_ELEMENTWISE || n->op == TG_OP_concat) {
+    /* where's condition is no operand of the arithmetic */
+    int from = n->op == TG_OP_where ? 1 : 0;
+    if (narrow((const tg_node *const *)(in + from), nin - from)) {
+      for (int k = from; k < nin; k++)
+        if (tg_dtype_is_float(in[k]->type.dtype)) in[k] = as_bf16(w, in[k], R_NARROW);
+      r = info->kind == TG_KIND_ELEMENTWISE ? R_NARROW : R_MOVE;
+    } else {
+      for (int k = from; k < nin; k++)
+        if (in[k]->type.dtype == TG_BF16) in[k] = cast_to(w, in[k], TG_F32, R_WIDEN);
+      r = info->kind == TG_KIND_ELEMENTWISE ? R_WIDE : R_MOVE;
+    }
+  } else if (n->op == TG_OP_gather) {
+    r = R_EMBED;
+  } else {
+    r = R_MOVE; /* reshape, transpose, slice, expand, pad */
+  }
+  for (int k = 0; k < nin; k++) n->in[k] = in[k];
+  if (info->kind != TG_KIND_LEAF) retype(w, n);
+  push(w, n, r);
+}
+
+static bool has_backward_or_bf16(const tg_graph *g) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->phase != TG_PHASE_FORWARD || (n->op == TG_OP_matmul && n->type.dtype == TG_BF16)) return true;
+  }
+  return false;
+}
+
+void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FILE *report) {
+  if (policy == TG_PRECISION_F32 || has_backward_or_bf16(g)) {
+    if (report) fprintf(report, "precision: %s: every value keeps its declared dtype\n", policy == TG_PRECISION_F32 ? "f32" : "already applied");
+    return;
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->nin > 8)
+      tg_error(ctx, g->nodes[i]->loc, "precision: an op of %d inputs (at most 8)", g->nodes[i]->nin);
+  int old_n = g->n_nodes;
+  rewriter w = {ctx, g, NULL, NULL, NULL, 0, 0};
+  tg_node **old = tg_alloc(g->arena, sizeof *old * (size_t)(old_n + 1));
+  memcpy(old, g->nodes, sizeof *old * (size_t)old_n);
+  /* nodes are rewritten in place, in order: the outputs keep pointing at
+   * them (the loss stays f32; a logits output is as the head made it) */
+  for (int i = 0; i < old_n; i++) rewrite(&w, old[i]);
+  g->nodes = w.out;
+  g->n_nodes = g->cap_nodes = w.n;
+  if (report) {
+    int count[N_RULES] = {0};
+    for (int i = 0; i < g->n_nodes; i++) {
+      const tg_node *n = g->nodes[i];
+      char t[TG_TYPE_STR_MAX];
+      count[w.rule_of[i]]++;
+      fprintf(report, "precision: %%%d %-10s %-28s %-16s %s:%d\n", n->id, tg_ops[n->op].name,
+              tg_type_str(&n->type, t, sizeof t), rules[w.rule_of[i]].name, n->loc.file ? n->loc.file : "-",
+              n->loc.line);
+    }
+    fprintf(report, "precision: bf16: the rules, and how many values each chose:\n");
+    for (int r = 0; r < N_RULES; r++)
+      fprintf(report, "precision:   %-16s %5d  %s\n", rules[r].name, count[r], rules[r].why);
+  }
+}
+
+/* ---- parameter copies ---------------------------------------------------------- */
+
+tg_param_copy *tg_hoist_param_copies(tg_ctx *ctx, tg_graph *g, int *n_copies) {
+  int n = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *c = g->nodes[i];
+    n += c->op == TG_OP_cast && c->in[0]->op == TG_OP_param && c->phase == TG_PHASE_FORWARD;
+  }
+  tg_param_copy *copies = tg_alloc(g->arena, sizeof *copies * (size_t)(n + 1));
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_node *c = g->nodes[i];
+    if (!(c->op == TG_OP_cast && c->in[0]->op == TG_OP_param && c->phase == TG_PHASE_FORWARD)) continue;
+    /* the cast becomes a state leaf in place: same id, same users */
+    tg_node *p = c->in[0];
+    c->op = TG_OP_state;
+    c->nin = 0;
+    c->in = NULL;
+    c->init = (tg_init){TG_INIT_ZEROS, 0};
+    c->name = tg_sprintf(g->arena, "%s%s", TG_BF16_COPY_PREFIX, p->name);
+    copies[k++] = (tg_param_copy){p, c};
+  }
+  if (!tg_verify(ctx, g)) tg_error(ctx, (tg_loc){g->source, 1, 1}, "internal: the graph is broken after hoisting copies");
+  if (n_copies) *n_copies = k;
+  return copies;
+}
+
+tg_node *tg_param_copy_of(const tg_graph *g, const tg_node *param) {
+  size_t np = strlen(TG_BF16_COPY_PREFIX);
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_node *s = g->nodes[i];
+    if (s->op == TG_OP_state && s->name && !strncmp(s->name, TG_BF16_COPY_PREFIX, np) && !strcmp(s->name + np, param->name))
+      return s;
+  }
+  return NULL;
+}
