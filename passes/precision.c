@@ -35,7 +35,7 @@
 
 typedef enum rule {
   R_INPUT, R_MASTER, R_COPY, R_MATMUL, R_ATTENTION, R_REDUCE, R_WIDE, R_NARROW, R_WIDEN, R_MOVE, R_EMBED,
-  R_CONST, R_CAST, N_RULES
+  R_CONST, R_INDEX, R_CAST, N_RULES
 } rule;
 
 static const struct {
@@ -53,6 +53,7 @@ static const struct {
     [R_MOVE] = {"movement", "reshapes, transposes, slices and concatenations keep their input's dtype"},
     [R_EMBED] = {"embedding", "a gather gives its table's dtype: the residual stream starts f32"},
     [R_CONST] = {"constant", "constants and indices as written"},
+    [R_INDEX] = {"index", "integer and boolean values (comparisons, masks) as computed"},
     [R_CAST] = {"cast", "a cast the model writes"},
 };
 
@@ -65,6 +66,7 @@ typedef struct rewriter {
   tg_node **out;        /* the new node order */
   rule *rule_of;        /* per new node: the rule that chose its dtype */
   tg_node **twin;       /* per new node: a param's bf16 copy, a const's bf16 twin */
+  tg_node **wide;       /* per new node: its f32 widening, made once for every reader */
   int n, cap;
 } rewriter;
 
@@ -80,11 +82,13 @@ static tg_node *push(rewriter *w, tg_node *n, rule r) {
     w->out = grown(w->g->arena, w->out, w->n, cap, sizeof *w->out);
     w->rule_of = grown(w->g->arena, w->rule_of, w->n, cap, sizeof *w->rule_of);
     w->twin = grown(w->g->arena, w->twin, w->n, cap, sizeof *w->twin);
+    w->wide = grown(w->g->arena, w->wide, w->n, cap, sizeof *w->wide);
     w->cap = cap;
   }
   n->id = w->n;
   w->rule_of[w->n] = r;
   w->twin[w->n] = NULL;
+  w->wide[w->n] = NULL;
   w->out[w->n++] = n;
   return n;
 }
@@ -138,6 +142,12 @@ static tg_node *as_bf16(rewriter *w, tg_node *x, rule r) {
   return cast_to(w, x, TG_BF16, r);
 }
 
+/* x (rewritten, bf16) as f32, one cast however many read it. */
+static tg_node *widened(rewriter *w, tg_node *x) {
+  if (!w->wide[x->id]) w->wide[x->id] = cast_to(w, x, TG_F32, R_WIDEN);
+  return w->wide[x->id];
+}
+
 static bool bf16_exact(double v) { return isnan(v) || (double)tg_bf16_to_f32(tg_f32_to_bf16((float)v)) == v; }
 
 /* Whether an elementwise op over these inputs can stay bf16: some input
@@ -174,7 +184,7 @@ static void rewrite(rewriter *w, tg_node *n) {
       if (!(n->op == TG_OP_flash_attention && k == 3)) in[k] = as_bf16(w, in[k], R_ATTENTION);
     r = R_ATTENTION;
   } else if (info->kind == TG_KIND_REDUCTION) {
-    if (in[0]->type.dtype == TG_BF16) in[0] = cast_to(w, in[0], TG_F32, R_WIDEN);
+    if (in[0]->type.dtype == TG_BF16) in[0] = widened(w, in[0]);
     r = R_REDUCE;
   } else if (n->op == TG_OP_cast) {
     r = R_CAST;
@@ -187,7 +197,7 @@ static void rewrite(rewriter *w, tg_node *n) {
       r = info->kind == TG_KIND_ELEMENTWISE ? R_NARROW : R_MOVE;
     } else {
       for (int k = from; k < nin; k++)
-        if (in[k]->type.dtype == TG_BF16) in[k] = cast_to(w, in[k], TG_F32, R_WIDEN);
+        if (in[k]->type.dtype == TG_BF16) in[k] = widened(w, in[k]);
       r = info->kind == TG_KIND_ELEMENTWISE ? R_WIDE : R_MOVE;
     }
   } else if (n->op == TG_OP_gather) {
@@ -197,6 +207,7 @@ static void rewrite(rewriter *w, tg_node *n) {
   }
   for (int k = 0; k < nin; k++) n->in[k] = in[k];
   if (info->kind != TG_KIND_LEAF) retype(w, n);
+  if (r != R_MOVE && r != R_CONST && r != R_INPUT && !tg_dtype_is_float(n->type.dtype)) r = R_INDEX;
   push(w, n, r);
 }
 
@@ -217,7 +228,7 @@ void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FI
     if (g->nodes[i]->nin > 8)
       tg_error(ctx, g->nodes[i]->loc, "precision: an op of %d inputs (at most 8)", g->nodes[i]->nin);
   int old_n = g->n_nodes;
-  rewriter w = {ctx, g, NULL, NULL, NULL, 0, 0};
+  rewriter w = {ctx, g, NULL, NULL, NULL, NULL, 0, 0};
   tg_node **old = tg_alloc(g->arena, sizeof *old * (size_t)(old_n + 1));
   memcpy(old, g->nodes, sizeof *old * (size_t)old_n);
   /* nodes are rewritten in place, in order: the outputs keep pointing at

@@ -45,7 +45,12 @@ static const char usage[] =
     "                     it replaced, and each look-alike it left, with why;\n"
     "                     fusion: the kernels; memplan: each intermediate's\n"
     "                     buffer and the peak memory; schedule: the buckets of\n"
-    "                     gradients and where each is all-reduced)\n"
+    "                     gradients and where each is all-reduced; precision:\n"
+    "                     each value's dtype and the rule that chose it)\n"
+    "  --precision P      f32 or bf16: the mixed-precision policy (bf16 matmuls,\n"
+    "                     attention and saved activations; f32 master weights,\n"
+    "                     statistics, loss and optimizer; docs/precision.md);\n"
+    "                     bf16 by default for --emit cuda, f32 otherwise\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -68,7 +73,7 @@ enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMI
 static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad",
                                           "-D",      "-I",     "-o",        "--help",
                                           "--version", "--dump-after", "--pad-multiple",
-                                          "--report"};
+                                          "--report", "--precision"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) {
@@ -217,6 +222,7 @@ typedef struct cli {
   const char *dump_after;
   const char *report; /* --report PASS */
   int pad_multiple;
+  int precision; /* -1: the default for the output; else a tg_precision_policy */
 } cli;
 
 /* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
@@ -266,15 +272,23 @@ static int parse_args(int argc, char **argv, cli *c) {
       c->pad_multiple = (int)m;
     } else if (!strcmp(a, "--grad")) {
       c->grad = true;
+    } else if (!strcmp(a, "--precision")) {
+      if (i + 1 >= argc) return usage_error("%s needs a policy: f32 or bf16", a);
+      i++;
+      if (!strcmp(argv[i], "f32")) c->precision = TG_PRECISION_F32;
+      else if (!strcmp(argv[i], "bf16")) c->precision = TG_PRECISION_BF16;
+      else return usage_error("--precision %s: expected f32 or bf16", argv[i]);
     } else if (!strcmp(a, "--report")) {
       /* Only passes that have something to say. */
       if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "fusion") &&
-                            strcmp(argv[i + 1], "memplan") && strcmp(argv[i + 1], "schedule")))
-        return usage_error("--report %s: the passes with a report are: flash_attn, fusion, memplan, schedule",
+                            strcmp(argv[i + 1], "memplan") && strcmp(argv[i + 1], "schedule") &&
+                            strcmp(argv[i + 1], "precision")))
+        return usage_error("--report %s: the passes with a report are: flash_attn, precision, fusion, memplan, "
+                           "schedule",
                            i + 1 < argc ? argv[i + 1] : "needs a pass name;");
       c->report = argv[++i];
       /* fusion and memplan are reported on the training step, the graph they are for */
-      if (strcmp(c->report, "flash_attn")) c->grad = true;
+      if (strcmp(c->report, "flash_attn") && strcmp(c->report, "precision")) c->grad = true;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;
@@ -304,6 +318,8 @@ static int parse_args(int argc, char **argv, cli *c) {
     }
   }
   if (!c->input) return usage_error("%s", "no input file");
+  /* what tgrun runs: bf16 on the cuda backends, f32 on the CPU */
+  if (c->precision < 0) c->precision = c->what == EMIT_CUDA ? TG_PRECISION_BF16 : TG_PRECISION_F32;
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
   if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
@@ -318,7 +334,7 @@ static int parse_args(int argc, char **argv, cli *c) {
 }
 
 int main(int argc, char **argv) {
-  cli c = {.what = EMIT_STATS, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  cli c = {.what = EMIT_STATS, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .precision = -1};
   c.defines = calloc((size_t)argc, sizeof *c.defines);
   c.define_names = calloc((size_t)argc, sizeof *c.define_names);
   c.incs = calloc((size_t)argc + 8, sizeof *c.incs);
@@ -332,7 +348,7 @@ int main(int argc, char **argv) {
     jmp_buf bail;
     ctx->bail = &bail;
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
-    tg_pipeline_opts popts = {.grad = c.grad, .step = c.grad, .adamw = tg_adamw_defaults,
+    tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad, .adamw = tg_adamw_defaults,
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
                               .report_pass = c.report, .report = stdout};
     if (setjmp(bail)) status = 1;
