@@ -94,14 +94,15 @@ static const char kernels[] =
     "  out[10 * g + 9] = __float_as_uint(lane < 16 ? __shfl_down_sync(0x0000ffffu, v, 2) : v);\n"
     "}\n"
     "\n"
-    "// The generated code's block reduction (codegen/render_cuda.c).\n"
+    "// The generated code's block reduction (codegen/render_cuda.c): every thread\n"
+    "// gets the sum.\n"
     "__device__ float block_sum(float v) {\n"
     "  TG_SHARED(float, part, 32);\n"
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  __syncthreads();\n"
     "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
     "  __syncthreads();\n"
-    "  v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
+    "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : 0.0f;\n"
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  return v;\n"
     "}\n"
@@ -111,20 +112,23 @@ static const char kernels[] =
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  __syncthreads();\n"
     "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
-    "  v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
+    "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : 0.0f;\n"
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  return v;\n"
     "}\n"
     "\n"
     "// tg kernel: row_sums\n"
     "// sums[b] = the sum of row b of x [rows][n], a block a row, twice (the shared\n"
-    "// array is reused across calls).\n"
+    "// array is reused across calls); mismatch[b] counts the threads that got other bits.\n"
     "extern \"C\" __global__ void row_sums(TG_ARG(const float) x, TG_ARG(float) sums, int n) {\n"
     "  float acc = 0.0f;\n"
     "  for (int j = threadIdx.x; j < n; j += blockDim.x) acc += x[(long long)blockIdx.x * n + j];\n"
     "  const float s = block_sum(acc);\n"
     "  const float s2 = block_sum(2.0f * acc);\n"
-    "  if (threadIdx.x == 0) { sums[2 * blockIdx.x] = s; sums[2 * blockIdx.x + 1] = s2; }\n"
+    "  if (threadIdx.x == 0) { sums[3 * blockIdx.x] = s; sums[3 * blockIdx.x + 1] = s2; sums[3 * blockIdx.x + 2] = 0.0f; }\n"
+    "  __syncthreads();\n"
+    "  if (s != __shfl_sync(0xffffffffu, s, 0) || s2 != 2.0f * s) atomicAdd(&sums[3 * blockIdx.x + 2], 1.0f);\n"
+    "  if ((threadIdx.x & 31) == 0 && s != sums[3 * blockIdx.x]) atomicAdd(&sums[3 * blockIdx.x + 2], 1.0f);\n"
     "}\n"
     "\n"
     "// tg kernel: row_sums_unsynced\n"
@@ -133,6 +137,17 @@ static const char kernels[] =
     "  for (int j = threadIdx.x; j < n; j += blockDim.x) acc += x[(long long)blockIdx.x * n + j];\n"
     "  const float s = block_sum_unsynced(acc);\n"
     "  if (threadIdx.x == 0) sums[blockIdx.x] = s;\n"
+    "}\n"
+    "\n"
+    "// tg kernel: conditional_loads\n"
+    "// Loads in the forms generated code writes them: in a conditional with an int\n"
+    "// (a float ? float : int is a float), cast to an index, in arithmetic.\n"
+    "extern \"C\" __global__ void conditional_loads(TG_ARG(const float) x, TG_ARG(const int) k, TG_ARG(float) y) {\n"
+    "  const int i = threadIdx.x;\n"
+    "  y[4 * i] = (i % 2 ? x[i] : 0);\n"
+    "  y[4 * i + 1] = x[(long long)(long long)k[i]];\n"
+    "  y[4 * i + 2] = x[i] * 0.5f + k[i];\n"
+    "  y[4 * i + 3] = (float)(x[i] < 0.25f) + (float)(int)x[i];\n"
     "}\n"
     "\n"
     "// tg kernel: copy_one_too_many\n"
@@ -299,7 +314,7 @@ static const char mma_kernels[] =
 static const char table[] =
     "#ifndef __CUDA_ARCH__\n"
     "TG_EMU_KERNEL_TABLE(TG_EMU_KERNEL(indices) TG_EMU_KERNEL(shuffles) TG_EMU_KERNEL(row_sums)\n"
-    "  TG_EMU_KERNEL(row_sums_unsynced) TG_EMU_KERNEL(copy_one_too_many) TG_EMU_KERNEL(atomics)\n"
+    "  TG_EMU_KERNEL(row_sums_unsynced) TG_EMU_KERNEL(conditional_loads) TG_EMU_KERNEL(copy_one_too_many) TG_EMU_KERNEL(atomics)\n"
     "  TG_EMU_KERNEL(warp_exchange) TG_EMU_KERNEL(half_barrier) TG_EMU_KERNEL(two_barriers)\n"
     "  TG_EMU_KERNEL(split_warp) TG_EMU_KERNEL(misaligned_load) TG_EMU_KERNEL(shared_overrun)\n"
     "  TG_EMU_KERNEL(write_race) TG_EMU_KERNEL(unwritten_shared) TG_EMU_KERNEL(conversions)\n"
@@ -472,20 +487,42 @@ START_TEST(test_block_reduction_over_blocks) {
   enum { ROWS = 5, N = 1000 };
   float *x = malloc(sizeof(float) * ROWS * N);
   for (int i = 0; i < ROWS * N; i++) x[i] = uniform() - 0.5f;
-  CUdeviceptr dx = upload(x, sizeof(float) * ROWS * N), ds = upload(NULL, sizeof(float) * 2 * ROWS);
+  CUdeviceptr dx = upload(x, sizeof(float) * ROWS * N), ds = upload(NULL, sizeof(float) * 3 * ROWS);
   int n = N;
   void *args[] = {&dx, &ds, &n};
   launch(function(m, "row_sums"), ROWS, 1, 1, 256, 1, 1, args, CUDA_SUCCESS);
-  float got[2 * ROWS];
+  float got[3 * ROWS];
   CK(api.cuMemcpyDtoH(got, ds, sizeof got));
   for (int r = 0; r < ROWS; r++) {
     double want = 0, mag = 0;
     for (int j = 0; j < N; j++) want += x[r * N + j], mag += fabs(x[r * N + j]);
     /* float sums of 1000 terms: within (N) u of the sum of magnitudes */
-    ck_assert_msg(fabs(got[2 * r] - want) <= 1000 * 6e-8 * mag, "row %d: %g, want %g", r, got[2 * r], want);
-    ck_assert_msg(fabs(got[2 * r + 1] - 2 * want) <= 2000 * 6e-8 * mag, "row %d twice: %g", r, got[2 * r + 1]);
+    ck_assert_msg(fabs(got[3 * r] - want) <= 1000 * 6e-8 * mag, "row %d: %g, want %g", r, got[3 * r], want);
+    ck_assert_msg(got[3 * r + 1] == 2 * got[3 * r], "row %d twice: %g", r, got[3 * r + 1]);
+    /* every thread of every warp has the same sum (the generated reduction
+     * once gave it to warp 0 only: found here, on the emulator) */
+    ck_assert_msg(got[3 * r + 2] == 0, "row %d: %g threads got another sum", r, got[3 * r + 2]);
   }
   free(x);
+}
+END_TEST
+
+START_TEST(test_loads_keep_their_type) {
+  CUmodule m = module();
+  float x[32];
+  int k[32];
+  for (int i = 0; i < 32; i++) x[i] = 0.125f * (float)i + 0.0625f, k[i] = 31 - i;
+  CUdeviceptr dx = upload(x, sizeof x), dk = upload(k, sizeof k), dy = upload(NULL, sizeof(float) * 128);
+  void *args[] = {&dx, &dk, &dy};
+  launch(function(m, "conditional_loads"), 1, 1, 1, 32, 1, 1, args, CUDA_SUCCESS);
+  float y[128];
+  CK(api.cuMemcpyDtoH(y, dy, sizeof y));
+  for (int i = 0; i < 32; i++) {
+    ck_assert_msg(y[4 * i] == (i % 2 ? x[i] : 0.0f), "%d: %g", i, (double)y[4 * i]);
+    ck_assert(y[4 * i + 1] == x[31 - i]);
+    ck_assert(y[4 * i + 2] == x[i] * 0.5f + (float)k[i]);
+    ck_assert(y[4 * i + 3] == (float)(x[i] < 0.25f) + (float)(int)x[i]);
+  }
 }
 END_TEST
 
@@ -836,7 +873,7 @@ START_TEST(test_capture_and_replay) {
   CK(api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(api.cuEventCreate(&e0, CU_EVENT_DEFAULT));
   CK(api.cuEventCreate(&e1, CU_EVENT_DEFAULT));
-  float *x = malloc(sizeof(float) * ROWS * N), sums[2 * ROWS];
+  float *x = malloc(sizeof(float) * ROWS * N), sums[3 * ROWS];
   CUdeviceptr dx = upload(NULL, sizeof(float) * ROWS * N), ds = upload(NULL, sizeof sums), dcopy = upload(NULL, sizeof sums);
   int n = N;
   void *args[] = {&dx, &ds, &n};
@@ -880,8 +917,9 @@ START_TEST(test_capture_and_replay) {
     CK(api.cuGraphLaunch(ge, s));
     CK(api.cuStreamSynchronize(s));
     for (int r = 0; r < ROWS; r++) {
-      ck_assert(sums[2 * r] == (float)((step + 1) * (r + 1)));
-      ck_assert(sums[2 * r + 1] == (float)(2 * (step + 1) * (r + 1)));
+      ck_assert(sums[3 * r] == (float)((step + 1) * (r + 1)));
+      ck_assert(sums[3 * r + 1] == (float)(2 * (step + 1) * (r + 1)));
+      ck_assert(sums[3 * r + 2] == 0);
     }
   }
   CK(api.cuEventElapsedTime(&ms, e0, e1));
@@ -943,6 +981,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_indices_over_3d_grid);
   tcase_add_test(t, test_shuffles_and_votes);
   tcase_add_test(t, test_block_reduction_over_blocks);
+  tcase_add_test(t, test_loads_keep_their_type);
   tcase_add_test(t, test_atomics);
   tcase_add_test(t, test_syncwarp_orders_shared_memory);
   tcase_add_test(t, test_f16_and_bf16_conversions);

@@ -427,6 +427,15 @@ template <typename T> class ref {
     memcpy((void *)a_, &v, sizeof v);
   }
   operator V() const { return get(); }
+  /* `c ? p[i] : 0` with p to non-const float: C++ would convert the load to
+   * the other operand's type (int: the one implicit conversion it finds,
+   * float then int) where the GPU gives float ? float : int a float.  This
+   * makes the conversion the other way possible too, which makes the
+   * expression ambiguous: a compile error instead of a silent int.  (Loads
+   * through pointers to const, all of the generated code's inputs, are
+   * plain values: ptr::operator[].) */
+  template <typename X, typename = std::enable_if_t<std::is_arithmetic<X>::value && !std::is_same<X, V>::value>>
+  ref(X) = delete;
   ref &operator=(const V &v) {
     set(v);
     return *this;
@@ -463,12 +472,16 @@ template <typename T> class ptr {
   template <typename U, typename = std::enable_if_t<std::is_convertible<U *, T *>::value>>
   ptr(const ptr<U> &o) : a(o.a), r(o.r) {}
 
-  template <typename I, typename = std::enable_if_t<std::is_integral<I>::value>> ref<T> operator[](I i) const {
+  /* An element: through a pointer to const, its value (checked, and
+   * recorded as a read of shared memory); otherwise a ref, which tells
+   * reads from writes. */
+  using element = std::conditional_t<std::is_const<T>::value, std::remove_cv_t<T>, ref<T>>;
+  template <typename I, typename = std::enable_if_t<std::is_integral<I>::value>> element operator[](I i) const {
     uintptr_t x = a + (uintptr_t)((long long)i * (long long)sizeof(T));
     check(r, x, sizeof(T), alignof(T), sizeof(T), type_name<std::remove_cv_t<T>>());
     return ref<T>(x, r);
   }
-  ref<T> operator*() const { return (*this)[0]; }
+  element operator*() const { return (*this)[0]; }
   template <typename I, typename = std::enable_if_t<std::is_integral<I>::value>> ptr operator+(I n) const {
     return ptr(a + (uintptr_t)((long long)n * (long long)sizeof(T)), r);
   }

@@ -42,7 +42,7 @@ set_tests_properties(test_cuda_emu_fiber_ucontext PROPERTIES ENVIRONMENT "CK_FOR
 
 # tests/unit/test_cuda_emu*.c come from the top-level glob, linked with
 # tgcore only; they need the emulator as well.
-foreach(t test_cuda_emu test_cuda_emu_fiber test_cuda_emu_blaslt test_cuda_emu_flash)
+foreach(t test_cuda_emu test_cuda_emu_fiber test_cuda_emu_blaslt test_cuda_emu_flash test_cuda_emu_gpt2)
   if(TARGET ${t})
     target_link_libraries(${t} tg_cuda_emu)
     set_tests_properties(${t} PROPERTIES TIMEOUT 1500)
