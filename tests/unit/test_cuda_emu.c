@@ -199,6 +199,14 @@ static const char kernels[] =
     "  }\n"
     "}\n"
     "\n"
+    "// tg kernel: barrier_versus_warp\n"
+    "// Lane 0 waits at a barrier for its warp, which waits for it at __syncwarp.\n"
+    "extern \"C\" __global__ void barrier_versus_warp(TG_ARG(float) out) {\n"
+    "  if (threadIdx.x == 0) __syncthreads();\n"
+    "  else __syncwarp();\n"
+    "  out[threadIdx.x] = 1.0f;\n"
+    "}\n"
+    "\n"
     "// tg kernel: split_warp\n"
     "// Half a warp shuffles while the other half votes.\n"
     "extern \"C\" __global__ void split_warp(TG_ARG(float) out) {\n"
@@ -311,14 +319,34 @@ static const char mma_kernels[] =
     "  }\n"
     "}\n";
 
+/* cp.async and the approximate exp2/log2, through the same helpers. */
+static const char ptx_kernels[] =
+    "// tg kernel: async_copy\n"
+    "// Each thread copies 16 bytes into a shared tile with cp.async (at an offset of\n"
+    "// `shift` floats), waits, and reads its neighbour's after a barrier.\n"
+    "extern \"C\" __global__ void async_copy(TG_ARG(const float) x, TG_ARG(float) y, int shift) {\n"
+    "  TG_SHARED(__align__(16) float, tile, 4 * 64 + 4);\n"
+    "  fa_cp_async16(fa_smem(tile + 4 * threadIdx.x + shift), x + 4 * threadIdx.x);\n"
+    "  fa_cp_async_commit();\n"
+    "  fa_cp_async_wait<0>();\n"
+    "  __syncthreads();\n"
+    "  for (int i = 0; i < 4; i++) y[4 * threadIdx.x + i] = tile[4 * ((threadIdx.x + 1) % 64) + i + shift];\n"
+    "}\n"
+    "\n"
+    "// tg kernel: approx\n"
+    "extern \"C\" __global__ void approx(TG_ARG(const float) x, TG_ARG(float) y) {\n"
+    "  y[2 * threadIdx.x] = fa_ex2(x[threadIdx.x]);\n"
+    "  y[2 * threadIdx.x + 1] = fa_lg2(x[threadIdx.x]);\n"
+    "}\n";
+
 static const char table[] =
     "#ifndef __CUDA_ARCH__\n"
     "TG_EMU_KERNEL_TABLE(TG_EMU_KERNEL(indices) TG_EMU_KERNEL(shuffles) TG_EMU_KERNEL(row_sums)\n"
     "  TG_EMU_KERNEL(row_sums_unsynced) TG_EMU_KERNEL(conditional_loads) TG_EMU_KERNEL(copy_one_too_many) TG_EMU_KERNEL(atomics)\n"
     "  TG_EMU_KERNEL(warp_exchange) TG_EMU_KERNEL(half_barrier) TG_EMU_KERNEL(two_barriers)\n"
-    "  TG_EMU_KERNEL(split_warp) TG_EMU_KERNEL(misaligned_load) TG_EMU_KERNEL(shared_overrun)\n"
+    "  TG_EMU_KERNEL(barrier_versus_warp) TG_EMU_KERNEL(split_warp) TG_EMU_KERNEL(misaligned_load) TG_EMU_KERNEL(shared_overrun)\n"
     "  TG_EMU_KERNEL(write_race) TG_EMU_KERNEL(unwritten_shared) TG_EMU_KERNEL(conversions)\n"
-    "  TG_EMU_KERNEL(mma_check) TG_EMU_KERNEL(fa_fwd))\n"
+    "  TG_EMU_KERNEL(mma_check) TG_EMU_KERNEL(async_copy) TG_EMU_KERNEL(approx) TG_EMU_KERNEL(fa_fwd))\n"
     "#endif\n";
 
 /* The whole test source: the kernels, the flash helpers (and a forward
@@ -337,6 +365,7 @@ static char *source(void) {
   s.lse = (tg_flash_operand){0, {16, 16, 1, 0}, false};
   tg_flash_emit_cuda(f, "fa", &s, false);
   fputs(mma_kernels, f);
+  fputs(ptx_kernels, f);
   fputs(table, f);
   fclose(f);
   return text;
@@ -676,6 +705,40 @@ START_TEST(test_mma_and_ldmatrix_against_naive_product) {
 }
 END_TEST
 
+START_TEST(test_cp_async_and_approximations) {
+  CUmodule m = module();
+  float x[256], y[256];
+  for (int i = 0; i < 256; i++) x[i] = (float)i;
+  CUdeviceptr dx = upload(x, sizeof x), dy = upload(NULL, sizeof y);
+  int shift = 0;
+  void *args[] = {&dx, &dy, &shift};
+  launch(function(m, "async_copy"), 1, 1, 1, 64, 1, 1, args, CUDA_SUCCESS);
+  CK(api.cuMemcpyDtoH(y, dy, sizeof y));
+  for (int i = 0; i < 256; i++) ck_assert(y[i] == x[(i + 4) % 256]);
+  /* cp.async of 16 bytes to a shared address that is not 16-byte aligned */
+  shift = 1;
+  const char *msg = launch(function(m, "async_copy"), 1, 1, 1, 64, 1, 1, args, 716);
+  ck_assert_msg(strstr(msg, "cp.async to shared address") && strstr(msg, "not 16-byte aligned"), "%s", msg);
+  CK(api.cuDevicePrimaryCtxRelease(0)); /* the error is sticky */
+  CK(api.cuDevicePrimaryCtxRetain(&ctx, 0));
+  m = module();
+  /* ex2.approx.ftz and lg2.approx.ftz: subnormal inputs count as zero,
+   * subnormal results become zero */
+  const float in[8] = {3.0f, -0.5f, 1e-40f, -130.0f, 8.0f, 0.0f, -INFINITY, 1e-38f};
+  const float want[16] = {8.0f, log2f(3.0f), exp2f(-0.5f), NAN, 1.0f, -INFINITY, 0.0f, NAN,
+                          256.0f, 3.0f, 1.0f, -INFINITY, 0.0f, NAN, 1.0f, -INFINITY}; /* 1e-38: subnormal */
+  dx = upload(in, sizeof in);
+  dy = upload(NULL, sizeof(float) * 16);
+  void *args2[] = {&dx, &dy};
+  launch(function(m, "approx"), 1, 1, 1, 8, 1, 1, args2, CUDA_SUCCESS);
+  float got[16];
+  CK(api.cuMemcpyDtoH(got, dy, sizeof got));
+  for (int i = 0; i < 16; i++)
+    ck_assert_msg((isnan(want[i]) && isnan(got[i])) || got[i] == want[i] || fabsf(got[i] - want[i]) <= 2e-7f * fabsf(want[i]),
+                  "%d: %a, want %a", i, (double)got[i], (double)want[i]);
+}
+END_TEST
+
 /* ---- what the checks catch ---------------------------------------------------------------- */
 
 START_TEST(test_missing_barrier_is_a_race) {
@@ -768,6 +831,18 @@ START_TEST(test_threads_at_different_barriers) {
 }
 END_TEST
 
+START_TEST(test_deadlock_is_reported) {
+  CUmodule m = module();
+  CUdeviceptr out = upload(NULL, sizeof(float) * 32);
+  void *args[] = {&out};
+  const char *msg = launch(function(m, "barrier_versus_warp"), 1, 1, 1, 32, 1, 1, args, CUDA_ERROR_LAUNCH_FAILED);
+  ck_assert_msg(strstr(msg, "kernel barrier_versus_warp") && strstr(msg, "deadlock") &&
+                    strstr(msg, "thread (0,0,0) waits at __syncthreads") &&
+                    strstr(msg, "threads (1,0,0) to (31,0,0) wait at __syncwarp"),
+                "%s", msg);
+}
+END_TEST
+
 START_TEST(test_lanes_at_different_collectives) {
   CUmodule m = module();
   CUdeviceptr out = upload(NULL, sizeof(float) * 32);
@@ -818,6 +893,30 @@ START_TEST(test_unwritten_shared_memory) {
    * to reach the barrier goes on first */
   ck_assert_msg(strstr(msg, "thread (63,0,0)") && strstr(msg, "tile[63]") && strstr(msg, "no thread of this block"),
                 "%s", msg);
+}
+END_TEST
+
+START_TEST(test_compile_error_names_the_kernel) {
+  /* the second kernel's conditional mixes a load through a pointer to
+   * non-const with an int: a compile error on the emulated device (where it
+   * would otherwise silently be an int), reported with the kernel's name */
+  static const char src[] = "// tg kernel: good\n"
+                            "extern \"C\" __global__ void good(TG_ARG(float) y) { y[threadIdx.x] = 1.0f; }\n"
+                            "// tg kernel: bad\n"
+                            "extern \"C\" __global__ void bad(TG_ARG(float) y) {\n"
+                            "  y[threadIdx.x] = threadIdx.x < 4 ? y[0] : 0;\n"
+                            "}\n"
+                            "#ifndef __CUDA_ARCH__\n"
+                            "TG_EMU_KERNEL_TABLE(TG_EMU_KERNEL(good) TG_EMU_KERNEL(bad))\n"
+                            "#endif\n";
+  void *image = NULL;
+  size_t size;
+  bool hit;
+  char err[16384];
+  ck_assert(!api.compile(src, "bad.cu", "sm_90", &image, &size, &hit, err, sizeof err));
+  ck_assert_ptr_null(image);
+  ck_assert_msg(!strncmp(err, "the host C++ compiler could not compile kernel bad in bad.cu", 60), "%.600s", err);
+  ck_assert_msg(strstr(err, "bad.cu:5 is in kernel bad") && !strstr(err, "kernel good"), "%.3000s", err);
 }
 END_TEST
 
@@ -986,6 +1085,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_syncwarp_orders_shared_memory);
   tcase_add_test(t, test_f16_and_bf16_conversions);
   tcase_add_test(t, test_mma_and_ldmatrix_against_naive_product);
+  tcase_add_test(t, test_cp_async_and_approximations);
   suite_add_tcase(s, t);
   TCase *c = tcase_create("checks");
   tcase_add_checked_fixture(c, setup, teardown);
@@ -996,11 +1096,13 @@ static Suite *suite(void) {
   tcase_add_test(c, test_wrong_description_is_refused);
   tcase_add_test(c, test_barrier_some_threads_skip_is_reported);
   tcase_add_test(c, test_threads_at_different_barriers);
+  tcase_add_test(c, test_deadlock_is_reported);
   tcase_add_test(c, test_lanes_at_different_collectives);
   tcase_add_test(c, test_misaligned_vector_load);
   tcase_add_test(c, test_shared_index_out_of_bounds);
   tcase_add_test(c, test_write_write_race);
   tcase_add_test(c, test_unwritten_shared_memory);
+  tcase_add_test(c, test_compile_error_names_the_kernel);
   suite_add_tcase(s, c);
   TCase *d = tcase_create("driver");
   tcase_add_checked_fixture(d, setup, teardown);

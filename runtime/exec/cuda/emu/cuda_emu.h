@@ -427,15 +427,21 @@ template <typename T> class ref {
     memcpy((void *)a_, &v, sizeof v);
   }
   operator V() const { return get(); }
+
+ private:
   /* `c ? p[i] : 0` with p to non-const float: C++ would convert the load to
    * the other operand's type (int: the one implicit conversion it finds,
    * float then int) where the GPU gives float ? float : int a float.  This
-   * makes the conversion the other way possible too, which makes the
-   * expression ambiguous: a compile error instead of a silent int.  (Loads
-   * through pointers to const, all of the generated code's inputs, are
-   * plain values: ptr::operator[].) */
+   * constructor, declared and never defined, makes the conversion the other
+   * way possible too, so the expression is ambiguous: a compile error (with
+   * gcc and clang alike; a deleted one does not do it for clang) instead of
+   * a silent int.  `c ? p[i] : 0.0f` is unaffected.  (Loads through
+   * pointers to const, every input of generated code, are plain values:
+   * ptr::operator[].) */
   template <typename X, typename = std::enable_if_t<std::is_arithmetic<X>::value && !std::is_same<X, V>::value>>
-  ref(X) = delete;
+  ref(X);
+
+ public:
   ref &operator=(const V &v) {
     set(v);
     return *this;
