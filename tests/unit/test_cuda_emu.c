@@ -333,6 +333,19 @@ static const char ptx_kernels[] =
     "  for (int i = 0; i < 4; i++) y[4 * threadIdx.x + i] = tile[4 * ((threadIdx.x + 1) % 64) + i + shift];\n"
     "}\n"
     "\n"
+    "// tg kernel: dynamic_shared\n"
+    "// Reverses x through the launch's dynamic shared memory.\n"
+    "extern \"C\" __global__ void dynamic_shared(TG_ARG(const float) x, TG_ARG(float) y) {\n"
+    "#ifdef __CUDA_ARCH__\n"
+    "  extern __shared__ __align__(16) float buf[];\n"
+    "#else\n"
+    "  TG_SHARED_DYNAMIC(float, buf);\n"
+    "#endif\n"
+    "  buf[threadIdx.x] = x[threadIdx.x];\n"
+    "  __syncthreads();\n"
+    "  y[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];\n"
+    "}\n"
+    "\n"
     "// tg kernel: approx\n"
     "extern \"C\" __global__ void approx(TG_ARG(const float) x, TG_ARG(float) y) {\n"
     "  y[2 * threadIdx.x] = fa_ex2(x[threadIdx.x]);\n"
@@ -346,7 +359,7 @@ static const char table[] =
     "  TG_EMU_KERNEL(warp_exchange) TG_EMU_KERNEL(half_barrier) TG_EMU_KERNEL(two_barriers)\n"
     "  TG_EMU_KERNEL(barrier_versus_warp) TG_EMU_KERNEL(split_warp) TG_EMU_KERNEL(misaligned_load) TG_EMU_KERNEL(shared_overrun)\n"
     "  TG_EMU_KERNEL(write_race) TG_EMU_KERNEL(unwritten_shared) TG_EMU_KERNEL(conversions)\n"
-    "  TG_EMU_KERNEL(mma_check) TG_EMU_KERNEL(async_copy) TG_EMU_KERNEL(approx) TG_EMU_KERNEL(fa_fwd))\n"
+    "  TG_EMU_KERNEL(mma_check) TG_EMU_KERNEL(async_copy) TG_EMU_KERNEL(dynamic_shared) TG_EMU_KERNEL(approx) TG_EMU_KERNEL(fa_fwd))\n"
     "#endif\n";
 
 /* The whole test source: the kernels, the flash helpers (and a forward
@@ -739,6 +752,29 @@ START_TEST(test_cp_async_and_approximations) {
 }
 END_TEST
 
+START_TEST(test_dynamic_shared_memory) {
+  CUmodule m = module();
+  CUfunction f = function(m, "dynamic_shared");
+  enum { N = 1024 };
+  float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i;
+  CUdeviceptr dx = upload(x, sizeof x), dy = upload(NULL, sizeof y);
+  void *args[] = {&dx, &dy};
+  CK(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, N * 4, NULL, args, NULL));
+  CK(api.cuMemcpyDtoH(y, dy, sizeof y));
+  for (int i = 0; i < N; i++) ck_assert(y[i] == x[N - 1 - i]);
+  /* 64 KiB of it needs the opt-in attribute, as on the GPU */
+  ck_assert_int_eq(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, 65536, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+  CK(api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+  CK(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, 65536, NULL, args, NULL));
+  /* too little of it for the block: the last threads' stores fall outside */
+  const char *msg = 0;
+  ck_assert_int_eq(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, 1000, NULL, args, NULL), CUDA_ERROR_ILLEGAL_ADDRESS);
+  msg = api.emu_last_error();
+  ck_assert_msg(strstr(msg, "the dynamic shared memory[250]"), "%s", msg);
+}
+END_TEST
+
 /* ---- what the checks catch ---------------------------------------------------------------- */
 
 START_TEST(test_missing_barrier_is_a_race) {
@@ -1086,6 +1122,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_f16_and_bf16_conversions);
   tcase_add_test(t, test_mma_and_ldmatrix_against_naive_product);
   tcase_add_test(t, test_cp_async_and_approximations);
+  tcase_add_test(t, test_dynamic_shared_memory);
   suite_add_tcase(s, t);
   TCase *c = tcase_create("checks");
   tcase_add_checked_fixture(c, setup, teardown);

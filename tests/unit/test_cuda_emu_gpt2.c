@@ -120,6 +120,12 @@ static void init_leaf(const tg_node *n, void *mem) {
 
 static size_t value_bytes(const tg_node *n) { return (size_t)tg_type_numel(&n->type) * (size_t)tg_dtype_size(n->type.dtype); }
 
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* ---- the step on the emulator ------------------------------------------------------------- */
 
 typedef struct emu {
@@ -208,8 +214,12 @@ static void launch(emu *e, const char *fn, const int *args, const bool *written,
       free(h);
     }
   api.emu_describe_launch(fn, NULL, n, np, bytes);
+  double t0 = seconds();
   CUresult r = api.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, NULL, argv, NULL);
   ck_assert_msg(r == CUDA_SUCCESS, "%s: %s", fn, api.emu_last_error());
+  if (getenv("TG_EMU_TEST_PROFILE")) /* each launch's time, to see where the step's goes */
+    printf("launch %-18s grid %5u x %4u threads: %7.2f ms\n", fn, grid[0] * grid[1] * grid[2],
+           block[0] * block[1] * block[2], 1e3 * (seconds() - t0));
   e->launches++;
   if (getenv("TG_EMU_TEST_TRACE") && getenv("TG_EMU_TEST_TRACE")[0] == '3')
     for (int i = 0; i < n; i++) {
@@ -346,12 +356,6 @@ static tg_cpu *cpu_backend(tg_ctx *ctx, bool step) {
     if (tg_ops[n->op].kind == TG_KIND_LEAF && tg_cpu_leaf(c, n)) init_leaf(n, tg_cpu_leaf(c, n));
   }
   return c;
-}
-
-static double seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* max |a - b| / max(|a|, floor) over n values; infinity where one is NaN
