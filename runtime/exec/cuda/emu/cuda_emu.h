@@ -244,8 +244,6 @@ inline const tg_emu_rt *rt;
  * is dlopen'ed, and this one pointer fits the static TLS left for that. */
 static thread_local tg_emu_thread *cur __attribute__((tls_model("initial-exec")));
 
-inline tg_emu_thread *self() { return cur; }
-
 /* A failed check: reported with the thread, block and kernel, and the
  * source line the emulator finds on the call stack. */
 [[noreturn]] __attribute__((format(printf, 2, 3))) inline void fail(int result, const char *fmt, ...) {

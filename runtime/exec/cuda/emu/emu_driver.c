@@ -10,7 +10,7 @@
  * before cuLaunchKernel (names and extents of the pointer arguments); the
  * description belongs to the next launch from the same host thread, and a
  * captured launch keeps it for every replay. */
-#define _GNU_SOURCE /* dlinfo-free dladdr, strdup */
+#define _GNU_SOURCE /* strdup */
 #include "emu_driver.h"
 
 #include <dlfcn.h>
