@@ -211,7 +211,7 @@ static void build(run *r) {
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   const tg_train_config *c = &r->cfg;
-  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip};
+  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL};
   const char *kdir = path_in(r, c->out_dir, "kernels");
   if (r->rank == 0) mkdirs(r, kdir);
 

@@ -94,14 +94,15 @@ static const char kernels[] =
     "  out[10 * g + 9] = __float_as_uint(lane < 16 ? __shfl_down_sync(0x0000ffffu, v, 2) : v);\n"
     "}\n"
     "\n"
-    "// The generated code's block reduction (codegen/render_cuda.c).\n"
+    "// The generated code's block reduction (codegen/render_cuda.c): every thread\n"
+    "// gets the sum.\n"
     "__device__ float block_sum(float v) {\n"
     "  TG_SHARED(float, part, 32);\n"
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  __syncthreads();\n"
     "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
     "  __syncthreads();\n"
-    "  v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
+    "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : 0.0f;\n"
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  return v;\n"
     "}\n"
@@ -111,20 +112,23 @@ static const char kernels[] =
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  __syncthreads();\n"
     "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
-    "  v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;\n"
+    "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : 0.0f;\n"
     "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
     "  return v;\n"
     "}\n"
     "\n"
     "// tg kernel: row_sums\n"
     "// sums[b] = the sum of row b of x [rows][n], a block a row, twice (the shared\n"
-    "// array is reused across calls).\n"
+    "// array is reused across calls); mismatch[b] counts the threads that got other bits.\n"
     "extern \"C\" __global__ void row_sums(TG_ARG(const float) x, TG_ARG(float) sums, int n) {\n"
     "  float acc = 0.0f;\n"
     "  for (int j = threadIdx.x; j < n; j += blockDim.x) acc += x[(long long)blockIdx.x * n + j];\n"
     "  const float s = block_sum(acc);\n"
     "  const float s2 = block_sum(2.0f * acc);\n"
-    "  if (threadIdx.x == 0) { sums[2 * blockIdx.x] = s; sums[2 * blockIdx.x + 1] = s2; }\n"
+    "  if (threadIdx.x == 0) { sums[3 * blockIdx.x] = s; sums[3 * blockIdx.x + 1] = s2; sums[3 * blockIdx.x + 2] = 0.0f; }\n"
+    "  __syncthreads();\n"
+    "  if (s != __shfl_sync(0xffffffffu, s, 0) || s2 != 2.0f * s) atomicAdd(&sums[3 * blockIdx.x + 2], 1.0f);\n"
+    "  if ((threadIdx.x & 31) == 0 && s != sums[3 * blockIdx.x]) atomicAdd(&sums[3 * blockIdx.x + 2], 1.0f);\n"
     "}\n"
     "\n"
     "// tg kernel: row_sums_unsynced\n"
@@ -133,6 +137,17 @@ static const char kernels[] =
     "  for (int j = threadIdx.x; j < n; j += blockDim.x) acc += x[(long long)blockIdx.x * n + j];\n"
     "  const float s = block_sum_unsynced(acc);\n"
     "  if (threadIdx.x == 0) sums[blockIdx.x] = s;\n"
+    "}\n"
+    "\n"
+    "// tg kernel: conditional_loads\n"
+    "// Loads in the forms generated code writes them: in a conditional with an int\n"
+    "// (a float ? float : int is a float), cast to an index, in arithmetic.\n"
+    "extern \"C\" __global__ void conditional_loads(TG_ARG(const float) x, TG_ARG(const int) k, TG_ARG(float) y) {\n"
+    "  const int i = threadIdx.x;\n"
+    "  y[4 * i] = (i % 2 ? x[i] : 0);\n"
+    "  y[4 * i + 1] = x[(long long)(long long)k[i]];\n"
+    "  y[4 * i + 2] = x[i] * 0.5f + k[i];\n"
+    "  y[4 * i + 3] = (float)(x[i] < 0.25f) + (float)(int)x[i];\n"
     "}\n"
     "\n"
     "// tg kernel: copy_one_too_many\n"
@@ -182,6 +197,14 @@ static const char kernels[] =
     "    __syncthreads();\n"
     "    out[threadIdx.x] = 2.0f;\n"
     "  }\n"
+    "}\n"
+    "\n"
+    "// tg kernel: barrier_versus_warp\n"
+    "// Lane 0 waits at a barrier for its warp, which waits for it at __syncwarp.\n"
+    "extern \"C\" __global__ void barrier_versus_warp(TG_ARG(float) out) {\n"
+    "  if (threadIdx.x == 0) __syncthreads();\n"
+    "  else __syncwarp();\n"
+    "  out[threadIdx.x] = 1.0f;\n"
     "}\n"
     "\n"
     "// tg kernel: split_warp\n"
@@ -296,14 +319,47 @@ static const char mma_kernels[] =
     "  }\n"
     "}\n";
 
+/* cp.async and the approximate exp2/log2, through the same helpers. */
+static const char ptx_kernels[] =
+    "// tg kernel: async_copy\n"
+    "// Each thread copies 16 bytes into a shared tile with cp.async (at an offset of\n"
+    "// `shift` floats), waits, and reads its neighbour's after a barrier.\n"
+    "extern \"C\" __global__ void async_copy(TG_ARG(const float) x, TG_ARG(float) y, int shift) {\n"
+    "  TG_SHARED(__align__(16) float, tile, 4 * 64 + 4);\n"
+    "  fa_cp_async16(fa_smem(tile + 4 * threadIdx.x + shift), x + 4 * threadIdx.x);\n"
+    "  fa_cp_async_commit();\n"
+    "  fa_cp_async_wait<0>();\n"
+    "  __syncthreads();\n"
+    "  for (int i = 0; i < 4; i++) y[4 * threadIdx.x + i] = tile[4 * ((threadIdx.x + 1) % 64) + i + shift];\n"
+    "}\n"
+    "\n"
+    "// tg kernel: dynamic_shared\n"
+    "// Reverses x through the launch's dynamic shared memory.\n"
+    "extern \"C\" __global__ void dynamic_shared(TG_ARG(const float) x, TG_ARG(float) y) {\n"
+    "#ifdef __CUDA_ARCH__\n"
+    "  extern __shared__ __align__(16) float buf[];\n"
+    "#else\n"
+    "  TG_SHARED_DYNAMIC(float, buf);\n"
+    "#endif\n"
+    "  buf[threadIdx.x] = x[threadIdx.x];\n"
+    "  __syncthreads();\n"
+    "  y[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];\n"
+    "}\n"
+    "\n"
+    "// tg kernel: approx\n"
+    "extern \"C\" __global__ void approx(TG_ARG(const float) x, TG_ARG(float) y) {\n"
+    "  y[2 * threadIdx.x] = fa_ex2(x[threadIdx.x]);\n"
+    "  y[2 * threadIdx.x + 1] = fa_lg2(x[threadIdx.x]);\n"
+    "}\n";
+
 static const char table[] =
     "#ifndef __CUDA_ARCH__\n"
     "TG_EMU_KERNEL_TABLE(TG_EMU_KERNEL(indices) TG_EMU_KERNEL(shuffles) TG_EMU_KERNEL(row_sums)\n"
-    "  TG_EMU_KERNEL(row_sums_unsynced) TG_EMU_KERNEL(copy_one_too_many) TG_EMU_KERNEL(atomics)\n"
+    "  TG_EMU_KERNEL(row_sums_unsynced) TG_EMU_KERNEL(conditional_loads) TG_EMU_KERNEL(copy_one_too_many) TG_EMU_KERNEL(atomics)\n"
     "  TG_EMU_KERNEL(warp_exchange) TG_EMU_KERNEL(half_barrier) TG_EMU_KERNEL(two_barriers)\n"
-    "  TG_EMU_KERNEL(split_warp) TG_EMU_KERNEL(misaligned_load) TG_EMU_KERNEL(shared_overrun)\n"
+    "  TG_EMU_KERNEL(barrier_versus_warp) TG_EMU_KERNEL(split_warp) TG_EMU_KERNEL(misaligned_load) TG_EMU_KERNEL(shared_overrun)\n"
     "  TG_EMU_KERNEL(write_race) TG_EMU_KERNEL(unwritten_shared) TG_EMU_KERNEL(conversions)\n"
-    "  TG_EMU_KERNEL(mma_check) TG_EMU_KERNEL(fa_fwd))\n"
+    "  TG_EMU_KERNEL(mma_check) TG_EMU_KERNEL(async_copy) TG_EMU_KERNEL(dynamic_shared) TG_EMU_KERNEL(approx) TG_EMU_KERNEL(fa_fwd))\n"
     "#endif\n";
 
 /* The whole test source: the kernels, the flash helpers (and a forward
@@ -322,6 +378,7 @@ static char *source(void) {
   s.lse = (tg_flash_operand){0, {16, 16, 1, 0}, false};
   tg_flash_emit_cuda(f, "fa", &s, false);
   fputs(mma_kernels, f);
+  fputs(ptx_kernels, f);
   fputs(table, f);
   fclose(f);
   return text;
@@ -472,20 +529,42 @@ START_TEST(test_block_reduction_over_blocks) {
   enum { ROWS = 5, N = 1000 };
   float *x = malloc(sizeof(float) * ROWS * N);
   for (int i = 0; i < ROWS * N; i++) x[i] = uniform() - 0.5f;
-  CUdeviceptr dx = upload(x, sizeof(float) * ROWS * N), ds = upload(NULL, sizeof(float) * 2 * ROWS);
+  CUdeviceptr dx = upload(x, sizeof(float) * ROWS * N), ds = upload(NULL, sizeof(float) * 3 * ROWS);
   int n = N;
   void *args[] = {&dx, &ds, &n};
   launch(function(m, "row_sums"), ROWS, 1, 1, 256, 1, 1, args, CUDA_SUCCESS);
-  float got[2 * ROWS];
+  float got[3 * ROWS];
   CK(api.cuMemcpyDtoH(got, ds, sizeof got));
   for (int r = 0; r < ROWS; r++) {
     double want = 0, mag = 0;
     for (int j = 0; j < N; j++) want += x[r * N + j], mag += fabs(x[r * N + j]);
     /* float sums of 1000 terms: within (N) u of the sum of magnitudes */
-    ck_assert_msg(fabs(got[2 * r] - want) <= 1000 * 6e-8 * mag, "row %d: %g, want %g", r, got[2 * r], want);
-    ck_assert_msg(fabs(got[2 * r + 1] - 2 * want) <= 2000 * 6e-8 * mag, "row %d twice: %g", r, got[2 * r + 1]);
+    ck_assert_msg(fabs(got[3 * r] - want) <= 1000 * 6e-8 * mag, "row %d: %g, want %g", r, got[3 * r], want);
+    ck_assert_msg(got[3 * r + 1] == 2 * got[3 * r], "row %d twice: %g", r, got[3 * r + 1]);
+    /* every thread of every warp has the same sum (the generated reduction
+     * once gave it to warp 0 only: found here, on the emulator) */
+    ck_assert_msg(got[3 * r + 2] == 0, "row %d: %g threads got another sum", r, got[3 * r + 2]);
   }
   free(x);
+}
+END_TEST
+
+START_TEST(test_loads_keep_their_type) {
+  CUmodule m = module();
+  float x[32];
+  int k[32];
+  for (int i = 0; i < 32; i++) x[i] = 0.125f * (float)i + 0.0625f, k[i] = 31 - i;
+  CUdeviceptr dx = upload(x, sizeof x), dk = upload(k, sizeof k), dy = upload(NULL, sizeof(float) * 128);
+  void *args[] = {&dx, &dk, &dy};
+  launch(function(m, "conditional_loads"), 1, 1, 1, 32, 1, 1, args, CUDA_SUCCESS);
+  float y[128];
+  CK(api.cuMemcpyDtoH(y, dy, sizeof y));
+  for (int i = 0; i < 32; i++) {
+    ck_assert_msg(y[4 * i] == (i % 2 ? x[i] : 0.0f), "%d: %g", i, (double)y[4 * i]);
+    ck_assert(y[4 * i + 1] == x[31 - i]);
+    ck_assert(y[4 * i + 2] == x[i] * 0.5f + (float)k[i]);
+    ck_assert(y[4 * i + 3] == (float)(x[i] < 0.25f) + (float)(int)x[i]);
+  }
 }
 END_TEST
 
@@ -639,6 +718,63 @@ START_TEST(test_mma_and_ldmatrix_against_naive_product) {
 }
 END_TEST
 
+START_TEST(test_cp_async_and_approximations) {
+  CUmodule m = module();
+  float x[256], y[256];
+  for (int i = 0; i < 256; i++) x[i] = (float)i;
+  CUdeviceptr dx = upload(x, sizeof x), dy = upload(NULL, sizeof y);
+  int shift = 0;
+  void *args[] = {&dx, &dy, &shift};
+  launch(function(m, "async_copy"), 1, 1, 1, 64, 1, 1, args, CUDA_SUCCESS);
+  CK(api.cuMemcpyDtoH(y, dy, sizeof y));
+  for (int i = 0; i < 256; i++) ck_assert(y[i] == x[(i + 4) % 256]);
+  /* cp.async of 16 bytes to a shared address that is not 16-byte aligned */
+  shift = 1;
+  const char *msg = launch(function(m, "async_copy"), 1, 1, 1, 64, 1, 1, args, 716);
+  ck_assert_msg(strstr(msg, "cp.async to shared address") && strstr(msg, "not 16-byte aligned"), "%s", msg);
+  CK(api.cuDevicePrimaryCtxRelease(0)); /* the error is sticky */
+  CK(api.cuDevicePrimaryCtxRetain(&ctx, 0));
+  m = module();
+  /* ex2.approx.ftz and lg2.approx.ftz: subnormal inputs count as zero,
+   * subnormal results become zero */
+  const float in[8] = {3.0f, -0.5f, 1e-40f, -130.0f, 8.0f, 0.0f, -INFINITY, 1e-38f};
+  const float want[16] = {8.0f, log2f(3.0f), exp2f(-0.5f), NAN, 1.0f, -INFINITY, 0.0f, NAN,
+                          256.0f, 3.0f, 1.0f, -INFINITY, 0.0f, NAN, 1.0f, -INFINITY}; /* 1e-38: subnormal */
+  dx = upload(in, sizeof in);
+  dy = upload(NULL, sizeof(float) * 16);
+  void *args2[] = {&dx, &dy};
+  launch(function(m, "approx"), 1, 1, 1, 8, 1, 1, args2, CUDA_SUCCESS);
+  float got[16];
+  CK(api.cuMemcpyDtoH(got, dy, sizeof got));
+  for (int i = 0; i < 16; i++)
+    ck_assert_msg((isnan(want[i]) && isnan(got[i])) || got[i] == want[i] || fabsf(got[i] - want[i]) <= 2e-7f * fabsf(want[i]),
+                  "%d: %a, want %a", i, (double)got[i], (double)want[i]);
+}
+END_TEST
+
+START_TEST(test_dynamic_shared_memory) {
+  CUmodule m = module();
+  CUfunction f = function(m, "dynamic_shared");
+  enum { N = 1024 };
+  float x[N], y[N];
+  for (int i = 0; i < N; i++) x[i] = (float)i;
+  CUdeviceptr dx = upload(x, sizeof x), dy = upload(NULL, sizeof y);
+  void *args[] = {&dx, &dy};
+  CK(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, N * 4, NULL, args, NULL));
+  CK(api.cuMemcpyDtoH(y, dy, sizeof y));
+  for (int i = 0; i < N; i++) ck_assert(y[i] == x[N - 1 - i]);
+  /* 64 KiB of it needs the opt-in attribute, as on the GPU */
+  ck_assert_int_eq(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, 65536, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+  CK(api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+  CK(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, 65536, NULL, args, NULL));
+  /* too little of it for the block: the last threads' stores fall outside */
+  const char *msg = 0;
+  ck_assert_int_eq(api.cuLaunchKernel(f, 1, 1, 1, N, 1, 1, 1000, NULL, args, NULL), CUDA_ERROR_ILLEGAL_ADDRESS);
+  msg = api.emu_last_error();
+  ck_assert_msg(strstr(msg, "the dynamic shared memory[250]"), "%s", msg);
+}
+END_TEST
+
 /* ---- what the checks catch ---------------------------------------------------------------- */
 
 START_TEST(test_missing_barrier_is_a_race) {
@@ -731,6 +867,18 @@ START_TEST(test_threads_at_different_barriers) {
 }
 END_TEST
 
+START_TEST(test_deadlock_is_reported) {
+  CUmodule m = module();
+  CUdeviceptr out = upload(NULL, sizeof(float) * 32);
+  void *args[] = {&out};
+  const char *msg = launch(function(m, "barrier_versus_warp"), 1, 1, 1, 32, 1, 1, args, CUDA_ERROR_LAUNCH_FAILED);
+  ck_assert_msg(strstr(msg, "kernel barrier_versus_warp") && strstr(msg, "deadlock") &&
+                    strstr(msg, "thread (0,0,0) waits at __syncthreads") &&
+                    strstr(msg, "threads (1,0,0) to (31,0,0) wait at __syncwarp"),
+                "%s", msg);
+}
+END_TEST
+
 START_TEST(test_lanes_at_different_collectives) {
   CUmodule m = module();
   CUdeviceptr out = upload(NULL, sizeof(float) * 32);
@@ -781,6 +929,30 @@ START_TEST(test_unwritten_shared_memory) {
    * to reach the barrier goes on first */
   ck_assert_msg(strstr(msg, "thread (63,0,0)") && strstr(msg, "tile[63]") && strstr(msg, "no thread of this block"),
                 "%s", msg);
+}
+END_TEST
+
+START_TEST(test_compile_error_names_the_kernel) {
+  /* the second kernel's conditional mixes a load through a pointer to
+   * non-const with an int: a compile error on the emulated device (where it
+   * would otherwise silently be an int), reported with the kernel's name */
+  static const char src[] = "// tg kernel: good\n"
+                            "extern \"C\" __global__ void good(TG_ARG(float) y) { y[threadIdx.x] = 1.0f; }\n"
+                            "// tg kernel: bad\n"
+                            "extern \"C\" __global__ void bad(TG_ARG(float) y) {\n"
+                            "  y[threadIdx.x] = threadIdx.x < 4 ? y[0] : 0;\n"
+                            "}\n"
+                            "#ifndef __CUDA_ARCH__\n"
+                            "TG_EMU_KERNEL_TABLE(TG_EMU_KERNEL(good) TG_EMU_KERNEL(bad))\n"
+                            "#endif\n";
+  void *image = NULL;
+  size_t size;
+  bool hit;
+  char err[16384];
+  ck_assert(!api.compile(src, "bad.cu", "sm_90", &image, &size, &hit, err, sizeof err));
+  ck_assert_ptr_null(image);
+  ck_assert_msg(!strncmp(err, "the host C++ compiler could not compile kernel bad in bad.cu", 60), "%.600s", err);
+  ck_assert_msg(strstr(err, "bad.cu:5 is in kernel bad") && !strstr(err, "kernel good"), "%.3000s", err);
 }
 END_TEST
 
@@ -836,7 +1008,7 @@ START_TEST(test_capture_and_replay) {
   CK(api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(api.cuEventCreate(&e0, CU_EVENT_DEFAULT));
   CK(api.cuEventCreate(&e1, CU_EVENT_DEFAULT));
-  float *x = malloc(sizeof(float) * ROWS * N), sums[2 * ROWS];
+  float *x = malloc(sizeof(float) * ROWS * N), sums[3 * ROWS];
   CUdeviceptr dx = upload(NULL, sizeof(float) * ROWS * N), ds = upload(NULL, sizeof sums), dcopy = upload(NULL, sizeof sums);
   int n = N;
   void *args[] = {&dx, &ds, &n};
@@ -880,8 +1052,9 @@ START_TEST(test_capture_and_replay) {
     CK(api.cuGraphLaunch(ge, s));
     CK(api.cuStreamSynchronize(s));
     for (int r = 0; r < ROWS; r++) {
-      ck_assert(sums[2 * r] == (float)((step + 1) * (r + 1)));
-      ck_assert(sums[2 * r + 1] == (float)(2 * (step + 1) * (r + 1)));
+      ck_assert(sums[3 * r] == (float)((step + 1) * (r + 1)));
+      ck_assert(sums[3 * r + 1] == (float)(2 * (step + 1) * (r + 1)));
+      ck_assert(sums[3 * r + 2] == 0);
     }
   }
   CK(api.cuEventElapsedTime(&ms, e0, e1));
@@ -943,10 +1116,13 @@ static Suite *suite(void) {
   tcase_add_test(t, test_indices_over_3d_grid);
   tcase_add_test(t, test_shuffles_and_votes);
   tcase_add_test(t, test_block_reduction_over_blocks);
+  tcase_add_test(t, test_loads_keep_their_type);
   tcase_add_test(t, test_atomics);
   tcase_add_test(t, test_syncwarp_orders_shared_memory);
   tcase_add_test(t, test_f16_and_bf16_conversions);
   tcase_add_test(t, test_mma_and_ldmatrix_against_naive_product);
+  tcase_add_test(t, test_cp_async_and_approximations);
+  tcase_add_test(t, test_dynamic_shared_memory);
   suite_add_tcase(s, t);
   TCase *c = tcase_create("checks");
   tcase_add_checked_fixture(c, setup, teardown);
@@ -957,11 +1133,13 @@ static Suite *suite(void) {
   tcase_add_test(c, test_wrong_description_is_refused);
   tcase_add_test(c, test_barrier_some_threads_skip_is_reported);
   tcase_add_test(c, test_threads_at_different_barriers);
+  tcase_add_test(c, test_deadlock_is_reported);
   tcase_add_test(c, test_lanes_at_different_collectives);
   tcase_add_test(c, test_misaligned_vector_load);
   tcase_add_test(c, test_shared_index_out_of_bounds);
   tcase_add_test(c, test_write_write_race);
   tcase_add_test(c, test_unwritten_shared_memory);
+  tcase_add_test(c, test_compile_error_names_the_kernel);
   suite_add_tcase(s, c);
   TCase *d = tcase_create("driver");
   tcase_add_checked_fixture(d, setup, teardown);

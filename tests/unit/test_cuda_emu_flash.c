@@ -132,13 +132,13 @@ static CUmodule module(void) {
   return m;
 }
 
-/* A device copy of a host buffer (or room for one). */
-static CUdeviceptr upload(const buf *b, bool copy) {
+/* A device copy of a host buffer (outputs start as NaN: an element left
+ * unwritten shows). */
+static CUdeviceptr upload(const buf *b) {
   CUdeviceptr p;
   size_t bytes = (size_t)b->n * (b->bf16 ? 2 : 4);
   CK(api.cuMemAlloc(&p, bytes));
-  CK(api.cuMemcpyHtoD(p, b->p, bytes)); /* outputs start as NaN: an element left unwritten shows */
-  (void)copy;
+  CK(api.cuMemcpyHtoD(p, b->p, bytes));
   return p;
 }
 
@@ -157,7 +157,6 @@ static void run(CUmodule m, int ci, const tg_flash_shape *s, dev *x) {
   /* q, k and v are views of one buffer: each argument's extent is qkv's
    * from its own start */
   size_t qkv_bytes = (size_t)x->qkv.n * (x->qkv.bf16 ? 2 : 4);
-  size_t esz = x->qkv.bf16 ? 2 : 4;
   size_t out_bytes[7];
   for (int i = 0; i < 7; i++) {
     const buf *b[] = {&x->qkv, &x->dout, &x->o, &x->lse, &x->dq, &x->dk, &x->dv};
@@ -177,7 +176,6 @@ static void run(CUmodule m, int ci, const tg_flash_shape *s, dev *x) {
     size_t fbytes[] = {qkv_bytes, qkv_bytes, qkv_bytes, out_bytes[2], out_bytes[3]};
     size_t bbytes[] = {qkv_bytes, qkv_bytes, qkv_bytes, out_bytes[2], out_bytes[3], out_bytes[1], out_bytes[4],
                        out_bytes[5], out_bytes[6]};
-    (void)esz;
     for (int i = 0; i < n; i++) {
       CUfunction f;
       CK(api.cuModuleGetFunction(&f, m, l[i].name));
@@ -218,7 +216,7 @@ START_TEST(test_flash_on_emulator) {
   x.dk = buf_new(extent(&s, &s.dk, true), c->bf16);
   x.dv = buf_new(extent(&s, &s.dv, true), c->bf16);
   const buf *all[] = {&x.qkv, &x.dout, &x.o, &x.lse, &x.dq, &x.dk, &x.dv};
-  for (int i = 0; i < 7; i++) x.d[i] = upload(all[i], true);
+  for (int i = 0; i < 7; i++) x.d[i] = upload(all[i]);
   run(m, _i, &s, &x);
 
   double e[5] = {rel_err(&s, &s.o, &x.o, r.o, true), rel_err(&s, &s.lse, &x.lse, r.lse, false),
@@ -260,7 +258,7 @@ START_TEST(test_flash_reads_past_a_short_operand) {
   buf qkv = buf_new(nqkv, false);
   for (int64_t i = 0; i < nqkv; i++) buf_set(&qkv, i, uniform());
   buf o = buf_new(extent(&s, &s.o, true), false), lse = buf_new(extent(&s, &s.lse, false), false);
-  CUdeviceptr dq = upload(&qkv, true), dol = upload(&o, true), dl = upload(&lse, true);
+  CUdeviceptr dq = upload(&qkv), dol = upload(&o), dl = upload(&lse);
   CUdeviceptr q = dq, k = dq, v = dq;
   void *args[] = {&q, &k, &v, &dol, &dl};
   const char *names[] = {"qkv", "qkv+k", "qkv+v", "o", "lse"};

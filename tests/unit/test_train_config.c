@@ -301,8 +301,8 @@ START_TEST(test_types) {
   bad("resume = \"true\"\n", "resume takes true or false, not a string");
   bad("model.n_layer = four\n", "model.n_layer takes a number, not 'four'");
   bad("model.n_layer = \"4\"\n", "model.n_layer takes a number, not a string");
-  bad("backend = cpx\n", "unknown backend 'cpx'; did you mean 'cpu'? (ref, cpu)");
-  bad("backend = tpu\n", "unknown backend 'tpu'; did you mean 'cpu'? (ref, cpu)");
+  bad("backend = cpx\n", "unknown backend 'cpx'; did you mean 'cpu'? (ref, cpu, cuda, cuda-emu)");
+  bad("backend = tpu\n", "unknown backend 'tpu'; did you mean 'cpu'? (ref, cpu, cuda, cuda-emu)");
   bad("backend = vulkan\n", "unknown backend 'vulkan' (ref, cpu)");
 }
 END_TEST

@@ -244,8 +244,6 @@ inline const tg_emu_rt *rt;
  * is dlopen'ed, and this one pointer fits the static TLS left for that. */
 static thread_local tg_emu_thread *cur __attribute__((tls_model("initial-exec")));
 
-inline tg_emu_thread *self() { return cur; }
-
 /* A failed check: reported with the thread, block and kernel, and the
  * source line the emulator finds on the call stack. */
 [[noreturn]] __attribute__((format(printf, 2, 3))) inline void fail(int result, const char *fmt, ...) {
@@ -427,6 +425,21 @@ template <typename T> class ref {
     memcpy((void *)a_, &v, sizeof v);
   }
   operator V() const { return get(); }
+
+ private:
+  /* `c ? p[i] : 0` with p to non-const float: C++ would convert the load to
+   * the other operand's type (int: the one implicit conversion it finds,
+   * float then int) where the GPU gives float ? float : int a float.  This
+   * constructor, declared and never defined, makes the conversion the other
+   * way possible too, so the expression is ambiguous: a compile error (with
+   * gcc and clang alike; a deleted one does not do it for clang) instead of
+   * a silent int.  `c ? p[i] : 0.0f` is unaffected.  (Loads through
+   * pointers to const, every input of generated code, are plain values:
+   * ptr::operator[].) */
+  template <typename X, typename = std::enable_if_t<std::is_arithmetic<X>::value && !std::is_same<X, V>::value>>
+  ref(X);
+
+ public:
   ref &operator=(const V &v) {
     set(v);
     return *this;
@@ -463,12 +476,16 @@ template <typename T> class ptr {
   template <typename U, typename = std::enable_if_t<std::is_convertible<U *, T *>::value>>
   ptr(const ptr<U> &o) : a(o.a), r(o.r) {}
 
-  template <typename I, typename = std::enable_if_t<std::is_integral<I>::value>> ref<T> operator[](I i) const {
+  /* An element: through a pointer to const, its value (checked, and
+   * recorded as a read of shared memory); otherwise a ref, which tells
+   * reads from writes. */
+  using element = std::conditional_t<std::is_const<T>::value, std::remove_cv_t<T>, ref<T>>;
+  template <typename I, typename = std::enable_if_t<std::is_integral<I>::value>> element operator[](I i) const {
     uintptr_t x = a + (uintptr_t)((long long)i * (long long)sizeof(T));
     check(r, x, sizeof(T), alignof(T), sizeof(T), type_name<std::remove_cv_t<T>>());
     return ref<T>(x, r);
   }
-  ref<T> operator*() const { return (*this)[0]; }
+  element operator*() const { return (*this)[0]; }
   template <typename I, typename = std::enable_if_t<std::is_integral<I>::value>> ptr operator+(I n) const {
     return ptr(a + (uintptr_t)((long long)n * (long long)sizeof(T)), r);
   }

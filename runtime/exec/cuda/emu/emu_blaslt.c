@@ -36,7 +36,6 @@
  * touches is checked against the device's allocations; one outside is
  * reported (CUBLAS_STATUS_EXECUTION_FAILED) naming the operand and batch,
  * and, as a faulting kernel would, leaves the context's error sticky. */
-#define _GNU_SOURCE
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

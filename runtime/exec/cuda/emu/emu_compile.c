@@ -15,7 +15,7 @@
  * (runtime/nvrtc.c): the line numbers the compiler gives for the .cu are
  * its own (thanks to #line), and the kernel holding a line is the last
  * "// tg kernel: NAME" marker at or before it. */
-#define _GNU_SOURCE
+#define _GNU_SOURCE /* strdup */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

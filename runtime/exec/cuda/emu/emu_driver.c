@@ -10,7 +10,7 @@
  * before cuLaunchKernel (names and extents of the pointer arguments); the
  * description belongs to the next launch from the same host thread, and a
  * captured launch keeps it for every replay. */
-#define _GNU_SOURCE /* dlinfo-free dladdr, strdup */
+#define _GNU_SOURCE /* strdup */
 #include "emu_driver.h"
 
 #include <dlfcn.h>
@@ -544,12 +544,16 @@ static CUresult emu_cuMemAlloc(CUdeviceptr *p, size_t bytes) {
   if (!r && bytes > total_memory() - (dev.allocated < total_memory() ? dev.allocated : total_memory()))
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: %zu bytes, more than the device has left", bytes);
   void *mem = NULL;
-  if (!r) {
-    size_t rounded = (bytes + 255) / 256 * 256;
-    mem = aligned_alloc(256, rounded);
-    if (!mem || (dev.n_allocs == dev.cap_allocs && !(dev.allocs = realloc(dev.allocs, sizeof(alloc) * (size_t)(dev.cap_allocs = dev.cap_allocs ? 2 * dev.cap_allocs : 64))))) {
+  if (!r && !(mem = aligned_alloc(256, (bytes + 255) / 256 * 256)))
+    r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: the host has no %zu bytes to give", bytes);
+  if (!r && dev.n_allocs == dev.cap_allocs) {
+    int cap = dev.cap_allocs ? 2 * dev.cap_allocs : 64;
+    alloc *a = realloc(dev.allocs, sizeof *a * (size_t)cap);
+    if (!a) {
       free(mem);
-      r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: the host has no %zu bytes to give", bytes);
+      r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: out of memory");
+    } else {
+      dev.allocs = a, dev.cap_allocs = cap;
     }
   }
   if (!r) {

@@ -598,6 +598,7 @@ static bool run_block(exec *x, unsigned bx, unsigned by, unsigned bz) {
   memset(x->shadow, 0, (L->dynamic_shared + 3) / 4 * sizeof *x->shadow);
   x->dynamic = (tg_emu_region){(uintptr_t)x->arena, (uintptr_t)x->arena + L->dynamic_shared,
                                "the dynamic shared memory", TG_EMU_SHARED, NULL, x->shadow};
+  if (L->dynamic_shared) x->region_list[b->n_shared++] = &x->dynamic; /* for cvta and ldmatrix */
   for (int i = 0; i < n; i++) {
     emu_thread *t = &x->threads[i];
     t->pub.idx = (tg_emu_uint3){(unsigned)i % L->block[0], (unsigned)i / L->block[0] % L->block[1],
