@@ -84,7 +84,7 @@ void tg_flash_emit_cuda_kernels(FILE *out, const char *fn_prefix, const tg_flash
  * name, count) for a shared array, TG_LD4(p, i) for a 16-byte load.  On
  * the GPU (__CUDA_ARCH__) they are plain pointers and arrays, T
  * *__restrict__ for arguments, so NVRTC sees the code it always did; the
- * emulated device (runtime/exec/cuda/emu/cuda_emu.h) defines them as
+ * emulated device (runtime/cuda/emu/cuda_emu.h) defines them as
  * checked pointers.  Each PTX instruction sits in a small device function
  * with the emulator's version under #ifndef __CUDA_ARCH__. */
 void tg_cuda_emit_memory_macros(FILE *out);

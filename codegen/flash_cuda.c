@@ -131,7 +131,7 @@ static const char *helpers =
     "// Written out here because the source is compiled with no include path:\n"
     "// bf16 conversions, the PTX instructions the kernels use, and tile staging.\n"
     "// Each PTX instruction sits in a function of its own, with the emulated\n"
-    "// device's version (runtime/exec/cuda/emu/cuda_emu.h) beside it.\n"
+    "// device's version (runtime/cuda/emu/cuda_emu.h) beside it.\n"
     "\n"
     "// Two floats as a bf16 pair rounded to nearest even, lo in bits 0-15\n"
     "// (cvt puts its first source in the upper half).\n"
@@ -652,7 +652,7 @@ static void emit_kernel(FILE *f, const char *prefix, int kind, const tg_flash_sh
 }
 
 void tg_cuda_emit_memory_macros(FILE *f) {
-  fputs("// Memory is spelled with these so that the emulated device (runtime/exec/cuda/emu/\n"
+  fputs("// Memory is spelled with these so that the emulated device (runtime/cuda/emu/\n"
         "// cuda_emu.h, put in front of this file when it is built for the host) can check every\n"
         "// access against its buffer; on the GPU they are plain pointers.\n"
         "#ifndef TG_MEMORY_MACROS\n"

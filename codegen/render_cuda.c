@@ -19,7 +19,7 @@
  * flash attention comes from codegen/flash_cuda.c.  The file includes no
  * header, so NVRTC needs no include path.
  *
- * The same file runs on the emulated device (runtime/exec/cuda/emu/): memory
+ * The same file runs on the emulated device (runtime/cuda/emu/): memory
  * is spelled with macros that are plain pointers under __CUDA_ARCH__ and
  * checked pointers behind cuda_emu.h (flash.h: tg_cuda_emit_memory_macros),
  * each PTX instruction has the emulator's version beside it, and the file
@@ -162,7 +162,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
  * calls kernels by name through it); the GPU never sees it. */
 static void emulator_table(FILE *out, const tg_program *p) {
   fputs("#ifndef __CUDA_ARCH__\n"
-        "// The kernels by name, for the emulated device (runtime/exec/cuda/emu/cuda_emu.h).\n"
+        "// The kernels by name, for the emulated device (runtime/cuda/emu/cuda_emu.h).\n"
         "TG_EMU_KERNEL_TABLE(\n",
         out);
   for (int k = 0; k < p->n_kernels; k++) {

@@ -20,7 +20,7 @@ void tg_render_cuda_runtime(FILE *out) {
         "    acc[i] = first ? g[i] * scale : acc[i] + g[i] * scale;\n"
         "}\n\n"
         "#ifndef __CUDA_ARCH__\n"
-        "// The kernels by name, for the emulated device (runtime/exec/cuda/emu/cuda_emu.h).\n"
+        "// The kernels by name, for the emulated device (runtime/cuda/emu/cuda_emu.h).\n"
         "TG_EMU_KERNEL_TABLE(\n"
         "  TG_EMU_KERNEL(tg_accumulate)\n"
         ")\n"

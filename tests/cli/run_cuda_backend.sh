@@ -77,7 +77,8 @@ PY
 then ok; else bad "the CUDA backend's step losses differ from the CPU backend's"; fi
 
 # every function of the step's manifest ran at least once
-expect_status 0 "$tgc" "${m[@]}" -D B=4 -D T=32 --emit cuda -o "$tmp/cu"
+# (in the precision the steps above ran: f32)
+expect_status 0 "$tgc" "${m[@]}" -D B=4 -D T=32 --precision f32 --emit cuda -o "$tmp/cu"
 if $py - "$tmp/cu/manifest.json" "$tmp/trace" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))

@@ -1,5 +1,5 @@
 /* test_cuda_api.c: tg's own declarations of the CUDA driver, cuBLASLt and
- * NCCL (runtime/exec/cuda/cuda_api.h) against NVIDIA's headers, and the
+ * NCCL (runtime/cuda/cuda_api.h) against NVIDIA's headers, and the
  * loading of the real libraries.
  *
  * tg declares what it calls instead of including cuda.h, so that it
@@ -52,7 +52,7 @@ static const constant ours[] = {
     C(CUBLASLT_MATRIX_LAYOUT_TYPE), C(CUBLASLT_MATRIX_LAYOUT_ORDER), C(CUBLASLT_MATRIX_LAYOUT_ROWS),
     C(CUBLASLT_MATRIX_LAYOUT_COLS), C(CUBLASLT_MATRIX_LAYOUT_LD), C(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT),
     C(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET), C(CUBLASLT_MATMUL_PREF_SEARCH_MODE),
-    C(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES), C(ncclSuccess), C(ncclInProgress), C(ncclFloat32), C(ncclBfloat16),
+    C(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES), C(ncclSuccess), C(ncclInvalidArgument), C(ncclInvalidUsage), C(ncclInProgress), C(ncclFloat32), C(ncclBfloat16),
     C(ncclSum), C(ncclAvg),
     {"sizeof(cublasLtMatmulHeuristicResult_t)", (long long)sizeof(cublasLtMatmulHeuristicResult_t)},
     {"sizeof(cublasLtMatmulAlgo_t)", (long long)sizeof(cublasLtMatmulAlgo_t)},

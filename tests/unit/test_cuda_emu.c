@@ -1,4 +1,4 @@
-/* test_cuda_emu.c: the emulated CUDA device (runtime/exec/cuda/emu/) through
+/* test_cuda_emu.c: the emulated CUDA device (runtime/cuda/emu/) through
  * the api table, as the backend will use it.
  *
  * Kernels are written here as CUDA source in the generated code's style
@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
+#include "emu_api.h"
 #include "flash.h"
 #include "nvrtc.h"
 

@@ -1,4 +1,4 @@
-/* test_cuda_emu_blaslt.c: the emulated cuBLASLt (runtime/exec/cuda/emu/emu_blaslt.c)
+/* test_cuda_emu_blaslt.c: the emulated cuBLASLt (runtime/cuda/emu/emu_blaslt.c)
  * against a naive loop written here from cuBLASLt's definitions.
  *
  * Every epilogue the emulator has (DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX,
@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_api.h"
+#include "emu_api.h"
 
 static tg_cuda_api api;
 static CUcontext ctx;

@@ -1,4 +1,4 @@
-/* test_cuda_emu_fiber.c: the emulated device's fibers (runtime/exec/cuda/emu/emu_fiber.h).
+/* test_cuda_emu_fiber.c: the emulated device's fibers (runtime/cuda/emu/emu_fiber.h).
  *
  * Built twice: as test_cuda_emu_fiber with the hand-written switch of this
  * machine, and as test_cuda_emu_fiber_ucontext with the ucontext fallback

@@ -40,7 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
+#include "emu_api.h"
 #include "flash.h"
 #include "flash_ref.h"
 

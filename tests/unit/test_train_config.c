@@ -303,7 +303,7 @@ START_TEST(test_types) {
   bad("model.n_layer = \"4\"\n", "model.n_layer takes a number, not a string");
   bad("backend = cpx\n", "unknown backend 'cpx'; did you mean 'cpu'? (ref, cpu, cuda, cuda-emu)");
   bad("backend = tpu\n", "unknown backend 'tpu'; did you mean 'cpu'? (ref, cpu, cuda, cuda-emu)");
-  bad("backend = vulkan\n", "unknown backend 'vulkan' (ref, cpu)");
+  bad("backend = vulkan\n", "unknown backend 'vulkan' (ref, cpu, cuda, cuda-emu)");
 }
 END_TEST
 

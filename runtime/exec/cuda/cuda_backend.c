@@ -41,6 +41,7 @@
 #include "comm.h"
 #include "cuda_api.h"
 #include "cuda_plan.h"
+#include "emu_api.h"
 #include "executor_impl.h"
 #include "lower.h"
 #include "render.h"

@@ -151,7 +151,7 @@ typedef enum cublasLtMatmulPreferenceAttributes_t {
 /* ---- NCCL (nccl.h) ------------------------------------------------------- */
 
 typedef int ncclResult_t;
-enum { ncclSuccess = 0, ncclInProgress = 7 };
+enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclInProgress = 7 };
 typedef struct ncclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 typedef enum ncclDataType_t { ncclFloat32 = 7, ncclBfloat16 = 9 } ncclDataType_t;
@@ -276,7 +276,7 @@ typedef struct tg_cuda_api {
  * loaded or lacks a function. */
 bool tg_cuda_api_load(tg_cuda_api *api, char *why, size_t whylen);
 
-/* Fills api with the emulated device (emu/emu_driver.h). */
-void tg_cuda_api_emulated(tg_cuda_api *api);
+/* The emulated device fills the same table: tg_cuda_api_emulated
+ * (emu/emu_api.h). */
 
 #endif

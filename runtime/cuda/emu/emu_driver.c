@@ -1,4 +1,4 @@
-/* emu_driver.c: the emulated CUDA driver (emu_driver.h): context, memory,
+/* emu_driver.c: the emulated CUDA driver (emu_api.h): context, memory,
  * modules, launches, streams, events, stream capture and graphs.
  *
  * Handles are pointers to the structs below; every call checks a handle
@@ -11,8 +11,6 @@
  * description belongs to the next launch from the same host thread, and a
  * captured launch keeps it for every replay. */
 #define _GNU_SOURCE /* strdup */
-#include "emu_driver.h"
-
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -157,7 +155,7 @@ typedef struct desc {
   size_t *bytes;
 } desc;
 
-typedef enum { NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_MATMUL, NODE_EVENT } node_kind;
+typedef enum { NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_MATMUL, NODE_EVENT, NODE_HOST } node_kind;
 
 /* One operation of a graph, with everything it needs by value. */
 typedef struct node {
@@ -171,7 +169,10 @@ typedef struct node {
   int copy_kind;                        /* 0 HtoD, 1 DtoH, 2 DtoD */
   unsigned char value;
   emu_lt_call matmul;
+  emu_lt_runner run_matmul;
   struct CUevent_st *event;
+  emu_host_fn host;                     /* a host operation (emulated NCCL) */
+  unsigned char host_arg[EMU_HOST_ARG_MAX];
 } node;
 
 struct CUgraph_st {
@@ -1278,10 +1279,16 @@ static CUresult run_node(const node *n, int index) {
   }
   case NODE_MATMUL: {
     char why[2048];
-    cublasStatus_t st = emu_lt_run(&n->matmul, why, sizeof why);
+    cublasStatus_t st = n->run_matmul(&n->matmul, why, sizeof why);
     if (st == CUBLAS_STATUS_SUCCESS) return CUDA_SUCCESS;
     emu_set_sticky(CUDA_ERROR_ILLEGAL_ADDRESS);
     return fail(CUDA_ERROR_ILLEGAL_ADDRESS, "%s: cublasLtMatmul: %s", call, why);
+  }
+  case NODE_HOST: {
+    char why[1024] = "";
+    CUresult r = n->host(n->host_arg, why, sizeof why);
+    if (r) return fail(r, "%s: %s", call, why);
+    return CUDA_SUCCESS;
   }
   case NODE_EVENT:
     if (reg_has(&dev.events, n->event)) {
@@ -1333,7 +1340,7 @@ static CUresult emu_cuGraphDestroy(CUgraph g) {
   return r;
 }
 
-bool emu_capture_matmul(CUstream s, const emu_lt_call *c, cublasStatus_t *status) {
+bool emu_capture_matmul(CUstream s, const emu_lt_call *c, emu_lt_runner run, cublasStatus_t *status) {
   if (check_stream(s, "cublasLtMatmul") != CUDA_SUCCESS) {
     *status = CUBLAS_STATUS_INVALID_VALUE;
     return true;
@@ -1346,17 +1353,35 @@ bool emu_capture_matmul(CUstream s, const emu_lt_call *c, cublasStatus_t *status
     }
     return false;
   }
-  node n = {.kind = NODE_MATMUL, .matmul = *c};
+  node n = {.kind = NODE_MATMUL, .matmul = *c, .run_matmul = run};
   *status = add_node(g, s, &n) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+  return true;
+}
+
+bool emu_capture_host(CUstream s, const char *call, emu_host_fn fn, const void *arg, size_t n, CUresult *status) {
+  if ((*status = check_stream(s, call)) != CUDA_SUCCESS) return true;
+  struct CUgraph_st *g = capturing(s);
+  if (!g) {
+    if (legacy_conflict(s, call)) {
+      *status = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+      return true;
+    }
+    return false;
+  }
+  node h = {.kind = NODE_HOST, .host = fn};
+  if (n > sizeof h.host_arg) {
+    *status = fail(CUDA_ERROR_INVALID_VALUE, "%s: %zu bytes of arguments to record (at most %d)", call, n,
+                   EMU_HOST_ARG_MAX);
+    return true;
+  }
+  memcpy(h.host_arg, arg, n);
+  *status = add_node(g, s, &h) ? CUDA_SUCCESS : fail(CUDA_ERROR_OUT_OF_MEMORY, "%s: out of memory", call);
   return true;
 }
 
 /* ---- the table ------------------------------------------------------------------------- */
 
-void tg_cuda_api_emulated(tg_cuda_api *api) {
-  memset(api, 0, sizeof *api);
-  api->name = "emulated device";
-  api->emulated = true;
+void emu_driver_fill(tg_cuda_api *api) {
   api->compile = emu_compile;
   api->cuInit = emu_cuInit;
   api->cuDriverGetVersion = emu_cuDriverGetVersion;
@@ -1402,7 +1427,6 @@ void tg_cuda_api_emulated(tg_cuda_api *api) {
   api->cuEventRecord = emu_cuEventRecord;
   api->cuEventSynchronize = emu_cuEventSynchronize;
   api->cuEventElapsedTime = emu_cuEventElapsedTime;
-  emu_blaslt_fill(api);
   api->emu_describe_launch = emu_describe_launch;
   api->emu_last_error = emu_last_error;
 }

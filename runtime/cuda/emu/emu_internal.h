@@ -13,6 +13,9 @@
 
 #include "cuda_api.h"
 
+/* The device's memory as cuMemGetInfo reports it. */
+enum { TG_EMU_TOTAL_MEMORY_GIB = 80 };
+
 /* CUresults the table's enum does not list (NVIDIA's values). */
 enum {
   EMU_ERROR_INVALID_CONTEXT = 201,
@@ -83,11 +86,28 @@ cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t whylen);
  * allocation) and runs it. */
 cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen);
 
-/* For cublasLtMatmul on a capturing stream: records it (true), or false
- * when s is not capturing.  *status is set when recorded. */
-bool emu_capture_matmul(CUstream s, const emu_lt_call *c, cublasStatus_t *status);
+/* For cublasLtMatmul on a capturing stream: records it, with the function
+ * that runs it when the graph is replayed (true), or false when s is not
+ * capturing.  *status is set when recorded.  (The runner is passed, not
+ * named, so that the driver does not call into cuBLASLt's emulation,
+ * which calls into it.) */
+typedef cublasStatus_t (*emu_lt_runner)(const emu_lt_call *c, char *why, size_t whylen);
+bool emu_capture_matmul(CUstream s, const emu_lt_call *c, emu_lt_runner run, cublasStatus_t *status);
 
+/* An operation the host does in stream order (the emulated NCCL's
+ * all-reduce): its arguments are copied, up to EMU_HOST_ARG_MAX bytes.
+ * It returns CUDA_SUCCESS, or an error with why. */
+enum { EMU_HOST_ARG_MAX = 64 };
+typedef CUresult (*emu_host_fn)(const void *arg, char *why, size_t whylen);
+/* For such an operation on a capturing stream: records it (true), or
+ * false when s is not capturing (the caller runs it now).  *status is set
+ * when true.  Takes no lock: call it holding emu_lock. */
+bool emu_capture_host(CUstream s, const char *call, emu_host_fn fn, const void *arg, size_t n, CUresult *status);
+
+/* The table's members each part fills (emu_api.c puts them together). */
+void emu_driver_fill(tg_cuda_api *api);
 void emu_blaslt_fill(tg_cuda_api *api);
+void emu_nccl_fill(tg_cuda_api *api);
 
 /* ---- compiling (emu_compile.c) ------------------------------------------------ */
 

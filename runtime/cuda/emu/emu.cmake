@@ -3,7 +3,7 @@
 # Included at the end of the top-level CMakeLists.txt.
 enable_language(CXX)
 
-set(TG_EMU_DIR ${CMAKE_CURRENT_SOURCE_DIR}/runtime/exec/cuda/emu)
+set(TG_EMU_DIR ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/emu)
 
 # cuda_emu.h's text as a C array, rebuilt when the header changes: modules
 # are compiled from it at run time with no include path.
@@ -15,10 +15,10 @@ add_custom_command(
   COMMENT "Embedding cuda_emu.h")
 
 add_library(tg_cuda_emu STATIC
-  ${TG_EMU_DIR}/emu_driver.c ${TG_EMU_DIR}/emu_exec.c ${TG_EMU_DIR}/emu_fiber.c
-  ${TG_EMU_DIR}/emu_blaslt.c ${TG_EMU_DIR}/emu_compile.c ${CMAKE_CURRENT_BINARY_DIR}/emu_header.c)
-target_include_directories(tg_cuda_emu PUBLIC ${TG_EMU_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/runtime/exec/cuda)
-target_link_libraries(tg_cuda_emu PUBLIC tg_jit tg_base m ${CMAKE_DL_LIBS} Threads::Threads)
+  ${TG_EMU_DIR}/emu_api.c ${TG_EMU_DIR}/emu_driver.c ${TG_EMU_DIR}/emu_exec.c ${TG_EMU_DIR}/emu_fiber.c
+  ${TG_EMU_DIR}/emu_blaslt.c ${TG_EMU_DIR}/emu_compile.c ${TG_EMU_DIR}/emu_nccl.c ${CMAKE_CURRENT_BINARY_DIR}/emu_header.c)
+target_include_directories(tg_cuda_emu PUBLIC ${TG_EMU_DIR})
+target_link_libraries(tg_cuda_emu PUBLIC tg_cuda tg_jit tg_comm tg_base m ${CMAKE_DL_LIBS} Threads::Threads)
 if(TG_SANITIZE)
   # modules are built with the sanitizers too, so the header's code is checked
   target_compile_definitions(tg_cuda_emu PRIVATE TG_EMU_SANITIZE=1)

@@ -803,7 +803,7 @@ static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const 
     emu_unlock();
     return CUBLAS_STATUS_EXECUTION_FAILED; /* the message is set */
   }
-  if (emu_capture_matmul(stream, &cl, &s)) {
+  if (emu_capture_matmul(stream, &cl, emu_lt_run, &s)) {
     emu_unlock();
     if (s) lt_fail(s, "%s: could not record it in the capture (out of memory, or a bad stream)", call);
     return s;

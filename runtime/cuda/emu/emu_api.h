@@ -1,4 +1,4 @@
-/* emu_driver.h: the emulated CUDA device behind tg_cuda_api (cuda_api.h).
+/* emu_api.h: the emulated CUDA device behind tg_cuda_api (cuda_api.h).
  *
  * tg_cuda_api_emulated(api) fills the table with a device that runs
  * everything on the host, checking as it goes (docs/cuda-emu.md):
@@ -30,16 +30,18 @@
  *              capture
  *   cuBLASLt   a reference GEMM (emu_blaslt.c) honouring the whole
  *              descriptor
- *   NCCL       not here: the members are left NULL
+ *   NCCL       over MPI (emu_nccl.c): each rank's emulated device is its
+ *              own process, and an all-reduce averages host memory in
+ *              stream order (recorded in a capture like any other work)
  *
  * Every call takes one lock, so calls from several host threads are safe
  * (and run one at a time, as one device would). */
-#ifndef TG_EMU_DRIVER_H
-#define TG_EMU_DRIVER_H
+#ifndef TG_EMU_API_H
+#define TG_EMU_API_H
 
 #include "cuda_api.h"
 
-/* The device's memory as cuMemGetInfo reports it. */
-enum { TG_EMU_TOTAL_MEMORY_GIB = 80 };
+/* Fills api with the emulated device. */
+void tg_cuda_api_emulated(tg_cuda_api *api);
 
 #endif
