@@ -301,6 +301,11 @@ static const char *load(emitter *e, const tg_node *n, const char **c) {
   return load_expr(e, n->type.dtype, lay.base, affine(e, lay.offset, lay.stride, c, n->type.rank));
 }
 
+/* The function that rounds an f32 register to dtype t, or "". */
+static const char *narrow_round(tg_dtype t) {
+  return t == TG_BF16 ? "tg_bf16_round" : t == TG_F16 ? "tg_f16_round" : "";
+}
+
 /* The statement defining `name` at depth d. */
 static void define(emitter *e, int d, tg_dtype t, const char *name, const char *expr) {
   tg_sb_printf(&e->buf[d], "const %s %s = %s;\n", tg_compute_ctype(t), name, expr);
@@ -454,6 +459,9 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   if (!computed_here(e, n))
     internal(n, "neither in memory nor computed in its reader's kernel");
   const char *x = compute(e, n, c, d);
+  /* a bf16 value is computed in f32 and rounded, as the interpreter
+   * rounds each value to its dtype, whether it is stored or not */
+  if (*narrow_round(t)) x = tg_sprintf(e->arena, "%s(%s)", narrow_round(t), x);
   const char *name = canonical ? tname(e, n->id, d) : new_tmp(e);
   define(e, d, t, name, x);
   if (canonical) e->memo[d][n->id] = name;
@@ -603,7 +611,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
         const char *x = v.s;
         if (g.n) x = tg_sprintf(e.arena, "((%s) ? %s : %s)", g.s, v.s, is_max ? "(-tg_inf())" : "0.0f");
         tg_sb_free(&g);
-        red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype)};
+        red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype), narrow_round(rn->type.dtype)};
       }
       for (e.lane = 0; e.lane < e.vec; e.lane++) {
         if (e.lane) memset(e.memo[2], 0, sizeof(char *) * (size_t)p->g->n_nodes);

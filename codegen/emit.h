@@ -29,6 +29,8 @@ typedef struct tg_reduction {
   bool is_max;
   const char *value;   /* the expression to fold in (0 or -inf where guarded off) */
   const char *ctype;   /* the accumulator's type */
+  const char *round;   /* the function rounding the result to a narrow
+                        * float dtype ("tg_bf16_round"), or "" */
 } tg_reduction;
 
 typedef struct tg_segment {

@@ -481,8 +481,11 @@ static void gemm_step(lowerer *L, const tg_node *mm) {
   G->node = mm->id;
   G->after = pa > pb ? pa : pb;
   const tg_type *at = &a->type, *bt = &b->type, *ct = &mm->type;
-  if (at->dtype != TG_F32 || bt->dtype != TG_F32)
-    tg_error(L->ctx, mm->loc, "cannot lower a matmul of %s values (f32 only so far)", tg_dtype_name(at->dtype));
+  /* f32, or bf16 operands and result with f32 accumulation (the precision
+   * pass's matmuls): what cuBLASLt takes, and the C renderer converts */
+  if (at->dtype != bt->dtype || at->dtype != ct->dtype || (at->dtype != TG_F32 && at->dtype != TG_BF16))
+    tg_error(L->ctx, mm->loc, "cannot lower a matmul of %s @ %s giving %s (f32 or bf16 only)", tg_dtype_name(at->dtype),
+             tg_dtype_name(bt->dtype), tg_dtype_name(ct->dtype));
   if (pa >= 0) contiguous(a, &G->a);
   else tg_layout_of(L->p, a, &G->a);
   if (pb >= 0) contiguous(b, &G->b);

@@ -34,6 +34,7 @@ static void prelude(FILE *out, const tg_program *p) {
           g->source ? g->source : "?", g->n_kernels, (long long)p->arena_bytes, (long long)p->scratch_bytes,
           p->n_leaves);
   fputs("#include <math.h>\n"
+        "#include <stdio.h>\n"
         "#include <stdlib.h>\n"
         "#include <string.h>\n"
         "\n"
@@ -69,8 +70,27 @@ static void prelude(FILE *out, const tg_program *p) {
         "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40); /* quiet nan */\n"
         "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */\n"
         "}\n"
+        "static inline float tg_bf16_round(float f) { return tg_bf16_load(tg_bf16_store(f)); }\n"
+        "static void *tg_scratch_floats(long n) {\n"
+        "  void *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));\n"
+        "  if (!p) { fprintf(stderr, \"tg: out of memory for a bf16 matmul's f32 copies (%ld floats)\\n\", n); abort(); }\n"
+        "  return p;\n"
+        "}\n"
+        "/* a bf16 matrix (rows x cols, leading dim ld) as a dense f32 copy */\n"
+        "static float *tg_bf16_dense(const unsigned short *m, long rows, long cols, long ld) {\n"
+        "  float *d = (float *)tg_scratch_floats(rows * cols);\n"
+        "  for (long i = 0; i < rows; i++)\n"
+        "    for (long j = 0; j < cols; j++) d[i * cols + j] = tg_bf16_load(m[i * ld + j]);\n"
+        "  return d;\n"
+        "}\n"
+        "/* a dense f32 product rounded into a bf16 result (leading dim ld) */\n"
+        "static void tg_bf16_round_into(const float *c, long rows, long cols, unsigned short *d, long ld) {\n"
+        "  for (long i = 0; i < rows; i++)\n"
+        "    for (long j = 0; j < cols; j++) d[i * ld + j] = tg_bf16_store(c[i * cols + j]);\n"
+        "}\n"
         "static inline float tg_f16_load(unsigned short h) { return (float)*(const _Float16 *)&h; }\n"
         "static inline unsigned short tg_f16_store(float f) { _Float16 h = (_Float16)f; unsigned short u; memcpy(&u, &h, 2); return u; }\n"
+        "static inline float tg_f16_round(float f) { return tg_f16_load(tg_f16_store(f)); }\n"
         "\n"
         "/* OpenBLAS (cblas.h): row-major 101, no transpose 111, transpose 112 */\n"
         "void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
@@ -182,7 +202,7 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
     }
     fprintf(out, "    }\n");
     for (int r = 0; r < sg->n_red; r++)
-      fprintf(out, "    const %s t%d = acc%d;\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].node);
+      fprintf(out, "    const %s t%d = %s(acc%d);\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].round, sg->red[r].node);
   }
   print_code(out, c.post_only, "    ");
   fprintf(out, "  }\n}\n\n");
@@ -190,11 +210,15 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
 }
 
 /* A matmul: one cblas_sgemm per product (the batch, when it does not fold
- * into m, is a loop over the products' offsets). */
+ * into m, is a loop over the products' offsets).  bf16 operands are
+ * widened to dense f32 copies first and the f32 product rounded into the
+ * bf16 result: OpenBLAS's sbgemm is not in every build, and the CPU path
+ * is the oracle's neighbour, not the fast one. */
 static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   const tg_gemm *G = &st->gemm;
-  fprintf(out, "  /* %%%d = matmul: %lld x %lld x %lld%s */\n", G->node, (long long)G->m, (long long)G->n,
-          (long long)G->k, G->batch > 1 ? ", batched" : "");
+  bool bf16 = p->g->nodes[G->node]->type.dtype == TG_BF16;
+  fprintf(out, "  /* %%%d = matmul: %lld x %lld x %lld%s%s */\n", G->node, (long long)G->m, (long long)G->n,
+          (long long)G->k, G->batch > 1 ? ", batched" : "", bf16 ? ", bf16 operands and result, f32 accumulation" : "");
   fprintf(out, "  for (tg_idx bi = 0; bi < %lld; bi++) {\n", (long long)G->batch);
   fprintf(out, "    tg_idx ao = %lld, bo = %lld, co = 0, r = bi;\n", (long long)G->a_off, (long long)G->b_off);
   for (int j = G->batch_rank - 1; j >= 0; j--) {
@@ -203,6 +227,19 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
             (long long)G->b_bstride[j], (long long)G->c_bstride[j]);
   }
   fprintf(out, "    (void)r;\n");
+  /* the operands as BLAS reads them: where they are, or dense f32 copies */
+  long long a_rows = G->trans_a ? G->k : G->m, a_cols = G->trans_a ? G->m : G->k;
+  long long b_rows = G->trans_b ? G->n : G->k, b_cols = G->trans_b ? G->k : G->n;
+  long long lda = G->lda, ldb = G->ldb, ldc = G->ldc;
+  if (bf16) {
+    fprintf(out, "    float *const pa = tg_bf16_dense(b%d + ao, %lld, %lld, %lld);\n", G->a.base, a_rows, a_cols, lda);
+    fprintf(out, "    float *const pb = tg_bf16_dense(b%d + bo, %lld, %lld, %lld);\n", G->b.base, b_rows, b_cols, ldb);
+    fprintf(out, "    float *const pc = tg_scratch_floats(%lld);\n", (long long)(G->m * G->n));
+    lda = a_cols, ldb = b_cols, ldc = G->n;
+  } else {
+    fprintf(out, "    const float *const pa = b%d + ao, *const pb = b%d + bo;\n", G->a.base, G->b.base);
+    fprintf(out, "    float *const pc = b%d + co;\n", G->node);
+  }
   /* BLAS runs single-threaded (tg_step sets it): the threads are OpenMP's,
    * each multiplying a block of rows, so BLAS's own threads never compete
    * with the kernels' (on 2 cores that contention cost more than it gave) */
@@ -215,12 +252,16 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   fprintf(out, "    for (tg_idx r0 = 0; r0 < %lld; r0 += %lld) {\n", (long long)G->m, (long long)rows);
   fprintf(out, "      const int mr = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)G->m, (long long)rows,
           (long long)G->m, (long long)rows);
-  fprintf(out, "      cblas_sgemm(101, %d, %d, mr, %lld, %lld, 1.0f, b%d + ao + r0 * %lld, %lld, b%d + bo, %lld, 0.0f, b%d + co + r0 * %lld, %lld);\n",
-          G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->n, (long long)G->k, G->a.base,
-          (long long)(G->trans_a ? 1 : G->lda), (long long)G->lda, G->b.base, (long long)G->ldb, G->node,
-          (long long)G->ldc, (long long)G->ldc);
-  fprintf(out, "    }\n  }\n");
-  (void)p;
+  fprintf(out, "      cblas_sgemm(101, %d, %d, mr, %lld, %lld, 1.0f, pa + r0 * %lld, %lld, pb, %lld, 0.0f, pc + r0 * %lld, %lld);\n",
+          G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->n, (long long)G->k,
+          G->trans_a ? 1LL : lda, lda, ldb, ldc, ldc);
+  fprintf(out, "    }\n");
+  if (bf16) {
+    fprintf(out, "    tg_bf16_round_into(pc, %lld, %lld, b%d + co, %lld);\n", (long long)G->m, (long long)G->n, G->node,
+            (long long)G->ldc);
+    fprintf(out, "    free(pa), free(pb), free(pc);\n");
+  }
+  fprintf(out, "  }\n");
 }
 
 static void flash_call(FILE *out, const tg_step *st) {

@@ -73,6 +73,9 @@ static void prelude(FILE *out, const tg_program *p) {
         "  return tg_emu::f32_to_f16_rn(f);\n"
         "#endif\n"
         "}\n"
+        "// a bf16 or f16 value computed in registers, rounded as the interpreter rounds it\n"
+        "__device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_load(tg_bf16_store(f)); }\n"
+        "__device__ __forceinline__ float tg_f16_round(float f) { return tg_f16_load(tg_f16_store(f)); }\n"
         "// Block reductions: warp shuffles, then one value per warp through shared\n"
         "// memory, which every warp sums again, so that every thread gets the result\n"
         "// (the same bits: the same values in the same order).  Blocks are 256 threads.\n"
@@ -146,8 +149,8 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     }
     fprintf(out, "      }\n");
     for (int r = 0; r < sg->n_red; r++)
-      fprintf(out, "      const float t%d = tg_block_%s(acc%d);\n", sg->red[r].node, sg->red[r].is_max ? "max" : "sum",
-              sg->red[r].node);
+      fprintf(out, "      const float t%d = %s(tg_block_%s(acc%d));\n", sg->red[r].node, sg->red[r].round,
+              sg->red[r].is_max ? "max" : "sum", sg->red[r].node);
   }
   if (c.post_only && *c.post_only) {
     fprintf(out, "      if (%s) {\n", red ? "threadIdx.x == 0" : st->kind == TG_STEP_SCATTER ? "true" : "j == 0");

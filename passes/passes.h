@@ -82,6 +82,9 @@ void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report);
  * report is not NULL, writes each value's dtype and the rule that chose
  * it.  A no-op for TG_PRECISION_F32, or on a graph with a backward. */
 typedef enum tg_precision_policy { TG_PRECISION_F32, TG_PRECISION_BF16 } tg_precision_policy;
+/* "f32" or "bf16" to a policy (false for anything else), and back. */
+bool tg_precision_parse(const char *s, tg_precision_policy *out);
+const char *tg_precision_name(tg_precision_policy p);
 void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FILE *report);
 
 /* A parameter's bf16 copy: a state leaf "bf16.NAME" that the forward reads

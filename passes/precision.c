@@ -139,6 +139,25 @@ static tg_node *as_bf16(rewriter *w, tg_node *x, rule r) {
     }
     return w->twin[id];
   }
+  if (tg_is_view(x) && x->nin == 1 && (x->in[0]->op == TG_OP_param || tg_is_view(x->in[0]))) {
+    /* a view of a parameter (the tied head's transpose(wte)): the same
+     * view of its copy, so the copy stays one cast of the parameter */
+    if (!w->twin[id]) {
+      tg_node *in = as_bf16(w, x->in[0], r);
+      tg_node *v = tg_node_new(w->g, x->op, x->loc);
+      tg_node saved = *v;
+      *v = *x;
+      v->id = saved.id;
+      v->in = NULL;
+      v->nin = 0;
+      v->name = NULL;
+      tg_node_set_inputs(w->g, v, 1, &in);
+      v->type.dtype = TG_BF16;
+      retype(w, v);
+      w->twin[id] = push(w, v, R_MOVE);
+    }
+    return w->twin[id];
+  }
   return cast_to(w, x, TG_BF16, r);
 }
 
@@ -251,6 +270,15 @@ void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FI
       fprintf(report, "precision:   %-16s %5d  %s\n", rules[r].name, count[r], rules[r].why);
   }
 }
+
+bool tg_precision_parse(const char *s, tg_precision_policy *out) {
+  if (!strcmp(s, "f32")) *out = TG_PRECISION_F32;
+  else if (!strcmp(s, "bf16")) *out = TG_PRECISION_BF16;
+  else return false;
+  return true;
+}
+
+const char *tg_precision_name(tg_precision_policy p) { return p == TG_PRECISION_BF16 ? "bf16" : "f32"; }
 
 /* ---- parameter copies ---------------------------------------------------------- */
 

@@ -46,9 +46,14 @@ const char tgrun_check_usage[] =
     "  --seed N           init: the seed of the normal initialisers (default 1337)\n"
     "  --backend NAME     ref (default): the reference interpreter; cpu: the fused step\n"
     "                     as generated C, built with cc -O3 -fopenmp and OpenBLAS (cached\n"
-    "                     under $TG_CACHE, $XDG_CACHE_HOME/tg or ~/.cache/tg)\n"
-    "  --precision P      ref: f32 (default): every value rounded to float as a float32\n"
-    "                     machine would; f64: double precision throughout (cpu: f32)\n"
+    "                     under $TG_CACHE, $XDG_CACHE_HOME/tg or ~/.cache/tg); cuda: the\n"
+    "                     generated CUDA on the GPU; cuda-emu: the same on the emulated\n"
+    "                     device, every kernel run on the CPU, checked\n"
+    "  --precision P      f32 (the default but on cuda): every value f32, rounded to float\n"
+    "                     as a float32 machine would; bf16 (the default on cuda and\n"
+    "                     cuda-emu): the mixed-precision policy, bf16 matmuls and saved\n"
+    "                     activations, f32 master weights (docs/precision.md); f64: the\n"
+    "                     ref interpreter in double precision throughout\n"
     "  --lr X             step: learning rate (default 6e-4)\n"
     "  --steps N          step: number of steps (default 1)\n"
     "  --beta1 X --beta2 X --eps X --weight-decay X --clip X\n"
@@ -66,6 +71,7 @@ typedef struct opts {
   tg_define *defines;
   char (*define_names)[128];
   const char **incs;
+  bool precision_given; /* --precision: else the backend's policy */
 } opts;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -105,9 +111,15 @@ static int take_value(opts *o, const char *flag, const char *val) {
     }
     o->s.backend = val;
   } else if (!strcmp(flag, "--precision")) {
-    if (!strcmp(val, "f32")) o->s.precision = TG_PREC_F32;
-    else if (!strcmp(val, "f64")) o->s.precision = TG_PREC_F64;
-    else return usage_error("--precision %s: expected f32 or f64", val);
+    o->precision_given = true;
+    if (!strcmp(val, "f64")) {
+      o->s.precision = TG_PREC_F64;
+      o->s.policy = TG_PRECISION_F32;
+    } else if (tg_precision_parse(val, &o->s.policy)) {
+      o->s.precision = TG_PREC_F32;
+    } else {
+      return usage_error("--precision %s: expected f32, bf16 or f64", val);
+    }
   } else {
     if (!parse_number(val, &x)) return usage_error("%s needs a number", flag);
     if (!strcmp(flag, "--seed")) {
@@ -215,6 +227,10 @@ static int parse_args(int argc, char **argv, opts *o) {
     return usage_error("%s", "--weight-decay and --clip must not be negative");
   if (o->cmd != CMD_INIT && (!o->s.weights || !o->s.batch))
     return usage_error("%s", "grad and step need --weights FILE and --batch FILE");
+  if (o->s.precision == TG_PREC_F64 && strcmp(o->s.backend, "ref"))
+    return usage_error("--precision f64 is the ref interpreter's alone (--backend %s computes in f32)", o->s.backend);
+  /* the backend's policy unless one is asked for: bf16 on the cuda backends */
+  if (!o->precision_given) tg_precision_parse(tg_executor_default_precision(tg_executor_find(o->s.backend)), &o->s.policy);
   return -1;
 }
 

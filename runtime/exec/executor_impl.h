@@ -31,6 +31,8 @@ struct tg_executor {
   const char *name;    /* how users choose it: --backend NAME, backend = "NAME" */
   const char *summary; /* one line for --help */
   const char *source_suffix; /* what tg_exec_opts.source_path receives: ".c", ".cu"; NULL: none */
+  const char *default_precision; /* the precision policy a run on it gets unless it asks
+                                  * (passes.h): "bf16" on a GPU; NULL: "f32" */
 
   tg_device *(*open)(tg_ctx *ctx, const tg_device_opts *o);
   void (*close)(tg_device *d);

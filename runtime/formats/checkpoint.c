@@ -57,6 +57,12 @@ char *tg_ckpt_config_text(const tg_graph *g) { return constants_text(g, false); 
 
 /* ---- saving ------------------------------------------------------------ */
 
+/* A parameter's bf16 copy (passes/precision.c): state the step keeps but
+ * the parameter determines, so a checkpoint neither holds nor needs it. */
+static bool derived(const tg_node *n) {
+  return n->op == TG_OP_state && n->name && !strncmp(n->name, TG_BF16_COPY_PREFIX, strlen(TG_BF16_COPY_PREFIX));
+}
+
 bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
                   const tg_ckpt_meta *m, char *why, size_t whylen) {
   if (!g || !values || !m) return tg_why(why, whylen, "no graph, values or metadata");
@@ -71,7 +77,7 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
   for (int pass = 0; pass < 2 && ok; pass++)
     for (int k = 0; k < g->n_nodes && ok; k++) {
       const tg_node *leaf = g->nodes[k];
-      if (leaf->op != (pass == 0 ? TG_OP_param : TG_OP_state)) continue;
+      if (leaf->op != (pass == 0 ? TG_OP_param : TG_OP_state) || derived(leaf)) continue;
       if (!values[k]) {
         ok = tg_why(why, whylen, "%s: no value for the model's %s '%s'", path,
                     pass == 0 ? "parameter" : "optimizer state", leaf->name);
@@ -288,7 +294,7 @@ static void load_checkpoint(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f,
     if (n->op == TG_OP_param && !w->values[k])
       tg_error(ctx, at, "tensor '%s' is missing: the model's parameter %s has no value here",
                n->name, n->name);
-    if (n->op != TG_OP_state || w->values[k]) continue;
+    if (n->op != TG_OP_state || w->values[k] || derived(n)) continue;
     if (need_state && n_state == 0)
       tg_error(ctx, at, "the checkpoint has no optimizer state (it was saved without it): "
                         "use init_from to start from its weights");

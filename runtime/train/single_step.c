@@ -94,7 +94,8 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
   s->g = compile(ctx, o, s->batch);
   double vocab;
   if (tg_graph_get_config(s->g, "vocab", &vocab)) tg_batch_check_ids(ctx, s->batch, o->batch, (int64_t)vocab);
-  tg_pipeline_opts popts = {.grad = true, .step = step, .adamw = o->adamw, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  tg_pipeline_opts popts = {.precision = o->policy, .grad = true, .step = step, .adamw = o->adamw,
+                            .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(ctx, s->g, &popts);
   check_batch_inputs(ctx, s->g, s->batch, o->batch);
   s->w = tg_weights_load(ctx, s->g, o->weights, false);
@@ -105,6 +106,13 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
   tg_exec_profile(s->e, o->profile_top > 0 ? TG_PROFILE_KERNELS : TG_PROFILE_OFF);
   for (int i = 0; i < s->g->n_nodes; i++)
     if (s->w->values[i]) tg_tensor_write(tg_exec_leaf(s->e, s->g->nodes[i]), s->w->values[i], TG_HOST_F32);
+  /* bf16: each parameter's copy, rounded to nearest even as the
+   * optimizer's cast makes it (the step keeps it after) */
+  for (int i = 0; i < s->g->n_nodes; i++) {
+    const tg_node *p = s->g->nodes[i];
+    const tg_node *copy = p->op == TG_OP_param ? tg_param_copy_of(s->g, p) : NULL;
+    if (copy) tg_tensor_write(tg_exec_leaf(s->e, copy), s->w->values[i], TG_HOST_F32);
+  }
   const char *names[2] = {"idx", "targets"};
   const int32_t *vals[2] = {s->batch->idx, s->batch->targets};
   for (int k = 0; k < 2; k++)

@@ -28,7 +28,8 @@ typedef struct tg_single_opts {
   const char *weights, *batch, *out;
   uint64_t seed;                    /* init */
   const char *backend;              /* an executor's name: "ref", "cpu" */
-  tg_precision precision;           /* ref: f32 or f64 */
+  tg_precision precision;           /* ref's arithmetic: f32 or f64 */
+  tg_precision_policy policy;       /* the mixed-precision policy: f32 or bf16 */
   double lr;                        /* step */
   long steps;                       /* step */
   tg_adamw_opts adamw;              /* step */

@@ -65,6 +65,7 @@ typedef struct param {
   int64_t numel;
   const tg_node *grad; /* its gradient output in the grad graph (NULL: none) */
   tg_tensor *value, *grad_acc, *m, *v;
+  tg_tensor *copy;   /* its bf16 copy (precision bf16: passes/precision.c), or NULL */
 } param;
 
 typedef struct run {
@@ -202,8 +203,33 @@ static tg_exec *compile_for_device(run *r, tg_graph *g, const char *name) {
   for (int i = 0; i < r->n_params; i++) {
     const tg_node *p = tg_graph_leaf(g, TG_OP_param, r->params[i].name);
     if (p) tg_exec_bind(e, p, r->params[i].value);
+    const tg_node *copy = p ? tg_param_copy_of(g, p) : NULL;
+    if (copy && !r->params[i].copy)
+      tg_error(r->ctx, copy->loc, "internal: graph '%s' reads a bf16 copy of '%s' that the training step has not", name,
+               p->name);
+    if (copy) tg_exec_bind(e, copy, r->params[i].copy);
   }
   return e;
+}
+
+/* Each parameter's bf16 copy from its value, rounded to nearest even as
+ * the optimizer's cast does: after the weights are set from outside the
+ * step (initialised, loaded, resumed); the optimizer keeps them after. */
+static void refresh_copies(run *r) {
+  float *host = NULL;
+  int64_t cap = 0;
+  for (int i = 0; i < r->n_params; i++) {
+    param *p = &r->params[i];
+    if (!p->copy) continue;
+    if (p->numel > cap) {
+      free(host);
+      host = tg_xmalloc(sizeof *host * (size_t)p->numel);
+      cap = p->numel;
+    }
+    tg_tensor_read(p->value, host, TG_HOST_F32);
+    tg_tensor_write(p->copy, host, TG_HOST_F32);
+  }
+  free(host);
 }
 
 /* The graphs of the run, their kernels and the fusion report. */
@@ -211,14 +237,15 @@ static void build(run *r) {
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   const tg_train_config *c = &r->cfg;
+  const tg_precision_policy prec = tg_train_config_precision(c);
   tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL};
   const char *kdir = path_in(r, c->out_dir, "kernels");
   if (r->rank == 0) mkdirs(r, kdir);
 
   r->g_grad = compile_model(r, c->batch_size, false);
   FILE *fusion = r->rank == 0 ? fopen(path_in(r, kdir, "fusion.txt"), "w") : NULL;
-  tg_pipeline_opts po = {.grad = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .report_pass = "fusion",
-                         .report = fusion};
+  tg_pipeline_opts po = {.precision = prec, .grad = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
+                         .report_pass = "fusion", .report = fusion};
   tg_run_pipeline(r->ctx, r->g_grad, &po);
   if (fusion) fclose(fusion);
 
@@ -242,14 +269,23 @@ static void build(run *r) {
     p->v = tg_tensor_new(r->dev, &n->type);
     p->grad = tg_gradient_of(r->g_grad, n);
     if (p->grad) r->param_of_grad[tg_kernel_base(p->grad)->id] = k;
+    const tg_node *copy = tg_param_copy_of(r->g_grad, n);
+    if (copy) p->copy = tg_tensor_new(r->dev, &copy->type);
     k++;
   }
 
+  /* the optimizer writes the copies the forward reads */
+  const char **copies = tg_alloc(r->ctx->arena, sizeof *copies * (size_t)(r->n_params + 1));
+  int n_copies = 0;
+  for (int i = 0; i < r->n_params; i++)
+    if (r->params[i].copy) copies[n_copies++] = r->params[i].name;
+  copies[n_copies] = NULL;
+  ao.copies = copies;
   r->g_opt = optimizer_graph(r, r->g_grad, &ao, &r->slots);
   tg_pipeline_opts pk = {.kernels = true};
   tg_run_pipeline(r->ctx, r->g_opt, &pk);
   r->g_eval = compile_model(r, c->batch_size, false);
-  tg_pipeline_opts pe = {.kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  tg_pipeline_opts pe = {.precision = prec, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(r->ctx, r->g_eval, &pe);
   r->g_sample = compile_model(r, 1, true);
   tg_run_pipeline(r->ctx, r->g_sample, &pe);
@@ -274,6 +310,9 @@ static void build(run *r) {
     tg_exec_bind(r->e_opt, s->grad, p->grad_acc);
     tg_exec_bind(r->e_opt, s->m, p->m);
     tg_exec_bind(r->e_opt, s->v, p->v);
+    if (!s->copy != !p->copy)
+      tg_error(r->ctx, s->param->loc, "internal: the optimizer's bf16 copy of '%s' and the step's disagree", p->name);
+    if (s->copy) tg_exec_bind(r->e_opt, s->copy, p->copy);
   }
   tg_exec_profile(r->e_grad, TG_PROFILE_PHASES);
 }
@@ -437,6 +476,7 @@ static int64_t initial_state(run *r, uint64_t *position) {
         if (w->values[leaf[k]->id]) tg_tensor_write(to[k], w->values[leaf[k]->id], TG_HOST_F32);
     }
     tg_weights_free(w);
+    refresh_copies(r);
     *position = m.data_position;
     say(r, "resumed from %s: %lld steps done\n", used ? used : c->out_dir, (long long)m.step);
     free(used);
@@ -454,6 +494,7 @@ static int64_t initial_state(run *r, uint64_t *position) {
     tg_tensor_write(r->params[i].value, w->values[n->id], TG_HOST_F32);
   }
   tg_weights_free(w);
+  refresh_copies(r);
   if (c->init_from && *c->init_from) say(r, "initial weights from %s\n", c->init_from);
   return 0;
 }
@@ -539,9 +580,12 @@ static void train_loop(run *r) {
   tg_lr_schedule sched = {c->learning_rate, c->min_lr, c->warmup_steps, tg_train_config_decay_steps(c)};
   tg_log_columns cols = {c->max_steps, true};
   if (r->rank == 0) {
-    say(r, "training %s: %lld parameters, %lld tokens per step (%lld x %lld x %lld accumulated x %d rank%s)\n",
+    say(r, "training %s: %lld parameters, %lld tokens per step (%lld x %lld x %lld accumulated x %d rank%s), %s\n",
         c->model, (long long)nparams, (long long)tokens_per_step, (long long)c->batch_size, (long long)c->block_size,
-        (long long)c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s");
+        (long long)c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s",
+        tg_train_config_precision(c) == TG_PRECISION_BF16
+            ? "bf16 (f32 master weights, optimizer and statistics)"
+            : "f32");
     tg_log_legend(stdout, &cols);
     if (r->log) tg_log_legend(r->log, &cols);
   }
@@ -673,6 +717,7 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
     tg_tensor_free(r->params[i].grad_acc);
     tg_tensor_free(r->params[i].m);
     tg_tensor_free(r->params[i].v);
+    tg_tensor_free(r->params[i].copy);
   }
   free(r->params);
   free(r->param_of_grad);

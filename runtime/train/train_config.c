@@ -36,6 +36,7 @@ typedef struct key_info {
 
 static const char *check_nonempty(const char *s);
 static const char *check_backend(const char *s);
+static const char *check_precision(const char *s);
 static const char *check_file_name(const char *s);
 
 #define F(field) offsetof(tg_train_config, field)
@@ -44,6 +45,7 @@ static const key_info keys[] = {
     {"data_dir", K_STR, F(data_dir), "data/shakespeare_char", 0, 0, 0, 0, check_nonempty, NULL},
     {"out_dir", K_STR, F(out_dir), "out", 0, 0, 0, 0, check_nonempty, NULL},
     {"backend", K_STR, F(backend), "cpu", 0, 0, 0, 0, check_backend, NULL},
+    {"precision", K_STR, F(precision), "auto", 0, 0, 0, 0, check_precision, NULL},
     {"batch_size", K_INT, F(batch_size), "12", 1, DIM_MAX, 0, 0, NULL, "batch"},
     {"block_size", K_INT, F(block_size), "64", 1, DIM_MAX, 0, 0, NULL, NULL},
     {"grad_accum", K_INT, F(grad_accum), "1", 1, DIM_MAX, 0, 0, NULL, NULL},
@@ -136,6 +138,22 @@ static const char *check_nonempty(const char *s) { return *s ? NULL : "must not 
 
 /* The backends are the executors' registry's (runtime/exec/registry). */
 static const char *check_backend(const char *s) { return tg_executor_find(s) ? NULL : "must name a backend"; }
+
+static const char *check_precision(const char *s) {
+  tg_precision_policy p;
+  return !strcmp(s, "auto") || tg_precision_parse(s, &p) ? NULL
+                                                          : "must be auto (the backend's: bf16 on cuda, f32 on cpu), "
+                                                            "f32 or bf16";
+}
+
+tg_precision_policy tg_train_config_precision(const tg_train_config *cfg) {
+  const char *s = cfg->precision;
+  const tg_executor *x = tg_executor_find(cfg->backend);
+  if (!strcmp(s, "auto")) s = x ? tg_executor_default_precision(x) : "f32";
+  tg_precision_policy p = TG_PRECISION_F32;
+  tg_precision_parse(s, &p);
+  return p;
+}
 
 /* The metrics file lives in out_dir; a path would let it escape. */
 static const char *check_file_name(const char *s) {

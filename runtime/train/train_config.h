@@ -28,6 +28,7 @@
 #define TG_TRAIN_CONFIG_H
 
 #include "diag.h"
+#include "passes.h" /* tg_precision_policy */
 
 /* Where a value came from, for messages about it later (validate). */
 typedef struct tg_cfg_origin {
@@ -42,7 +43,7 @@ typedef struct tg_model_define {
   tg_cfg_origin origin;
 } tg_model_define;
 
-enum { TG_TRAIN_NKEYS = 32 }; /* the keys below, model.NAME not counted */
+enum { TG_TRAIN_NKEYS = 33 }; /* the keys below, model.NAME not counted */
 
 typedef struct tg_train_config {
   /* The model and the data. */
@@ -51,7 +52,8 @@ typedef struct tg_train_config {
   int n_defines;
   char *data_dir;              /* "data/shakespeare_char": train.bin, val.bin, tokenizer.json */
   char *out_dir;               /* "out": log, metrics, plot, samples, checkpoints */
-  char *backend;               /* "cpu": ref | cpu | cuda */
+  char *backend;               /* "cpu": ref | cpu | cuda | cuda-emu */
+  char *precision;             /* "auto": the backend's (bf16 on cuda, f32 on cpu) | f32 | bf16 */
   /* Batch. */
   int64_t batch_size;          /* 12: sequences per micro-step per rank */
   int64_t block_size;          /* 64: tokens per sequence (the model's T) */
@@ -126,6 +128,9 @@ bool tg_train_config_equal(const tg_train_config *a, const tg_train_config *b);
 
 /* lr_decay_steps, or max_steps where it is 0. */
 int64_t tg_train_config_decay_steps(const tg_train_config *cfg);
+/* The precision policy the run uses: precision, or for "auto" the
+ * backend's default (bf16 on the cuda backends, f32 on the CPU). */
+tg_precision_policy tg_train_config_precision(const tg_train_config *cfg);
 
 /* The keys, in the order above ("model", "data_dir", ...), for docs and
  * tests; n is TG_TRAIN_NKEYS. */

@@ -1004,7 +1004,7 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
 }
 
 #define CUDA_EXECUTOR_FUNCTIONS                                                                                     \
-  .source_suffix = ".cu", .close = cuda_close, .describe = cuda_describe, .allreduce_average = cuda_allreduce_average, \
+  .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .allreduce_average = cuda_allreduce_average, \
   .tensor_new = cuda_tensor_new, .tensor_free = cuda_tensor_free, .tensor_write = cuda_tensor_write,                 \
   .tensor_read = cuda_tensor_read, .tensor_hash = cuda_tensor_hash, .compile = cuda_compile, .free = cuda_free,     \
   .from_cache = cuda_from_cache, .leaf = cuda_leaf, .bind = cuda_bind, .run = cuda_run, .read = cuda_read,          \

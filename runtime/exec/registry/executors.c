@@ -28,6 +28,10 @@ const char *tg_executor_name(const tg_executor *x) { return x->name; }
 
 const char *tg_executor_summary(const tg_executor *x) { return x->summary; }
 
+const char *tg_executor_default_precision(const tg_executor *x) {
+  return x->default_precision ? x->default_precision : "f32";
+}
+
 const char *tg_executor_names_text(void) {
   static char text[256];
   if (!text[0])

@@ -15,6 +15,9 @@ const tg_executor *tg_executor_find(const char *name);
 const tg_executor *const *tg_executors(int *n);
 const char *tg_executor_name(const tg_executor *x);
 const char *tg_executor_summary(const tg_executor *x);
+/* The precision policy runs on x get unless they ask for one: "bf16" on
+ * the cuda backends, "f32" on the CPU (passes.h: tg_precision_parse). */
+const char *tg_executor_default_precision(const tg_executor *x);
 /* "ref, cpu": the names, for messages. */
 const char *tg_executor_names_text(void);
 /* The name nearest to a misspelt one ("cdu" -> "cpu"), or NULL. */
