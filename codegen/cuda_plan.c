@@ -216,15 +216,23 @@ tg_cuda_plan *tg_cuda_plan_make(tg_arena *a, const tg_program *p) {
       for (int s = 0; s < lk->n_steps; s++) {
         const tg_step *st = &lk->steps[s];
         if (st->wave != w) continue;
+        int first = b.n;
         if (st->kind == TG_STEP_GEMM) matmuls(&b, lk->kernel, &st->gemm);
         else if (tg_cuda_step_launched(st)) blocks += tg_cuda_step_blocks(st);
         else flash_launches(&b, lk, st);
+        for (int o = first; o < b.n; o++) b.ops[o].lkernel = k, b.ops[o].wave = w, b.ops[o].step = s;
       }
-      if (blocks) wave_launch(&b, lk, w, blocks);
+      if (blocks) {
+        wave_launch(&b, lk, w, blocks);
+        b.ops[b.n - 1].lkernel = k, b.ops[b.n - 1].wave = w, b.ops[b.n - 1].step = -1;
+      }
     }
     const tg_allreduce_plan *ar = g->allreduce;
     for (int x = 0; ar && x < ar->n_buckets; x++)
-      if (ar->buckets[x].after_kernel == lk->kernel) push(&b, TG_CUDA_ALLREDUCE, lk->kernel)->bucket = x;
+      if (ar->buckets[x].after_kernel == lk->kernel) {
+        tg_cuda_op *op = push(&b, TG_CUDA_ALLREDUCE, lk->kernel);
+        op->bucket = x, op->lkernel = k, op->step = -1;
+      }
   }
   plan->ops = b.ops;
   plan->n_ops = b.n;

@@ -57,6 +57,10 @@ typedef struct tg_cuda_matmul {
 typedef struct tg_cuda_op {
   tg_cuda_op_kind kind;
   int kernel;               /* the fused kernel it belongs to (g->kernels) */
+  int lkernel;              /* ... as lowered: index into p->kernels */
+  int wave;                 /* the wave of that kernel it runs in */
+  int step;                 /* a matmul's or flash attention's step; -1 for a
+                             * wave's function (every launched step of the wave) */
   tg_cuda_launch launch;    /* TG_CUDA_LAUNCH */
   tg_cuda_matmul matmul;    /* TG_CUDA_MATMUL */
   int bucket;               /* TG_CUDA_ALLREDUCE: index into g->allreduce */

@@ -66,7 +66,31 @@ typedef struct emitter {
   int vec, lane, vec_axis;
   const char **vkeys, **vnames; /* lane 0's vector loads: offset text -> name */
   int n_v;
+  int sweep;             /* the sweep being emitted, from 1; 0 outside */
+  tg_nest_code *out;     /* where the accesses are noted */
 } emitter;
+
+/* Notes a load or store of a view of base value `base` (strides in its
+ * elements, type t) made at depth d. */
+static void note_elements(emitter *e, int base, int64_t offset, int64_t elements, int sweep, bool write) {
+  tg_nest_code *c = e->out;
+  for (int k = 0; k < c->n_access; k++) {
+    const tg_access *a = &c->access[k];
+    if (a->base == base && a->offset == offset && a->elements == elements && a->sweep == sweep && a->write == write)
+      return;
+  }
+  c->access = tg_xrealloc(c->access, sizeof *c->access * (size_t)(c->n_access + 1));
+  c->access[c->n_access++] =
+      (tg_access){base, offset, elements, elements * tg_dtype_size(e->g->nodes[base]->type.dtype), sweep, write};
+}
+
+static void note_access(emitter *e, int base, int64_t offset, const int64_t *stride, const tg_type *t, int d,
+                        bool write) {
+  int64_t elements = 1;
+  for (int i = 0; i < t->rank; i++)
+    if (stride[i] != 0 && t->dim[i].size > 1) elements *= t->dim[i].size;
+  note_elements(e, base, offset, elements, d == 2 ? e->sweep : 0, write);
+}
 
 static const tg_type *dom(const emitter *e) { return &e->st->nest.dom; }
 
@@ -284,10 +308,11 @@ static const char *vector_load(emitter *e, const tg_node *n, const char **c, con
   return tg_sprintf(e->arena, "%s.x", name);
 }
 
-/* A value in memory read through views at coordinates c. */
-static const char *load(emitter *e, const tg_node *n, const char **c) {
+/* A value in memory read through views at coordinates c, at depth d. */
+static const char *load(emitter *e, const tg_node *n, const char **c, int d) {
   tg_layout lay;
   if (tg_layout_of(e->p, n, &lay)) {
+    note_access(e, lay.base, lay.offset, lay.stride, &n->type, d, false);
     const char *v = vector_load(e, n, c, &lay);
     if (v) return v;
     return load_expr(e, n->type.dtype, lay.base, affine(e, lay.offset, lay.stride, c, n->type.rank));
@@ -298,6 +323,7 @@ static const char *load(emitter *e, const tg_node *n, const char **c) {
     n = n->in[0];
   }
   tg_layout_of(e->p, n, &lay);
+  note_access(e, lay.base, lay.offset, lay.stride, &n->type, d, false);
   return load_expr(e, n->type.dtype, lay.base, affine(e, lay.offset, lay.stride, c, n->type.rank));
 }
 
@@ -443,7 +469,7 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   int d = canonical ? depth_of(e, n) : ctx_depth;
   if (d == 2 && !e->in_loop) internal(n, "a value varying along the inner axes read outside the sweeps");
   if (in_memory(e, b)) {
-    const char *x = load(e, n, c);
+    const char *x = load(e, n, c, d);
     if (!canonical) return (val){x, t};
     const char *name = tname(e, n->id, d);
     define(e, d, t, name, x);
@@ -496,6 +522,7 @@ static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
     s *= bn->type.dim[i].size;
   }
   const char *off = affine(e, 0, lay.stride, c, n->type.rank);
+  note_access(e, base, 0, lay.stride, &bn->type, d, true);
   tg_sbuf g = {0};
   const tg_nest *N = &e->st->nest;
   for (int a = 0; a < N->dom.rank; a++) {
@@ -557,6 +584,10 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
   }
   tg_sb_printf(&e->buf[2], "b%d[%s] += %s;\n", n->id, off.s, sv.s);
   tg_sb_free(&off);
+  /* the table zeroed, then one read and one write of it per source element */
+  note_elements(e, n->id, 0, tg_type_numel(&n->type), 0, true);
+  note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, false);
+  note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, true);
   /* each outer point owns one column of the table: it zeroes it, then adds
    * the rows in order, so the sums are deterministic without atomics */
   tg_sbuf col = {0};
@@ -575,7 +606,7 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
 
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out) {
   memset(out, 0, sizeof *out);
-  emitter e = {.p = p, .g = p->g, .lk = lk, .st = &lk->steps[s], .step = s, .d = d};
+  emitter e = {.p = p, .g = p->g, .lk = lk, .st = &lk->steps[s], .step = s, .d = d, .out = out};
   e.vec = tg_nest_vec_width(&lk->steps[s], d);
   e.vec_axis = e.vec > 1 ? lk->steps[s].nest.inner_axes[0] : -1;
   out->vec = e.vec;
@@ -596,6 +627,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
     for (int w = 0; w < N->n_sweeps; w++) {
       const tg_sweep *S = &N->sweeps[w];
       e.in_loop = true;
+      e.sweep = w + 1;
       memset(e.memo[2], 0, sizeof(char *) * (size_t)p->g->n_nodes);
       tg_reduction *red = S->n_reduce ? calloc((size_t)S->n_reduce, sizeof *red) : NULL;
       for (int r = 0; r < S->n_reduce; r++) {
@@ -620,6 +652,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       e.lane = 0;
       e.n_v = 0;
       e.in_loop = false;
+      e.sweep = 0;
       char *body = tg_sb_take(&e.buf[2]);
       flush_outer(&e, out);
       push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce});
@@ -661,6 +694,7 @@ void tg_nest_code_free(tg_nest_code *c) {
   }
   free(c->seg);
   free(c->post_only);
+  free(c->access);
   memset(c, 0, sizeof *c);
 }
 

@@ -43,6 +43,20 @@ typedef struct tg_segment {
   bool ordered;        /* loop: iterations must run in order (a scatter) */
 } tg_segment;
 
+/* A base value in memory that the statements read or write, for the
+ * traffic report (traffic.h): what the code really touches. */
+typedef struct tg_access {
+  int base;            /* graph position of the base value */
+  int64_t offset;      /* element offset of the view (a slice of it) */
+  int64_t elements;    /* distinct elements of the view: the product of the
+                        * dims it does not broadcast */
+  int64_t bytes;       /* elements x the base's dtype size */
+  int sweep;           /* 0: once per outer point (or once); k: inside the
+                        * k-th sweep of the inner axes, so a row read in
+                        * two sweeps is two accesses */
+  bool write;
+} tg_access;
+
 typedef struct tg_nest_code {
   char *uniform;       /* before everything: values that vary along no axis */
   char *outer_coords;  /* defines the outer coordinates from `o` */
@@ -52,6 +66,9 @@ typedef struct tg_nest_code {
   char *post_only;     /* stores once per outer point (one thread does them) */
   int vec;             /* points of the inner axis one loop body computes
                         * (4 in CUDA elementwise nests: float4 loads) */
+  tg_access *access;   /* every load and store of the statements, once per
+                        * base, view and sweep */
+  int n_access;
 } tg_nest_code;
 
 

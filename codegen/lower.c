@@ -12,8 +12,9 @@
  *   matmul                    a gemm, then its epilogue as a nest;
  *   special                   a flash attention step, or a scatter.
  *
- * Values cross steps only through memory: each kernel output has the
- * arena place memplan gave it, a leaf is the runtime's, and a value only
+ * Values cross steps only through memory: each kernel output has an
+ * arena place (planned here, as the memplan pass plans, once recomputation
+ * is chosen), a leaf is the runtime's, and a value only
  * its own kernel reads in another step (the product before its epilogue,
  * a tensor's sum before the sums are added) gets scratch memory.
  * Everything else is recomputed where it is read, as the fuse pass
@@ -21,6 +22,8 @@
  * safe only when nothing after it reads the leaf's old value, which is
  * checked here. */
 #include "lower.h"
+
+#include "passes.h" /* tg_memplan_place */
 
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +170,7 @@ typedef struct lowerer {
   ivec *members;
   int n_steps, cap_steps;
   int kernel;     /* the kernel being lowered */
+  tg_mem_plan *plan; /* the arena's plan, made once recomputation is chosen */
 } lowerer;
 
 static int *arena_ints(tg_arena *a, const ivec *v) {
@@ -560,68 +564,110 @@ static int cross_reads(lowerer *L, int s, const tg_node *n, int kernel, bool *se
 
 /* ---- recomputing instead of storing -------------------------------------- */
 
-/* A matmul's epilogue (bias + GELU) keeps in memory every intermediate the
- * backward reads: six arrays of [B, T, 4C] besides the pre-activation.
- * Storing and reloading them costs more than recomputing them from the
- * pre-activation, a few multiplies and a tanh.  A kernel output is
- * recomputed by its readers instead of stored when it is an elementwise op
- * whose inputs, followed back through other such outputs (at most
- * REMAT_DEPTH ops), are leaves or values that memplan keeps alive until
- * every reader has run, and every reader is a loop nest (a BLAS call or a
- * flash kernel needs its operands in memory).  The plan's lifetimes decide
- * "alive", so no buffer is read after its death. */
-enum { REMAT_DEPTH = 12 };
+/* A kernel output that every reader can recompute from values that are in
+ * memory anyway need not be stored: a matmul's epilogue (bias + GELU)
+ * keeps six arrays of [B, T, 4C] besides the pre-activation for the
+ * backward, and layernorm keeps x - mean, each worth less than the few
+ * operations that remake it.  A kernel output is recomputed by its readers
+ * instead when
+ *   - it is elementwise, in a kernel that is not the optimizer's or a
+ *     special op's, and no graph output or assign;
+ *   - every reader computes in a loop nest (a BLAS call or a flash kernel
+ *     needs its operands in memory);
+ *   - its inputs, followed back through other such values (at most
+ *     REMAT_DEPTH ops), are leaves, values stored anyway (a matmul's
+ *     product included: it then stays in memory for the readers instead of
+ *     the epilogue's result), or a row's statistic of its own kernel (a
+ *     sum or max 16 times smaller than it: then stored, as layernorm's
+ *     mean);
+ *   - and its readers then load no more bytes than storing it and loading
+ *     it costs.
+ * A kernel left with nothing to store has no launch.  Which values live
+ * in memory, and how long, changes with this, so the arena is planned
+ * again afterwards (replan). */
+enum { REMAT_DEPTH = 12, SMALL_STATISTIC = 16 };
 
-static bool remat_inputs_ok(const lowerer *L, const tg_node *n, int last_reader, const int64_t *last, int depth) {
+typedef struct remat_try {
+  int *loads, n_loads;    /* distinct base values in memory the readers would load */
+  int *stats, n_stats;    /* statistics that would have to be stored */
+  int cap;
+} remat_try;
+
+static void try_add(int **v, int *n, int cap, int x) {
+  for (int i = 0; i < *n; i++)
+    if ((*v)[i] == x) return;
+  if (*n < cap) (*v)[(*n)++] = x;
+}
+
+static bool remat_inputs_ok(const lowerer *L, const tg_node *n, remat_try *t, int depth, int64_t numel) {
   if (depth > REMAT_DEPTH) return false;
   for (int i = 0; i < n->nin; i++) {
     const tg_node *b = tg_kernel_base(n->in[i]);
-    if (tg_ops[b->op].kind == TG_KIND_LEAF) continue;
+    if (tg_ops[b->op].kind == TG_KIND_LEAF) {
+      if (b->op != TG_OP_const && b->op != TG_OP_iota) try_add(&t->loads, &t->n_loads, t->cap, b->id);
+      continue;
+    }
     if (L->p->remat[b->id]) {
-      if (!remat_inputs_ok(L, b, last_reader, last, depth + 1)) return false;
+      if (!remat_inputs_ok(L, b, t, depth + 1, numel)) return false;
       continue;
     }
-    if (b->kernel == n->kernel && !L->stored[b->id]) {
-      /* recomputed inside n's own kernel: follow it too */
-      if (tg_ops[b->op].kind != TG_KIND_ELEMENTWISE || !remat_inputs_ok(L, b, last_reader, last, depth + 1))
-        return false;
+    if (L->stored[b->id]) {
+      try_add(&t->loads, &t->n_loads, t->cap, b->id);
       continue;
     }
-    if (last[b->id] < last_reader) return false; /* dead (or never stored) by then */
+    if (b->kernel != n->kernel) return false; /* (cannot happen: what another kernel reads is stored) */
+    if (tg_ops[b->op].kind == TG_KIND_ELEMENTWISE) {
+      if (!remat_inputs_ok(L, b, t, depth + 1, numel)) return false;
+    } else if ((b->op == TG_OP_sum || b->op == TG_OP_max) &&
+               tg_type_numel(&b->type) * SMALL_STATISTIC <= numel) {
+      try_add(&t->stats, &t->n_stats, t->cap, b->id);
+      try_add(&t->loads, &t->n_loads, t->cap, b->id);
+    } else {
+      return false;
+    }
   }
   return true;
 }
 
+static int64_t value_bytes(const tg_node *n) { return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype); }
+
 static void find_remat(lowerer *L) {
   const tg_graph *g = L->g;
-  int64_t *last = tg_alloc(L->arena, sizeof(int64_t) * ((size_t)g->n_nodes + 1));
-  for (int i = 0; i < g->n_nodes; i++) last[i] = -1;
-  for (int b = 0; b < g->memplan->n_buffers; b++) last[g->memplan->buffers[b].node] = g->memplan->buffers[b].last;
   bool *out = tg_alloc(L->arena, (size_t)g->n_nodes + 1);
   for (int i = 0; i < g->n_outputs; i++) out[tg_kernel_base(g->outputs[i].node)->id] = true;
-  int *last_reader = tg_alloc(L->arena, sizeof(int) * ((size_t)g->n_nodes + 1));
+  int *readers = tg_alloc(L->arena, sizeof(int) * ((size_t)g->n_nodes + 1)); /* reader kernels, roughly */
   bool *nest_readers = tg_alloc(L->arena, (size_t)g->n_nodes + 1);
-  for (int i = 0; i < g->n_nodes; i++) last_reader[i] = -1, nest_readers[i] = true;
+  int *last_reader = tg_alloc(L->arena, sizeof(int) * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) nest_readers[i] = true, last_reader[i] = -1;
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *r = g->nodes[i];
     if (r->kernel < 0) continue;
     for (int j = 0; j < r->nin; j++) {
       const tg_node *b = tg_kernel_base(r->in[j]);
       if (b->kernel == r->kernel) continue;
-      if (r->kernel > last_reader[b->id]) last_reader[b->id] = r->kernel;
+      if (r->kernel != last_reader[b->id]) readers[b->id]++, last_reader[b->id] = r->kernel;
       bool nest = tg_ops[r->op].kind == TG_KIND_ELEMENTWISE || r->op == TG_OP_sum || r->op == TG_OP_max ||
                   r->op == TG_OP_gather || r->op == TG_OP_pad || r->op == TG_OP_concat;
-      /* a reader that is itself recomputed elsewhere counts as those readers */
       if (!nest || r->op == TG_OP_assign) nest_readers[b->id] = false;
     }
   }
+  remat_try t = {.cap = 64};
+  t.loads = tg_alloc(L->arena, sizeof(int) * (size_t)t.cap);
+  t.stats = tg_alloc(L->arena, sizeof(int) * (size_t)t.cap);
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
     if (!L->stored[i] || out[i] || n->op == TG_OP_assign || tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) continue;
-    if (!nest_readers[i] || last_reader[i] < 0) continue;
-    if (g->kernels[n->kernel].kind != TG_KERNEL_MATMUL) continue; /* epilogues: where the traffic is */
-    if (!remat_inputs_ok(L, n, last_reader[i], last, 0)) continue;
+    if (!nest_readers[i] || readers[i] == 0) continue;
+    tg_kernel_kind kind = g->kernels[n->kernel].kind;
+    if (kind == TG_KERNEL_MULTI || kind == TG_KERNEL_SPECIAL) continue;
+    t.n_loads = t.n_stats = 0;
+    if (!remat_inputs_ok(L, n, &t, 0, tg_type_numel(&n->type)) || t.n_loads == t.cap) continue;
+    int64_t load = 0, keep = value_bytes(n) * (1 + readers[i]);
+    for (int k = 0; k < t.n_loads; k++) load += value_bytes(g->nodes[t.loads[k]]) * readers[i];
+    if (load > keep) continue;
     L->p->remat[i] = true;
+    L->stored[i] = false;
+    for (int k = 0; k < t.n_stats; k++) L->stored[t.stats[k]] = true;
   }
   /* the unstored values of a kernel that a recomputed value is made from
    * are recomputed by its readers too */
@@ -634,8 +680,48 @@ static void find_remat(lowerer *L) {
         L->p->remat[b->id] = true;
     }
   }
-  for (int i = 0; i < g->n_nodes; i++)
-    if (L->p->remat[i]) L->stored[i] = false;
+}
+
+/* ---- the arena ----------------------------------------------------------- */
+
+/* Notes that kernel k loads what x stands for: x itself when it is in
+ * memory, or, when k recomputes it, what it is made from. */
+static void note_load(const lowerer *L, const tg_node *x, int k, int *last) {
+  const tg_node *b = tg_kernel_base(x);
+  if (tg_ops[b->op].kind == TG_KIND_LEAF) return;
+  if (L->p->remat[b->id] || (b->kernel == k && !L->stored[b->id])) {
+    if (b->kernel == k && !L->p->remat[b->id]) return; /* its own inputs are noted as the kernel's node */
+    for (int i = 0; i < b->nin; i++) note_load(L, b->in[i], k, last);
+    return;
+  }
+  if (b->kernel != k && k > last[b->id]) last[b->id] = k;
+}
+
+/* The arena: one buffer per stored value that another kernel loads or
+ * that is needed after the step, live from its kernel to its last loader,
+ * placed as the memplan pass places (tg_memplan_place).  Without
+ * recomputation this is the memplan pass's own plan. */
+static void replan(lowerer *L) {
+  const tg_graph *g = L->g;
+  int *last = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *last);
+  for (int i = 0; i < g->n_nodes; i++) last[i] = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *r = g->nodes[i];
+    if (r->kernel < 0) continue;
+    for (int j = 0; j < r->nin; j++) note_load(L, r->in[j], r->kernel, last);
+  }
+  for (int o = 0; o < g->n_outputs; o++) last[tg_kernel_base(g->outputs[o].node)->id] = g->n_kernels;
+  tg_mem_plan *plan = tg_alloc(L->arena, sizeof *plan);
+  plan->buffers = tg_alloc(L->arena, sizeof *plan->buffers * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->kernel < 0 || !L->stored[i] || n->op == TG_OP_assign || last[i] < 0) continue;
+    plan->buffers[plan->n_buffers++] = (tg_buffer){.node = i, .first = n->kernel, .last = last[i], .bytes = value_bytes(n)};
+  }
+  tg_memplan_place(plan);
+  for (int b = 0; b < plan->n_buffers; b++) plan->sum_bytes += plan->buffers[b].bytes;
+  L->plan = plan;
+  free(last);
 }
 
 /* ---- the program --------------------------------------------------------- */
@@ -652,7 +738,10 @@ static void lower_kernel(lowerer *L, int k) {
     for (int i = 0; i < K->n_nodes && !mm; i++)
       if (g->nodes[K->nodes[i]]->op == TG_OP_matmul) mm = g->nodes[K->nodes[i]];
     gemm_step(L, mm);
-    if (K->n_nodes > 1) {
+    /* the epilogue, unless its readers recompute all of it */
+    bool epilogue = false;
+    for (int i = 0; i < K->n_nodes; i++) epilogue |= K->nodes[i] != mm->id && L->stored[K->nodes[i]];
+    if (epilogue) {
       int s = new_step(L, TG_STEP_NEST);
       for (int i = 0; i < K->n_nodes; i++)
         if (K->nodes[i] != mm->id) own(L, s, K->nodes[i]);
@@ -667,6 +756,10 @@ static void lower_kernel(lowerer *L, int k) {
     break;
   case TG_KERNEL_MULTI: multi_steps(L, K); break;
   default: {
+    /* a kernel whose every output its readers recompute has no launch */
+    bool any = false;
+    for (int i = 0; i < K->n_nodes; i++) any |= L->stored[K->nodes[i]];
+    if (!any) break;
     int s = new_step(L, TG_STEP_NEST);
     for (int i = 0; i < K->n_nodes; i++) own(L, s, K->nodes[i]);
     single_nest(L, s, K->kind);
@@ -708,16 +801,16 @@ static void lower_kernel(lowerer *L, int k) {
   }
 }
 
-/* Places every stored value: leaves are the runtime's, kernel outputs are
- * where memplan put them, assigns write into their leaf, and the rest get
- * scratch memory private to their kernel. */
+/* Places every stored value: leaves are the runtime's, what other kernels
+ * load is where replan put it, assigns write into their leaf, and the rest
+ * get scratch memory private to their kernel. */
 static void place_values(lowerer *L) {
   const tg_graph *g = L->g;
   tg_program *p = L->p;
   int *leaf_index = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *leaf_index);
   for (int i = 0; i < p->n_leaves; i++) leaf_index[p->leaves[i]] = i;
-  for (int b = 0; b < g->memplan->n_buffers; b++) {
-    const tg_buffer *B = &g->memplan->buffers[b];
+  for (int b = 0; b < L->plan->n_buffers; b++) {
+    const tg_buffer *B = &L->plan->buffers[b];
     p->store[B->node] = (tg_storage){TG_PLACE_ARENA, -1, B->offset};
   }
   for (int i = 0; i < g->n_nodes; i++) {
@@ -731,7 +824,7 @@ static void place_values(lowerer *L) {
       p->store[i] = p->store[leaf->id];
     }
   }
-  p->arena_bytes = g->memplan->arena_bytes;
+  p->arena_bytes = L->plan->arena_bytes;
   /* scratch: per kernel, from 0; the runtime gives the largest */
   for (int k = 0; k < g->n_kernels; k++) {
     int64_t top = 0;
@@ -848,11 +941,15 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
     for (int j = 0; j < K->n_outputs; j++) L.stored[K->outputs[j]] = true;
   }
   p->remat = tg_alloc(ctx->arena, (size_t)g->n_nodes + 1);
+  /* a matmul's product is in memory: cuBLASLt or BLAS writes it there */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_matmul) L.stored[i] = true;
   if (remat) find_remat(&L);
+  replan(&L);
   /* leaves first: flash and gemm steps read their layouts while lowering */
   for (int i = 0; i < g->n_nodes; i++)
     if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
-  for (int b = 0; b < g->memplan->n_buffers; b++) p->store[g->memplan->buffers[b].node].place = TG_PLACE_ARENA;
+  for (int b = 0; b < L.plan->n_buffers; b++) p->store[L.plan->buffers[b].node].place = TG_PLACE_ARENA;
   for (int k = 0; k < g->n_kernels; k++) lower_kernel(&L, k);
   place_values(&L);
   check_assigns(&L);

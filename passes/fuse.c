@@ -69,6 +69,7 @@ typedef struct fuser {
   bool *free_;   /* recomputed where read */
   bool *barrier; /* a value complete only at its kernel's end */
   bool *outside; /* read by another kernel already: it is written to memory */
+  bool *operand; /* read by a matmul or a special op, which read memory */
   stop *stops;
   int n_stops, cap_stops;
 } fuser;
@@ -119,9 +120,21 @@ static bool reads_barrier(const fuser *f, const tg_node *n, int k) {
   return false;
 }
 
-static bool reads_kernel(const tg_node *n, int k) {
+static bool is_widening(const tg_node *n) {
+  return n->op == TG_OP_cast && n->type.dtype == TG_F32 && n->in[0]->type.dtype == TG_BF16;
+}
+
+/* The value an input stands for: a free widening (is_free) is computed by
+ * whichever kernel reads it, from the bf16 value it widens. */
+static const tg_node *source(const fuser *f, const tg_node *in) {
+  const tg_node *b = tg_kernel_base(in);
+  while (f->free_[b->id] && is_widening(b)) b = tg_kernel_base(b->in[0]);
+  return b;
+}
+
+static bool reads_kernel(const fuser *f, const tg_node *n, int k) {
   for (int i = 0; i < n->nin; i++)
-    if (tg_kernel_base(n->in[i])->kernel == k) return true;
+    if (source(f, n->in[i])->kernel == k) return true;
   return false;
 }
 
@@ -134,10 +147,10 @@ static const char *epilogue_why(const fuser *f, const tg_node *n, int k) {
   if (k != f->g->n_kernels - 1) return "the matmul's epilogue ended when a later kernel began";
   if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return "a matmul's epilogue takes only elementwise ops";
   if (!tg_type_same_shape(&n->type, &K->dom)) return "the op's shape is not the matmul's output shape";
-  if (!reads_kernel(n, k)) return "the op does not read the matmul's result";
+  if (!reads_kernel(f, n, k)) return "the op does not read the matmul's result";
   int64_t full = tg_type_numel(&K->dom);
   for (int i = 0; i < n->nin; i++) {
-    const tg_node *b = tg_kernel_base(n->in[i]);
+    const tg_node *b = source(f, n->in[i]);
     if (b->kernel == k || f->free_[b->id] || tg_ops[b->op].kind == TG_KIND_LEAF) continue;
     if (tg_type_numel(&b->type) >= full)
       return "a full-size operand from another kernel (a residual) ends the matmul's epilogue";
@@ -211,7 +224,7 @@ static const char *phase_why(const fuser *f, const tg_node *n, int k) {
   if (n->phase == K->phase) return NULL;
   if (n->phase != TG_PHASE_BACKWARD || K->phase != TG_PHASE_FORWARD) return "the phase changes";
   for (int i = 0; i < n->nin; i++) {
-    const tg_node *b = tg_kernel_base(n->in[i]);
+    const tg_node *b = source(f, n->in[i]);
     if (b->kernel == k && !f->outside[b->id]) return NULL;
   }
   return "the phase changes (and what it reads of the forward kernel is in memory anyway)";
@@ -280,27 +293,35 @@ static void add_stop(fuser *f, int node, int kernel, const char *why) {
   f->stops[f->n_stops++] = (stop){node, kernel, why};
 }
 
-/* The latest kernel that computes one of n's inputs, or -1. */
-static int producer_kernel(const tg_node *n) {
+/* The latest kernel that computes one of n's inputs, or -1; a free input
+ * (placed later, where it is read) counts as the kernels of its own. */
+static int producer_kernel(const fuser *f, const tg_node *n) {
   int k = -1;
   for (int i = 0; i < n->nin; i++) {
-    int b = tg_kernel_base(n->in[i])->kernel;
-    if (b > k) k = b;
+    const tg_node *b = tg_kernel_base(n->in[i]);
+    int bk = f->free_[b->id] ? producer_kernel(f, b) : b->kernel;
+    if (bk > k) k = bk;
   }
   return k;
 }
 
+/* Free: computed where it is read.  Values made from leaves alone (iota,
+ * masks), and the widening of a bf16 value (precision.c), which is a load
+ * and a shift: the kernel that reads the f32 value widens it, so that
+ * what is stored between kernels is the bf16 one (half the bytes).  What
+ * reads a widening is not free for that: its input was computed. */
 static bool is_free(const fuser *f, const tg_node *n) {
   if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return false;
+  if (is_widening(n) && tg_ops[tg_kernel_base(n->in[0])->op].kind != TG_KIND_LEAF) return !f->operand[n->id];
   for (int i = 0; i < n->nin; i++) {
     const tg_node *b = tg_kernel_base(n->in[i]);
-    if (tg_ops[b->op].kind != TG_KIND_LEAF && !f->free_[b->id]) return false;
+    if (tg_ops[b->op].kind != TG_KIND_LEAF && (!f->free_[b->id] || is_widening(b))) return false;
   }
   return true;
 }
 
 static void place(fuser *f, tg_node *n) {
-  int p = producer_kernel(n), last = f->g->n_kernels - 1;
+  int p = producer_kernel(f, n), last = f->g->n_kernels - 1;
   int cand[2] = {p, last > p ? last : -1};
   const char *first_why = NULL;
   int first_k = -1;
@@ -439,6 +460,12 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   memset(f.outside, 0, (size_t)g->n_nodes + 1);
   memset(f.free_, 0, (size_t)g->n_nodes + 1);
   memset(f.barrier, 0, (size_t)g->n_nodes + 1);
+  f.operand = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op == TG_OP_matmul || n->op == TG_OP_scatter_add || is_flash(n->op))
+      for (int j = 0; j < n->nin; j++) f.operand[tg_kernel_base(n->in[j])->id] = true;
+  }
   for (int i = 0; i < g->n_nodes; i++) {
     tg_node *n = g->nodes[i];
     n->kernel = -1;
@@ -461,5 +488,6 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   free(f.free_);
   free(f.barrier);
   free(f.outside);
+  free(f.operand);
   free(f.stops);
 }

@@ -165,6 +165,12 @@ static void place_all(tg_mem_plan *p) {
   free(busy);
 }
 
+void tg_memplan_place(tg_mem_plan *p) {
+  for (int b = 0; b < p->n_buffers; b++) p->buffers[b].bytes = align_up(p->buffers[b].bytes);
+  p->arena_bytes = 0;
+  place_all(p);
+}
+
 tg_mem_plan *tg_memplan_compute(tg_graph *g) {
   tg_mem_plan *p = tg_alloc(g->arena, sizeof *p);
   find_buffers(g, p);

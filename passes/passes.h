@@ -101,6 +101,12 @@ typedef struct tg_param_copy {
  * runs the graph must fill each copy with its parameter, rounded, before
  * the first run (a graph without the optimizer only reads them). */
 tg_param_copy *tg_hoist_param_copies(tg_ctx *ctx, tg_graph *g, int *n);
+/* After autodiff: each backward op that reads a forward widening cast
+ * (bf16 -> f32) reads its own cast of the bf16 value instead, so what the
+ * forward saves for the backward is the bf16 value (half the bytes) and
+ * the forward's f32 widening stays in registers.  Returns how many casts
+ * it made. */
+int tg_narrow_saved(tg_ctx *ctx, tg_graph *g);
 /* The copy state leaf of param in g, or NULL. */
 tg_node *tg_param_copy_of(const tg_graph *g, const tg_node *param);
 
@@ -118,6 +124,11 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *report);
 void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *report);
 /* The plan of a fused graph, made in g's arena; deterministic. */
 tg_mem_plan *tg_memplan_compute(tg_graph *g);
+/* Places buffers whose node, lifetime and bytes are given (bytes rounded
+ * up to the alignment here), by the same best fit: sets each offset and
+ * arena_bytes.  For a plan made after the pass (codegen's lowering, once
+ * it has chosen which values are recomputed). */
+void tg_memplan_place(tg_mem_plan *p);
 /* Whether a plan is sound for g: one buffer per kernel output, lifetimes
  * as the kernels say, every buffer aligned and inside the arena, and no two
  * buffers with overlapping lifetimes overlapping in memory.  On failure

@@ -27,6 +27,11 @@ static void run_weight_copies(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *
   tg_hoist_param_copies(ctx, g, NULL);
 }
 
+static void run_narrow_saved(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  (void)o;
+  tg_narrow_saved(ctx, g);
+}
+
 static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   (void)o;
   tg_autodiff(ctx, g);
@@ -68,6 +73,7 @@ static const pass passes[] = {
     {"precision", ALWAYS, run_precision, "the mixed-precision policy (--precision bf16; --report precision)"},
     {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
     {"weight_copies", ALWAYS, run_weight_copies, "precision's bf16 weight casts as copies the optimizer writes once a step"},
+    {"narrow_saved", FOR_GRAD, run_narrow_saved, "the backward widens the bf16 values it reads, so they are saved bf16"},
     {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
     {"fuse", FOR_GRAD, run_fuse, "groups the ops into kernels (--report fusion)"},
     {"memplan", FOR_GRAD, run_memplan, "gives each kernel output a buffer by liveness, reusing memory (--report memplan)"},

@@ -51,7 +51,7 @@ static const struct {
     [R_NARROW] = {"elementwise bf16", "every operand bf16 (or a weight copy, or a constant bf16 holds): stored bf16"},
     [R_WIDEN] = {"widen", "a bf16 value an f32 op reads"},
     [R_MOVE] = {"movement", "reshapes, transposes, slices and concatenations keep their input's dtype"},
-    [R_EMBED] = {"embedding", "a gather gives its table's dtype: the residual stream starts f32"},
+    [R_EMBED] = {"embedding", "a gather reads the f32 table; its rows are cast to bf16: the residual stream is bf16"},
     [R_CONST] = {"constant", "constants and indices as written"},
     [R_INDEX] = {"index", "integer and boolean values (comparisons, masks) as computed"},
     [R_CAST] = {"cast", "a cast the model writes"},
@@ -67,6 +67,7 @@ typedef struct rewriter {
   rule *rule_of;        /* per new node: the rule that chose its dtype */
   tg_node **twin;       /* per new node: a param's bf16 copy, a const's bf16 twin */
   tg_node **wide;       /* per new node: its f32 widening, made once for every reader */
+  tg_node **subst;      /* per new node: what its readers read instead (an embedding's bf16 cast) */
   int n, cap;
 } rewriter;
 
@@ -83,12 +84,14 @@ static tg_node *push(rewriter *w, tg_node *n, rule r) {
     w->rule_of = grown(w->g->arena, w->rule_of, w->n, cap, sizeof *w->rule_of);
     w->twin = grown(w->g->arena, w->twin, w->n, cap, sizeof *w->twin);
     w->wide = grown(w->g->arena, w->wide, w->n, cap, sizeof *w->wide);
+    w->subst = grown(w->g->arena, w->subst, w->n, cap, sizeof *w->subst);
     w->cap = cap;
   }
   n->id = w->n;
   w->rule_of[w->n] = r;
   w->twin[w->n] = NULL;
   w->wide[w->n] = NULL;
+  w->subst[w->n] = NULL;
   w->out[w->n++] = n;
   return n;
 }
@@ -135,7 +138,8 @@ static tg_node *as_bf16(rewriter *w, tg_node *x, rule r) {
       c->type = x->type;
       c->type.dtype = TG_BF16;
       retype(w, c);
-      w->twin[id] = push(w, c, R_CONST);
+      tg_node *t = push(w, c, R_CONST); /* (push may grow w->twin) */
+      w->twin[id] = t;
     }
     return w->twin[id];
   }
@@ -154,7 +158,8 @@ static tg_node *as_bf16(rewriter *w, tg_node *x, rule r) {
       tg_node_set_inputs(w->g, v, 1, &in);
       v->type.dtype = TG_BF16;
       retype(w, v);
-      w->twin[id] = push(w, v, R_MOVE);
+      tg_node *t = push(w, v, R_MOVE);
+      w->twin[id] = t;
     }
     return w->twin[id];
   }
@@ -163,7 +168,10 @@ static tg_node *as_bf16(rewriter *w, tg_node *x, rule r) {
 
 /* x (rewritten, bf16) as f32, one cast however many read it. */
 static tg_node *widened(rewriter *w, tg_node *x) {
-  if (!w->wide[x->id]) w->wide[x->id] = cast_to(w, x, TG_F32, R_WIDEN);
+  if (!w->wide[x->id]) {
+    tg_node *c = cast_to(w, x, TG_F32, R_WIDEN); /* (may grow w->wide) */
+    w->wide[x->id] = c;
+  }
   return w->wide[x->id];
 }
 
@@ -190,7 +198,7 @@ static bool is_flash(tg_op op) { return op == TG_OP_flash_attention_lse || op ==
 static void rewrite(rewriter *w, tg_node *n) {
   int nin = n->nin;
   tg_node *in[8] = {0};
-  for (int k = 0; k < nin && k < 8; k++) in[k] = n->in[k];
+  for (int k = 0; k < nin && k < 8; k++) in[k] = w->subst[n->in[k]->id] ? w->subst[n->in[k]->id] : n->in[k];
   rule r;
   const tg_op_info *info = &tg_ops[n->op];
   if (info->kind == TG_KIND_LEAF) {
@@ -228,6 +236,12 @@ static void rewrite(rewriter *w, tg_node *n) {
   if (info->kind != TG_KIND_LEAF) retype(w, n);
   if (r != R_MOVE && r != R_CONST && r != R_INPUT && !tg_dtype_is_float(n->type.dtype)) r = R_INDEX;
   push(w, n, r);
+  /* the rows an embedding gathers join the residual stream as bf16 (the
+   * gradient flows back through the cast, so the table's is f32) */
+  if (r == R_EMBED && n->type.dtype == TG_F32) {
+    tg_node *c = cast_to(w, n, TG_BF16, R_EMBED); /* (may grow w->subst) */
+    w->subst[n->id] = c;
+  }
 }
 
 static bool has_backward_or_bf16(const tg_graph *g) {
@@ -247,7 +261,7 @@ void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FI
     if (g->nodes[i]->nin > 8)
       tg_error(ctx, g->nodes[i]->loc, "precision: an op of %d inputs (at most 8)", g->nodes[i]->nin);
   int old_n = g->n_nodes;
-  rewriter w = {ctx, g, NULL, NULL, NULL, NULL, 0, 0};
+  rewriter w = {ctx, g, NULL, NULL, NULL, NULL, NULL, 0, 0};
   tg_node **old = tg_alloc(g->arena, sizeof *old * (size_t)(old_n + 1));
   memcpy(old, g->nodes, sizeof *old * (size_t)old_n);
   /* nodes are rewritten in place, in order: the outputs keep pointing at
@@ -279,6 +293,42 @@ bool tg_precision_parse(const char *s, tg_precision_policy *out) {
 }
 
 const char *tg_precision_name(tg_precision_policy p) { return p == TG_PRECISION_BF16 ? "bf16" : "f32"; }
+
+/* ---- the backward's reads --------------------------------------------------- */
+
+static bool is_widening(const tg_node *n) {
+  return n->op == TG_OP_cast && n->type.dtype == TG_F32 && n->in[0]->type.dtype == TG_BF16;
+}
+
+int tg_narrow_saved(tg_ctx *ctx, tg_graph *g) {
+  int n = g->n_nodes, made = 0;
+  tg_node **clone = tg_alloc(g->arena, sizeof *clone * (size_t)(n + 1));
+  tg_node **out = tg_alloc(g->arena, sizeof *out * (size_t)(2 * n + 1));
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    tg_node *r = g->nodes[i];
+    if (r->phase != TG_PHASE_FORWARD)
+      for (int j = 0; j < r->nin; j++) {
+        tg_node *w = r->in[j];
+        if (w->phase != TG_PHASE_FORWARD || !is_widening(w)) continue;
+        if (!clone[w->id]) {
+          tg_node *c = tg_node_new(g, TG_OP_cast, w->loc);
+          c->phase = r->phase;
+          c->type = w->type;
+          tg_node_set_inputs(g, c, 1, &w->in[0]);
+          out[k++] = clone[w->id] = c;
+          made++;
+        }
+        r->in[j] = clone[w->id];
+      }
+    out[k++] = r;
+  }
+  for (int i = 0; i < k; i++) out[i]->id = i;
+  g->nodes = out;
+  g->n_nodes = g->cap_nodes = k;
+  if (!tg_verify(ctx, g)) tg_error(ctx, (tg_loc){g->source, 1, 1}, "internal: the graph is broken after narrow_saved");
+  return made;
+}
 
 /* ---- parameter copies ---------------------------------------------------------- */
 

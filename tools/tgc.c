@@ -14,6 +14,7 @@
 #include "nearest.h"
 #include "passes.h"
 #include "render.h"
+#include "traffic.h"
 
 #define TG_VERSION "0.1.0"
 
@@ -47,6 +48,13 @@ static const char usage[] =
     "                     buffer and the peak memory; schedule: the buckets of\n"
     "                     gradients and where each is all-reduced; precision:\n"
     "                     each value's dtype and the rule that chose it)\n"
+    "  --report traffic   every launch of the CUDA step in run order: bytes read and\n"
+    "                     written as the lowered code accesses them, FLOPs, a roofline\n"
+    "                     time on --gpu (default h100: 3.35 TB/s, 790 TFLOP/s bf16),\n"
+    "                     by category and in total, with the tokens/s it implies;\n"
+    "                     launches that do not fit a GPU are flagged (implies --grad,\n"
+    "                     and bf16 unless --precision says otherwise)\n"
+    "  --gpu NAME         the GPU of --report traffic: h100, h200 or a100\n"
     "  --precision P      f32 or bf16: the mixed-precision policy (bf16 matmuls,\n"
     "                     attention and saved activations; f32 master weights,\n"
     "                     statistics, loss and optimizer; docs/precision.md);\n"
@@ -73,7 +81,7 @@ enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMI
 static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad",
                                           "-D",      "-I",     "-o",        "--help",
                                           "--version", "--dump-after", "--pad-multiple",
-                                          "--report", "--precision"};
+                                          "--report", "--precision", "--gpu"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) {
@@ -136,7 +144,7 @@ static int emit_to_file(const char *path, enum emit what, const emitted *g) {
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
  * input longjmp to main's handler through ctx->bail. */
 static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
-               const char *out_path, const tg_pipeline_opts *popts) {
+               const char *out_path, const tg_pipeline_opts *popts, const tg_gpu_spec *traffic_gpu) {
   tg_graph *g;
   const tg_source *src = tg_source_load(ctx, input, (tg_loc){0});
   bool is_ir = has_suffix(input, ".tgir") || (src->len >= 8 && !memcmp(src->text, "# tg IR ", 8));
@@ -176,6 +184,14 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   if (status == 0) tg_run_pipeline(ctx, g, &po);
   emitted e = {g, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
+  if (status == 0 && traffic_gpu) {
+    /* the CUDA step as the backend would run it */
+    const tg_program *p = what == EMIT_CUDA && e.p ? e.p : tg_lower_ex(ctx, g, true);
+    tg_traffic *t = tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, p), traffic_gpu);
+    double B = 0, T = 0;
+    int64_t tokens = tg_graph_get_config(g, "B", &B) && tg_graph_get_config(g, "T", &T) ? (int64_t)(B * T) : 0;
+    tg_traffic_print(stdout, t, tokens);
+  }
   if (status == 0 && code && out_path) {
     if (fclose(fusion) != 0) status = 1;
     fusion = NULL;
@@ -221,6 +237,7 @@ typedef struct cli {
   bool what_given; /* an explicit --stats, --emit or --check */
   const char *dump_after;
   const char *report; /* --report PASS */
+  const tg_gpu_spec *gpu; /* --report traffic */
   int pad_multiple;
   int precision; /* -1: the default for the output; else a tg_precision_policy */
 } cli;
@@ -272,6 +289,10 @@ static int parse_args(int argc, char **argv, cli *c) {
       c->pad_multiple = (int)m;
     } else if (!strcmp(a, "--grad")) {
       c->grad = true;
+    } else if (!strcmp(a, "--gpu")) {
+      if (i + 1 >= argc) return usage_error("%s needs a GPU's name: h100, h200 or a100", a);
+      i++;
+      if (!(c->gpu = tg_gpu_find(argv[i]))) return usage_error("--gpu %s: the GPUs known are h100, h200 and a100", argv[i]);
     } else if (!strcmp(a, "--precision")) {
       if (i + 1 >= argc) return usage_error("%s needs a policy: f32 or bf16", a);
       i++;
@@ -282,9 +303,9 @@ static int parse_args(int argc, char **argv, cli *c) {
       /* Only passes that have something to say. */
       if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "fusion") &&
                             strcmp(argv[i + 1], "memplan") && strcmp(argv[i + 1], "schedule") &&
-                            strcmp(argv[i + 1], "precision")))
-        return usage_error("--report %s: the passes with a report are: flash_attn, precision, fusion, memplan, "
-                           "schedule",
+                            strcmp(argv[i + 1], "precision") && strcmp(argv[i + 1], "traffic")))
+        return usage_error("--report %s: the reports are: flash_attn, precision, fusion, memplan, schedule "
+                           "(the passes'), traffic (the CUDA step's bytes and roofline)",
                            i + 1 < argc ? argv[i + 1] : "needs a pass name;");
       c->report = argv[++i];
       /* fusion and memplan are reported on the training step, the graph they are for */
@@ -318,8 +339,11 @@ static int parse_args(int argc, char **argv, cli *c) {
     }
   }
   if (!c->input) return usage_error("%s", "no input file");
+  bool traffic = c->report && !strcmp(c->report, "traffic");
+  if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");
+  if (traffic && !c->gpu) c->gpu = tg_gpu_find("h100");
   /* what tgrun runs: bf16 on the cuda backends, f32 on the CPU */
-  if (c->precision < 0) c->precision = c->what == EMIT_CUDA ? TG_PRECISION_BF16 : TG_PRECISION_F32;
+  if (c->precision < 0) c->precision = c->what == EMIT_CUDA || traffic ? TG_PRECISION_BF16 : TG_PRECISION_F32;
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
   if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
@@ -352,7 +376,7 @@ int main(int argc, char **argv) {
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
                               .report_pass = c.report, .report = stdout};
     if (setjmp(bail)) status = 1;
-    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts);
+    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.report && !strcmp(c.report, "traffic") ? c.gpu : NULL);
     tg_ctx_free(ctx);
   }
   free(c.tg_path);

@@ -40,12 +40,13 @@
 # backends differ only where they already did, the attention: the CUDA
 # kernels round the probabilities to bf16 before P @ V (FlashAttention-2's
 # choice), the CPU's and the interpreter's keep them f32.  That moves the
-# attention's bf16 output by an ulp (2^-8) here and there, which the
-# roundings after it then keep: measured 1.2e-2 of a gradient's largest
-# element (the first layer's c_attn bias) against the interpreter, so 3e-2
-# is allowed; the 5 steps' losses stay within 1e-4 relative of the CPU
-# backend's (measured below).  Without attention (an MLP) the three agree
-# to 5e-7.
+# attention's bf16 output by an ulp (2^-8) here and there, and the bf16
+# residual stream after it keeps such a flip: measured 1.6e-2 of a
+# gradient's largest element (the first layer's c_attn bias) against the
+# interpreter, so 3e-2 is allowed; the 5 steps' losses measured 1.8e-4
+# relative from the CPU backend's, so 1e-3 is allowed (a broken kernel is
+# off by 1e-2 or more).  Without attention (an MLP) the three agree to
+# 5e-7.
 set -u
 backend=$1
 src=$(cd "$4" && pwd)
@@ -68,20 +69,21 @@ $mk "$X" "idx:I32:4x32:$idx" "targets:I32:4x32:$tgt"
 
 # Both policies: gradients against the reference interpreter, then 5 AdamW
 # steps against the CPU backend (the last, bf16, with its launches traced).
-same_losses() { # CPU_FILE CUDA_FILE WHAT
-  if $py - "$1" "$2" "$3" <<'PY'
+same_losses() { # CPU_FILE CUDA_FILE WHAT LIMIT
+  if $py - "$1" "$2" "$3" "$4" <<'PY'
 import sys
 a = [float(l.split()[1]) for l in open(sys.argv[1])]
 b = [float(l.split()[1]) for l in open(sys.argv[2])]
+limit = float(sys.argv[4])
 assert len(a) == len(b) == 5, (a, b)
 worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(sys.argv[3], "step losses cpu", a, "cuda", b, "worst relative difference %.3g (limit 1e-4)" % worst)
-sys.exit(0 if worst <= 1e-4 and b[-1] < b[0] else 1)
+print(sys.argv[3], "step losses cpu", a, "cuda", b, "worst relative difference %.3g (limit %g)" % (worst, limit))
+sys.exit(0 if worst <= limit and b[-1] < b[0] else 1)
 PY
   then ok; else bad "the CUDA backend's $3 step losses differ from the CPU backend's"; fi
 }
 for p in f32 bf16; do
-  limit=2e-2; [ $p = bf16 ] && limit=3e-2
+  limit=2e-2 steps=1e-4; [ $p = bf16 ] && limit=3e-2 steps=1e-3
   expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/ref_$p.safetensors" --precision $p
   expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/cuda_$p.safetensors" \
     --backend "$backend" --precision $p
@@ -95,7 +97,7 @@ for p in f32 bf16; do
     --out "$tmp/s_cuda_$p.safetensors" --backend "$backend" --precision $p
   unset TG_CUDA_TRACE
   grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cuda_losses_$p"
-  same_losses "$tmp/cpu_losses_$p" "$tmp/cuda_losses_$p" $p
+  same_losses "$tmp/cpu_losses_$p" "$tmp/cuda_losses_$p" $p $steps
 done
 # the default on a cuda backend is bf16
 expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/cuda_default.safetensors" \
