@@ -739,12 +739,15 @@ static void lower_kernel(lowerer *L, int k) {
       if (g->nodes[K->nodes[i]]->op == TG_OP_matmul) mm = g->nodes[K->nodes[i]];
     gemm_step(L, mm);
     /* the epilogue, unless its readers recompute all of it */
+    /* (an operand the gemm's pack step computes is that step's: the
+     * epilogue must not take it over and compute it again after) */
     bool epilogue = false;
-    for (int i = 0; i < K->n_nodes; i++) epilogue |= K->nodes[i] != mm->id && L->stored[K->nodes[i]];
+    for (int i = 0; i < K->n_nodes; i++)
+      epilogue |= K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0 && L->stored[K->nodes[i]];
     if (epilogue) {
       int s = new_step(L, TG_STEP_NEST);
       for (int i = 0; i < K->n_nodes; i++)
-        if (K->nodes[i] != mm->id) own(L, s, K->nodes[i]);
+        if (K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0) own(L, s, K->nodes[i]);
       single_nest(L, s, TG_KERNEL_ELEMENTWISE);
     }
     break;

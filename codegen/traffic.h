@@ -47,7 +47,7 @@ const char *tg_gpu_names(void);
 
 typedef enum tg_traffic_category {
   TG_TRAFFIC_MATMUL,      /* cuBLASLt calls */
-  TG_TRAFFIC_EPILOGUE,    /* a matmul kernel's nests: bias, GELU, casts */
+  TG_TRAFFIC_EPILOGUE,    /* a matmul kernel's nests: operands made for it, bias, GELU */
   TG_TRAFFIC_ATTENTION,   /* flash attention */
   TG_TRAFFIC_ROW,         /* row kernels: layernorm, softmax, cross-entropy */
   TG_TRAFFIC_ELEMENTWISE,

@@ -51,7 +51,7 @@ static const struct {
     [R_NARROW] = {"elementwise bf16", "every operand bf16 (or a weight copy, or a constant bf16 holds): stored bf16"},
     [R_WIDEN] = {"widen", "a bf16 value an f32 op reads"},
     [R_MOVE] = {"movement", "reshapes, transposes, slices and concatenations keep their input's dtype"},
-    [R_EMBED] = {"embedding", "a gather reads the f32 table; its rows are cast to bf16: the residual stream is bf16"},
+    [R_EMBED] = {"embedding", "the embedding (gathers and their sum) in f32, then cast to bf16: the residual stream is bf16"},
     [R_CONST] = {"constant", "constants and indices as written"},
     [R_INDEX] = {"index", "integer and boolean values (comparisons, masks) as computed"},
     [R_CAST] = {"cast", "a cast the model writes"},
@@ -67,7 +67,8 @@ typedef struct rewriter {
   rule *rule_of;        /* per new node: the rule that chose its dtype */
   tg_node **twin;       /* per new node: a param's bf16 copy, a const's bf16 twin */
   tg_node **wide;       /* per new node: its f32 widening, made once for every reader */
-  tg_node **subst;      /* per new node: what its readers read instead (an embedding's bf16 cast) */
+  tg_node **subst;      /* per new node: an embedding's bf16 cast, made once for every reader */
+  bool *emb;            /* per new node: part of the embedding (f32 rows from a table, and sums of them) */
   int n, cap;
 } rewriter;
 
@@ -85,6 +86,7 @@ static tg_node *push(rewriter *w, tg_node *n, rule r) {
     w->twin = grown(w->g->arena, w->twin, w->n, cap, sizeof *w->twin);
     w->wide = grown(w->g->arena, w->wide, w->n, cap, sizeof *w->wide);
     w->subst = grown(w->g->arena, w->subst, w->n, cap, sizeof *w->subst);
+    w->emb = grown(w->g->arena, w->emb, w->n, cap, sizeof *w->emb);
     w->cap = cap;
   }
   n->id = w->n;
@@ -92,6 +94,7 @@ static tg_node *push(rewriter *w, tg_node *n, rule r) {
   w->twin[w->n] = NULL;
   w->wide[w->n] = NULL;
   w->subst[w->n] = NULL;
+  w->emb[w->n] = false;
   w->out[w->n++] = n;
   return n;
 }
@@ -195,12 +198,41 @@ static bool narrow(const tg_node *const *in, int nin) {
 
 static bool is_flash(tg_op op) { return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention; }
 
+/* The embedding x (complete) as bf16: the residual stream. */
+static tg_node *embedded(rewriter *w, tg_node *x) {
+  if (!w->subst[x->id]) {
+    tg_node *c = cast_to(w, x, TG_BF16, R_EMBED); /* (may grow w->subst) */
+    w->subst[x->id] = c;
+  }
+  return w->subst[x->id];
+}
+
 static void rewrite(rewriter *w, tg_node *n) {
   int nin = n->nin;
   tg_node *in[8] = {0};
-  for (int k = 0; k < nin && k < 8; k++) in[k] = w->subst[n->in[k]->id] ? w->subst[n->in[k]->id] : n->in[k];
+  for (int k = 0; k < nin && k < 8; k++) in[k] = n->in[k];
   rule r;
   const tg_op_info *info = &tg_ops[n->op];
+  /* The embedding stays f32 while its rows are gathered, moved and added
+   * (token and position tables: the broadcast position rows' gradient is
+   * then summed over the batch in f32); whatever else reads it reads it
+   * as bf16. */
+  bool any_emb = false, all_emb = true;
+  for (int k = 0; k < nin; k++) {
+    if (w->emb[in[k]->id]) any_emb = true;
+    else if (tg_dtype_is_float(in[k]->type.dtype) && in[k]->op != TG_OP_const) all_emb = false;
+  }
+  bool extends = any_emb && all_emb && n->op != TG_OP_cast &&
+                 (info->kind == TG_KIND_ELEMENTWISE || tg_is_view(n) || n->op == TG_OP_concat);
+  if (extends) {
+    for (int k = 0; k < nin; k++) n->in[k] = in[k];
+    retype(w, n);
+    push(w, n, R_EMBED);
+    w->emb[n->id] = true;
+    return;
+  }
+  for (int k = 0; k < nin; k++)
+    if (w->emb[in[k]->id]) in[k] = embedded(w, in[k]);
   if (info->kind == TG_KIND_LEAF) {
     r = n->op == TG_OP_param ? R_MASTER : n->op == TG_OP_input || n->op == TG_OP_state ? R_INPUT : R_CONST;
   } else if (n->op == TG_OP_matmul) {
@@ -236,12 +268,7 @@ static void rewrite(rewriter *w, tg_node *n) {
   if (info->kind != TG_KIND_LEAF) retype(w, n);
   if (r != R_MOVE && r != R_CONST && r != R_INPUT && !tg_dtype_is_float(n->type.dtype)) r = R_INDEX;
   push(w, n, r);
-  /* the rows an embedding gathers join the residual stream as bf16 (the
-   * gradient flows back through the cast, so the table's is f32) */
-  if (r == R_EMBED && n->type.dtype == TG_F32) {
-    tg_node *c = cast_to(w, n, TG_BF16, R_EMBED); /* (may grow w->subst) */
-    w->subst[n->id] = c;
-  }
+  if (r == R_EMBED && n->type.dtype == TG_F32) w->emb[n->id] = true;
 }
 
 static bool has_backward_or_bf16(const tg_graph *g) {
@@ -261,7 +288,7 @@ void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FI
     if (g->nodes[i]->nin > 8)
       tg_error(ctx, g->nodes[i]->loc, "precision: an op of %d inputs (at most 8)", g->nodes[i]->nin);
   int old_n = g->n_nodes;
-  rewriter w = {ctx, g, NULL, NULL, NULL, NULL, NULL, 0, 0};
+  rewriter w = {ctx, g, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0};
   tg_node **old = tg_alloc(g->arena, sizeof *old * (size_t)(old_n + 1));
   memcpy(old, g->nodes, sizeof *old * (size_t)old_n);
   /* nodes are rewritten in place, in order: the outputs keep pointing at

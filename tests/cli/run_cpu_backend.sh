@@ -15,6 +15,16 @@
 #     so rounding differences in tiny gradients grow into different updates
 #     (the same reason as tests/torch/gpt2_reference.py's float32 limit);
 #     the losses stay within a few 1e-6 here.
+#   - bf16 (--precision bf16, passes/precision.c): both round every value
+#     to its dtype (the interpreter rounds each op's result, the generated
+#     code each value it computes or stores), so they differ only where an
+#     f32 result that the two compute in different orders lies near a bf16
+#     rounding boundary: then they round it an ulp apart (2^-8 of it), and
+#     the bf16 roundings after keep it.  Gradients: measured 5.7e-3 of a
+#     tensor's largest element, 2e-2 allowed (a wrong index is off by
+#     O(1)); the first loss measured 4e-6 relative, 1e-4 allowed; the 5
+#     steps' losses at lr 1e-3 (at 1e-2 AdamW turns the flips into 4e-3,
+#     as above) measured 9e-5 relative, 1e-3 allowed.
 set -u
 src=$(cd "$3" && pwd)
 . "$src/tests/cli/testlib.sh"
@@ -57,6 +67,29 @@ print("step losses ref", a, "cpu", b, "worst relative difference %.3g (limit 1e-
 sys.exit(0 if worst <= 1e-4 and a[-1] < a[0] else 1)
 PY
 then ok; else bad "the CPU backend's step losses differ from the reference's"; fi
+
+# bf16: the CPU backend against the reference interpreter, both rounding to bf16
+expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/ref16.safetensors" --precision bf16
+expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/cpu16.safetensors" --backend cpu \
+  --precision bf16
+expect_status 0 $cmp "$tmp/ref16.safetensors" "$tmp/cpu16.safetensors" 2e-2
+echo "bf16: $(cat "$tmp/out")"
+expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-3 --steps 5 --out "$tmp/s16r.safetensors" \
+  --precision bf16
+grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/ref_losses16"
+expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-3 --steps 5 --out "$tmp/s16c.safetensors" \
+  --precision bf16 --backend cpu
+grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cpu_losses16"
+if $py - "$tmp/ref_losses16" "$tmp/cpu_losses16" "$tmp/ref_losses" <<'PY'
+import sys
+a, b, f32 = ([float(l.split()[1]) for l in open(p)] for p in sys.argv[1:4])
+assert len(a) == len(b) == 5, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("bf16 step losses ref", a, "cpu", b, "worst relative difference %.3g (limit 1e-3)" % worst)
+# the first losses close, the steps close, and bf16 is not f32: the policy ran
+sys.exit(0 if abs(a[0] - b[0]) <= 1e-4 * abs(a[0]) and worst <= 1e-3 and a[-1] < a[0] and a[0] != f32[0] else 1)
+PY
+then ok; else bad "the CPU backend's bf16 step losses differ from the reference's"; fi
 
 # tgc --emit c and --emit cuda write the code, the manifest and the fusion report
 expect_status 0 "$tgc" "${m[@]}" --emit c -o "$tmp/c"

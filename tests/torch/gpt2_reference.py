@@ -104,10 +104,19 @@ def cmd_batch(args):
     write_safetensors(args.out, {"idx": idx, "targets": targets})
 
 
+def run_forward(args, p, idx, targets):
+    """The loss; with --autocast, under PyTorch's bf16 autocast on the CPU
+    (f32 parameters, bf16 matmuls, the ops autocast lists in f32)."""
+    if args.autocast:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return forward(p, idx, targets, args.n_head).float()
+    return forward(p, idx, targets, args.n_head)
+
+
 def cmd_grad(args):
     dtype = torch.float64 if args.dtype == "float64" else torch.float32
     p, idx, targets = load(args, dtype)
-    loss = forward(p, idx, targets, args.n_head)
+    loss = run_forward(args, p, idx, targets)
     loss.backward()
     out = {"loss": np.array(loss.item(), dtype=np.float32)}
     out.update({k: v.grad.detach().to(torch.float32).numpy() for k, v in p.items()})
@@ -125,7 +134,7 @@ def cmd_step(args):
         lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
     for step in range(1, args.steps + 1):
         opt.zero_grad(set_to_none=True)
-        loss = forward(p, idx, targets, args.n_head)
+        loss = run_forward(args, p, idx, targets)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(list(p.values()), args.clip) if args.clip > 0 else float("nan")
         opt.step()
@@ -171,6 +180,7 @@ def main():
         s.add_argument("--n-head", type=int, required=True)
         s.add_argument("--out")
         s.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+        s.add_argument("--autocast", action="store_true", help="bf16 autocast (CPU), float32 parameters")
     s = sub.choices["step"]
     s.add_argument("--lr", type=float, default=6e-4)
     s.add_argument("--steps", type=int, default=1)

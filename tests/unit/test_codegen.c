@@ -171,13 +171,13 @@ END_TEST
 /* The grad graph of a 2-layer GPT on the CPU backend (through the executor
  * interface), lowered with or without recomputation; its leaves filled
  * deterministically.  *n_remat counts the recomputed values. */
-static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, bool remat, int *n_remat) {
+static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, tg_precision_policy prec, bool remat, int *n_remat) {
   const char *defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
   tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), 7, defs);
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
-  tg_pipeline_opts po = {.grad = true, .pad_multiple = 64};
+  tg_pipeline_opts po = {.precision = prec, .grad = true, .pad_multiple = 64};
   tg_run_pipeline(ctx, g, &po);
   tg_program *p = tg_lower_ex(ctx, g, remat);
   *n_remat = 0;
@@ -192,6 +192,8 @@ static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, bool remat, int *n_rem
       float *v = malloc(sizeof(float) * (size_t)numel);
       tg_param_init(n, 7, v);
       tg_tensor_write(tg_exec_leaf(e, n), v, TG_HOST_F32);
+      const tg_node *copy = tg_param_copy_of(g, n); /* bf16: its weight copy */
+      if (copy) tg_tensor_write(tg_exec_leaf(e, copy), v, TG_HOST_F32);
       free(v);
     }
     if (n->op == TG_OP_input) {
@@ -205,10 +207,12 @@ static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, bool remat, int *n_rem
 }
 
 START_TEST(recomputing_changes_nothing) {
+  tg_precision_policy prec = _i ? TG_PRECISION_BF16 : TG_PRECISION_F32;
   tg_ctx *ctx[2] = {tu_ctx(), tu_ctx()};
   tg_device *dev = tg_device_open(ctx[0], tg_executor_find("cpu"), NULL);
   int n_remat[2];
-  tg_exec *c[2] = {grad_backend(ctx[0], dev, false, &n_remat[0]), grad_backend(ctx[1], dev, true, &n_remat[1])};
+  tg_exec *c[2] = {grad_backend(ctx[0], dev, prec, false, &n_remat[0]),
+                   grad_backend(ctx[1], dev, prec, true, &n_remat[1])};
   ck_assert_int_eq(n_remat[0], 0);
   /* the epilogues of the 2 MLPs: 0.5x, 0.044715x, x^3 terms, tanh, 1 + tanh */
   ck_assert_int_ge(n_remat[1], 2 * 5);
@@ -235,6 +239,55 @@ START_TEST(recomputing_changes_nothing) {
 }
 END_TEST
 
+/* A matmul operand computed by the matmul's own kernel (x cast to bf16
+ * for x @ w): the step that makes it runs before the product, and nothing
+ * computes it again after; the CPU backend agrees with the interpreter.
+ * (bf16 rounds x, w and the product: 2^-9 each, so 1e-2 relative.) */
+/* y of the model on the named executor. */
+static void run_lin(const char *text, const char *backend, float *y) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = tu_compile(ctx, "t.tg", text, 0, NULL);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
+  tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .kernels = true};
+  tg_run_pipeline(ctx, g, &po);
+  tg_device *dev = tg_device_open(ctx, tg_executor_find(backend), NULL);
+  tg_exec_opts eo = {.name = "t", .remat = -1};
+  tg_exec *e = tg_exec_compile(dev, ctx, g, &eo);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    int64_t numel = tg_type_numel(&n->type);
+    float *v = malloc(sizeof(float) * (size_t)numel);
+    for (int64_t k = 0; k < numel; k++) v[k] = (float)((k * 7919) % 97) / 97.0f - 0.5f;
+    if (n->op == TG_OP_input || n->op == TG_OP_param) tg_tensor_write(tg_exec_leaf(e, n), v, TG_HOST_F32);
+    if (n->op == TG_OP_param && tg_param_copy_of(g, n))
+      tg_tensor_write(tg_exec_leaf(e, tg_param_copy_of(g, n)), v, TG_HOST_F32);
+    free(v);
+  }
+  tg_exec_run(ctx, e);
+  ck_assert(tg_exec_read(e, tg_graph_output(g, "y"), y, TG_HOST_F32));
+  ctx->bail = NULL;
+  tg_exec_free(e);
+  tg_device_close(dev);
+  tu_ctx_free(ctx);
+}
+
+START_TEST(computed_matmul_operand) {
+  const char *text = "config {\n  N = 64\n  C = 32\n  K = 16\n}\n"
+                     "input x: f32[N, C]\n"
+                     "param w: [C, K] = normal(0.5)\n"
+                     "param b: [K] = ones\n"
+                     "output y = sum(x @ w + b, -1)\n";
+  float ref[64], cpu[64];
+  run_lin(text, "ref", ref);
+  run_lin(text, "cpu", cpu);
+  for (int i = 0; i < 64; i++)
+    ck_assert_msg(fabsf(ref[i] - cpu[i]) <= 1e-2f * (1 + fabsf(ref[i])), "y[%d]: ref %g, cpu %g", i, (double)ref[i],
+                  (double)cpu[i]);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("codegen");
   TCase *t = tcase_create("codegen");
@@ -244,7 +297,8 @@ static Suite *suite(void) {
   tcase_add_test(t, output_is_deterministic);
   tcase_add_test(t, every_kernel_has_its_ops_comment);
   tcase_add_test(t, c_builds_cleanly);
-  tcase_add_test(t, recomputing_changes_nothing);
+  tcase_add_loop_test(t, recomputing_changes_nothing, 0, 2); /* f32, bf16 */
+  tcase_add_test(t, computed_matmul_operand);
   suite_add_tcase(s, t);
   return s;
 }

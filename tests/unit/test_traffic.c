@@ -1,0 +1,163 @@
+/* test_traffic.c: the traffic report (codegen/traffic.c) against figures
+ * worked out by hand for small models.
+ *
+ * y = sum(x @ w + b, -1) with x [256, 64] f32, w [64, 32], b [32]:
+ *   cuBLASLt   reads w (64·32·4 = 8192 B) and x (256·64·4 = 65536 B),
+ *              writes the product (256·32·4 = 32768 B), 2·256·32·64 FLOPs;
+ *   the bias add is recomputed by its reader, so the epilogue has no
+ *   launch, and the row kernel reads the product and b (32768 + 128 B)
+ *   and writes y (256·4 = 1024 B), one block per row.
+ * Without recomputation (the CPU's lowering), the epilogue reads the
+ * product and b and writes x @ w + b, which the row kernel then reads.
+ * In bf16 the same model multiplies bf16 copies: x is cast by the
+ * matmul's kernel before the product (65536 B read, 32768 B written), the weight copy is bf16
+ * (4096 B), the product bf16 (16384 B), and the matmul's FLOPs run on
+ * the tensor cores.
+ * A whole-tensor sum of 16.8 MB on one block is flagged twice over (too
+ * few blocks for its bytes, a 16384-element chain per thread).  And the
+ * roofline time of a launch is its bytes over the bandwidth or its FLOPs
+ * over the peak, whichever is longer. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower.h"
+#include "passes.h"
+#include "testutil.h"
+#include "traffic.h"
+
+static const char *const linear = "config {\n"
+                                  "  N = 256\n"
+                                  "  C = 64\n"
+                                  "  K = 32\n"
+                                  "}\n"
+                                  "input x: f32[N, C]\n"
+                                  "param w: [C, K] = normal(0.02)\n"
+                                  "param b: [K] = zeros\n"
+                                  "output y = sum(x @ w + b, -1)\n";
+
+static tg_traffic *count(tg_ctx *c, const char *text, tg_precision_policy p, bool remat) {
+  tg_graph *g = tu_compile(c, "t.tg", text, 0, NULL);
+  jmp_buf bail;
+  c->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("compiling failed: %s", tu_errors(c));
+  tg_pipeline_opts po = {.precision = p, .kernels = true};
+  tg_run_pipeline(c, g, &po);
+  tg_program *prog = tg_lower_ex(c, g, remat);
+  c->bail = NULL;
+  return tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, prog), tg_gpu_find("h100"));
+}
+
+static const tg_cuda_op *op_of(const tg_traffic *t, int i) { return &t->plan->ops[t->launch[i].op]; }
+
+START_TEST(test_linear_by_hand) {
+  tg_ctx *c = tu_ctx();
+  tg_traffic *t = count(c, linear, TG_PRECISION_F32, true);
+  ck_assert_int_eq(t->n, 2);
+  const tg_launch_traffic *mm = &t->launch[0], *row = &t->launch[1];
+  ck_assert(op_of(t, 0)->kind == TG_CUDA_MATMUL);
+  ck_assert_int_eq(mm->category, TG_TRAFFIC_MATMUL);
+  ck_assert_int_eq(mm->bytes_read, 8192 + 65536);
+  ck_assert_int_eq(mm->bytes_written, 32768);
+  ck_assert(mm->flops == 2.0 * 256 * 32 * 64);
+  ck_assert(!mm->tensor_cores);
+  ck_assert_int_eq(row->category, TG_TRAFFIC_ROW);
+  ck_assert_int_eq(row->bytes_read, 32768 + 128);
+  ck_assert_int_eq(row->bytes_written, 1024);
+  ck_assert_int_eq(row->blocks, 256);
+  ck_assert_ptr_null(row->flag);
+  ck_assert_int_eq(t->bytes_read + t->bytes_written, 8192 + 65536 + 32768 + 32768 + 128 + 1024);
+  /* the roofline: bytes over 3.35 TB/s, or FLOPs over 67 TFLOP/s of f32 */
+  double want = fmax((double)(row->bytes_read + row->bytes_written) / 3.35e12, row->flops / 67e12);
+  ck_assert(fabs(row->seconds - want) <= 1e-15);
+  ck_assert(fabs(t->seconds - (mm->seconds + row->seconds)) <= 1e-15);
+  tu_ctx_free(c);
+}
+END_TEST
+
+START_TEST(test_linear_without_recomputing) {
+  tg_ctx *c = tu_ctx();
+  tg_traffic *t = count(c, linear, TG_PRECISION_F32, false);
+  ck_assert_int_eq(t->n, 3);
+  ck_assert_int_eq(t->launch[1].category, TG_TRAFFIC_EPILOGUE);
+  ck_assert_int_eq(t->launch[1].bytes_read, 32768 + 128);
+  ck_assert_int_eq(t->launch[1].bytes_written, 32768);
+  ck_assert_int_eq(t->launch[2].bytes_read, 32768);
+  ck_assert_int_eq(t->launch[2].bytes_written, 1024);
+  tu_ctx_free(c);
+}
+END_TEST
+
+START_TEST(test_linear_bf16) {
+  tg_ctx *c = tu_ctx();
+  tg_traffic *t = count(c, linear, TG_PRECISION_BF16, true);
+  ck_assert_int_eq(t->n, 3);
+  /* x cast for the matmul, by its kernel before the product */
+  ck_assert_int_eq(t->launch[0].category, TG_TRAFFIC_EPILOGUE);
+  ck_assert_int_eq(t->launch[0].bytes_read, 65536);
+  ck_assert_int_eq(t->launch[0].bytes_written, 32768);
+  const tg_launch_traffic *mm = &t->launch[1];
+  ck_assert_int_eq(mm->bytes_read, 4096 + 32768);
+  ck_assert_int_eq(mm->bytes_written, 16384);
+  ck_assert(mm->tensor_cores);
+  double want = fmax((double)(mm->bytes_read + mm->bytes_written) / 3.35e12, mm->flops / 790e12);
+  ck_assert(fabs(mm->seconds - want) <= 1e-15);
+  /* the row kernel adds the bias copy (32 bf16) as it reads the product */
+  ck_assert_int_eq(t->launch[2].bytes_read, 16384 + 64);
+  ck_assert_int_eq(t->launch[2].bytes_written, 1024);
+  tu_ctx_free(c);
+}
+END_TEST
+
+START_TEST(test_serial_sum_is_flagged) {
+  tg_ctx *c = tu_ctx();
+  tg_traffic *t = count(c,
+                        "config {\n  N = 4096\n  C = 1024\n}\n"
+                        "input x: f32[N, C]\n"
+                        "output s = sum(x * x)\n",
+                        TG_PRECISION_F32, true);
+  ck_assert_int_eq(t->n, 1);
+  const tg_launch_traffic *L = &t->launch[0];
+  ck_assert_int_eq(L->bytes_read, 4096 * 1024 * 4);
+  ck_assert_int_eq(L->blocks, 1);
+  ck_assert_int_eq(L->chain, 4096 * 1024 / 256);
+  ck_assert_ptr_nonnull(L->flag);
+  ck_assert_ptr_nonnull(strstr(L->flag, "1 blocks for 17 MB (want >= 528)"));
+  ck_assert_int_eq(t->n_flagged, 1);
+  ck_assert(L->flops == 2.0 * 4096 * 1024); /* the products, then the sum's adds */
+  tu_ctx_free(c);
+}
+END_TEST
+
+START_TEST(test_report_lines) {
+  tg_ctx *c = tu_ctx();
+  tg_traffic *t = count(c, linear, TG_PRECISION_F32, true);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  tg_traffic_print(f, t, 256);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(text, "roofline on H100 SXM (3.35 TB/s, 790 TFLOP/s bf16, 67 TFLOP/s f32, 132 SMs)"));
+  ck_assert_ptr_nonnull(strstr(text, "cublasLtMatmul"));
+  ck_assert_ptr_nonnull(strstr(text, "traffic:   matmul"));
+  ck_assert_ptr_nonnull(strstr(text, "traffic: total: 2 launches (0 flagged)"));
+  ck_assert_ptr_nonnull(strstr(text, "tokens/s (256 tokens a step)"));
+  for (const char *p = text; *p; p = strchr(p, '\n') + 1) ck_assert(!strncmp(p, "traffic: ", 9));
+  free(text);
+  ck_assert_ptr_nonnull(tg_gpu_find("h200"));
+  ck_assert_ptr_null(tg_gpu_find("h100x"));
+  tu_ctx_free(c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("traffic");
+  TCase *t = tcase_create("core");
+  tcase_add_test(t, test_linear_by_hand);
+  tcase_add_test(t, test_linear_without_recomputing);
+  tcase_add_test(t, test_linear_bf16);
+  tcase_add_test(t, test_serial_sum_is_flagged);
+  tcase_add_test(t, test_report_lines);
+  suite_add_tcase(s, t);
+  return tu_run(s);
+}
