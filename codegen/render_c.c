@@ -95,6 +95,11 @@ static void prelude(FILE *out, const tg_program *p) {
         "/* OpenBLAS (cblas.h): row-major 101, no transpose 111, transpose 112 */\n"
         "void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
         "                 const float *b, int ldb, float beta, float *c, int ldc);\n"
+        "/* bf16 A and B, f32 C: in OpenBLAS builds with BUILD_BFLOAT16 only, so\n"
+        " * linked weakly (NULL where the library lacks it) */\n"
+        "void cblas_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const unsigned short *a,\n"
+        "                  int lda, const unsigned short *b, int ldb, float beta, float *c, int ldc)\n"
+        "    __attribute__((weak));\n"
         "void openblas_set_num_threads(int n);\n\n",
         out);
 }
@@ -209,12 +214,36 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
   tg_nest_code_free(&c);
 }
 
-/* A matmul: one cblas_sgemm per product (the batch, when it does not fold
- * into m, is a loop over the products' offsets).  bf16 operands are
- * widened to dense f32 copies first and the f32 product rounded into the
- * bf16 result: OpenBLAS's sbgemm is not in every build, and the CPU path
- * is the oracle's neighbour, not the fast one. */
+/* The product's rows split between OpenMP threads (BLAS runs
+ * single-threaded: tg_step sets it, so BLAS's own threads never compete
+ * with the kernels'; on 2 cores that contention cost more than it gave),
+ * each a call of fn: "cblas_sgemm" on f32 operands, "cblas_sbgemm" on bf16
+ * ones, A, B and C the operands' expressions with their leading dims. */
+static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a, long long lda, const char *b,
+                      long long ldb, const char *c, long long ldc) {
+  int64_t flops = 2 * G->m * G->n * G->k;
+  int64_t rows = G->m >= 64 && flops >= (1 << 22) ? (G->m + 1) / 2 : G->m;
+  if (rows < G->m) {
+    rows = (rows + 15) / 16 * 16;
+    fprintf(out, "      #pragma omp parallel for schedule(static)\n");
+  }
+  fprintf(out, "      for (tg_idx r0 = 0; r0 < %lld; r0 += %lld) {\n", (long long)G->m, (long long)rows);
+  fprintf(out, "        const int mr = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)G->m, (long long)rows,
+          (long long)G->m, (long long)rows);
+  fprintf(out, "        %s(101, %d, %d, mr, %lld, %lld, 1.0f, %s + r0 * %lld, %lld, %s, %lld, 0.0f, %s + r0 * %lld, %lld);\n",
+          fn, G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->n, (long long)G->k, a,
+          G->trans_a ? 1LL : lda, lda, b, ldb, c, ldc, ldc);
+  fprintf(out, "      }\n");
+}
+
+/* A matmul: one BLAS call per product (the batch, when it does not fold
+ * into m, is a loop over the products' offsets).  bf16 operands go to
+ * OpenBLAS's bf16 GEMM where the library has one (cblas_sbgemm, linked
+ * weakly: builds with BUILD_BFLOAT16), else they are widened to dense f32
+ * copies for sgemm; either way the f32 product is rounded into the bf16
+ * result. */
 static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
+  (void)p;
   const tg_gemm *G = &st->gemm;
   bool bf16 = p->g->nodes[G->node]->type.dtype == TG_BF16;
   fprintf(out, "  /* %%%d = matmul: %lld x %lld x %lld%s%s */\n", G->node, (long long)G->m, (long long)G->n,
@@ -227,41 +256,31 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
             (long long)G->b_bstride[j], (long long)G->c_bstride[j]);
   }
   fprintf(out, "    (void)r;\n");
-  /* the operands as BLAS reads them: where they are, or dense f32 copies */
+  char a[64], b[64], c[64];
+  snprintf(a, sizeof a, "b%d + ao", G->a.base);
+  snprintf(b, sizeof b, "b%d + bo", G->b.base);
+  snprintf(c, sizeof c, "b%d + co", G->node);
+  if (!bf16) {
+    fprintf(out, "    {\n");
+    gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, c, G->ldc);
+    fprintf(out, "    }\n  }\n");
+    return;
+  }
+  /* the operands as stored: op(A) rows x cols, dense copies' leading dims */
   long long a_rows = G->trans_a ? G->k : G->m, a_cols = G->trans_a ? G->m : G->k;
   long long b_rows = G->trans_b ? G->n : G->k, b_cols = G->trans_b ? G->k : G->n;
-  long long lda = G->lda, ldb = G->ldb, ldc = G->ldc;
-  if (bf16) {
-    fprintf(out, "    float *const pa = tg_bf16_dense(b%d + ao, %lld, %lld, %lld);\n", G->a.base, a_rows, a_cols, lda);
-    fprintf(out, "    float *const pb = tg_bf16_dense(b%d + bo, %lld, %lld, %lld);\n", G->b.base, b_rows, b_cols, ldb);
-    fprintf(out, "    float *const pc = tg_scratch_floats(%lld);\n", (long long)(G->m * G->n));
-    lda = a_cols, ldb = b_cols, ldc = G->n;
-  } else {
-    fprintf(out, "    const float *const pa = b%d + ao, *const pb = b%d + bo;\n", G->a.base, G->b.base);
-    fprintf(out, "    float *const pc = b%d + co;\n", G->node);
-  }
-  /* BLAS runs single-threaded (tg_step sets it): the threads are OpenMP's,
-   * each multiplying a block of rows, so BLAS's own threads never compete
-   * with the kernels' (on 2 cores that contention cost more than it gave) */
-  int64_t flops = 2 * G->m * G->n * G->k;
-  int64_t rows = G->m >= 64 && flops >= (1 << 22) ? (G->m + 1) / 2 : G->m;
-  if (rows < G->m) {
-    rows = (rows + 15) / 16 * 16;
-    fprintf(out, "    #pragma omp parallel for schedule(static)\n");
-  }
-  fprintf(out, "    for (tg_idx r0 = 0; r0 < %lld; r0 += %lld) {\n", (long long)G->m, (long long)rows);
-  fprintf(out, "      const int mr = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)G->m, (long long)rows,
-          (long long)G->m, (long long)rows);
-  fprintf(out, "      cblas_sgemm(101, %d, %d, mr, %lld, %lld, 1.0f, pa + r0 * %lld, %lld, pb, %lld, 0.0f, pc + r0 * %lld, %lld);\n",
-          G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->n, (long long)G->k,
-          G->trans_a ? 1LL : lda, lda, ldb, ldc, ldc);
+  fprintf(out, "    float *const pc = tg_scratch_floats(%lld);\n", (long long)(G->m * G->n));
+  fprintf(out, "    if (cblas_sbgemm) {\n");
+  gemm_rows(out, G, "cblas_sbgemm", a, G->lda, b, G->ldb, "pc", G->n);
+  fprintf(out, "    } else {\n");
+  fprintf(out, "      float *const pa = tg_bf16_dense(%s, %lld, %lld, %lld);\n", a, a_rows, a_cols, (long long)G->lda);
+  fprintf(out, "      float *const pb = tg_bf16_dense(%s, %lld, %lld, %lld);\n", b, b_rows, b_cols, (long long)G->ldb);
+  gemm_rows(out, G, "cblas_sgemm", "pa", a_cols, "pb", b_cols, "pc", G->n);
+  fprintf(out, "      free(pa), free(pb);\n");
   fprintf(out, "    }\n");
-  if (bf16) {
-    fprintf(out, "    tg_bf16_round_into(pc, %lld, %lld, b%d + co, %lld);\n", (long long)G->m, (long long)G->n, G->node,
-            (long long)G->ldc);
-    fprintf(out, "    free(pa), free(pb), free(pc);\n");
-  }
-  fprintf(out, "  }\n");
+  fprintf(out, "    tg_bf16_round_into(pc, %lld, %lld, %s, %lld);\n", (long long)G->m, (long long)G->n, c,
+          (long long)G->ldc);
+  fprintf(out, "    free(pc);\n  }\n");
 }
 
 static void flash_call(FILE *out, const tg_step *st) {

@@ -12,8 +12,17 @@
 #   memcheck      compute-sanitizer --tool memcheck over a training step
 #   racecheck     compute-sanitizer --tool racecheck over a training step
 #
+#   traffic       tgc --report traffic for GPT-2 124M at B=16, T=1024, bf16
+#                 and f32: the bytes a step moves and the roofline estimate
+#
 # Logs go to $OUT (the device tool brings them back) or to ./gpu-logs.
+#
+# TG_GPU_CHECK_BACKEND=cuda-emu runs the same script here, without a GPU,
+# on the emulated device (the sanitizers skipped): a rehearsal of the
+# script and of the pack, so that the half hour on a GPU is not spent on
+# a typo.
 set -uo pipefail
+backend=${TG_GPU_CHECK_BACKEND:-cuda}
 cd "$(dirname "$0")/.."
 src=$(pwd)
 logs=${OUT:-$src/gpu-logs}
@@ -24,6 +33,7 @@ if [ -f .gpu/tg-gpu.tar.xz ]; then
   export PATH="$root/bin:$PATH" LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}" LIBRARY_PATH="$root/lib:${LIBRARY_PATH:-}"
   export TG_DATA=$root/data
   tgrun=$root/bin/tgrun tgc=$root/bin/tgc
+  export TG_ONE_RANK=1 # the pack's tgrun is built without MPI
   echo "built from $(cat .gpu/SOURCE)" | tee "$logs/source.txt"
 else
   tgrun=$src/build/tgrun tgc=$src/build/tgc
@@ -40,14 +50,20 @@ results=()
 row() { results+=("$(printf '%-10s %-5s %s' "$1" "$2" "$3")"); }
 
 # device
-{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; } \
-  > "$logs/device.txt" 2>&1
-row device "$( [ -s "$logs/device.txt" ] && echo ok || echo FAIL )" "$(head -1 "$logs/device.txt")"
+if [ "$backend" = cuda ]; then
+  { nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; } \
+    > "$logs/device.txt" 2>&1
+  row device "$( [ -s "$logs/device.txt" ] && nvidia-smi -L > /dev/null 2>&1 && echo ok || echo FAIL )" \
+    "$(head -1 "$logs/device.txt")"
+else
+  echo "the emulated device (a rehearsal: TG_GPU_CHECK_BACKEND=$backend)" > "$logs/device.txt"
+  row device ok "$(cat "$logs/device.txt")"
+fi
 
 # the end-to-end checks on the real device
-bash "$src/tests/cli/run_cuda_backend.sh" cuda "$tgrun" "$tgc" "$src" > "$logs/cuda.log" 2>&1
+bash "$src/tests/cli/run_cuda_backend.sh" "$backend" "$tgrun" "$tgc" "$src" > "$logs/cuda.log" 2>&1
 rc=$?
-row cuda "$( [ $rc -eq 0 ] && echo ok || echo FAIL )" "$(tail -1 "$logs/cuda.log"); $(grep -m1 'worst relative' "$logs/cuda.log" | cut -c1-80)"
+row "$backend" "$( [ $rc -eq 0 ] && echo ok || echo FAIL )" "$(tail -1 "$logs/cuda.log"); $(grep -m1 'worst relative' "$logs/cuda.log" | cut -c1-80)"
 
 # compute-sanitizer on a training step of the 2-layer GPT, launch by launch
 tmp=$(mktemp -d)
@@ -57,7 +73,9 @@ python3 "$src/tests/cli/make_safetensors.py" "$tmp/x.safetensors" \
   "idx:I32:4x32:$(seq 0 127 | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 37 + 11) % 65 }')" \
   "targets:I32:4x32:$(seq 0 127 | awk '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 53 + 5) % 65 }')"
 for tool in memcheck racecheck; do
-  if command -v compute-sanitizer > /dev/null; then
+  if [ "$backend" != cuda ]; then
+    row "$tool" skip "not on the emulated device (its own checks ran above)"
+  elif command -v compute-sanitizer > /dev/null; then
     TG_CUDA_GRAPHS=0 compute-sanitizer --tool "$tool" --error-exitcode 99 "$tgrun" step "${m[@]}" \
       --weights "$tmp/w.safetensors" --batch "$tmp/x.safetensors" --steps 2 --backend cuda --out "$tmp/s.safetensors" \
       > "$logs/$tool.log" 2>&1
@@ -69,7 +87,13 @@ for tool in memcheck racecheck; do
 done
 rm -rf "$tmp"
 
+# what a step of GPT-2 124M moves, counted from the generated CUDA
+for p in bf16 f32; do
+  "$tgc" models/gpt2.tg -D B=16 --precision $p --report traffic > "$logs/traffic-$p.txt" 2>&1
+  row "traffic" "$( [ $? -eq 0 ] && echo ok || echo FAIL )" "$p: $(tail -1 "$logs/traffic-$p.txt" | cut -c17-150)"
+done
+
 echo
-echo "== tg GPU checks ($(head -1 "$logs/device.txt"))"
+echo "== tg GPU checks, backend $backend ($(head -1 "$logs/device.txt"))"
 printf '%s\n' "${results[@]}" | tee "$logs/table.txt"
 ! grep -q ' FAIL ' "$logs/table.txt"

@@ -148,8 +148,9 @@ contains "$tmp/out" "did you mean 'cuda'"
 data=${TG_DATA:-$src/../shared/data}
 if [ -n "${TG_SANITIZED:-}" ]; then
   echo "note: the training part is skipped in the sanitizer build (Open MPI's own allocations read as leaks)"
-elif [ "$backend" = cuda ] && [ "$(nvidia-smi -L 2> /dev/null | wc -l)" -lt 2 ]; then
-  echo "note: one GPU here: the 2-rank run needs 2 (one GPU per rank); 1 rank only"
+elif [ -n "${TG_ONE_RANK:-}" ] || { [ "$backend" = cuda ] && [ "$(nvidia-smi -L 2> /dev/null | wc -l)" -lt 2 ]; }; then
+  if [ -n "${TG_ONE_RANK:-}" ]; then echo "note: TG_ONE_RANK is set (a tgrun built without MPI): 1 rank only"
+  else echo "note: one GPU here: the 2-rank run needs 2 (one GPU per rank); 1 rank only"; fi
   expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
   cat > "$tmp/small.cfg" <<CFG
 model = "models/gpt2.tg"

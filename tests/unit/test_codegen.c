@@ -27,6 +27,32 @@
 
 static char cache_dir[64];
 
+/* OpenBLAS's bf16 GEMM, which Debian's OpenBLAS lacks: defined here (and
+ * exported, CMakeLists.txt) so that the generated C's weak reference finds
+ * it and its bf16 matmuls take that branch; a naive row-major product that
+ * accumulates in f32, counting its calls. */
+static int sbgemm_calls;
+void cblas_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const unsigned short *a, int lda,
+                  const unsigned short *b, int ldb, float beta, float *c, int ldc);
+void cblas_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const unsigned short *a, int lda,
+                  const unsigned short *b, int ldb, float beta, float *c, int ldc) {
+  if (order != 101) abort(); /* (called from OpenMP threads: no ck_assert here) */
+  __atomic_fetch_add(&sbgemm_calls, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      float acc = 0;
+      for (int p = 0; p < k; p++) {
+        unsigned ua = ta == 111 ? a[(long)i * lda + p] : a[(long)p * lda + i];
+        unsigned ub = tb == 111 ? b[(long)p * ldb + j] : b[(long)j * ldb + p];
+        float fa, fb;
+        ua <<= 16, ub <<= 16;
+        memcpy(&fa, &ua, 4), memcpy(&fb, &ub, 4);
+        acc += fa * fb;
+      }
+      c[(long)i * ldc + j] = alpha * acc + (beta != 0 ? beta * c[(long)i * ldc + j] : 0);
+    }
+}
+
 static void setup(void) {
   strcpy(cache_dir, "/tmp/tg_codegen_test_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(cache_dir));
@@ -241,8 +267,9 @@ END_TEST
 
 /* A matmul operand computed by the matmul's own kernel (x cast to bf16
  * for x @ w): the step that makes it runs before the product, and nothing
- * computes it again after; the CPU backend agrees with the interpreter.
- * (bf16 rounds x, w and the product: 2^-9 each, so 1e-2 relative.) */
+ * computes it again after; the CPU backend agrees with the interpreter,
+ * its bf16 matmul through cblas_sbgemm (defined above).  (bf16 rounds x,
+ * w and the product: 2^-9 each, so 1e-2 relative.) */
 /* y of the model on the named executor. */
 static void run_lin(const char *text, const char *backend, float *y) {
   tg_ctx *ctx = tu_ctx();
@@ -281,7 +308,9 @@ START_TEST(computed_matmul_operand) {
                      "output y = sum(x @ w + b, -1)\n";
   float ref[64], cpu[64];
   run_lin(text, "ref", ref);
+  int calls = sbgemm_calls;
   run_lin(text, "cpu", cpu);
+  ck_assert_int_gt(sbgemm_calls, calls);
   for (int i = 0; i < 64; i++)
     ck_assert_msg(fabsf(ref[i] - cpu[i]) <= 1e-2f * (1 + fabsf(ref[i])), "y[%d]: ref %g, cpu %g", i, (double)ref[i],
                   (double)cpu[i]);
