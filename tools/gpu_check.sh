@@ -17,6 +17,8 @@
 #
 # Logs go to $OUT (the device tool brings them back) or to ./gpu-logs.
 #
+# TG_GPU_CHECK_BUILD=1 builds from source there even when the packed
+# binaries run (the fallback for when they do not).
 # TG_GPU_CHECK_BACKEND=cuda-emu runs the same script here, without a GPU,
 # on the emulated device (the sanitizers skipped): a rehearsal of the
 # script and of the pack, so that the half hour on a GPU is not spent on
@@ -35,6 +37,17 @@ if [ -f .gpu/tg-gpu.tar.xz ]; then
   tgrun=$root/bin/tgrun tgc=$root/bin/tgc
   export TG_ONE_RANK=1 # the pack's tgrun is built without MPI
   echo "built from $(cat .gpu/SOURCE)" | tee "$logs/source.txt"
+  if [ -n "${TG_GPU_CHECK_BUILD:-}" ] || ! "$tgrun" --version > "$logs/pack.txt" 2>&1 ||
+     ! "$tgc" --version >> "$logs/pack.txt" 2>&1; then
+    # another image's system libraries: build here, without Flex, Bison or Check
+    if [ -n "${TG_GPU_CHECK_BUILD:-}" ]; then why="TG_GPU_CHECK_BUILD is set"
+    else why="the packed binaries do not run here: $(head -1 "$logs/pack.txt")"; fi
+    echo "$why; building from source" | tee -a "$logs/source.txt"
+    cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DTG_MPI=OFF -DTG_TESTS=OFF -DTG_GRAMMAR_DIR="$root/grammar" \
+      > "$logs/build.txt" 2>&1 && cmake --build build-device -j "$(nproc)" --target tgc tgrun >> "$logs/build.txt" 2>&1 ||
+      { tail -20 "$logs/build.txt"; echo "FAIL: the build here failed ($logs/build.txt)"; exit 1; }
+    tgrun=$src/build-device/tgrun tgc=$src/build-device/tgc
+  fi
 else
   tgrun=$src/build/tgrun tgc=$src/build/tgc
   export TG_DATA=${TG_DATA:-$src/../shared/data}

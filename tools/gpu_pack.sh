@@ -9,8 +9,13 @@
 #                        one GPU there, one rank); lib/: OpenBLAS and its
 #                        Fortran runtime, which the CPU backend's generated C
 #                        links (the checks compare the GPU with it); data/:
-#                        Tiny Shakespeare and GPT-2's BPE files
+#                        Tiny Shakespeare and GPT-2's BPE files; grammar/:
+#                        the scanner and parser Flex and Bison made, so that
+#                        tg builds there without them when these binaries
+#                        do not run (another image's system libraries):
+#                        gpu_check.sh falls back to that build
 #   .gpu/SOURCE          the commit it was built from
+# (.gpu/ is in .gitignore, so the device tool carries it when asked to)
 #
 # Usage: bash tools/gpu_pack.sh; then, on the device tool:
 #   run(command="bash tools/gpu_check.sh", carry=[".gpu"])
@@ -19,7 +24,6 @@ cd "$(dirname "$0")/.."
 bash tools/install-deps.sh > /dev/null
 data=${TG_DATA:-../shared/data}
 [ -f "$data/tinyshakespeare/input.txt" ] || { echo "gpu_pack: no $data/tinyshakespeare/input.txt (set TG_DATA)" >&2; exit 1; }
-grep -qx '/.gpu/' .git/info/exclude 2> /dev/null || echo '/.gpu/' >> .git/info/exclude
 
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTG_MPI=OFF > build-gpu.configure.log 2>&1 ||
   { cat build-gpu.configure.log; exit 1; }
@@ -27,8 +31,9 @@ cmake --build build-gpu -j "$(nproc 2> /dev/null || echo 2)" --target tgc tgrun 
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib" "$stage/data/tinyshakespeare" "$stage/data/gpt2"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/data/tinyshakespeare" "$stage/data/gpt2" "$stage/grammar"
 cp build-gpu/tgc build-gpu/tgrun "$stage/bin/"
+cp build-gpu/lexer.c build-gpu/lexer.h build-gpu/parser.c build-gpu/parser.h "$stage/grammar/"
 # the generated C links -lopenblas: the library and what it needs, with the
 # link-time name too
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0)
