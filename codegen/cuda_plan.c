@@ -56,11 +56,28 @@ static tg_cuda_op *push(builder *b, tg_cuda_op_kind kind, int kernel) {
   return op;
 }
 
+/* The dynamic shared memory of step s: its row cache (emit.h). */
+static size_t step_shared_bytes(const tg_program *p, const tg_lkernel *lk, int s) {
+  const tg_step *st = &lk->steps[s];
+  if (!tg_cuda_is_reduction_nest(st) || st->nest.n_sweeps < 2) return 0;
+  tg_nest_code c;
+  tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
+  size_t bytes = (size_t)c.shared_bytes;
+  tg_nest_code_free(&c);
+  return bytes;
+}
+
 /* The wave's function: every argument of the kernel, as the renderer
- * declares them (emit.c, tg_emit_params). */
+ * declares them (emit.c, tg_emit_params); its dynamic shared memory is
+ * the most any of its steps needs. */
 static void wave_launch(builder *b, const tg_lkernel *lk, int w, long long blocks) {
   tg_cuda_op *op = push(b, TG_CUDA_LAUNCH, lk->kernel);
   tg_cuda_launch *L = &op->launch;
+  for (int s = 0; s < lk->n_steps; s++)
+    if (lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s])) {
+      size_t sh = step_shared_bytes(b->p, lk, s);
+      if (sh > L->shared_bytes) L->shared_bytes = sh;
+    }
   L->function = tg_sprintf(b->a, "k%d_w%d", lk->kernel, w);
   L->grid[0] = (unsigned)blocks, L->grid[1] = L->grid[2] = 1;
   L->block[0] = TG_CUDA_BLOCK, L->block[1] = L->block[2] = 1;

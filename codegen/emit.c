@@ -68,6 +68,13 @@ typedef struct emitter {
   int n_v;
   int sweep;             /* the sweep being emitted, from 1; 0 outside */
   tg_nest_code *out;     /* where the accesses are noted */
+  /* the row cache (emit.h): per node, the sweep that defined it at depth 2
+   * (0: none) and its slot in the cache (-1: not cached); per sweep, the
+   * segment holding its loop body, where the cache's stores are appended */
+  int *def_sweep, *cache_slot, *seg_of_sweep;
+  int n_slots;
+  tg_dtype shared_type;
+  tg_sbuf decl;
 } emitter;
 
 /* Notes a load or store of a view of base value `base` (strides in its
@@ -266,13 +273,18 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
 
 static const char *new_tmp(emitter *e) { return tg_sprintf(e->arena, "u%d", e->tmp++); }
 
-static const char *load_expr(emitter *e, tg_dtype t, int base, const char *offset) {
+/* A load of element `offset` of array `arr` in dtype t, as a computed value. */
+static const char *load_from(emitter *e, tg_dtype t, const char *arr, const char *offset) {
   switch (t) {
-  case TG_BF16: return tg_sprintf(e->arena, "tg_bf16_load(b%d[%s])", base, offset);
-  case TG_F16: return tg_sprintf(e->arena, "tg_f16_load(b%d[%s])", base, offset);
-  case TG_BOOL: return tg_sprintf(e->arena, "(int)b%d[%s]", base, offset);
-  default: return tg_sprintf(e->arena, "b%d[%s]", base, offset);
+  case TG_BF16: return tg_sprintf(e->arena, "tg_bf16_load(%s[%s])", arr, offset);
+  case TG_F16: return tg_sprintf(e->arena, "tg_f16_load(%s[%s])", arr, offset);
+  case TG_BOOL: return tg_sprintf(e->arena, "(int)%s[%s]", arr, offset);
+  default: return tg_sprintf(e->arena, "%s[%s]", arr, offset);
   }
+}
+
+static const char *load_expr(emitter *e, tg_dtype t, int base, const char *offset) {
+  return load_from(e, t, tg_sprintf(e->arena, "b%d", base), offset);
 }
 
 /* In a vectorised nest, an f32 load contiguous along the lanes' axis and
@@ -457,6 +469,60 @@ static const char *compute(emitter *e, const tg_node *n, const char **c, int d) 
   }
 }
 
+/* ---- the row cache (emit.h) --------------------------------------------------- */
+
+static const char *store_conv(emitter *e, tg_dtype t, const char *v);
+
+static void defined_in_sweep(emitter *e, const tg_node *n, int d) {
+  if (d == 2 && e->sweep > 0 && e->out->row_cache && !e->def_sweep[n->id]) e->def_sweep[n->id] = e->sweep;
+}
+
+/* Appends a statement to the loop body of sweep `sweep` (already emitted). */
+static void append_to_sweep(emitter *e, int sweep, const char *stmt) {
+  tg_segment *sg = &e->out->seg[e->seg_of_sweep[sweep]];
+  size_t a = strlen(sg->text), b = strlen(stmt);
+  sg->text = tg_xrealloc(sg->text, a + b + 1);
+  memcpy(sg->text + a, stmt, b + 1);
+}
+
+/* The value of n kept by the row cache from the sweep that computed it,
+ * or NULL (not cached: compute or load it again).  A widening cast is
+ * not kept itself: its input is, in the narrower type, and the cast is
+ * redone from it for free. */
+static const char *cached(emitter *e, const tg_node *n) {
+  tg_nest_code *c = e->out;
+  int from = e->def_sweep[n->id];
+  if (!c->row_cache || !from || from >= e->sweep) return NULL;
+  if (n->op == TG_OP_cast && tg_dtype_is_float(n->type.dtype) && tg_dtype_is_float(n->in[0]->type.dtype) &&
+      tg_dtype_size(n->in[0]->type.dtype) <= tg_dtype_size(n->type.dtype))
+    return NULL;
+  tg_dtype t = n->type.dtype;
+  int64_t row = e->st->nest.inner_count;
+  const char *arr = tg_sprintf(e->arena, "tg_row_k%d_s%d", e->lk->kernel, e->step);
+  int slot = e->cache_slot[n->id];
+  if (slot < 0) {
+    if (c->row_cache == TG_ROW_CACHE_REGS) {
+      if ((e->n_slots + 1) * c->row_regs > TG_ROW_CACHE_MAX_REGS) return NULL;
+      tg_sb_printf(&e->decl, "%s r%d[%d];\n", tg_compute_ctype(t), n->id, c->row_regs);
+      append_to_sweep(e, from, tg_sprintf(e->arena, "r%d[u] = t%d;\n", n->id, n->id));
+    } else {
+      if (!tg_dtype_is_float(t) || (e->n_slots && t != e->shared_type)) return NULL;
+      int64_t bytes = (int64_t)(e->n_slots + 1) * row * tg_dtype_size(t);
+      if (bytes > TG_ROW_CACHE_MAX_SHARED) return NULL;
+      if (!e->n_slots) {
+        e->shared_type = t;
+        tg_sb_printf(&e->decl, "TG_SHARED_DYNAMIC(%s, %s);\n", tg_storage_ctype(t), arr);
+      }
+      c->shared_bytes = bytes;
+      append_to_sweep(e, from, tg_sprintf(e->arena, "%s[%lld + j] = %s;\n", arr, (long long)(e->n_slots * row),
+                                          store_conv(e, t, tg_sprintf(e->arena, "t%d", n->id))));
+    }
+    slot = e->cache_slot[n->id] = e->n_slots++;
+  }
+  if (c->row_cache == TG_ROW_CACHE_REGS) return tg_sprintf(e->arena, "r%d[u]", n->id);
+  return load_from(e, t, arr, tg_sprintf(e->arena, "%lld + j", (long long)(slot * row)));
+}
+
 static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth) {
   tg_dtype t = n->type.dtype;
   if (n->op == TG_OP_const) return (val){const_text(e, n), t};
@@ -468,12 +534,22 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   if (canonical && e->memo[2][n->id] && e->in_loop) return (val){e->memo[2][n->id], t};
   int d = canonical ? depth_of(e, n) : ctx_depth;
   if (d == 2 && !e->in_loop) internal(n, "a value varying along the inner axes read outside the sweeps");
+  if (canonical && d == 2) {
+    const char *x = cached(e, n);
+    if (x) {
+      const char *name = tname(e, n->id, d);
+      define(e, d, t, name, x);
+      e->memo[d][n->id] = name;
+      return (val){name, t};
+    }
+  }
   if (in_memory(e, b)) {
     const char *x = load(e, n, c, d);
     if (!canonical) return (val){x, t};
     const char *name = tname(e, n->id, d);
     define(e, d, t, name, x);
     e->memo[d][n->id] = name;
+    defined_in_sweep(e, n, d);
     return (val){name, t};
   }
   if (tg_is_view(n)) {
@@ -490,7 +566,10 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   if (*narrow_round(t)) x = tg_sprintf(e->arena, "%s(%s)", narrow_round(t), x);
   const char *name = canonical ? tname(e, n->id, d) : new_tmp(e);
   define(e, d, t, name, x);
-  if (canonical) e->memo[d][n->id] = name;
+  if (canonical) {
+    e->memo[d][n->id] = name;
+    defined_in_sweep(e, n, d);
+  }
   return (val){name, t};
 }
 
@@ -616,6 +695,19 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   if (!e.memo[0] || !e.memo[1] || !e.memo[2] || !e.dep_red) exit(1);
   memset(e.dep_red, -1, (size_t)p->g->n_nodes + 1);
   const tg_nest *N = &e.st->nest;
+  /* the row cache: CUDA nests that reduce a row (one block a row) and walk
+   * it more than once */
+  bool reduces = false;
+  for (int w = 0; w < N->n_sweeps; w++) reduces |= N->sweeps[w].n_reduce > 0;
+  if (d == TG_DIALECT_CUDA && e.st->kind == TG_STEP_NEST && reduces && N->n_sweeps > 1) {
+    int64_t steps = (N->inner_count + 255) / 256;
+    out->row_cache = steps <= TG_ROW_CACHE_MAX_STEPS ? TG_ROW_CACHE_REGS : TG_ROW_CACHE_SHARED;
+    out->row_regs = out->row_cache == TG_ROW_CACHE_REGS ? (int)steps : 0;
+  }
+  e.def_sweep = tg_xcalloc((size_t)p->g->n_nodes + 1, sizeof *e.def_sweep);
+  e.cache_slot = tg_xmalloc(sizeof *e.cache_slot * ((size_t)p->g->n_nodes + 1));
+  for (int k = 0; k <= p->g->n_nodes; k++) e.cache_slot[k] = -1;
+  e.seg_of_sweep = tg_xcalloc((size_t)N->n_sweeps + 2, sizeof *e.seg_of_sweep);
   tg_sbuf oc = {0}, ic = {0};
   coords_text(&e, &oc, N->outer_axes, N->n_outer, "o");
   coords_text(&e, &ic, N->inner_axes, N->n_inner, "j");
@@ -655,6 +747,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       e.sweep = 0;
       char *body = tg_sb_take(&e.buf[2]);
       flush_outer(&e, out);
+      e.seg_of_sweep[w + 1] = out->n_seg;
       push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce});
       for (int r = 0; r < S->n_reduce; r++) e.memo[1][S->reduce[r]] = tg_sprintf(e.arena, "t%d", S->reduce[r]);
     }
@@ -667,6 +760,11 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
     out->post_only = tg_sb_take(&post);
   }
   out->uniform = tg_sb_take(&e.buf[0]);
+  out->cache_decl = tg_sb_take(&e.decl);
+  if (!e.n_slots) out->row_cache = TG_ROW_CACHE_NONE, out->row_regs = 0; /* nothing was worth keeping */
+  free(e.def_sweep);
+  free(e.cache_slot);
+  free(e.seg_of_sweep);
   for (int k = 0; k < MAXD; k++) {
     tg_sb_free(&e.buf[k]);
     free(e.memo[k]);
@@ -695,6 +793,7 @@ void tg_nest_code_free(tg_nest_code *c) {
   free(c->seg);
   free(c->post_only);
   free(c->access);
+  free(c->cache_decl);
   memset(c, 0, sizeof *c);
 }
 

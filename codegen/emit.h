@@ -69,6 +69,17 @@ typedef struct tg_nest_code {
   tg_access *access;   /* every load and store of the statements, once per
                         * base, view and sweep */
   int n_access;
+  /* The row cache (CUDA reduction nests of several sweeps): a value a
+   * later sweep needs is kept from the sweep that computed it instead of
+   * being loaded and computed again.  ROW_CACHE_REGS: in a per-thread
+   * register array r<N>[u], the sweeps walking the row in `row_regs`
+   * unrolled steps of the block (j = threadIdx.x + u * 256); ROW_CACHE_SHARED:
+   * rows too long for registers, in dynamic shared memory indexed by j
+   * (each thread reads back only what it wrote: no barrier needed). */
+  enum { TG_ROW_CACHE_NONE, TG_ROW_CACHE_REGS, TG_ROW_CACHE_SHARED } row_cache;
+  int row_regs;        /* REGS: unrolled steps of a sweep (inner points / 256, rounded up) */
+  char *cache_decl;    /* declarations to print before the segments */
+  int64_t shared_bytes; /* SHARED: dynamic shared memory the launch needs */
 } tg_nest_code;
 
 
@@ -78,6 +89,12 @@ typedef enum tg_dialect { TG_DIALECT_C, TG_DIALECT_CUDA } tg_dialect;
  * elementwise nest whose single inner axis has a multiple of 4 points (its
  * body then covers inner points j .. j+3, j a multiple of 4), else 1. */
 int tg_nest_vec_width(const tg_step *st, tg_dialect d);
+
+/* Limits of the row cache: registers while a sweep takes at most 8 steps
+ * of the block and the cached values take at most 64 registers; shared
+ * memory up to 110 KiB a block, so that two blocks fit on an SM of an
+ * H100 (228 KiB) and a launch keeps 16 warps resident. */
+enum { TG_ROW_CACHE_MAX_STEPS = 8, TG_ROW_CACHE_MAX_REGS = 64, TG_ROW_CACHE_MAX_SHARED = 110 * 1024 };
 
 /* The statements of step s (a nest or a scatter) of kernel lk. */
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out);

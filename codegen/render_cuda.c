@@ -50,6 +50,11 @@ static void prelude(FILE *out, const tg_program *p) {
           p->n_leaves);
   tg_cuda_emit_memory_macros(out);
   fputs("typedef long long tg_idx;\n"
+        "#ifdef __CUDA_ARCH__\n"
+        "#define TG_UNROLL _Pragma(\"unroll\")  // a loop whose arrays must stay in registers\n"
+        "#else\n"
+        "#define TG_UNROLL\n"
+        "#endif\n"
         "__device__ __forceinline__ float tg_inf() { return __int_as_float(0x7f800000); }\n"
         "__device__ __forceinline__ float tg_exp(float x) { return expf(x); }\n"
         "__device__ __forceinline__ float tg_tanh(float x) { return tanhf(x); }\n"
@@ -124,7 +129,9 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     fprintf(out, "      const tg_idx o = e / %lld, j = e %% %lld * %d;\n      (void)o, (void)j;\n", per, per, c.vec);
   }
   print_code(out, c.outer_coords, "      ");
+  print_code(out, c.cache_decl, "      ");
   bool red = tg_cuda_is_reduction_nest(st);
+  bool regs = c.row_cache == TG_ROW_CACHE_REGS;
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
     if (!sg->loop) {
@@ -136,7 +143,10 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     } else if (red) {
       for (int r = 0; r < sg->n_red; r++)
         fprintf(out, "      %s acc%d = %s;\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].is_max ? "-tg_inf()" : "0.0f");
-      fprintf(out, "      for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
+      if (regs) /* the row cache in registers: the walk unrolled, so r<N>[u] are registers */
+        fprintf(out, "      TG_UNROLL for (int u = 0; u < %d; u++) {\n      const tg_idx j = threadIdx.x + (tg_idx)u * %d;\n"
+                     "      if (j < %lld) {\n", c.row_regs, TG_CUDA_BLOCK, (long long)N->inner_count);
+      else fprintf(out, "      for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
     } else {
       fprintf(out, "      {\n");
     }
@@ -147,7 +157,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
       if (R->is_max) fprintf(out, "        acc%d = tg_max2(acc%d, %s);\n", R->node, R->node, R->value);
       else fprintf(out, "        acc%d += %s;\n", R->node, R->value);
     }
-    fprintf(out, "      }\n");
+    fprintf(out, red && regs ? "      }}\n" : "      }\n");
     for (int r = 0; r < sg->n_red; r++)
       fprintf(out, "      const float t%d = %s(tg_block_%s(acc%d));\n", sg->red[r].node, sg->red[r].round,
               sg->red[r].is_max ? "max" : "sum", sg->red[r].node);

@@ -67,14 +67,29 @@ static tg_node *leaf(opt *O, tg_op op, const char *name, const tg_type *t) {
   return add(O, n);
 }
 
-/* Σ x² over every element, as a scalar. */
-static tg_node *sum_squares(opt *O, tg_node *x) {
-  tg_node *sq = op2(O, TG_OP_mul, x, x);
-  if (x->type.rank == 0) return sq;
+static tg_node *sum_over(opt *O, tg_node *x, unsigned axes) {
   tg_node *s = tg_node_new(O->g, TG_OP_sum, O->loc);
-  tg_node_set_inputs(O->g, s, 1, &sq);
-  s->axes = (1u << x->type.rank) - 1;
-  add(O, s);
+  tg_node_set_inputs(O->g, s, 1, &x);
+  s->axes = axes;
+  return add(O, s);
+}
+
+/* Σ x² over every element of a tensor in two stages.  A matrix is summed
+ * row by row first (stage 1), then the row sums (stage 2): on a GPU each
+ * row is a block, so even the 155 MB embedding table's gradient is summed
+ * by 50,304 blocks rather than one, and no thread adds a chain longer
+ * than a row or the number of rows over the block (docs/codegen.md,
+ * "parallelism").  Every tensor's stage 1 is made before any stage 2, so
+ * that fusion keeps the stage 1 sums in one multi-tensor kernel. */
+static tg_node *squares_stage1(opt *O, tg_node *x) {
+  tg_node *sq = op2(O, TG_OP_mul, x, x);
+  if (x->type.rank < 2) return sq;
+  return sum_over(O, sq, ((1u << x->type.rank) - 1) & ~1u);
+}
+
+static tg_node *squares_stage2(opt *O, tg_node *part) {
+  if (part->type.rank == 0) return part;
+  tg_node *s = sum_over(O, part, (1u << part->type.rank) - 1);
   tg_node *r = tg_node_new(O->g, TG_OP_reshape, O->loc);
   tg_node_set_inputs(O->g, r, 1, &s);
   r->type = (tg_type){.dtype = s->type.dtype};
@@ -117,9 +132,14 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
 
   /* Global norm over all gradients, then one clipping factor for all. */
   tg_node *total = NULL;
+  tg_node **part = tg_alloc(g->arena, sizeof *part * (size_t)(nparams + 1));
   for (int i = 0; i < nparams; i++) {
     O.loc = params[i]->loc;
-    tg_node *s = sum_squares(&O, grads[i]);
+    part[i] = squares_stage1(&O, grads[i]);
+  }
+  for (int i = 0; i < nparams; i++) {
+    O.loc = params[i]->loc;
+    tg_node *s = squares_stage2(&O, part[i]);
     total = total ? op2(&O, TG_OP_add, total, s) : s;
   }
   O.loc = (tg_loc){g->source, 1, 1};
