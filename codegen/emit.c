@@ -699,7 +699,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
    * it more than once */
   bool reduces = false;
   for (int w = 0; w < N->n_sweeps; w++) reduces |= N->sweeps[w].n_reduce > 0;
-  if (d == TG_DIALECT_CUDA && e.st->kind == TG_STEP_NEST && reduces && N->n_sweeps > 1) {
+  if (d == TG_DIALECT_CUDA && e.st->kind == TG_STEP_NEST && reduces && N->n_sweeps > 1 && !tg_cuda_column_nest(e.st)) {
     int64_t steps = (N->inner_count + 255) / 256;
     out->row_cache = steps <= TG_ROW_CACHE_MAX_STEPS ? TG_ROW_CACHE_REGS : TG_ROW_CACHE_SHARED;
     out->row_regs = out->row_cache == TG_ROW_CACHE_REGS ? (int)steps : 0;
@@ -772,6 +772,16 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   free(e.dep_red);
   free(e.vkeys);
   free(e.vnames);
+}
+
+bool tg_cuda_column_nest(const tg_step *st) {
+  const tg_nest *N = &st->nest;
+  if (st->kind != TG_STEP_NEST || N->n_outer < 1 || N->n_inner < 1 || N->inner_count < 2) return false;
+  bool reduces = false;
+  for (int w = 0; w < N->n_sweeps; w++) reduces |= N->sweeps[w].n_reduce > 0;
+  int last = N->dom.rank - 1;
+  return reduces && N->outer_axes[N->n_outer - 1] == last && N->dom.dim[last].size > 1 &&
+         N->outer_count % TG_COLUMN_TILE == 0;
 }
 
 int tg_nest_vec_width(const tg_step *st, tg_dialect d) {

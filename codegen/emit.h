@@ -96,6 +96,15 @@ int tg_nest_vec_width(const tg_step *st, tg_dialect d);
  * H100 (228 KiB) and a launch keeps 16 warps resident. */
 enum { TG_ROW_CACHE_MAX_STEPS = 8, TG_ROW_CACHE_MAX_REGS = 64, TG_ROW_CACHE_MAX_SHARED = 110 * 1024 };
 
+/* A CUDA reduction nest whose domain's last (contiguous) axis is an outer
+ * axis: a column reduction (a bias gradient, layernorm's dgamma).  Its
+ * blocks take TG_COLUMN_TILE consecutive outer points (columns) and split
+ * the inner points among TG_COLUMN_TILE row groups, so that a warp's loads
+ * are two runs of 16 consecutive elements, not 32 rows.  Needs the outer
+ * points to be a multiple of the tile (else: a block per outer point). */
+enum { TG_COLUMN_TILE = 16 };
+bool tg_cuda_column_nest(const tg_step *st);
+
 /* The statements of step s (a nest or a scatter) of kernel lk. */
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out);
 void tg_nest_code_free(tg_nest_code *c);

@@ -104,6 +104,28 @@ static void prelude(FILE *out, const tg_program *p) {
         "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : -tg_inf();\n"
         "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
         "  return v;\n"
+        "}\n"
+        "// Column reductions: thread t holds column t % 16's partial over row group t / 16;\n"
+        "// each column's 16 partials are added in row-group order through shared memory\n"
+        "// (rows of 17: no bank conflicts), and every thread of the column gets the result.\n"
+        "// The first barrier keeps a second call from overwriting what the first still reads.\n"
+        "__device__ float tg_column_sum(float v) {\n"
+        "  TG_SHARED(float, part, 16 * 17);\n"
+        "  __syncthreads();\n"
+        "  part[(threadIdx.x / 16) * 17 + threadIdx.x % 16] = v;\n"
+        "  __syncthreads();\n"
+        "  float s = 0.0f;\n"
+        "  for (int r = 0; r < 16; r++) s += part[r * 17 + threadIdx.x % 16];\n"
+        "  return s;\n"
+        "}\n"
+        "__device__ float tg_column_max(float v) {\n"
+        "  TG_SHARED(float, part, 16 * 17);\n"
+        "  __syncthreads();\n"
+        "  part[(threadIdx.x / 16) * 17 + threadIdx.x % 16] = v;\n"
+        "  __syncthreads();\n"
+        "  float s = -tg_inf();\n"
+        "  for (int r = 0; r < 16; r++) s = tg_max2(s, part[r * 17 + threadIdx.x % 16]);\n"
+        "  return s;\n"
         "}\n\n",
         out);
 }
@@ -119,6 +141,11 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   if (st->kind == TG_STEP_SCATTER) {
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu) * blockDim.x + threadIdx.x;\n", first);
     fprintf(out, "    if (o < %lld) {\n      (void)o;\n", (long long)N->outer_count);
+  } else if (tg_cuda_column_nest(st)) {
+    /* TG_COLUMN_TILE consecutive columns a block, its row groups splitting the rows */
+    fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu) * %d + (threadIdx.x %% %d);\n"
+                 "    const int tg_rg = threadIdx.x / %d;\n    {\n      (void)o;\n",
+            first, TG_COLUMN_TILE, TG_COLUMN_TILE, TG_COLUMN_TILE);
   } else if (tg_cuda_is_reduction_nest(st)) {
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu);\n    {\n      (void)o;\n", first);
   } else {
@@ -132,6 +159,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   print_code(out, c.cache_decl, "      ");
   bool red = tg_cuda_is_reduction_nest(st);
   bool regs = c.row_cache == TG_ROW_CACHE_REGS;
+  bool column = tg_cuda_column_nest(st);
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
     if (!sg->loop) {
@@ -143,7 +171,9 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     } else if (red) {
       for (int r = 0; r < sg->n_red; r++)
         fprintf(out, "      %s acc%d = %s;\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].is_max ? "-tg_inf()" : "0.0f");
-      if (regs) /* the row cache in registers: the walk unrolled, so r<N>[u] are registers */
+      if (column)
+        fprintf(out, "      for (tg_idx j = tg_rg; j < %lld; j += %d) {\n", (long long)N->inner_count, TG_COLUMN_TILE);
+      else if (regs) /* the row cache in registers: the walk unrolled, so r<N>[u] are registers */
         fprintf(out, "      TG_UNROLL for (int u = 0; u < %d; u++) {\n      const tg_idx j = threadIdx.x + (tg_idx)u * %d;\n"
                      "      if (j < %lld) {\n", c.row_regs, TG_CUDA_BLOCK, (long long)N->inner_count);
       else fprintf(out, "      for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
@@ -159,11 +189,11 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     }
     fprintf(out, red && regs ? "      }}\n" : "      }\n");
     for (int r = 0; r < sg->n_red; r++)
-      fprintf(out, "      const float t%d = %s(tg_block_%s(acc%d));\n", sg->red[r].node, sg->red[r].round,
-              sg->red[r].is_max ? "max" : "sum", sg->red[r].node);
+      fprintf(out, "      const float t%d = %s(tg_%s_%s(acc%d));\n", sg->red[r].node, sg->red[r].round,
+              column ? "column" : "block", sg->red[r].is_max ? "max" : "sum", sg->red[r].node);
   }
   if (c.post_only && *c.post_only) {
-    fprintf(out, "      if (%s) {\n", red ? "threadIdx.x == 0" : st->kind == TG_STEP_SCATTER ? "true" : "j == 0");
+    fprintf(out, "      if (%s) {\n", column ? "tg_rg == 0" : red ? "threadIdx.x == 0" : st->kind == TG_STEP_SCATTER ? "true" : "j == 0");
     print_code(out, c.post_only, "        ");
     fprintf(out, "      }\n");
   }

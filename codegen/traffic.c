@@ -64,6 +64,7 @@ static double nest_flops(const tg_program *p, const tg_lkernel *lk, int s) {
 static int64_t nest_chain(const tg_step *st) {
   const tg_nest *N = &st->nest;
   if (st->kind == TG_STEP_SCATTER) return N->inner_count;
+  if (tg_cuda_column_nest(st)) return (N->inner_count + TG_COLUMN_TILE - 1) / TG_COLUMN_TILE;
   if (tg_cuda_is_reduction_nest(st)) return (N->inner_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
   return tg_nest_vec_width(st, TG_DIALECT_CUDA);
 }

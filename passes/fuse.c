@@ -36,7 +36,9 @@
  *   multi        the optimizer phase: every parameter's elementwise update
  *                in one multi-tensor kernel; the sum of squares of all
  *                gradients is another, since the clip factor needs the
- *                whole sum (a grid-wide barrier) before any update.
+ *                whole sum (a grid-wide barrier) before any update.  The
+ *                second stages of split sums (a sum of a sum) gathered by
+ *                split_sums.c are one too.
  *   special      scatter_add, and the flash attention ops together.
  *
  * Phases mix only where that saves memory traffic: a backward op joins a
@@ -260,7 +262,9 @@ static int new_kernel(fuser *f, const tg_node *n) {
   } else if (is_flash(n->op) || n->op == TG_OP_scatter_add) {
     kind = TG_KERNEL_SPECIAL;
     s.flash = is_flash(n->op);
-  } else if (n->phase == TG_PHASE_OPTIMIZER) {
+  } else if (n->phase == TG_PHASE_OPTIMIZER || (n->op == TG_OP_sum && n->in[0]->op == TG_OP_sum)) {
+    /* the optimizer; or the second stages of split sums (split_sums.c),
+     * small and independent, which that pass gathered: one launch */
     kind = TG_KERNEL_MULTI;
   } else if ((n->op == TG_OP_sum || n->op == TG_OP_max) && last_axis_only(n)) {
     kind = TG_KERNEL_ROW;

@@ -110,6 +110,13 @@ int tg_narrow_saved(tg_ctx *ctx, tg_graph *g);
 /* The copy state leaf of param in g, or NULL. */
 tg_node *tg_param_copy_of(const tg_graph *g, const tg_node *param);
 
+/* split_sums.c: every sum over several axes (of size > 1) becomes a sum
+ * over all but its first, then a sum over that one, so that GPU kernels
+ * have parallelism (a bias gradient: over T, then over B); the second
+ * stages move down to just before their first reader, together.  Returns
+ * how many sums it split.  Runs before fuse. */
+int tg_split_sums(tg_ctx *ctx, tg_graph *g);
+
 /* fuse.c: groups the training step's ops into kernels (node->kernel and
  * g->kernels, see ir.h): layernorms, softmax + cross-entropy with its
  * backward, matmul epilogues, the optimizer as multi-tensor kernels.  Runs

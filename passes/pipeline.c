@@ -41,6 +41,11 @@ static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   tg_append_adamw(ctx, g, &o->adamw, NULL);
 }
 
+static void run_split_sums(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  (void)o;
+  tg_split_sums(ctx, g);
+}
+
 static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   bool asked = o->report_pass && !strcmp(o->report_pass, "fusion");
   tg_fuse(ctx, g, asked ? o->report : NULL);
@@ -75,6 +80,7 @@ static const pass passes[] = {
     {"weight_copies", ALWAYS, run_weight_copies, "precision's bf16 weight casts as copies the optimizer writes once a step"},
     {"narrow_saved", FOR_GRAD, run_narrow_saved, "the backward widens the bf16 values it reads, so they are saved bf16"},
     {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
+    {"split_sums", FOR_GRAD, run_split_sums, "a sum over several axes as two sums (over T, then B), for GPU parallelism"},
     {"fuse", FOR_GRAD, run_fuse, "groups the ops into kernels (--report fusion)"},
     {"memplan", FOR_GRAD, run_memplan, "gives each kernel output a buffer by liveness, reusing memory (--report memplan)"},
     {"schedule", FOR_GRAD, run_schedule, "buckets of gradients, each all-reduced right after its last gradient (--report schedule)"},
