@@ -27,7 +27,10 @@ bool tg_cuda_is_reduction_nest(const tg_step *st) {
 
 long long tg_cuda_step_blocks(const tg_step *st) {
   const tg_nest *N = &st->nest;
-  if (st->kind == TG_STEP_SCATTER) return (N->outer_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
+  if (st->kind == TG_STEP_SCATTER) {
+    int64_t rows = tg_cuda_scatter_rows(st);
+    return (st->table_rows + rows - 1) / rows;
+  }
   if (tg_cuda_column_nest(st)) return N->outer_count / TG_COLUMN_TILE;
   if (tg_cuda_is_reduction_nest(st)) return N->outer_count;
   long long points = N->outer_count * N->inner_count / tg_nest_vec_width(st, TG_DIALECT_CUDA);

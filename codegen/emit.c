@@ -667,6 +667,26 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
   note_elements(e, n->id, 0, tg_type_numel(&n->type), 0, true);
   note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, false);
   note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, true);
+  if (e->d == TG_DIALECT_CUDA) {
+    /* the index of row j on its own, for the blocks' walk over the indices
+     * (tg_cuda_scatter_rows), each of which reads every index once */
+    char *body = tg_sb_take(&e->buf[2]);
+    memset(e->memo[2], 0, sizeof(char *) * (size_t)e->g->n_nodes);
+    int n_access = c->n_access;
+    val ix = value_at(e, idx, sc, 2);
+    c->n_access = n_access; /* counted below, once per block */
+    c->index_code = tg_sb_take(&e->buf[2]);
+    c->index_value = tg_strdup(e->arena, ix.s);
+    int64_t rows = tg_cuda_scatter_rows(e->st), blocks = (n->type.dim[0].size + rows - 1) / rows;
+    note_elements(e, tg_kernel_base(idx)->id, 0, blocks * tg_type_numel(&idx->type), 1, false);
+    tg_sb_printf(&e->buf[2], "%s", body);
+    free(body);
+    /* each block zeroes its own rows (render_cuda.c): no zeroing here */
+    char *body2 = tg_sb_take(&e->buf[2]);
+    flush_outer(e, c);
+    push_seg(c, (tg_segment){.loop = true, .text = body2, .ordered = true});
+    return;
+  }
   /* each outer point owns one column of the table: it zeroes it, then adds
    * the rows in order, so the sums are deterministic without atomics */
   tg_sbuf col = {0};
@@ -774,6 +794,11 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   free(e.vnames);
 }
 
+int64_t tg_cuda_scatter_rows(const tg_step *st) {
+  int64_t rows = st->table_rows / (4 * 132);
+  return rows < 1 ? 1 : rows > 64 ? 64 : rows;
+}
+
 bool tg_cuda_column_nest(const tg_step *st) {
   const tg_nest *N = &st->nest;
   if (st->kind != TG_STEP_NEST || N->n_outer < 1 || N->n_inner < 1 || N->inner_count < 2) return false;
@@ -804,6 +829,7 @@ void tg_nest_code_free(tg_nest_code *c) {
   free(c->post_only);
   free(c->access);
   free(c->cache_decl);
+  free(c->index_code);
   memset(c, 0, sizeof *c);
 }
 

@@ -80,6 +80,9 @@ typedef struct tg_nest_code {
   int row_regs;        /* REGS: unrolled steps of a sweep (inner points / 256, rounded up) */
   char *cache_decl;    /* declarations to print before the segments */
   int64_t shared_bytes; /* SHARED: dynamic shared memory the launch needs */
+  /* CUDA scatters (tg_cuda_scatter_rows): the statements defining the
+   * index of source row j (after the inner coordinates) and its value */
+  char *index_code, *index_value;
 } tg_nest_code;
 
 
@@ -104,6 +107,14 @@ enum { TG_ROW_CACHE_MAX_STEPS = 8, TG_ROW_CACHE_MAX_REGS = 64, TG_ROW_CACHE_MAX_
  * points to be a multiple of the tile (else: a block per outer point). */
 enum { TG_COLUMN_TILE = 16 };
 bool tg_cuda_column_nest(const tg_step *st);
+
+/* A CUDA scatter_add (the embedding's gradient) without atomics and in a
+ * fixed order: each block owns this many consecutive rows of the table and
+ * every column of them; it zeroes its rows, then walks the indices 256 at
+ * a time, gathers (warp votes, in order) the source rows whose index falls
+ * in its rows, and adds them column by column in index order.  The rows a
+ * block owns: as many as keep at least 4 x 132 blocks, at most 64. */
+int64_t tg_cuda_scatter_rows(const tg_step *st);
 
 /* The statements of step s (a nest or a scatter) of kernel lk. */
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out);

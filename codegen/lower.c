@@ -538,6 +538,7 @@ static void scatter_step(lowerer *L, const tg_node *n) {
   own(L, s, n->id);
   L->stored[n->id] = true;
   L->steps[s].node = n->id;
+  L->steps[s].table_rows = n->type.dim[0].size;
   const tg_type *src = &n->in[0]->type;
   int ir = n->in[1]->type.rank;
   uint32_t inner = 0;

@@ -99,6 +99,7 @@ typedef struct tg_step {
   int node;               /* SCATTER: the scatter_add; FLASH_*: an op of it; a NEST
                            * that copies a view for a matmul: the view; else -1 */
   const char *fn;         /* the generated function's name */
+  int64_t table_rows;     /* SCATTER: the table's rows (dim 0) */
 } tg_step;
 
 typedef struct tg_lkernel {

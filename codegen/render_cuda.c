@@ -130,6 +130,57 @@ static void prelude(FILE *out, const tg_program *p) {
         out);
 }
 
+/* A scatter_add (emit.h: tg_cuda_scatter_rows): block b owns table rows
+ * [v0, v0 + rows) and all their columns.  It zeroes them; then, 256
+ * indices at a time, each thread tests one index, the warps' votes give
+ * every hit its place in index order (tg_hits), and the threads, one
+ * column each, add the hit source rows in that order.  Every element of
+ * the table has one owner thread and a fixed order of adds: deterministic,
+ * no atomics. */
+static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, long long first) {
+  const tg_nest *N = &st->nest;
+  long long rows = (long long)tg_cuda_scatter_rows(st), V = (long long)st->table_rows;
+  long long cols = (long long)N->outer_count, n = (long long)N->inner_count;
+  fprintf(out, "    const tg_idx v0 = (tg_idx)(blockIdx.x - %lldu) * %lld;\n", first, rows);
+  fprintf(out, "    TG_SHARED(int, tg_hits, 256);  // this chunk's hits, in index order\n"
+               "    TG_SHARED(int, tg_warp_hits, 8);\n");
+  fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
+               "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) b%d[v * %lld + o] = 0;\n",
+          rows, V, cols, st->node, cols);
+  fprintf(out, "    for (tg_idx base = 0; base < %lld; base += 256) {\n", n);
+  fprintf(out, "      bool hit = false;\n"
+               "      {\n"
+               "        const tg_idx j = base + threadIdx.x;\n"
+               "        if (j < %lld) {\n", n);
+  print_code(out, c->inner_coords, "          ");
+  print_code(out, c->index_code, "          ");
+  fprintf(out, "          hit = (tg_idx)%s >= v0 && (tg_idx)%s < v0 + %lld;\n", c->index_value, c->index_value, rows);
+  fprintf(out, "        }\n      }\n");
+  fprintf(out, "      const unsigned votes = __ballot_sync(0xffffffffu, hit);\n"
+               "      if ((threadIdx.x & 31) == 0) tg_warp_hits[threadIdx.x >> 5] = __popc(votes);\n"
+               "      __syncthreads();\n"
+               "      int before = 0, hits = 0;\n"
+               "      for (int w = 0; w < 8; w++) {\n"
+               "        const int k = tg_warp_hits[w];\n"
+               "        if (w < (int)(threadIdx.x >> 5)) before += k;\n"
+               "        hits += k;\n"
+               "      }\n"
+               "      if (hit) tg_hits[before + __popc(votes & ((1u << (threadIdx.x & 31)) - 1u))] = (int)threadIdx.x;\n"
+               "      __syncthreads();\n"
+               "      for (int h = 0; h < hits; h++) {\n"
+               "        const tg_idx j = base + tg_hits[h];\n"
+               "        for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n", cols);
+  print_code(out, c->outer_coords, "          ");
+  for (int i = 0; i < c->n_seg; i++)
+    if (!c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
+  print_code(out, c->inner_coords, "          ");
+  for (int i = 0; i < c->n_seg; i++)
+    if (c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
+  fprintf(out, "        }\n      }\n"
+               "      __syncthreads();  // tg_hits is rewritten by the next chunk\n"
+               "    }\n");
+}
+
 /* A step's body inside its wave's function; `first` is its first block. */
 static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int s, long long first) {
   const tg_step *st = &lk->steps[s];
@@ -139,8 +190,9 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   const char *in = "    ";
   print_code(out, c.uniform, in);
   if (st->kind == TG_STEP_SCATTER) {
-    fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu) * blockDim.x + threadIdx.x;\n", first);
-    fprintf(out, "    if (o < %lld) {\n      (void)o;\n", (long long)N->outer_count);
+    scatter_body(out, st, &c, first);
+    tg_nest_code_free(&c);
+    return;
   } else if (tg_cuda_column_nest(st)) {
     /* TG_COLUMN_TILE consecutive columns a block, its row groups splitting the rows */
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu) * %d + (threadIdx.x %% %d);\n"

@@ -63,7 +63,15 @@ static double nest_flops(const tg_program *p, const tg_lkernel *lk, int s) {
  * its lanes. */
 static int64_t nest_chain(const tg_step *st) {
   const tg_nest *N = &st->nest;
-  if (st->kind == TG_STEP_SCATTER) return N->inner_count;
+  if (st->kind == TG_STEP_SCATTER) {
+    /* a thread adds, per column it owns, every source row hitting its
+     * block's rows: on average (indices spread over the table) the source
+     * rows times rows / table rows; and it walks the indices 256 at a time */
+    int64_t rows = tg_cuda_scatter_rows(st), cols = (N->outer_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
+    int64_t hits = (N->inner_count * rows + st->table_rows - 1) / st->table_rows * cols;
+    int64_t walk = (N->inner_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
+    return hits > walk ? hits : walk;
+  }
   if (tg_cuda_column_nest(st)) return (N->inner_count + TG_COLUMN_TILE - 1) / TG_COLUMN_TILE;
   if (tg_cuda_is_reduction_nest(st)) return (N->inner_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
   return tg_nest_vec_width(st, TG_DIALECT_CUDA);

@@ -20,10 +20,11 @@
  * budget, so the last walk recomputes it from the kept x), and not at all
  * for C = 40000 (160 KB: x is read three times).
  * GPT-2 124M's step at B=16, T=1024 (what `tgc --report traffic` counts):
- * the gradient norm runs on many blocks (no optimizer launch is flagged),
- * no launch other than the embedding backward is flagged (issue 14 still
- * has it: 3 blocks), and the step moves at most 53.1 GB (63.3 before the
- * row cache; a budget that a change moving more bytes must answer for).
+ * no launch is flagged (the gradient norm, the bias and layernorm weight
+ * gradients and the embedding's backward all run on at least 4 x 132
+ * blocks with short chains), and the step moves at most 53.2 GB (63.3
+ * before the row cache; a budget that a change moving more bytes must
+ * answer for).
  * A whole-tensor sum of 16.8 MB on one block is flagged twice over (too
  * few blocks for its bytes, a 16384-element chain per thread).  And the
  * roofline time of a launch is its bytes over the bandwidth or its FLOPs
@@ -165,13 +166,12 @@ START_TEST(test_gpt2_step) {
     const tg_launch_traffic *L = &t->launch[i];
     if (!L->flag) continue;
     flagged++;
-    ck_assert_msg(L->category == TG_TRAFFIC_EMBEDDING, "launch %d (%s) is flagged: %s", i,
-                  op_of(t, i)->launch.function, L->flag);
+    ck_assert_msg(false, "launch %d (%s) is flagged: %s", i, op_of(t, i)->launch.function, L->flag);
   }
-  ck_assert_int_le(flagged, 1);
+  ck_assert_int_eq(t->n_flagged, 0);
   double gb = (double)(t->bytes_read + t->bytes_written) / 1e9;
   printf("GPT-2 124M, B=16: %d launches, %d flagged, %.2f GB a step\n", t->n, flagged, gb);
-  ck_assert_msg(gb <= 53.1, "the step moves %.2f GB (budget 53.1)", gb);
+  ck_assert_msg(gb <= 53.2, "the step moves %.2f GB (budget 53.2)", gb);
   tu_ctx_free(c);
 }
 END_TEST
