@@ -131,7 +131,7 @@ static void matmul(builder *b, int kernel, const tg_gemm *G, int64_t ao, int64_t
   const tg_graph *g = b->p->g;
   tg_cuda_op *op = push(b, TG_CUDA_MATMUL, kernel);
   tg_cuda_matmul *M = &op->matmul;
-  M->node = G->node;
+  M->node = G->out;
   /* row-major C[m,n] = op(A)[m,k] op(B)[k,n] is column-major
    * Cᵀ[n,m] = op(B)ᵀ[n,k] op(A)ᵀ[k,m]: row-major data read column-major is
    * the transpose, so tg's B (not transposed) is cuBLASLt's A as stored */
@@ -150,7 +150,8 @@ static void matmul(builder *b, int kernel, const tg_gemm *G, int64_t ao, int64_t
   M->batch_count = (int)count;
   M->a_batch_stride = bs, M->b_batch_stride = as, M->c_batch_stride = cs;
   M->alpha = 1, M->beta = 0;
-  M->epilogue = "CUBLASLT_EPILOGUE_DEFAULT";
+  M->epilogue = G->bias >= 0 ? "CUBLASLT_EPILOGUE_BIAS" : "CUBLASLT_EPILOGUE_DEFAULT";
+  M->bias_node = G->bias;
   M->workspace_bytes = TG_CUBLASLT_WORKSPACE;
 }
 

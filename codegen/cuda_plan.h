@@ -36,7 +36,8 @@ typedef struct tg_cuda_launch {
  * takes it: column-major, so the call computes Cᵀ = op(B)ᵀ op(A)ᵀ, and
  * cuBLASLt's A is tg's B.  Every field the call needs is here. */
 typedef struct tg_cuda_matmul {
-  int node;                 /* the matmul: the base value C lives in */
+  int node;                 /* the base value C (and D) lives in: the matmul's,
+                             * or its bias add's when the GEMM adds the bias */
   int a_node, b_node;       /* cuBLASLt's operands A and B (tg's b and a) */
   tg_dtype a_type, b_type, c_type;
   const char *compute;      /* "CUBLAS_COMPUTE_32F": fp32 accumulation */
@@ -50,7 +51,9 @@ typedef struct tg_cuda_matmul {
   int batch_count;          /* products in one call (1: none) */
   int64_t a_batch_stride, b_batch_stride, c_batch_stride; /* elements */
   double alpha, beta;       /* D = alpha op(A) op(B) + beta C; C is D */
-  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT" */
+  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT", or "..._BIAS" */
+  int bias_node;            /* BIAS: the vector added to each column of tg's
+                             * C (each row of cuBLASLt's D), D's type; else -1 */
   int64_t workspace_bytes;  /* the workspace the call may use */
 } tg_cuda_matmul;
 

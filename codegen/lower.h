@@ -73,6 +73,10 @@ typedef struct tg_nest {
 
 typedef struct tg_gemm {
   int node;               /* the matmul */
+  int out;                /* the value D is written to: the matmul, or the
+                           * bias add folded into it (bias >= 0) */
+  int bias;               /* a bias vector over the output's columns that the
+                           * GEMM adds (cuBLASLt's BIAS epilogue), or -1 */
   int after;              /* the last step copying an operand to scratch, or -1 */
   int64_t m, n, k;        /* per product */
   int64_t batch;          /* products (1 when the batch folds into m) */

@@ -259,7 +259,7 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   char a[64], b[64], c[64];
   snprintf(a, sizeof a, "b%d + ao", G->a.base);
   snprintf(b, sizeof b, "b%d + bo", G->b.base);
-  snprintf(c, sizeof c, "b%d + co", G->node);
+  snprintf(c, sizeof c, "b%d + co", G->out);
   if (!bf16) {
     fprintf(out, "    {\n");
     gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, c, G->ldc);

@@ -371,7 +371,7 @@ static void cublaslt_json(FILE *out, const tg_cuda_matmul *M) {
                "\"a_layout\": [%lld, %lld, %lld], \"b_layout\": [%lld, %lld, %lld], \"c_layout\": [%lld, %lld, %lld],\n         "
                "\"a_offset\": %lld, \"b_offset\": %lld, \"c_offset\": %lld, \"batch_count\": %d, "
                "\"batch_strides\": [%lld, %lld, %lld],\n         "
-               "\"alpha\": %g, \"beta\": %g, \"epilogue\": \"%s\", \"workspace_bytes\": %lld}}",
+               "\"alpha\": %g, \"beta\": %g, \"epilogue\": \"%s\", \"workspace_bytes\": %lld",
           M->node, M->node, M->a_node, M->b_node, tg_dtype_name(M->a_type), tg_dtype_name(M->b_type),
           tg_dtype_name(M->c_type), M->compute, M->scale_type, M->trans_a ? "true" : "false", M->trans_b ? "true" : "false",
           (long long)M->m, (long long)M->n, (long long)M->k, (long long)M->a_rows, (long long)M->a_cols,
@@ -379,6 +379,8 @@ static void cublaslt_json(FILE *out, const tg_cuda_matmul *M) {
           (long long)M->n, (long long)M->ldc, (long long)M->a_offset, (long long)M->b_offset, (long long)M->c_offset,
           M->batch_count, (long long)M->a_batch_stride, (long long)M->b_batch_stride, (long long)M->c_batch_stride,
           M->alpha, M->beta, M->epilogue, (long long)M->workspace_bytes);
+  if (M->bias_node >= 0) fprintf(out, ", \"bias\": \"b%d\"", M->bias_node);
+  fprintf(out, "}}");
 }
 
 static void manifest_head(FILE *out, const tg_program *p, const char *file, bool cuda) {

@@ -460,16 +460,21 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   tg_cuda_api *A = &d->api;
   LT(d, ctx, A->cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
   int32_t ta = M->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = M->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  uint32_t epi = M->bias_node >= 0 ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
   LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
   LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), what);
+  if (M->bias_node >= 0) {
+    /* the bias in D's type (the pointer is set before each call: matmul()) */
+    int32_t bt = (int32_t)lt_type(M->c_type);
+    LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), what);
+  }
   c->a = layout(d, ctx, M->a_type, M->a_rows, M->a_cols, M->lda, M->batch_count, M->a_batch_stride, what);
   c->b = layout(d, ctx, M->b_type, M->b_rows, M->b_cols, M->ldb, M->batch_count, M->b_batch_stride, what);
   c->c = layout(d, ctx, M->c_type, M->m, M->n, M->ldc, M->batch_count, M->c_batch_stride, what);
   uint64_t key = 1469598103934665603ull;
   int64_t f[] = {M->a_type, M->b_type, M->c_type, M->trans_a, M->trans_b, M->m, M->n, M->k, M->lda, M->ldb, M->ldc,
-                 M->batch_count, M->a_batch_stride, M->b_batch_stride, M->c_batch_stride,
+                 M->batch_count, M->a_batch_stride, M->b_batch_stride, M->c_batch_stride, epi,
                  /* alignment matters to the algorithm: the offsets' 16-byte residues */
                  (M->a_offset * tg_dtype_size(M->a_type)) % 16, (M->b_offset * tg_dtype_size(M->b_type)) % 16,
                  (M->c_offset * tg_dtype_size(M->c_type)) % 16};
@@ -728,6 +733,11 @@ static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
   CUdeviceptr a = value_ptr(e, M->a_node, NULL) + (CUdeviceptr)(M->a_offset * tg_dtype_size(M->a_type));
   CUdeviceptr b = value_ptr(e, M->b_node, NULL) + (CUdeviceptr)(M->b_offset * tg_dtype_size(M->b_type));
   CUdeviceptr cc = value_ptr(e, M->node, NULL) + (CUdeviceptr)(M->c_offset * tg_dtype_size(M->c_type));
+  if (M->bias_node >= 0) {
+    CUdeviceptr bias = value_ptr(e, M->bias_node, NULL);
+    LT(d, ctx, d->api.cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+       op_what(e, i));
+  }
   LT(d, ctx,
      d->api.cublasLtMatmul(d->lt, c->desc, &alpha, (const void *)a, c->a, (const void *)b, c->b, &beta,
                            (const void *)cc, c->c, (void *)cc, c->c, &c->algo, (void *)d->workspace,
