@@ -51,9 +51,12 @@ typedef struct tg_cuda_matmul {
   int batch_count;          /* products in one call (1: none) */
   int64_t a_batch_stride, b_batch_stride, c_batch_stride; /* elements */
   double alpha, beta;       /* D = alpha op(A) op(B) + beta C; C is D */
-  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT", or "..._BIAS" */
+  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT", "..._BIAS" or "..._GELU_AUX_BIAS" */
   int bias_node;            /* BIAS: the vector added to each column of tg's
                              * C (each row of cuBLASLt's D), D's type; else -1 */
+  int aux_node;             /* GELU_AUX_BIAS: where the GELU's input (product +
+                             * bias) is stored, D's type, leading dim aux_ld; else -1 */
+  int64_t aux_ld;
   int64_t workspace_bytes;  /* the workspace the call may use */
 } tg_cuda_matmul;
 

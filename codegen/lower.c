@@ -25,6 +25,7 @@
 
 #include "passes.h" /* tg_memplan_place */
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,7 @@ typedef struct lowerer {
   int kernel;     /* the kernel being lowered */
   tg_mem_plan *plan; /* the arena's plan, made once recomputation is chosen */
   int *bias_add;  /* per kernel: the bias add its GEMM computes (fold_bias), or -1 */
+  int *gelu_out;  /* per kernel: the GELU of that add the GEMM computes, or -1 */
 } lowerer;
 
 static int *arena_ints(tg_arena *a, const ivec *v) {
@@ -485,7 +487,8 @@ static void gemm_step(lowerer *L, const tg_node *mm) {
   tg_gemm *G = &L->steps[s].gemm;
   G->node = mm->id;
   G->out = mm->id;
-  G->bias = -1;
+  G->bias = G->aux = -1;
+  G->gelu = false;
   G->after = pa > pb ? pa : pb;
   const tg_type *at = &a->type, *bt = &b->type, *ct = &mm->type;
   /* f32, or bf16 operands and result with f32 accumulation (the precision
@@ -688,6 +691,53 @@ static void find_remat(lowerer *L) {
 
 /* ---- bias epilogues -------------------------------------------------------- */
 
+/* GELU, tanh form, recognised in a graph of primitive ops (std.tg's
+ *   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x * x * x)))
+ * with any order of the operands of + and *, and float casts anywhere, as
+ * the precision pass leaves them): a pattern of ops, constants and one
+ * variable x that every occurrence must bind to the same node. */
+typedef struct gelu_pat {
+  char kind; /* 'x' the variable, 'c' a constant, '*', '+', 't' tanh */
+  double c;
+  const struct gelu_pat *a, *b;
+} gelu_pat;
+
+static const tg_node *strip_casts(const tg_node *n) {
+  while (n->op == TG_OP_cast && tg_dtype_is_float(n->type.dtype) && tg_dtype_is_float(n->in[0]->type.dtype)) n = n->in[0];
+  return n;
+}
+
+static bool gelu_match(const gelu_pat *pt, const tg_node *n, const tg_node **x) {
+  n = strip_casts(n);
+  switch (pt->kind) {
+  case 'x':
+    if (!*x) *x = n;
+    return *x == n;
+  case 'c': return n->op == TG_OP_const && fabs(n->value - pt->c) <= 1e-6 * fabs(pt->c);
+  case 't': return n->op == TG_OP_tanh && gelu_match(pt->a, n->in[0], x);
+  default: {
+    if (n->op != (pt->kind == '*' ? TG_OP_mul : TG_OP_add) || n->nin != 2) return false;
+    const tg_node *saved = *x;
+    if (gelu_match(pt->a, n->in[0], x) && gelu_match(pt->b, n->in[1], x)) return true;
+    *x = saved;
+    if (gelu_match(pt->a, n->in[1], x) && gelu_match(pt->b, n->in[0], x)) return true;
+    *x = saved;
+    return false;
+  }
+  }
+}
+
+/* The x of h = GELU(x), or NULL. */
+static const tg_node *gelu_input(const tg_node *h) {
+  static const gelu_pat X = {'x', 0, NULL, NULL}, half = {'c', 0.5, NULL, NULL}, one = {'c', 1, NULL, NULL},
+                        k3 = {'c', 0.044715, NULL, NULL}, s2pi = {'c', 0.7978845608028654, NULL, NULL};
+  static const gelu_pat kx = {'*', 0, &k3, &X}, kxx = {'*', 0, &kx, &X}, kxxx = {'*', 0, &kxx, &X};
+  static const gelu_pat inner = {'+', 0, &X, &kxxx}, scaled = {'*', 0, &s2pi, &inner}, th = {'t', 0, &scaled, NULL};
+  static const gelu_pat onep = {'+', 0, &one, &th}, hx = {'*', 0, &half, &X}, gelu = {'*', 0, &hx, &onep};
+  const tg_node *x = NULL;
+  return gelu_match(&gelu, h, &x) ? x : NULL;
+}
+
 /* For the GPU: a forward matmul kernel whose only value in memory besides
  * the product is product + bias (a vector over the output's columns), and
  * whose product nothing else reads, is one cuBLASLt call with the BIAS
@@ -711,6 +761,12 @@ static void fold_bias(lowerer *L) {
       if (n->op == TG_OP_matmul) mm = n;
       else if (L->stored[n->id]) e = n, stored++;
     }
+    /* GELU(product + bias): the one stored value is the GELU, and the add
+     * is stored too (cuBLASLt's aux), for the backward to read */
+    const tg_node *gelu_of = e && stored == 1 ? gelu_input(e) : NULL;
+    const tg_node *h = NULL;
+    if (gelu_of && gelu_of->op == TG_OP_add && gelu_of->kernel == k && !L->stored[gelu_of->id])
+      h = e, e = gelu_of;
     if (!mm || !e || stored != 1 || mm->phase != TG_PHASE_FORWARD || e->op != TG_OP_add || readers[mm->id] != 1) continue;
     const tg_node *bias = e->in[0] == mm ? e->in[1] : e->in[1] == mm ? e->in[0] : NULL;
     if (!bias || e->in[0] == e->in[1] || bias->type.dtype != mm->type.dtype) continue;
@@ -722,6 +778,19 @@ static void fold_bias(lowerer *L) {
     const tg_node *bb = tg_kernel_base(bias);
     if (!vector || !(tg_ops[bb->op].kind == TG_KIND_LEAF || L->stored[bb->id]) || L->p->remat[bb->id]) continue;
     if (!tg_layout_of(L->p, bias, &lay) || lay.offset != 0 || lay.stride[bt->rank - 1] != 1) continue;
+    if (h) {
+      /* the GELU's intermediates must be the kernel's own: what another
+       * kernel loads (not recomputes) other than h and the add is not made */
+      bool own_only = true;
+      for (int i = 0; i < K->n_nodes && own_only; i++) {
+        int id = K->nodes[i];
+        own_only = id == mm->id || id == e->id || id == h->id || !L->stored[id];
+      }
+      if (!own_only || h->type.dtype != mm->type.dtype) continue;
+      L->gelu_out[k] = h->id;
+      L->stored[e->id] = true; /* the aux matrix */
+      L->p->remat[e->id] = false;
+    }
     L->bias_add[k] = e->id;
     L->stored[mm->id] = false;
   }
@@ -791,7 +860,17 @@ static void lower_kernel(lowerer *L, int k) {
       st->gemm.out = e->id;
       st->gemm.bias = tg_kernel_base(e->in[0] == mm ? e->in[1] : e->in[0])->id;
       L->stored[mm->id] = false;
-      own(L, L->n_steps - 1, e->id);
+      if (L->gelu_out[k] >= 0) {
+        /* GELU_AUX_BIAS: D is the GELU, aux the add; the GELU's other ops
+         * are the GEMM's too (readers elsewhere recompute them) */
+        st->gemm.gelu = true;
+        st->gemm.aux = e->id;
+        st->gemm.out = L->gelu_out[k];
+        for (int i = 0; i < K->n_nodes; i++)
+          if (K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0) own(L, L->n_steps - 1, K->nodes[i]);
+      } else {
+        own(L, L->n_steps - 1, e->id);
+      }
       break;
     }
     /* the epilogue, unless its readers recompute all of it */
@@ -1004,7 +1083,8 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   for (int i = 0; i < g->n_nodes; i++)
     if (g->nodes[i]->op == TG_OP_matmul) L.stored[i] = true;
   L.bias_add = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.bias_add);
-  for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = -1;
+  L.gelu_out = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.gelu_out);
+  for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = -1;
   if (remat) find_remat(&L);
   /* leaves' places, for fold_bias's layouts (set again below) */
   for (int i = 0; i < g->n_nodes; i++)
@@ -1023,6 +1103,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.members);
   free(L.stored);
   free(L.bias_add);
+  free(L.gelu_out);
   free(L.sweep_of);
   return p;
 }

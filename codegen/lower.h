@@ -77,6 +77,9 @@ typedef struct tg_gemm {
                            * bias add folded into it (bias >= 0) */
   int bias;               /* a bias vector over the output's columns that the
                            * GEMM adds (cuBLASLt's BIAS epilogue), or -1 */
+  int aux;                /* with gelu: where product + bias is stored (the
+                           * GELU's input, for the backward), else -1 */
+  bool gelu;              /* out = GELU(product + bias), tanh form (GELU_AUX_BIAS) */
   int after;              /* the last step copying an operand to scratch, or -1 */
   int64_t m, n, k;        /* per product */
   int64_t batch;          /* products (1 when the batch folds into m) */

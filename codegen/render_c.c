@@ -236,6 +236,23 @@ static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a
   fprintf(out, "      }\n");
 }
 
+/* The epilogue the GPU's lowering puts in a GEMM (lower.h: bias, gelu),
+ * as cuBLASLt computes it: product + bias in f32, stored (the aux) and put
+ * through GELU's tanh form, rounded once into the result. */
+static void epilogue_code(FILE *out, const tg_program *p, const tg_gemm *G, const char *c) {
+  const tg_graph *g = p->g;
+  bool bf16 = g->nodes[G->out]->type.dtype == TG_BF16;
+  const char *ld = g->nodes[G->bias]->type.dtype == TG_BF16 ? "tg_bf16_load" : "";
+  fprintf(out, "    for (tg_idx i = 0; i < %lld; i++)\n      for (tg_idx j = 0; j < %lld; j++) {\n", (long long)G->m,
+          (long long)G->n);
+  fprintf(out, "        float u = pc[i * %lld + j] + %s(b%d[j]);\n", (long long)G->n, ld, G->bias);
+  if (G->gelu) {
+    fprintf(out, "        b%d[co + i * %lld + j] = %s;\n", G->aux, (long long)G->ldc, bf16 ? "tg_bf16_store(u)" : "u");
+    fprintf(out, "        u = 0.5f * u * (1.0f + tg_tanh(0.7978845608f * (u + 0.044715f * u * u * u)));\n");
+  }
+  fprintf(out, "        (%s)[i * %lld + j] = %s;\n      }\n", c, (long long)G->ldc, bf16 ? "tg_bf16_store(u)" : "u");
+}
+
 /* A matmul: one BLAS call per product (the batch, when it does not fold
  * into m, is a loop over the products' offsets).  bf16 operands go to
  * OpenBLAS's bf16 GEMM where the library has one (cblas_sbgemm, linked
@@ -260,10 +277,18 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   snprintf(a, sizeof a, "b%d + ao", G->a.base);
   snprintf(b, sizeof b, "b%d + bo", G->b.base);
   snprintf(c, sizeof c, "b%d + co", G->out);
-  if (!bf16) {
+  if (!bf16 && G->bias < 0) {
     fprintf(out, "    {\n");
     gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, c, G->ldc);
     fprintf(out, "    }\n  }\n");
+    return;
+  }
+  if (!bf16) {
+    /* the GPU's lowering (bias or GELU in the GEMM): the product first */
+    fprintf(out, "    float *const pc = tg_scratch_floats(%lld);\n", (long long)(G->m * G->n));
+    gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, "pc", G->n);
+    epilogue_code(out, p, G, c);
+    fprintf(out, "    free(pc);\n  }\n");
     return;
   }
   /* the operands as stored: op(A) rows x cols, dense copies' leading dims */
@@ -278,8 +303,9 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   gemm_rows(out, G, "cblas_sgemm", "pa", a_cols, "pb", b_cols, "pc", G->n);
   fprintf(out, "      free(pa), free(pb);\n");
   fprintf(out, "    }\n");
-  fprintf(out, "    tg_bf16_round_into(pc, %lld, %lld, %s, %lld);\n", (long long)G->m, (long long)G->n, c,
-          (long long)G->ldc);
+  if (G->bias >= 0) epilogue_code(out, p, G, c);
+  else fprintf(out, "    tg_bf16_round_into(pc, %lld, %lld, %s, %lld);\n", (long long)G->m, (long long)G->n, c,
+               (long long)G->ldc);
   fprintf(out, "    free(pc);\n  }\n");
 }
 

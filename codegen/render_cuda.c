@@ -380,6 +380,7 @@ static void cublaslt_json(FILE *out, const tg_cuda_matmul *M) {
           M->batch_count, (long long)M->a_batch_stride, (long long)M->b_batch_stride, (long long)M->c_batch_stride,
           M->alpha, M->beta, M->epilogue, (long long)M->workspace_bytes);
   if (M->bias_node >= 0) fprintf(out, ", \"bias\": \"b%d\"", M->bias_node);
+  if (M->aux_node >= 0) fprintf(out, ", \"aux\": \"b%d\", \"aux_ld\": %lld", M->aux_node, (long long)M->aux_ld);
   fprintf(out, "}}");
 }
 

@@ -188,12 +188,19 @@ START_TEST(c_builds_cleanly) {
 }
 END_TEST
 
-/* Recomputing matmul epilogue intermediates in their readers (on for CUDA)
- * must not change what is computed: run both programs on the CPU backend
- * and compare every gradient.  Tolerance 1e-5 of each tensor's scale: the
- * two differ only by float32 rounding in the recomputed tanh and products
- * (the vectorised polynomials vs the same polynomials, reassociated by the
- * compiler), as in tests/cli/run_cpu_backend.sh. */
+/* The GPU's lowering (recomputing matmul epilogue intermediates in their
+ * readers, bias and GELU in the GEMM) must not change what is computed:
+ * run both programs on the CPU backend and compare every gradient.
+ * Tolerance in f32, 1e-5 of each tensor's scale: the two differ only by
+ * float32 rounding in the recomputed tanh and products (the vectorised
+ * polynomials vs the same polynomials, reassociated by the compiler), as
+ * in tests/cli/run_cpu_backend.sh.  In bf16, the GEMM rounds product +
+ * bias (and its GELU) once where the graph rounds the product, the sum and
+ * the GELU's steps: values differ by a bf16 ulp (2^-8) here and there,
+ * and the gradients by up to 2.1e-2 of their scale (measured; the qkv
+ * bias's, a sum of 64 rows that mostly cancel, the most); allowed 3e-2,
+ * what run_cuda_backend.sh allows the emulated device against the CPU in
+ * bf16 for the same reason. */
 /* The grad graph of a 2-layer GPT on the CPU backend (through the executor
  * interface), lowered with or without recomputation; its leaves filled
  * deterministically.  *n_remat counts the recomputed values. */
@@ -255,7 +262,9 @@ START_TEST(recomputing_changes_nothing) {
       if (fabsf(a[e]) > scale) scale = fabsf(a[e]);
       if (fabsf(a[e] - b[e]) > diff) diff = fabsf(a[e] - b[e]);
     }
-    ck_assert_msg(diff <= 1e-5f * scale, "%s differs by %g of %g", g[0]->outputs[o].name, diff, scale);
+    float tol = prec == TG_PRECISION_BF16 ? 3e-2f : 1e-5f;
+    ck_assert_msg(diff <= tol * scale, "%s differs by %g of %g (allowed %g of it)", g[0]->outputs[o].name, diff, scale,
+                  (double)tol);
     free(a);
     free(b);
   }

@@ -460,7 +460,9 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   tg_cuda_api *A = &d->api;
   LT(d, ctx, A->cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
   int32_t ta = M->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = M->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  uint32_t epi = M->bias_node >= 0 ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  uint32_t epi = M->aux_node >= 0    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                 : M->bias_node >= 0 ? CUBLASLT_EPILOGUE_BIAS
+                                     : CUBLASLT_EPILOGUE_DEFAULT;
   LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
   LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
   LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), what);
@@ -468,6 +470,10 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
     /* the bias in D's type (the pointer is set before each call: matmul()) */
     int32_t bt = (int32_t)lt_type(M->c_type);
     LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), what);
+  }
+  if (M->aux_node >= 0) {
+    int64_t ld = M->aux_ld;
+    LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld), what);
   }
   c->a = layout(d, ctx, M->a_type, M->a_rows, M->a_cols, M->lda, M->batch_count, M->a_batch_stride, what);
   c->b = layout(d, ctx, M->b_type, M->b_rows, M->b_cols, M->ldb, M->batch_count, M->b_batch_stride, what);
@@ -736,6 +742,11 @@ static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
   if (M->bias_node >= 0) {
     CUdeviceptr bias = value_ptr(e, M->bias_node, NULL);
     LT(d, ctx, d->api.cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+       op_what(e, i));
+  }
+  if (M->aux_node >= 0) {
+    CUdeviceptr aux = value_ptr(e, M->aux_node, NULL);
+    LT(d, ctx, d->api.cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
        op_what(e, i));
   }
   LT(d, ctx,
