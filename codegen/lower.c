@@ -105,6 +105,18 @@ static bool reshape_strides(const tg_type *from, const int64_t *fs, const tg_typ
   return vd == -1;
 }
 
+/* The strides of a value as it lies in memory: row-major, or in the axis
+ * order p->order gives it. */
+static void memory_strides(const tg_program *p, const tg_node *n, int64_t *stride) {
+  const int *ord = p->order ? p->order[n->id] : NULL;
+  int64_t s = 1;
+  for (int k = n->type.rank - 1; k >= 0; k--) {
+    int a = ord ? ord[k] : k;
+    stride[a] = n->type.dim[a].size == 1 ? 0 : s;
+    s *= n->type.dim[a].size;
+  }
+}
+
 bool tg_layout_of(const tg_program *p, const tg_node *n, tg_layout *out) {
   if (tg_is_view(n)) {
     tg_layout in;
@@ -133,11 +145,7 @@ bool tg_layout_of(const tg_program *p, const tg_node *n, tg_layout *out) {
   if (p->store[n->id].place == TG_PLACE_NONE) return false;
   out->base = n->id;
   out->offset = 0;
-  int64_t s = 1;
-  for (int i = n->type.rank - 1; i >= 0; i--) {
-    out->stride[i] = n->type.dim[i].size == 1 ? 0 : s;
-    s *= n->type.dim[i].size;
-  }
+  memory_strides(p, n, out->stride);
   return true;
 }
 
@@ -358,11 +366,7 @@ static void flash_operand(lowerer *L, const tg_node *n, tg_flash_operand *op, in
     L->stored[n->id] = true;
     lay.base = n->id;
     lay.offset = 0;
-    int64_t s = 1;
-    for (int i = n->type.rank - 1; i >= 0; i--) {
-      lay.stride[i] = n->type.dim[i].size == 1 ? 0 : s;
-      s *= n->type.dim[i].size;
-    }
+    memory_strides(L->p, n, lay.stride);
   } else if (!tg_layout_of(L->p, n, &lay))
     tg_error(L->ctx, n->loc, "cannot lower flash attention: operand %%%d is not a strided view", n->id);
   const tg_type *t = &n->type;
@@ -1062,6 +1066,14 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   p->store = tg_alloc(ctx->arena, sizeof(tg_storage) * (size_t)g->n_nodes + 1);
   p->step_of = tg_alloc(ctx->arena, sizeof(int) * ((size_t)g->n_nodes + 1));
   for (int i = 0; i < g->n_nodes; i++) p->step_of[i] = -1;
+  /* flash attention's output [B, H, T, D] is laid out as [B, T, H, D]: the
+   * heads side by side, as the projection after it reads them (a [B·T, C]
+   * matrix, no copy); the flash kernels take any strides */
+  p->order = tg_alloc(ctx->arena, sizeof *p->order * ((size_t)g->n_nodes + 1));
+  memset(p->order, 0, sizeof *p->order * ((size_t)g->n_nodes + 1));
+  static const int heads_inner[4] = {0, 2, 1, 3};
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_flash_attention && g->nodes[i]->type.rank == 4) p->order[i] = heads_inner;
   p->kernels = tg_alloc(ctx->arena, sizeof(tg_lkernel) * (size_t)g->n_kernels);
   p->n_kernels = g->n_kernels;
   ivec leaves = {0};

@@ -124,6 +124,11 @@ typedef struct tg_program {
   bool *remat;            /* per graph position: a kernel output its readers
                            * recompute from values still in memory instead of
                            * loading it, so it is never stored (lower.c) */
+  const int **order;      /* per graph position: NULL (row-major), or the
+                           * order its axes are laid out in memory, outermost
+                           * first (flash attention's output: [B, T, H, D]
+                           * for a [B, H, T, D] value, so that the heads side
+                           * by side are a plain [B·T, C] matrix) */
   int *step_of;           /* per graph position: the step computing it in its
                            * kernel, or -1 (leaves, views, inlined values) */
   tg_lkernel *kernels;

@@ -27,8 +27,9 @@
  * GPT-2 124M's step at B=16, T=1024 (what `tgc --report traffic` counts):
  * no launch is flagged (the gradient norm, the bias and layernorm weight
  * gradients and the embedding's backward all run on at least 4 x 132
- * blocks with short chains), and the step moves at most 50.1 GB (63.3
- * before the row cache and the bias and GELU epilogues; a budget that a change
+ * blocks with short chains), and the step moves at most 48.9 GB (63.3
+ * before the row cache, the bias and GELU epilogues and flash attention's
+ * output laid out as the projection reads it; a budget that a change
  * moving more bytes must answer for).
  * A whole-tensor sum of 16.8 MB on one block is flagged twice over (too
  * few blocks for its bytes, a 16384-element chain per thread).  And the
@@ -241,7 +242,7 @@ START_TEST(test_gpt2_step) {
   ck_assert_int_eq(t->n_flagged, 0);
   double gb = (double)(t->bytes_read + t->bytes_written) / 1e9;
   printf("GPT-2 124M, B=16: %d launches, %d flagged, %.2f GB a step\n", t->n, flagged, gb);
-  ck_assert_msg(gb <= 50.1, "the step moves %.2f GB (budget 50.1)", gb);
+  ck_assert_msg(gb <= 48.9, "the step moves %.2f GB (budget 48.9)", gb);
   tu_ctx_free(c);
 }
 END_TEST
