@@ -70,9 +70,11 @@ static const key_info keys[] = {
     {"top_k", K_INT, F(top_k), "200", 0, DIM_MAX, 0, 0, NULL, NULL},
     {"checkpoint_interval", K_INT, F(checkpoint_interval), "500", 0, BIG, 0, 0, NULL, "checkpoints"},
     {"resume", K_BOOL, F(resume), "false", 0, 0, 0, 0, NULL, NULL},
+    {"reseed", K_BOOL, F(reseed), "false", 0, 0, 0, 0, NULL, NULL},
     {"init_from", K_STR, F(init_from), "", 0, 0, 0, 0, NULL, NULL},
     {"seed", K_INT, F(seed), "1337", 0, BIG, 0, 0, NULL, "the machine"},
     {"threads", K_INT, F(threads), "0", 0, 65536, 0, 0, NULL, NULL},
+    {"rank_timeout", K_INT, F(rank_timeout), "300", 1, 86400, 0, 0, NULL, NULL},
     {"peak_flops", K_FLOAT, F(peak_flops), "0", 0, INFINITY, 0, 0, NULL, NULL},
     {"metrics_file", K_STR, F(metrics_file), "metrics.jsonl", 0, 0, 0, 0, check_file_name, NULL},
 };
@@ -155,11 +157,21 @@ tg_precision_policy tg_train_config_precision(const tg_train_config *cfg) {
   return p;
 }
 
-/* The metrics file lives in out_dir; a path would let it escape. */
+/* The metrics file lives in out_dir; a path would let it escape, and the
+ * name of a file the run writes itself would let the metrics overwrite or
+ * append to it (a checkpoint, the log). */
 static const char *check_file_name(const char *s) {
+  static const char *const own[] = {"train.log", "train.cfg", "loss.svg", "samples.txt", "kernels",
+                                    "ckpt.safetensors", "ckpt.prev.safetensors", "tgrun.lock"};
   if (!*s) return "must not be empty";
   if (strchr(s, '/')) return "must be a file name inside out_dir, without '/'";
   if (!strcmp(s, ".") || !strcmp(s, "..")) return "must be a file name inside out_dir";
+  for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+    if (!strcmp(s, own[i]))
+      return "must not name a file the run writes itself (train.log, train.cfg, loss.svg, samples.txt, kernels, "
+             "ckpt.safetensors, ckpt.prev.safetensors, tgrun.lock): choose another name, e.g. metrics.jsonl";
+  if (!strncmp(s, "ckpt.", 5) && strstr(s, ".tmp"))
+    return "must not name a checkpoint's temporary file (ckpt.*.tmp.*): choose another name, e.g. metrics.jsonl";
   return NULL;
 }
 
@@ -455,6 +467,13 @@ static bool set_define(parser *P, tg_train_config *cfg, const char *name, int ke
       cfg->defines[i].origin = origin;
       return true;
     }
+  /* a model has a handful of constants; a file with thousands is broken
+   * (and each one is a -D the compiler would look up) */
+  if (cfg->n_defines >= TG_TRAIN_MAX_DEFINES) {
+    perr(P, key_col, "too many model.NAME keys (at most %d): remove the ones the model does not have",
+         TG_TRAIN_MAX_DEFINES);
+    return false;
+  }
   cfg->defines = tg_xrealloc(cfg->defines, (size_t)(cfg->n_defines + 1) * sizeof *cfg->defines);
   cfg->defines[cfg->n_defines++] = (tg_model_define){xstrdup(name), d == 0 ? 0 : d, origin};
   return true;
@@ -718,6 +737,19 @@ bool tg_train_config_print(FILE *out, const tg_train_config *cfg) {
       }
   }
   return fflush(out) == 0 && !ferror(out);
+}
+
+uint64_t tg_train_config_hash(const tg_train_config *cfg) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the printed config */
+  if (!f) return h;
+  tg_train_config_print(f, cfg);
+  fclose(f);
+  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 1099511628211ull;
+  free(text);
+  return h;
 }
 
 bool tg_train_config_equal(const tg_train_config *a, const tg_train_config *b) {

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# run_reliability.sh TGRUN SRCDIR: the failures of issue 17 ("Reliability"),
+# each one refused before training or made safe, on a tiny model:
+#
+# - checks before training: a sample_prompt outside the vocabulary, a
+#   val.bin shorter than block_size + 1, a memory plan larger than the
+#   machine (with the largest batch that fits), a metrics_file that names
+#   the run's own files, a second run in a busy out_dir (and a crashed
+#   run's lock file, which blocks nothing);
+# - resume: the checkpoint's seed, a conflicting seed refused, reseed;
+# - a diverged run stops with an error and keeps its last good checkpoint;
+# - failed writes of train.log and the metrics file are errors (/dev/full);
+# - resume cuts a torn last line of metrics.jsonl;
+# - ranks: different configurations are refused, naming the rank; a rank
+#   that stops (SIGSTOP) makes the others end within rank_timeout, naming it.
+set -u
+src=$(cd "$2" && pwd)
+. "$src/tests/cli/testlib.sh"
+tgrun=$(abspath "$1")
+export TG_CACHE=$tmp/cache
+data=${TG_DATA:-$src/../shared/data}
+cd "$src"
+
+expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
+
+cat > "$tmp/s.cfg" <<CFG
+model = "models/gpt2.tg"
+model.n_layer = 1
+model.n_head = 2
+model.n_embd = 16
+model.block_size = 16
+data_dir = "$tmp/data"
+batch_size = 2
+block_size = 16
+warmup_steps = 1
+max_steps = 4
+eval_interval = 0
+eval_batches = 1
+sample_interval = 0
+sample_tokens = 8
+checkpoint_interval = 2
+threads = 1
+CFG
+s=$tmp/s.cfg
+
+# a prompt the tokenizer cannot encode: refused before any step
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/p" 'sample_prompt=é'
+contains "$tmp/out" "sample_prompt cannot be encoded"
+if grep -q "^step" "$tmp/out"; then bad "the bad prompt was found after training"; else ok; fi
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/p" 'sample_prompt=é' sample_tokens=0
+
+# val.bin too short for one sequence: refused before any step;
+# prepare --val-fraction 0 writes an empty one
+mkdir -p "$tmp/short"
+cp "$tmp/data/train.bin" "$tmp/data/tokenizer.json" "$tmp/short/"
+/usr/bin/python3 - "$tmp/data/val.bin" "$tmp/short/val.bin" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+h = list(struct.unpack("<256i", b[:1024]))
+h[2] = 16  # 16 tokens: one short of a sequence of 16 and its targets
+open(sys.argv[2], "wb").write(struct.pack("<256i", *h) + b[1024:1024 + 2 * 16])
+PY
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/v" data_dir="$tmp/short"
+contains "$tmp/out" "val.bin has"
+contains "$tmp/out" "needs 17"
+if grep -q "^step" "$tmp/out"; then bad "the short val.bin was found after training"; else ok; fi
+expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/noval" \
+  --val-fraction 0
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/v" data_dir="$tmp/noval"
+contains "$tmp/out" "val.bin has 0 tokens"
+
+# a memory plan larger than the machine: refused with the peak and the
+# largest batch that fits (16M sequences of 16 tokens need terabytes)
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/m" batch_size=16777216
+contains "$tmp/out" "GiB free"
+contains "$tmp/out" "is the largest that would fit"
+
+# metrics_file naming the run's own files
+for f in ckpt.safetensors ckpt.prev.safetensors train.log train.cfg ckpt.safetensors.tmp.123 tgrun.lock; do
+  expect_status 2 "$tgrun" "$s" out_dir="$tmp/n" metrics_file=$f
+  contains "$tmp/out" "must not name"
+done
+
+# two runs in one out_dir: the second is refused while the first runs
+"$tgrun" "$s" out_dir="$tmp/busy" max_steps=100000000 log_interval=100000000 checkpoint_interval=0 \
+  > "$tmp/first.out" 2>&1 &
+first=$!
+for _ in $(seq 600); do grep -q "^training" "$tmp/first.out" && break; sleep 0.1; done
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/busy"
+contains "$tmp/out" "another run is using this out_dir"
+contains "$tmp/out" "pid $first"
+kill -9 $first
+wait $first 2> /dev/null
+# the killed run's lock file is left, and blocks nothing
+[ -f "$tmp/busy/tgrun.lock" ] && ok || bad "no lock file was left by the killed run"
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/busy"
+
+# resume takes the checkpoint's seed; a different explicit seed is refused
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" seed=7 max_steps=2
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true
+contains "$tmp/out" "seed 7: the checkpoint's"
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true seed=8 max_steps=6
+contains "$tmp/out" "was trained with seed 7"
+contains "$tmp/out" "reseed = true"
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true seed=8 reseed=true max_steps=6
+contains "$tmp/out" "reseed = true; the checkpoint's was 7"
+
+# the same data stream as an uninterrupted run with that seed
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/r1" seed=7
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/r2" seed=7 max_steps=2
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/r2" resume=true
+if cmp -s <(grep -o '"loss":[^,]*' "$tmp/r1/metrics.jsonl") <(grep -o '"loss":[^,]*' "$tmp/r2/metrics.jsonl"); then ok
+else bad "resume without seed did not continue the checkpoint's data stream"; fi
+
+# divergence: NaN stops the run, and the last good checkpoint stays
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/d" max_steps=2
+cp "$tmp/d/ckpt.safetensors" "$tmp/good.safetensors"
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/d" resume=true max_steps=8 learning_rate=1e30 min_lr=0 \
+  checkpoint_interval=1 grad_clip=0
+contains "$tmp/out" "training diverged"
+if grep -q "^checkpoint" "$tmp/out"; then bad "a diverged step wrote a checkpoint"; else ok; fi
+cmp -s "$tmp/d/ckpt.safetensors" "$tmp/good.safetensors" && ok || bad "the good checkpoint was replaced"
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/d" resume=true max_steps=3
+contains "$tmp/out" "2 steps done"
+
+# failed writes: train.log and the metrics file on a full device
+if [ -w /dev/full ]; then
+  mkdir -p "$tmp/full1" "$tmp/full2"
+  ln -s /dev/full "$tmp/full1/metrics.jsonl"
+  expect_status 1 "$tgrun" "$s" out_dir="$tmp/full1"
+  contains "$tmp/out" "metrics.jsonl"
+  contains "$tmp/out" "No space left on device"
+  ln -s /dev/full "$tmp/full2/train.log"
+  expect_status 1 "$tgrun" "$s" out_dir="$tmp/full2"
+  contains "$tmp/out" "cannot write $tmp/full2/train.log: No space left on device"
+else
+  echo "note: no writable /dev/full; failed-write checks skipped"
+fi
+
+# a torn last line of metrics.jsonl is cut on resume: every line is JSON
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/t" max_steps=2
+printf '{"step":3,"lo' >> "$tmp/t/metrics.jsonl"
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/t" resume=true
+if /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert rows[-1]['step'] == 4, rows[-1]" "$tmp/t/metrics.jsonl"; then ok; else bad "metrics.jsonl is not JSON lines after resume"; fi
+
+# ranks: the configuration is compared at start-up; a stopped rank ends
+# the job within rank_timeout
+if [ -n "${TG_SANITIZED:-}" ]; then
+  echo "note: MPI part skipped in the sanitizer build (Open MPI's own allocations read as leaks)"
+elif command -v mpirun > /dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # rank 1 with another batch_size (mpirun's MPMD form: one config each)
+  expect_status 1 timeout 120 mpirun --oversubscribe -np 1 "$tgrun" "$s" out_dir="$tmp/mp" : \
+    -np 1 "$tgrun" "$s" out_dir="$tmp/mp" batch_size=3
+  contains "$tmp/out" "rank 1 differs from rank 0"
+  contains "$tmp/out" "batch_size          = 3', on rank 0 'batch_size          = 2'"
+  # rank 1 stops: rank 0 names it and ends the job within rank_timeout
+  TG_TEST_MARK=$tmp "$tgrun" --nproc 2 "$s" out_dir="$tmp/stop" max_steps=100000000 log_interval=100000000 \
+    checkpoint_interval=0 rank_timeout=5 > "$tmp/stop.out" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do grep -q "^training" "$tmp/stop.out" && break; sleep 0.1; done
+  victim=
+  for e in /proc/[0-9]*/environ; do
+    [ -r "$e" ] || continue
+    if { tr '\0' '\n' < "$e"; } 2> /dev/null | grep -qx "TG_TEST_MARK=$tmp" &&
+      { tr '\0' '\n' < "$e"; } 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+      victim=$(basename "$(dirname "$e")")
+    fi
+  done
+  if [ -n "$victim" ]; then
+    start=$(date +%s)
+    kill -STOP "$victim"
+    for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
+    took=$(($(date +%s) - start))
+    if kill -0 $job 2> /dev/null; then
+      bad "the job did not end within 60 s of a rank stopping"
+      kill -9 "$victim" $job 2> /dev/null
+    else ok; fi
+    wait $job
+    [ $? -ne 0 ] && ok || bad "the job ended with status 0 after a rank stopped"
+    contains "$tmp/stop.out" "rank 1 did not reach"
+    contains "$tmp/stop.out" "rank_timeout"
+    echo "a stopped rank ended the job in ${took} s (rank_timeout=5)"
+    kill -9 "$victim" 2> /dev/null
+  else
+    bad "could not find rank 1 of the job"
+    kill $job
+  fi
+else
+  bad "mpirun is missing (openmpi-bin)"
+fi
+finish
