@@ -882,10 +882,20 @@ static void check_ranks_agree(run *r) {
       free(ours);
     }
   }
+  /* the ranks that differ say how, then rank 0 names them all; the
+   * barrier keeps rank 0's exit from ending the job before they have */
+  if (differ)
+    tg_report(r->ctx, "error", (tg_loc){r->cfg.path, 0, 0},
+              "rank %d was started with another configuration than rank 0%s (start every rank with the same "
+              "train.cfg and KEY=VALUE arguments)",
+              r->rank, what);
+  fflush(stderr);
+  tg_comm_barrier();
+  if (r->rank != 0) tg_bail(r->ctx);
   tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
-           "the ranks were started with different configurations: rank%s %s differ%s from rank 0%s (start every "
+           "the ranks were started with different configurations: rank%s %s differ%s from rank 0 (start every "
            "rank with the same train.cfg and KEY=VALUE arguments)",
-           nbad > 1 ? "s" : "", bad, nbad > 1 ? "" : "s", r->rank == 0 ? "" : what);
+           nbad > 1 ? "s" : "", bad, nbad > 1 ? "" : "s");
 }
 
 /* The data and the prompt fit the run: checked before anything is

@@ -146,6 +146,13 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert rows[-1]['step'] == 4, rows[-1]" "$tmp/t/metrics.jsonl"; then ok; else bad "metrics.jsonl is not JSON lines after resume"; fi
 
+# --nproc far above the cores is refused before anything starts
+cores=$(nproc)
+expect_status 2 "$tgrun" --nproc 1000 "$s" out_dir="$tmp/np"
+contains "$tmp/out" "this machine has $cores core"
+expect_status 2 "$tgrun" --nproc $((4 * cores + 1)) "$s" out_dir="$tmp/np"
+[ -e "$tmp/np" ] && bad "--nproc refused, yet a run started" || ok
+
 # ranks: the configuration is compared at start-up; a stopped rank ends
 # the job within rank_timeout
 if [ -n "${TG_SANITIZED:-}" ]; then
@@ -156,7 +163,10 @@ elif command -v mpirun > /dev/null; then
   expect_status 1 timeout 120 mpirun --oversubscribe -np 1 "$tgrun" "$s" out_dir="$tmp/mp" : \
     -np 1 "$tgrun" "$s" out_dir="$tmp/mp" batch_size=3
   contains "$tmp/out" "rank 1 differs from rank 0"
-  contains "$tmp/out" "batch_size          = 3', on rank 0 'batch_size          = 2'"
+  contains "$tmp/out" "rank 1 was started with another configuration than rank 0: here 'batch_size          = 3', on rank 0 'batch_size          = 2'"
+  # more ranks than cores: a warning, and the run goes on
+  expect_status 0 "$tgrun" --nproc $((cores + 1)) "$s" out_dir="$tmp/np3" max_steps=1 sample_tokens=0
+  contains "$tmp/out" "more ranks than this machine's $cores core"
   # rank 1 stops: rank 0 names it and ends the job within rank_timeout
   TG_TEST_MARK=$tmp "$tgrun" --nproc 2 "$s" out_dir="$tmp/stop" max_steps=100000000 log_interval=100000000 \
     checkpoint_interval=0 rank_timeout=5 > "$tmp/stop.out" 2>&1 &
