@@ -146,6 +146,34 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert rows[-1]['step'] == 4, rows[-1]" "$tmp/t/metrics.jsonl"; then ok; else bad "metrics.jsonl is not JSON lines after resume"; fi
 
+# the kernel cache: damaged entries are rebuilt, never loaded (a truncated
+# .so crashed dlopen's caller with SIGBUS); a read-only cache holding every
+# entry serves a run
+export TG_CACHE=$tmp/kcache
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/k1" max_steps=1
+ls "$TG_CACHE"/*.so-sum > /dev/null 2>&1 && ok || bad "no sealed .so in the cache"
+for f in "$TG_CACHE"/*.so; do truncate -s 100 "$f"; done
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/k2" max_steps=1
+if grep -q "from the cache" "$tmp/out"; then bad "a truncated .so was used from the cache"; else ok; fi
+for f in "$TG_CACHE"/*.so; do head -c "$(stat -c %s "$f")" /dev/urandom > "$f.x" && mv "$f.x" "$f"; done
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/k3" max_steps=1
+if grep -q "from the cache" "$tmp/out"; then bad "an altered .so was used from the cache"; else ok; fi
+# read-only (as another user when root, whom no mode stops)
+as_reader() { if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; else "$@"; fi; }
+chmod 755 "$tmp"
+mkdir -m 777 "$tmp/ro"
+chmod -R a-w,a+rX "$TG_CACHE"
+expect_status 0 as_reader "$tgrun" "$s" out_dir="$tmp/ro/k4" max_steps=1
+contains "$tmp/out" "sample     12 kernels"
+[ "$(grep -c "from the cache" "$tmp/out")" = 4 ] && ok || bad "a read-only cache did not serve all four graphs"
+chmod -R u+w "$TG_CACHE"
+for f in "$TG_CACHE"/*.so; do truncate -s 100 "$f"; done
+chmod -R a-w "$TG_CACHE"
+expect_status 1 as_reader "$tgrun" "$s" out_dir="$tmp/ro/k5" max_steps=1
+contains "$tmp/out" "set TG_CACHE to a writable directory"
+chmod -R u+w "$TG_CACHE"
+export TG_CACHE=$tmp/cache
+
 # --nproc far above the cores is refused before anything starts
 cores=$(nproc)
 expect_status 2 "$tgrun" --nproc 1000 "$s" out_dir="$tmp/np"
