@@ -2,12 +2,11 @@
  *
  * No collective waits forever.  Each one is MPI's non-blocking form,
  * polled (sleeping between polls, not spinning) until it completes or
- * tg_comm_set_timeout's limit passes.  So that a rank that times out can
- * say which rank is missing, every rank first sends each other rank a
- * small note, "I have reached collective number k", on a communicator of
- * its own; at a timeout the notes not received name the ranks that never
- * arrived (failed, stopped, or stuck elsewhere).  Then MPI_Abort ends the
- * whole job with that message. */
+ * tg_comm_set_timeout's limit passes.  While it waits, a rank answers
+ * pings on a communicator of its own.  A rank that times out pings every
+ * other rank: those waiting in a collective answer at once, so the ones
+ * that do not answer within a few seconds are named as failed, stopped
+ * (SIGSTOP) or hung elsewhere.  Then MPI_Abort ends the whole job. */
 #include "comm.h"
 
 #include <stdio.h>
@@ -29,8 +28,8 @@ void tg_comm_set_timeout(double seconds) {
 double tg_comm_timeout(void) { return timeout_s; }
 
 #ifdef TG_HAVE_MPI
-enum { NOTE_TAG = 7317 };
-static MPI_Comm coll = MPI_COMM_NULL, notes = MPI_COMM_NULL;
+enum { PING_TAG = 7317, PONG_TAG = 7318 };
+static MPI_Comm coll = MPI_COMM_NULL, pings = MPI_COMM_NULL;
 static unsigned long long seq; /* collectives started */
 
 static double mono(void) {
@@ -39,76 +38,101 @@ static double mono(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Starts a collective's notes: a receive of each other rank's note, and
- * this rank's note to each of them.  req holds 2 * ranks requests. */
-static void notes_start(MPI_Request *req, unsigned long long *in, unsigned long long *out) {
-  *out = ++seq;
+static void nap(long polls) {
+  /* past the first moments, sleep between polls: a rank waiting for a
+   * slow or stopped one must not burn a core */
+  if (polls < 2000) return;
+  struct timespec ts = {0, polls > 20000 ? 1000000 : 50000};
+  nanosleep(&ts, NULL);
+}
+
+/* Answers the pings of ranks that have timed out and ask who is alive. */
+static void answer_pings(void) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, PING_TAG, pings, &flag, &st);
+    if (!flag) return;
+    int x;
+    MPI_Recv(&x, 1, MPI_INT, st.MPI_SOURCE, PING_TAG, pings, MPI_STATUS_IGNORE);
+    MPI_Send(&me, 1, MPI_INT, st.MPI_SOURCE, PONG_TAG, pings);
+  }
+}
+
+/* Past the timeout: pings every other rank; a rank waiting in a
+ * collective answers at once, so the ones that do not answer within a
+ * few seconds are the ones that failed, stopped or hang elsewhere.  Names
+ * them and ends the job. */
+static _Noreturn void timed_out(const char *what) {
+  MPI_Request *req = malloc(sizeof *req * 2 * (size_t)ranks);
+  int *in = malloc(sizeof *in * (size_t)ranks);
+  if (!req || !in) {
+    fprintf(stderr, "tg: out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+  }
   for (int j = 0; j < ranks; j++) {
     req[j] = req[ranks + j] = MPI_REQUEST_NULL;
     if (j == me) continue;
-    MPI_Irecv(&in[j], 1, MPI_UNSIGNED_LONG_LONG, j, NOTE_TAG, notes, &req[j]);
-    MPI_Isend(out, 1, MPI_UNSIGNED_LONG_LONG, j, NOTE_TAG, notes, &req[ranks + j]);
+    MPI_Irecv(&in[j], 1, MPI_INT, j, PONG_TAG, pings, &req[j]);
+    MPI_Isend(&me, 1, MPI_INT, j, PING_TAG, pings, &req[ranks + j]);
   }
+  double grace = timeout_s < 5 ? timeout_s : 5, t0 = mono();
+  long polls = 0;
+  int all = 0;
+  while (!all && mono() - t0 < grace) {
+    answer_pings();
+    MPI_Testall(ranks, req, &all, MPI_STATUSES_IGNORE);
+    nap(++polls);
+  }
+  char missing[512] = "";
+  size_t n = 0;
+  int nmiss = 0;
+  for (int j = 0; j < ranks; j++) {
+    if (j == me) continue;
+    int got = req[j] == MPI_REQUEST_NULL;
+    if (!got) MPI_Test(&req[j], &got, MPI_STATUS_IGNORE);
+    if (got) continue;
+    if (n < sizeof missing - 16) n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", nmiss ? ", " : "", j);
+    nmiss++;
+  }
+  if (nmiss)
+    fprintf(stderr,
+            "tgrun: error: rank %d: waited %g s in %s (collective %llu) for rank%s %s, which did not answer: %s failed, "
+            "stopped or hangs; ending the job (the limit is rank_timeout in train.cfg)\n",
+            me, timeout_s, what, seq, nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "they" : "it");
+  else
+    fprintf(stderr,
+            "tgrun: error: rank %d: %s (collective %llu) did not complete within %g s, though every rank answers: the "
+            "ranks wait in different collectives; ending the job (the limit is rank_timeout in train.cfg)\n",
+            me, what, seq, timeout_s);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
 }
 
-/* Waits for the collective *op and the notes, polling; past the timeout,
- * names the ranks whose notes never came and aborts the job. */
-static void wait_all(MPI_Request *op, MPI_Request *req, const char *what) {
+/* Waits for the collective *op, polling and answering pings; past the
+ * timeout, timed_out. */
+static void wait_for(MPI_Request *op, const char *what) {
   double t0 = mono();
   long polls = 0;
   for (;;) {
-    int done = 0, notes_done = 0;
+    int done = 0;
     MPI_Test(op, &done, MPI_STATUS_IGNORE);
-    MPI_Testall(2 * ranks, req, &notes_done, MPI_STATUSES_IGNORE);
-    if (done && notes_done) return;
-    if (++polls > 2000) {
-      /* past the first moments, sleep between polls: a rank waiting
-       * for a slow or stopped one must not burn a core */
-      struct timespec ts = {0, polls > 20000 ? 1000000 : 50000};
-      nanosleep(&ts, NULL);
-    }
-    if (mono() - t0 <= timeout_s) continue;
-    char missing[512] = "";
-    size_t n = 0;
-    int nmiss = 0;
-    for (int j = 0; j < ranks; j++) {
-      if (j == me || req[j] == MPI_REQUEST_NULL) continue;
-      int got = 0;
-      MPI_Test(&req[j], &got, MPI_STATUS_IGNORE);
-      if (got) continue;
-      if (n < sizeof missing - 16) n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", nmiss ? ", " : "", j);
-      nmiss++;
-    }
-    if (nmiss)
-      fprintf(stderr,
-              "tgrun: error: rank %d: rank%s %s did not reach %s (collective %llu) within %g s: %s failed, stopped "
-              "or hangs elsewhere; ending the job (the limit is rank_timeout in train.cfg)\n",
-              me, nmiss > 1 ? "s" : "", missing, what, seq, timeout_s, nmiss > 1 ? "they" : "it");
-    else
-      fprintf(stderr,
-              "tgrun: error: rank %d: %s (collective %llu) did not complete within %g s although every rank reached "
-              "it; ending the job (the limit is rank_timeout in train.cfg)\n",
-              me, what, seq, timeout_s);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    if (done) return;
+    answer_pings();
+    nap(++polls);
+    if (mono() - t0 > timeout_s) timed_out(what);
   }
 }
 
-/* Runs one collective, started by start(), under the timeout. */
-#define COLLECTIVE(what, start)                                                      \
-  do {                                                                               \
-    MPI_Request *req_ = malloc(sizeof(MPI_Request) * 2 * (size_t)ranks);             \
-    unsigned long long *in_ = malloc(sizeof *in_ * (size_t)ranks), out_;             \
-    if (!req_ || !in_) {                                                             \
-      fprintf(stderr, "tg: out of memory\n");                                        \
-      exit(1);                                                                       \
-    }                                                                                \
-    notes_start(req_, in_, &out_);                                                   \
-    MPI_Request op_;                                                                 \
-    start;                                                                           \
-    wait_all(&op_, req_, what);                                                      \
-    free(req_);                                                                      \
-    free(in_);                                                                       \
+/* Runs one collective, started by start() into op_, under the timeout. */
+#define COLLECTIVE(what, start) \
+  do {                          \
+    MPI_Request op_;            \
+    seq++;                      \
+    start;                      \
+    wait_for(&op_, what);       \
   } while (0)
 #endif
 
@@ -160,7 +184,7 @@ bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   MPI_Comm_dup(MPI_COMM_WORLD, &coll);
-  MPI_Comm_dup(MPI_COMM_WORLD, &notes);
+  MPI_Comm_dup(MPI_COMM_WORLD, &pings);
   *rank = me, *size = ranks;
   return true;
 #else
@@ -174,7 +198,7 @@ bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size
 void tg_comm_finalize(void) {
 #ifdef TG_HAVE_MPI
   if (coll != MPI_COMM_NULL) MPI_Comm_free(&coll);
-  if (notes != MPI_COMM_NULL) MPI_Comm_free(&notes);
+  if (pings != MPI_COMM_NULL) MPI_Comm_free(&pings);
   if (ranks > 1 || tg_comm_launched()) MPI_Finalize();
 #endif
 }

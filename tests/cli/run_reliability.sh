@@ -174,11 +174,42 @@ contains "$tmp/out" "set TG_CACHE to a writable directory"
 chmod -R u+w "$TG_CACHE"
 export TG_CACHE=$tmp/cache
 
+# every documented range of train.cfg (docs/train-config.md) at its bounds
+# trains (test_train_config holds the parser to the same table, and one
+# step beyond each bound refused); one step beyond, a usage error here too
+big=9007199254740992
+for kv in "batch_size=1" "block_size=2" "grad_accum=1" "grad_accum=3" "max_steps=1 warmup_steps=0" \
+  "learning_rate=0 min_lr=0" "warmup_steps=4" "lr_decay_steps=0" "lr_decay_steps=$big" "beta1=0 beta2=0" \
+  "beta1=0.9999999 beta2=0.9999999" "eps=1e-30" "eps=1e300" "weight_decay=0" "weight_decay=1e-300" "grad_clip=0" \
+  "grad_clip=1e300" "eval_interval=0" "eval_interval=$big" "eval_batches=1" "log_interval=1" "log_interval=$big" \
+  "sample_interval=0" "sample_interval=$big" "sample_tokens=0" "sample_tokens=1" "temperature=1e-30" \
+  "temperature=1e300" "top_k=0" "top_k=16777216" "checkpoint_interval=0" "checkpoint_interval=$big" "seed=0" \
+  "seed=$big" "threads=0" "threads=1" "peak_flops=0" "peak_flops=1e300" "rank_timeout=1" "rank_timeout=86400" \
+  "sample_interval=1 eval_interval=1 checkpoint_interval=1 log_interval=1"; do
+  # shellcheck disable=SC2086
+  expect_status 0 "$tgrun" "$s" out_dir="$tmp/range" $kv
+  grep -q "^done" "$tmp/out" && ok || bad "$kv: the run did not finish"
+done
+if [ -z "${TG_SANITIZED:-}" ]; then
+  expect_status 0 "$tgrun" "$s" out_dir="$tmp/range" threads=1024
+fi
+for kv in "batch_size=0" "block_size=1" "grad_accum=0" "max_steps=0" "beta1=0.99999991" "beta2=-1e-300" "eps=9e-31" \
+  "temperature=9e-31" "top_k=16777217" "threads=1025" "seed=-1" "rank_timeout=0" "rank_timeout=86401" \
+  "eval_batches=16777217" "sample_tokens=16777217" "log_interval=0"; do
+  # shellcheck disable=SC2086
+  expect_status 2 "$tgrun" "$s" out_dir="$tmp/range" $kv
+done
+# block_size at most the model's (16 here): the model's own rule, an error before training
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/range" block_size=17
+if grep -q "^step" "$tmp/out"; then bad "block_size above the model's trained"; else ok; fi
+
 # --nproc far above the cores is refused before anything starts
 cores=$(nproc)
 expect_status 2 "$tgrun" --nproc 1000 "$s" out_dir="$tmp/np"
 contains "$tmp/out" "this machine has $cores core"
 expect_status 2 "$tgrun" --nproc $((4 * cores + 1)) "$s" out_dir="$tmp/np"
+expect_status 2 "$tgrun" --nproc 0 "$s" out_dir="$tmp/np"
+expect_status 2 "$tgrun" --nproc 4097 "$s" out_dir="$tmp/np"
 [ -e "$tmp/np" ] && bad "--nproc refused, yet a run started" || ok
 
 # ranks: the configuration is compared at start-up; a stopped rank ends
@@ -192,7 +223,9 @@ elif command -v mpirun > /dev/null; then
     -np 1 "$tgrun" "$s" out_dir="$tmp/mp" batch_size=3
   contains "$tmp/out" "rank 1 differs from rank 0"
   contains "$tmp/out" "rank 1 was started with another configuration than rank 0: here 'batch_size          = 3', on rank 0 'batch_size          = 2'"
-  # more ranks than cores: a warning, and the run goes on
+  # --nproc 1: one rank, no mpirun; more ranks than cores: a warning, and the run goes on
+  expect_status 0 "$tgrun" --nproc 1 "$s" out_dir="$tmp/np1" max_steps=1
+  contains "$tmp/out" "step 1/1"
   expect_status 0 "$tgrun" --nproc $((cores + 1)) "$s" out_dir="$tmp/np3" max_steps=1 sample_tokens=0
   contains "$tmp/out" "more ranks than this machine's $cores core"
   # rank 1 stops: rank 0 names it and ends the job within rank_timeout
@@ -219,7 +252,7 @@ elif command -v mpirun > /dev/null; then
     else ok; fi
     wait $job
     [ $? -ne 0 ] && ok || bad "the job ended with status 0 after a rank stopped"
-    contains "$tmp/stop.out" "rank 1 did not reach"
+    contains "$tmp/stop.out" "for rank 1, which did not answer"
     contains "$tmp/stop.out" "rank_timeout"
     echo "a stopped rank ended the job in ${took} s (rank_timeout=5)"
     kill -9 "$victim" 2> /dev/null
