@@ -499,12 +499,17 @@ static void sample(run *r, int64_t step) {
     tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "cannot decode a sample: %s", why);
   say(r, "---- sample at step %lld (temperature %g, top-k %lld) ----\n%.*s\n----\n", (long long)step, c->temperature,
       (long long)c->top_k, (int)tlen, text);
-  FILE *f = fopen(path_in(r, c->out_dir, "samples.txt"), "a");
-  if (f) {
-    fprintf(f, "---- step %lld ----\n%.*s\n", (long long)step, (int)tlen, text);
-    fclose(f);
-  }
+  const char *samples = path_in(r, c->out_dir, "samples.txt");
+  FILE *f = fopen(samples, "a");
+  bool written = f && fprintf(f, "---- step %lld ----\n%.*s\n", (long long)step, (int)tlen, text) >= 0;
+  if (f && fclose(f) != 0) written = false;
+  int e = errno;
   free(text);
+  if (!written) {
+    free(ids);
+    free(scratch);
+    tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot write %s: %s", samples, strerror(e));
+  }
   free(ids);
   free(scratch);
 }
@@ -953,10 +958,16 @@ static int train(run *r) {
     if (!r->log)
       tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot open %s/train.log: %s", c->out_dir, strerror(errno));
     if (!c->resume) remove(path_in(r, c->out_dir, "samples.txt")); /* a fresh run's samples only */
-    FILE *f = fopen(path_in(r, c->out_dir, "train.cfg"), "w");
-    if (f) {
-      tg_train_config_print(f, c);
-      fclose(f);
+    /* the effective config, written atomically: a temporary, then rename */
+    const char *cfg_path = path_in(r, c->out_dir, "train.cfg");
+    const char *tmp = tg_sprintf(r->ctx->arena, "%s.tmp.%ld", cfg_path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    bool written = f && tg_train_config_print(f, c);
+    if (f && fclose(f) != 0) written = false;
+    if (!written || rename(tmp, cfg_path) != 0) {
+      int e = errno;
+      remove(tmp);
+      tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot write %s: %s", cfg_path, strerror(e));
     }
   }
   tg_comm_barrier();

@@ -133,6 +133,10 @@ if [ -w /dev/full ]; then
   ln -s /dev/full "$tmp/full2/train.log"
   expect_status 1 "$tgrun" "$s" out_dir="$tmp/full2"
   contains "$tmp/out" "cannot write $tmp/full2/train.log: No space left on device"
+  expect_status 0 "$tgrun" "$s" out_dir="$tmp/full3" max_steps=2
+  ln -sf /dev/full "$tmp/full3/samples.txt"
+  expect_status 1 "$tgrun" "$s" out_dir="$tmp/full3" resume=true
+  contains "$tmp/out" "cannot write $tmp/full3/samples.txt: No space left on device"
 else
   echo "note: no writable /dev/full; failed-write checks skipped"
 fi
