@@ -264,6 +264,29 @@ elif command -v mpirun > /dev/null; then
     bad "could not find rank 1 of the job"
     kill $job
   fi
+  # rank 1 dies (SIGKILL): the job ends too, with an error
+  TG_TEST_MARK=$tmp.kill "$tgrun" --nproc 2 "$s" out_dir="$tmp/kill" max_steps=100000000 log_interval=100000000 \
+    checkpoint_interval=0 rank_timeout=5 > "$tmp/kill.out" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do grep -q "^training" "$tmp/kill.out" && break; sleep 0.1; done
+  victim=
+  for e in /proc/[0-9]*/environ; do
+    [ -r "$e" ] || continue
+    if { tr '\0' '\n' < "$e"; } 2> /dev/null | grep -qx "TG_TEST_MARK=$tmp.kill" &&
+      { tr '\0' '\n' < "$e"; } 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+      victim=$(basename "$(dirname "$e")")
+    fi
+  done
+  if [ -n "$victim" ]; then
+    kill -9 "$victim"
+    for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
+    if kill -0 $job 2> /dev/null; then bad "the job did not end within 60 s of a rank dying"; kill -9 $job; else ok; fi
+    wait $job
+    [ $? -ne 0 ] && ok || bad "the job ended with status 0 after a rank died"
+  else
+    bad "could not find rank 1 of the second job"
+    kill $job
+  fi
 else
   bad "mpirun is missing (openmpi-bin)"
 fi
