@@ -8,6 +8,7 @@
 
 #include "executors.h"
 #include "nearest.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -613,6 +614,14 @@ bool tg_train_config_parse(tg_ctx *ctx, const char *name, const char *text, size
 
 bool tg_train_config_override(tg_ctx *ctx, tg_train_config *cfg, const char *arg) {
   parser P = {ctx, NULL, arg, 0, 0};
+  /* UTF-8 text, as a file must be: the effective config a run writes to
+   * out_dir/train.cfg has to load again */
+  size_t len = strlen(arg), bad = tg_utf8_check(arg, len);
+  if (bad < len) {
+    perr(&P, (int)bad + 1, "invalid UTF-8 byte 0x%02x (train.cfg and its KEY=VALUE arguments are UTF-8 text)",
+         (unsigned char)arg[bad]);
+    return false;
+  }
   const char *key;
   size_t key_len;
   int key_col;

@@ -424,6 +424,16 @@ START_TEST(test_overrides) {
 }
 END_TEST
 
+START_TEST(test_override_not_utf8) {
+  /* found by fuzz_train_config: an override of bytes that are not UTF-8
+   * was taken, and the effective config it wrote could not be read back */
+  ck_assert(!tg_train_config_override(ctx, &cfg, "model=\xff\xfe.tg"));
+  ck_assert_msg(strstr(tu_errors(ctx), "command line: error: invalid UTF-8 byte 0xff"), "%s", tu_errors(ctx));
+  ck_assert(tg_train_config_override(ctx, &cfg, "sample_prompt=\xc3\xa9"));
+  ck_assert_str_eq(cfg.sample_prompt, "\xc3\xa9");
+}
+END_TEST
+
 START_TEST(test_rules_between_keys) {
   /* Reported where the later of the two values was set, with the other
    * one's place in a note. */
@@ -604,6 +614,7 @@ int main(void) {
   tcase_add_test(tc, test_missing_file);
   tcase_add_test(tc, test_overrides);
   tcase_add_test(tc, test_rules_between_keys);
+  tcase_add_test(tc, test_override_not_utf8);
   tcase_add_test(tc, test_docs_name_every_key);
   tcase_add_test(tc, test_documented_ranges);
   tcase_add_test(tc, test_pathological_file);
