@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# fuzz.sh: builds the libFuzzer target for tg's frontend and runs it.
+# fuzz.sh: builds one of tg's libFuzzer targets and runs it.
 #
-#   tools/fuzz.sh [SECONDS] [-- LIBFUZZER_OPTION...]
+#   [TG_FUZZ_TARGET=NAME] tools/fuzz.sh [SECONDS] [-- LIBFUZZER_OPTION...]
 #
+# NAME is frontend (the default: .tg source and IR text), safetensors,
+# train_config (train.cfg and its overrides) or tokens (token files and
+# the data loader); each has its stored corpus in tests/fuzz/.
 # SECONDS defaults to 600.  The build goes to $TG_FUZZ_BUILD (default
 # /tmp/tg-fuzzbuild), the run's working corpus to $TG_FUZZ_WORK (default
 # /tmp/tg-fuzzwork), seeded from tests/fuzz/corpus and models/*.tg; crash,
@@ -25,7 +28,7 @@ fi
 [[ $secs =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, not '$secs'" >&2; exit 2; }
 
 build=${TG_FUZZ_BUILD:-/tmp/tg-fuzzbuild}
-work=${TG_FUZZ_WORK:-/tmp/tg-fuzzwork}
+work=${TG_FUZZ_WORK:-/tmp/tg-fuzzwork/${TG_FUZZ_TARGET:-frontend}}
 cc=${CC:-clang}
 command -v "$cc" >/dev/null || { echo "fuzz.sh: needs clang (set CC to its path)" >&2; exit 2; }
 
@@ -34,19 +37,27 @@ command -v "$cc" >/dev/null || { echo "fuzz.sh: needs clang (set CC to its path)
 # inside the parser and elaborator and ASan cannot see their accesses.
 cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER="$cc" -DTG_FUZZ=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_frontend -j"$(nproc)"
+target=${TG_FUZZ_TARGET:-frontend}
+case $target in
+  frontend) corpus=corpus; opts=(-dict="$src/tests/fuzz/tg.dict" -max_len=4096) ;;
+  safetensors) corpus=st_corpus; opts=(-max_len=4096) ;;
+  train_config) corpus=cfg_corpus; opts=(-max_len=4096) ;;
+  tokens) corpus=tokens_corpus; opts=(-max_len=2048) ;;
+  *) echo "fuzz.sh: TG_FUZZ_TARGET must be frontend, safetensors, train_config or tokens, not '$target'" >&2; exit 2 ;;
+esac
+cmake --build "$build" --target "fuzz_$target" -j"$(nproc)"
 
 mkdir -p "$work/corpus" "$work/seeds" "$work/artifacts"
-cp "$src"/models/*.tg "$work/seeds/"
+[ "$target" = frontend ] && cp "$src"/models/*.tg "$work/seeds/"
+[ "$target" = train_config ] && cp "$src"/configs/*.cfg "$work/seeds/"
 
 # Imports in fuzz inputs are resolved from the working directory first;
 # run from an empty one so that they cannot reach the user's files by
 # accident (models/ is on the include path either way).
 cd "$work"
-exec "$build/fuzz_frontend" \
-  -dict="$src/tests/fuzz/tg.dict" \
-  -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+exec "$build/fuzz_$target" \
+  "${opts[@]}" -timeout=10 -rss_limit_mb=2048 \
   -max_total_time="$secs" -print_final_stats=1 \
   -artifact_prefix="$work/artifacts/" \
   "$@" \
-  "$work/corpus" "$src/tests/fuzz/corpus" "$work/seeds"
+  "$work/corpus" "$src/tests/fuzz/$corpus" "$work/seeds"

@@ -141,10 +141,27 @@ static int emit_to_file(const char *path, enum emit what, const emitted *g) {
   return 0;
 }
 
+/* What run() holds while a pass may longjmp out of it: main frees it
+ * after an error as well, so that nothing leaks on the error path. */
+typedef struct held {
+  tg_graph *g;
+  char *dir_file, *name;
+  FILE *fusion;
+} held;
+
+static void release(held *h) {
+  if (h->fusion) fclose(h->fusion);
+  free(h->dir_file);
+  free(h->name);
+  if (h->g) tg_graph_free(h->g);
+  *h = (held){0};
+}
+
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
- * input longjmp to main's handler through ctx->bail. */
+ * input longjmp to main's handler through ctx->bail; main then releases
+ * what *h holds. */
 static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
-               const char *out_path, const tg_pipeline_opts *popts, const tg_gpu_spec *traffic_gpu) {
+               const char *out_path, const tg_pipeline_opts *popts, const tg_gpu_spec *traffic_gpu, held *h) {
   tg_graph *g;
   const tg_source *src = tg_source_load(ctx, input, (tg_loc){0});
   bool is_ir = has_suffix(input, ".tgir") || (src->len >= 8 && !memcmp(src->text, "# tg IR ", 8));
@@ -157,6 +174,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   } else {
     g = tg_compile_source(ctx, src, opts);
   }
+  h->g = g;
   int status = 0;
   if (!tg_verify(ctx, g)) status = 1;
   bool code = what == EMIT_CUDA || what == EMIT_C;
@@ -169,9 +187,9 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
       fprintf(stderr, "tgc: error: cannot make directory '%s': %s\n", out_path, strerror(errno));
       status = 1;
     } else {
-      dir_file = malloc(strlen(out_path) + strlen(input) + 32);
+      dir_file = h->dir_file = malloc(strlen(out_path) + strlen(input) + 32);
       sprintf(dir_file, "%s/fusion.txt", out_path);
-      fusion = fopen(dir_file, "w");
+      fusion = h->fusion = fopen(dir_file, "w");
       if (!fusion) {
         fprintf(stderr, "tgc: error: cannot write '%s': %s\n", dir_file, strerror(errno));
         status = 1;
@@ -193,13 +211,14 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     tg_traffic_print(stdout, t, tokens);
   }
   if (status == 0 && code && out_path) {
+    h->fusion = NULL;
     if (fclose(fusion) != 0) status = 1;
     fusion = NULL;
     const char *base = strrchr(input, '/');
     base = base ? base + 1 : input;
     const char *dot = strrchr(base, '.');
     int stem = dot ? (int)(dot - base) : (int)strlen(base);
-    char *name = malloc((size_t)stem + 8);
+    char *name = h->name = malloc((size_t)stem + 8);
     sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
     e.code_name = name;
     sprintf(dir_file, "%s/%s", out_path, name);
@@ -209,14 +228,11 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     if (status == 0)
       printf("wrote %s/%s (%d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, g->n_kernels, out_path,
              out_path);
-    free(name);
   } else if (status == 0) {
     if (out_path) status = emit_to_file(out_path, what, &e);
     else emit(stdout, what, &e);
   }
-  if (fusion) fclose(fusion);
-  free(dir_file);
-  tg_graph_free(g);
+  release(h);
   if (fflush(stdout) != 0) {
     fprintf(stderr, "tgc: error: writing the output failed: %s\n", strerror(errno));
     status = 1;
@@ -375,8 +391,10 @@ int main(int argc, char **argv) {
     tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad, .adamw = tg_adamw_defaults,
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
                               .report_pass = c.report, .report = stdout};
+    static held h; /* static: it outlives the longjmp unchanged */
     if (setjmp(bail)) status = 1;
-    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.report && !strcmp(c.report, "traffic") ? c.gpu : NULL);
+    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.report && !strcmp(c.report, "traffic") ? c.gpu : NULL, &h);
+    release(&h);
     tg_ctx_free(ctx);
   }
   free(c.tg_path);

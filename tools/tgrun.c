@@ -21,12 +21,35 @@ static int has_suffix(const char *s, const char *suffix) {
   return n >= k && !strcmp(s + n - k, suffix);
 }
 
+/* The most ranks --nproc starts per core of this machine. */
+#define TG_RANKS_PER_CORE 4
+
 /* tgrun --nproc N train.cfg ...: runs N ranks of this tgrun under mpirun. */
 static int launch_ranks(int argc, char **argv) {
   char *end;
   long n = strtol(argv[2], &end, 10);
   if (*end || n < 1 || n > 4096) return usage_error("--nproc %s: expected a number of ranks from 1 to 4096", argv[2]);
   if (argc < 4) return usage_error("%s", "--nproc N needs a train.cfg after it");
+  /* Ranks share the machine's cores: a few per core work (slowly), far
+   * more would spend minutes starting and then crawl.  Refused before
+   * mpirun starts anything; mpirun or srun run by hand decide for
+   * themselves. */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1) cores = 1;
+  if (n > TG_RANKS_PER_CORE * cores) {
+    fprintf(stderr,
+            "tgrun: error: --nproc %ld: this machine has %ld core%s, and more than %d ranks a core (%ld) would take "
+            "minutes to start and train far slower than fewer ranks; use --nproc %ld or less (%ld, one a core, runs "
+            "fastest), or start the ranks across several machines with mpirun or srun\n",
+            n, cores, cores == 1 ? "" : "s", TG_RANKS_PER_CORE, TG_RANKS_PER_CORE * cores, TG_RANKS_PER_CORE * cores,
+            cores);
+    return 2;
+  }
+  if (n > cores)
+    fprintf(stderr,
+            "tgrun: warning: --nproc %ld: more ranks than this machine's %ld core%s; they share cores, so each step "
+            "is slower than with --nproc %ld\n",
+            n, cores, cores == 1 ? "" : "s", cores);
   if (n == 1) {
     argv[2] = argv[0];
     return tgrun_train_main(argc - 2, argv + 2);

@@ -220,9 +220,11 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (!o->s.out) return usage_error("%s", "--out FILE is required");
   const tg_adamw_opts *w = &o->s.adamw;
   if (!(o->s.lr > 0)) return usage_error("%s", "--lr must be above 0");
-  if (!(w->beta1 >= 0 && w->beta1 < 1 && w->beta2 >= 0 && w->beta2 < 1))
-    return usage_error("%s", "--beta1 and --beta2 must lie in [0, 1)");
-  if (!(w->eps > 0)) return usage_error("%s", "--eps must be above 0");
+  /* the step computes in f32: a beta closer to 1 rounds to 1 (the bias
+   * correction divides by 0), a smaller eps to 0 (0 / 0) */
+  if (!(w->beta1 >= 0 && w->beta1 <= 0.9999999 && w->beta2 >= 0 && w->beta2 <= 0.9999999))
+    return usage_error("%s", "--beta1 and --beta2 must lie in [0, 0.9999999]");
+  if (!(w->eps >= 1e-30)) return usage_error("%s", "--eps must be at least 1e-30");
   if (!(w->weight_decay >= 0 && w->grad_clip >= 0))
     return usage_error("%s", "--weight-decay and --clip must not be negative");
   if (o->cmd != CMD_INIT && (!o->s.weights || !o->s.batch))

@@ -1,14 +1,140 @@
-/* comm.c: MPI for data parallelism (comm.h). */
+/* comm.c: MPI for data parallelism (comm.h).
+ *
+ * No collective waits forever.  Each one is MPI's non-blocking form,
+ * polled (sleeping between polls, not spinning) until it completes or
+ * tg_comm_set_timeout's limit passes.  While it waits, a rank answers
+ * pings on a communicator of its own.  A rank that times out pings every
+ * other rank: those waiting in a collective answer at once, so the ones
+ * that do not answer within a few seconds are named as failed, stopped
+ * (SIGSTOP) or hung elsewhere.  Then MPI_Abort ends the whole job. */
 #include "comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #ifdef TG_HAVE_MPI
 #include <mpi.h>
 #endif
 
 static int ranks = 1, me = 0;
+static double timeout_s = 300;
+
+void tg_comm_set_timeout(double seconds) {
+  if (seconds > 0) timeout_s = seconds;
+}
+
+double tg_comm_timeout(void) { return timeout_s; }
+
+#ifdef TG_HAVE_MPI
+enum { PING_TAG = 7317, PONG_TAG = 7318 };
+static MPI_Comm coll = MPI_COMM_NULL, pings = MPI_COMM_NULL;
+static unsigned long long seq; /* collectives started */
+
+static double mono(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void nap(long polls) {
+  /* past the first moments, sleep between polls: a rank waiting for a
+   * slow or stopped one must not burn a core */
+  if (polls < 2000) return;
+  struct timespec ts = {0, polls > 20000 ? 1000000 : 50000};
+  nanosleep(&ts, NULL);
+}
+
+/* Answers the pings of ranks that have timed out and ask who is alive. */
+static void answer_pings(void) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, PING_TAG, pings, &flag, &st);
+    if (!flag) return;
+    int x;
+    MPI_Recv(&x, 1, MPI_INT, st.MPI_SOURCE, PING_TAG, pings, MPI_STATUS_IGNORE);
+    MPI_Send(&me, 1, MPI_INT, st.MPI_SOURCE, PONG_TAG, pings);
+  }
+}
+
+/* Past the timeout: pings every other rank; a rank waiting in a
+ * collective answers at once, so the ones that do not answer within a
+ * few seconds are the ones that failed, stopped or hang elsewhere.  Names
+ * them and ends the job. */
+static _Noreturn void timed_out(const char *what) {
+  MPI_Request *req = malloc(sizeof *req * 2 * (size_t)ranks);
+  int *in = malloc(sizeof *in * (size_t)ranks);
+  if (!req || !in) {
+    fprintf(stderr, "tg: out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+  }
+  for (int j = 0; j < ranks; j++) {
+    req[j] = req[ranks + j] = MPI_REQUEST_NULL;
+    if (j == me) continue;
+    MPI_Irecv(&in[j], 1, MPI_INT, j, PONG_TAG, pings, &req[j]);
+    MPI_Isend(&me, 1, MPI_INT, j, PING_TAG, pings, &req[ranks + j]);
+  }
+  double grace = timeout_s < 5 ? timeout_s : 5, t0 = mono();
+  long polls = 0;
+  int all = 0;
+  while (!all && mono() - t0 < grace) {
+    answer_pings();
+    MPI_Testall(ranks, req, &all, MPI_STATUSES_IGNORE);
+    nap(++polls);
+  }
+  char missing[512] = "";
+  size_t n = 0;
+  int nmiss = 0;
+  for (int j = 0; j < ranks; j++) {
+    if (j == me) continue;
+    int got = req[j] == MPI_REQUEST_NULL;
+    if (!got) MPI_Test(&req[j], &got, MPI_STATUS_IGNORE);
+    if (got) continue;
+    if (n < sizeof missing - 16) n += (size_t)snprintf(missing + n, sizeof missing - n, "%s%d", nmiss ? ", " : "", j);
+    nmiss++;
+  }
+  if (nmiss)
+    fprintf(stderr,
+            "tgrun: error: rank %d: waited %g s in %s (collective %llu) for rank%s %s, which did not answer: %s failed, "
+            "stopped or hangs; ending the job (the limit is rank_timeout in train.cfg)\n",
+            me, timeout_s, what, seq, nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "they" : "it");
+  else
+    fprintf(stderr,
+            "tgrun: error: rank %d: %s (collective %llu) did not complete within %g s, though every rank answers: the "
+            "ranks wait in different collectives; ending the job (the limit is rank_timeout in train.cfg)\n",
+            me, what, seq, timeout_s);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+/* Waits for the collective *op, polling and answering pings; past the
+ * timeout, timed_out. */
+static void wait_for(MPI_Request *op, const char *what) {
+  double t0 = mono();
+  long polls = 0;
+  for (;;) {
+    int done = 0;
+    MPI_Test(op, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    answer_pings();
+    nap(++polls);
+    if (mono() - t0 > timeout_s) timed_out(what);
+  }
+}
+
+/* Runs one collective, started by start() into op_, under the timeout. */
+#define COLLECTIVE(what, start) \
+  do {                          \
+    MPI_Request op_;            \
+    seq++;                      \
+    start;                      \
+    wait_for(&op_, what);       \
+  } while (0)
+#endif
 
 int tg_comm_size(void) { return ranks; }
 
@@ -26,7 +152,10 @@ int tg_comm_local_rank(void) {
 void tg_comm_broadcast(void *buf, size_t n) {
   if (ranks == 1) return;
 #ifdef TG_HAVE_MPI
-  MPI_Bcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
+  for (size_t at = 0; at < n; at += 1 << 30) {
+    int c = (int)(n - at < (1u << 30) ? n - at : 1u << 30);
+    COLLECTIVE("a broadcast", MPI_Ibcast((char *)buf + at, c, MPI_BYTE, 0, coll, &op_));
+  }
 #else
   (void)buf, (void)n;
 #endif
@@ -54,6 +183,8 @@ bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size
   MPI_Init(argc, argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm_dup(MPI_COMM_WORLD, &coll);
+  MPI_Comm_dup(MPI_COMM_WORLD, &pings);
   *rank = me, *size = ranks;
   return true;
 #else
@@ -66,6 +197,8 @@ bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size
 
 void tg_comm_finalize(void) {
 #ifdef TG_HAVE_MPI
+  if (coll != MPI_COMM_NULL) MPI_Comm_free(&coll);
+  if (pings != MPI_COMM_NULL) MPI_Comm_free(&pings);
   if (ranks > 1 || tg_comm_launched()) MPI_Finalize();
 #endif
 }
@@ -77,7 +210,7 @@ void tg_comm_average(float *buf, int64_t n) {
   const float inv = 1.0f / (float)ranks;
   for (int64_t at = 0; at < n; at += 1 << 28) {
     int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    MPI_Allreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    COLLECTIVE("the gradients' all-reduce", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, coll, &op_));
     for (int i = 0; i < c; i++) buf[at + i] *= inv;
   }
 #else
@@ -88,9 +221,9 @@ void tg_comm_average(float *buf, int64_t n) {
 void tg_comm_sum_doubles(double *buf, int n) {
   if (ranks == 1) return;
 #ifdef TG_HAVE_MPI
-  if (me == 0) MPI_Reduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-  else MPI_Reduce(buf, NULL, n, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-  MPI_Bcast(buf, n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (me == 0) COLLECTIVE("a sum", MPI_Ireduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, 0, coll, &op_));
+  else COLLECTIVE("a sum", MPI_Ireduce(buf, NULL, n, MPI_DOUBLE, MPI_SUM, 0, coll, &op_));
+  COLLECTIVE("a sum's broadcast", MPI_Ibcast(buf, n, MPI_DOUBLE, 0, coll, &op_));
 #else
   (void)buf, (void)n;
 #endif
@@ -100,8 +233,8 @@ bool tg_comm_all_equal(uint64_t v) {
   if (ranks == 1) return true;
 #ifdef TG_HAVE_MPI
   uint64_t lo = v, hi = v;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  COLLECTIVE("the replicas' check", MPI_Iallreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, coll, &op_));
+  COLLECTIVE("the replicas' check", MPI_Iallreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, coll, &op_));
   return lo == hi;
 #else
   (void)v;
@@ -111,6 +244,14 @@ bool tg_comm_all_equal(uint64_t v) {
 
 void tg_comm_barrier(void) {
 #ifdef TG_HAVE_MPI
-  if (ranks > 1) MPI_Barrier(MPI_COMM_WORLD);
+  if (ranks > 1) COLLECTIVE("a barrier", MPI_Ibarrier(coll, &op_));
+#endif
+}
+
+void tg_comm_allgather_u64(uint64_t v, uint64_t *all) {
+  all[0] = v;
+  if (ranks == 1) return;
+#ifdef TG_HAVE_MPI
+  COLLECTIVE("the configurations' check", MPI_Iallgather(&v, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, coll, &op_));
 #endif
 }

@@ -39,6 +39,14 @@ void tg_comm_sum_doubles(double *buf, int n);
 /* Whether every rank passed the same 64-bit value (a hash of its weights). */
 bool tg_comm_all_equal(uint64_t v);
 void tg_comm_barrier(void);
+/* Every rank's v, in rank order, into all[0 .. size). */
+void tg_comm_allgather_u64(uint64_t v, uint64_t *all);
+/* No collective waits longer than this for the other ranks (default 300
+ * s; train.cfg's rank_timeout): past it, the rank pings the others, names
+ * those that do not answer (failed, stopped, hung) and ends the whole job
+ * (MPI_Abort).  While waiting, a rank sleeps between polls. */
+void tg_comm_set_timeout(double seconds);
+double tg_comm_timeout(void);
 bool tg_comm_available(void); /* built with MPI */
 
 #endif

@@ -19,6 +19,7 @@
 #include "file.h"
 #include "passes.h"
 #include "safetensors.h"
+#include "sha256.h"
 
 /* ---- the config text ------------------------------------------------- */
 
@@ -56,6 +57,41 @@ static char *constants_text(const tg_graph *g, bool batch) {
 char *tg_ckpt_config_text(const tg_graph *g) { return constants_text(g, false); }
 
 /* ---- saving ------------------------------------------------------------ */
+
+/* ---- the checksum ------------------------------------------------------- */
+
+static int by_data(const void *a, const void *b) {
+  const tg_st_tensor *x = *(const tg_st_tensor *const *)a, *y = *(const tg_st_tensor *const *)b;
+  const char *p = x->data, *q = y->data;
+  return p < q ? -1 : p > q;
+}
+
+/* The SHA-256 of the tensors' bytes in the order they lie in the file
+ * (the writer's order), as lower-case hex. */
+static void data_sha256(const tg_st_tensor *ts, int n, bool in_file, char hex[TG_SHA256_HEX]) {
+  const tg_st_tensor **order = tg_xcalloc((size_t)n + 1, sizeof *order);
+  for (int i = 0; i < n; i++) order[i] = &ts[i];
+  if (in_file) qsort(order, (size_t)n, sizeof *order, by_data);
+  tg_sha256 h;
+  tg_sha256_init(&h);
+  for (int i = 0; i < n; i++) tg_sha256_update(&h, order[i]->data, order[i]->nbytes);
+  tg_sha256_final(&h, NULL, hex);
+  free(order);
+}
+
+/* Whether f's data matches its "data_sha256"; a checkpoint without one
+ * (written before tg recorded it) passes.  On a mismatch, why says so. */
+static bool checksum_ok(const tg_st_file *f, char *why, size_t whylen) {
+  const char *want = tg_st_meta_get(f, "data_sha256");
+  if (!want) return true;
+  char got[TG_SHA256_HEX];
+  data_sha256(f->tensors, f->n_tensors, true, got);
+  if (!strcmp(got, want)) return true;
+  return tg_why(why, whylen,
+                "the tensors' data does not match the checksum in __metadata__ (data_sha256 %.12s..., the data hashes "
+                "to %.12s...): the file was damaged after it was written",
+                want, got);
+}
 
 /* A parameter's bf16 copy (passes/precision.c): state the step keeps but
  * the parameter determines, so a checkpoint neither holds nor needs it. */
@@ -104,7 +140,9 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
   snprintf(pos, sizeof pos, "%llu", (unsigned long long)m->data_position);
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)m->seed);
   char *config = tg_ckpt_config_text(g), *batch = constants_text(g, true);
-  tg_st_meta meta[8];
+  char sum[TG_SHA256_HEX];
+  if (ok) data_sha256(ts, n, false, sum);
+  tg_st_meta meta[9];
   int nm = 0;
   meta[nm++] = (tg_st_meta){"format", TG_CKPT_FORMAT};
   meta[nm++] = (tg_st_meta){"step", step};
@@ -114,6 +152,7 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
   if (*batch) meta[nm++] = (tg_st_meta){"batch", batch};
   if (m->model) meta[nm++] = (tg_st_meta){"model", m->model};
   if (m->writer) meta[nm++] = (tg_st_meta){"writer", m->writer};
+  if (ok) meta[nm++] = (tg_st_meta){"data_sha256", sum};
   if (ok) ok = tg_st_write(path, ts, n, meta, nm, why, whylen);
   free(config);
   free(batch);
@@ -253,6 +292,8 @@ static const char *arena_dup(tg_ctx *ctx, const char *s) { return s ? tg_strdup(
 static void load_checkpoint(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f, bool need_state,
                             tg_weights *w, tg_ckpt_meta *m) {
   tg_loc at = {f->path, 0, 0};
+  char why[512];
+  if (!checksum_ok(f, why, sizeof why)) tg_error(ctx, at, "%s", why);
   int64_t step = (int64_t)meta_number(ctx, f, "step", INT64_MAX, "a count of steps, 0 or more");
   uint64_t pos = meta_number(ctx, f, "data_position", UINT64_MAX, "an unsigned decimal integer");
   uint64_t seed = meta_number(ctx, f, "seed", UINT64_MAX, "an unsigned decimal integer");
@@ -458,8 +499,13 @@ static tg_st_file *read_candidate(tg_ctx *ctx, const char *path, int *seen) {
   }
   f = tg_st_read(quiet, path);
   const char *format = tg_st_meta_get(f, "format");
+  char why[512];
   if (!format || strcmp(format, TG_CKPT_FORMAT)) {
     pass_over(ctx, path, "not a tg checkpoint (no format '" TG_CKPT_FORMAT "' in __metadata__)");
+    tg_st_free(f);
+    f = NULL;
+  } else if (!checksum_ok(f, why, sizeof why)) {
+    pass_over(ctx, path, why);
     tg_st_free(f);
     f = NULL;
   }

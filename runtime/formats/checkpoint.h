@@ -11,7 +11,10 @@
  *     steps done), "data_position" (the data loader's, opaque, decimal),
  *     "seed", "config" (the model's constants without the batch ones, as
  *     "n_layer=4 n_head=4 ..."), "batch" ("B=12 T=64", for information),
- *     and when given "model" (the .tg path) and "writer" ("tgrun 0.1.0").
+ *     when given "model" (the .tg path) and "writer" ("tgrun 0.1.0"), and
+ *     "data_sha256": the SHA-256 of the tensors' bytes in file order, which
+ *     every reader here checks (a damaged checkpoint is passed over or
+ *     refused; a file without the key, from an older tg, is read unchecked).
  *
  * The loader trusts nothing: the strict reader first, then the format tag,
  * the metadata, the config against the graph's, and every tensor (present,

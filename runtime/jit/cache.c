@@ -89,9 +89,20 @@ static bool valid_name(const char *key, const char *suffix, char *err, size_t er
   return true;
 }
 
+/* The directory for reading: an existing one is used as it is, writable
+ * or not (a read-only cache that holds every entry a run needs is fine);
+ * a missing one is created, as for writing. */
+static bool reading_dir(char *buf, size_t buflen, char *err, size_t errlen) {
+  const char *from = "";
+  if (!choose_dir(buf, buflen, &from, err, errlen)) return false;
+  struct stat st;
+  if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) return true;
+  return make_dirs(buf, from, err, errlen);
+}
+
 bool tg_cache_path(const char *key, const char *suffix, char *buf, size_t buflen, char *err,
                    size_t errlen) {
-  if (!valid_name(key, suffix, err, errlen) || !tg_cache_dir(buf, buflen, err, errlen))
+  if (!valid_name(key, suffix, err, errlen) || !reading_dir(buf, buflen, err, errlen))
     return false;
   size_t n = strlen(buf);
   int m = snprintf(buf + n, buflen - n, "/%s%s", key, suffix ? suffix : "");
@@ -142,7 +153,8 @@ bool tg_cache_get(const char *key, const char *suffix, void **data, size_t *size
 
 bool tg_cache_tmp(const char *key, const char *suffix, char *buf, size_t buflen, char *err,
                   size_t errlen) {
-  if (!tg_cache_path(key, suffix, buf, buflen, err, errlen)) return false;
+  /* writing needs a writable directory: tg_cache_dir says so clearly */
+  if (!tg_cache_dir(buf, buflen, err, errlen) || !tg_cache_path(key, suffix, buf, buflen, err, errlen)) return false;
   size_t n = strlen(buf);
   if (buflen - n < sizeof ".tmp.XXXXXX") return tg_why(err, errlen, "cache path too long");
   memcpy(buf + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
@@ -201,4 +213,71 @@ bool tg_cache_put(const char *key, const char *suffix, const void *data, size_t 
     return tg_why(err, errlen, "cannot write '%s': %s", tmp, strerror(e));
   }
   return tg_cache_install(tmp, key, suffix, err, errlen);
+}
+
+/* ---- seals: size and hash, checked before use ------------------------------- */
+
+/* The seal's suffix: SUFFIX-sum (".so" -> ".so-sum"). */
+static bool seal_suffix(const char *suffix, char *buf, size_t n, char *err, size_t errlen) {
+  int m = snprintf(buf, n, "%s-sum", suffix && *suffix ? suffix : ".entry");
+  if (m < 0 || (size_t)m >= n) return tg_why(err, errlen, "bad cache suffix '%s'", suffix ? suffix : "");
+  return true;
+}
+
+static void seal_text(const void *data, size_t size, char *out, size_t n) {
+  char hex[TG_SHA256_HEX];
+  tg_sha256 h;
+  tg_sha256_init(&h);
+  tg_sha256_update(&h, data, size);
+  tg_sha256_final(&h, NULL, hex);
+  snprintf(out, n, "tg-cache-seal-1 %zu %s\n", size, hex);
+}
+
+bool tg_cache_seal(const char *key, const char *suffix, char *err, size_t errlen) {
+  char ss[48], text[160];
+  void *data;
+  size_t size;
+  bool found;
+  if (!seal_suffix(suffix, ss, sizeof ss, err, errlen) || !tg_cache_get(key, suffix, &data, &size, &found, err, errlen))
+    return false;
+  if (!found) return tg_why(err, errlen, "cache entry %s%s vanished before it was sealed", key, suffix);
+  seal_text(data, size, text, sizeof text);
+  free(data);
+  return tg_cache_put(key, ss, text, strlen(text), err, errlen);
+}
+
+bool tg_cache_put_sealed(const char *key, const char *suffix, const void *data, size_t size, char *err,
+                         size_t errlen) {
+  char ss[48], text[160];
+  if (!seal_suffix(suffix, ss, sizeof ss, err, errlen)) return false;
+  seal_text(data, size, text, sizeof text);
+  return tg_cache_put(key, suffix, data, size, err, errlen) && tg_cache_put(key, ss, text, strlen(text), err, errlen);
+}
+
+bool tg_cache_get_sealed(const char *key, const char *suffix, void **data, size_t *size, bool *found,
+                         char *damaged, size_t damagedlen, char *err, size_t errlen) {
+  char ss[48], text[160];
+  if (damaged && damagedlen) damaged[0] = 0;
+  if (!seal_suffix(suffix, ss, sizeof ss, err, errlen) || !tg_cache_get(key, suffix, data, size, found, err, errlen))
+    return false;
+  if (!*found) return true;
+  void *seal;
+  size_t n;
+  bool has_seal;
+  if (!tg_cache_get(key, ss, &seal, &n, &has_seal, err, errlen)) {
+    free(*data);
+    *data = NULL, *size = 0, *found = false;
+    return false;
+  }
+  seal_text(*data, *size, text, sizeof text);
+  const char *why = !has_seal ? "it has no seal (its writer stopped before sealing it)"
+                    : strcmp(seal, text) ? "its size or SHA-256 differs from its seal (it was damaged after it was written)"
+                                         : NULL;
+  free(seal);
+  if (why) {
+    if (damaged && damagedlen) snprintf(damaged, damagedlen, "cache entry %s%s: %s", key, suffix, why);
+    free(*data);
+    *data = NULL, *size = 0, *found = false;
+  }
+  return true;
 }

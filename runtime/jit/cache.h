@@ -6,7 +6,9 @@
  * SHA-256 of all of those and reused by every later run.
  *
  * Where: $TG_CACHE if set, else $XDG_CACHE_HOME/tg, else $HOME/.cache/tg,
- * created (mkdir -p) on first use.  An entry is one file, KEY SUFFIX, where
+ * created (mkdir -p) on first use.  Reading needs only an existing
+ * directory: a read-only cache that holds every entry a run needs serves
+ * it; only writing a new entry needs the directory writable.  An entry is one file, KEY SUFFIX, where
  * KEY is a lower-case hex digest and SUFFIX says what it holds (".cubin",
  * ".so", ".c", ".log").  Entries are written atomically (a temporary file in
  * the same directory, fsync, rename), so several processes may share the
@@ -59,5 +61,25 @@ bool tg_cache_tmp(const char *key, const char *suffix, char *buf, size_t buflen,
  * failure tmp is removed. */
 bool tg_cache_install(const char *tmp, const char *key, const char *suffix, char *err,
                       size_t errlen);
+
+/* ---- seals: entries checked before use ---------------------------------- */
+
+/* A file in the cache can be damaged after it was written (a disk, a copy
+ * cut short, a person): a truncated shared object crashes dlopen's caller
+ * with SIGBUS, altered code with SIGILL.  So every entry that is run is
+ * sealed: entry KEY SUFFIX-sum holds its size and SHA-256, and is checked
+ * before the entry is used; one that does not match is rebuilt. */
+
+/* Writes entry KEY SUFFIX and then its seal. */
+bool tg_cache_put_sealed(const char *key, const char *suffix, const void *data, size_t size, char *err,
+                         size_t errlen);
+/* Seals entry KEY SUFFIX as it is now (a file another program wrote and
+ * tg_cache_install put in place). */
+bool tg_cache_seal(const char *key, const char *suffix, char *err, size_t errlen);
+/* tg_cache_get for a sealed entry: an entry without a seal, or one that
+ * does not match it, comes back as not found (so the caller rebuilds it),
+ * with the reason in damaged when that is not NULL ("" otherwise). */
+bool tg_cache_get_sealed(const char *key, const char *suffix, void **data, size_t *size, bool *found,
+                         char *damaged, size_t damagedlen, char *err, size_t errlen);
 
 #endif

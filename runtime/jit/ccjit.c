@@ -201,15 +201,20 @@ static void hash_list(tg_sha256 *s, const char *const *v, int n) {
   for (int i = 0; i < n; i++) tg_sha256_field(s, v[i]);
 }
 
-/* A hit needs both the object and its log; the log is written first. */
+/* A hit needs both the object and its log (the log is written first),
+ * and the object must match its seal (size and SHA-256, cache.h): a
+ * damaged one is built again, never loaded. */
 static bool lookup(const char *key, tg_so *out, char *err, size_t errlen) {
   char path[4096];
   if (!tg_cache_path(key, ".so", path, sizeof path, err, errlen)) return false;
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return true;
-  void *log;
+  void *log, *so;
   size_t n;
   bool found;
+  if (!tg_cache_get_sealed(key, ".so", &so, &n, &found, NULL, 0, err, errlen)) return false;
+  free(so);
+  if (!found) return true;
   if (!tg_cache_get(key, ".log", &log, &n, &found, err, errlen)) return false;
   if (!found) return true;
   if (!(out->path = strdup(path))) {
@@ -265,7 +270,7 @@ static bool compile(const char *key, const char *const *flags, int nflags,
     return false;
   }
   ok = tg_cache_put(key, ".log", tg_sb_text(&output), output.n, err, errlen) &&
-       tg_cache_install(tmp, key, ".so", err, errlen);
+       tg_cache_install(tmp, key, ".so", err, errlen) && tg_cache_seal(key, ".so", err, errlen);
   if (!ok) {
     unlink(tmp);
     tg_sb_free(&output);

@@ -207,7 +207,14 @@ static bool cache_lookup(const char *key, tg_cubin *out, char *err, size_t errle
   bool has_log = false, has_cubin = false;
   /* The log is written first, so a cubin without one is a crashed writer's
    * leftover (or tampering): compile again and overwrite. */
-  if (!tg_cache_get(key, ".cubin", &cubin, &ncubin, &has_cubin, err, errlen)) return false;
+  /* and a cubin must match its seal (size and SHA-256, cache.h): a
+   * damaged or emptied one is compiled again */
+  if (!tg_cache_get_sealed(key, ".cubin", &cubin, &ncubin, &has_cubin, NULL, 0, err, errlen)) return false;
+  if (has_cubin && ncubin == 0) {
+    free(cubin);
+    cubin = NULL;
+    has_cubin = false;
+  }
   if (has_cubin && !tg_cache_get(key, ".log", &log, &nlog, &has_log, err, errlen)) {
     free(cubin);
     return false;
@@ -296,7 +303,7 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   nv.destroy(&prog);
   if (ok)
     ok = tg_cache_put(key, ".log", log, nlog, err, errlen) &&
-         tg_cache_put(key, ".cubin", cubin, ncubin, err, errlen);
+         tg_cache_put_sealed(key, ".cubin", cubin, ncubin, err, errlen);
   if (!ok) {
     free(cubin);
     free(log);

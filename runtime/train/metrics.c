@@ -88,15 +88,29 @@ struct tg_metrics_file {
   char *path;
 };
 
-/* True when the file is empty or ends with a newline. */
-static bool ends_clean(FILE *fp) {
-  if (fseek(fp, 0, SEEK_END) != 0) return true;
+/* Cuts a torn last line (a run killed in the middle of a write): the file
+ * ends after its last newline, or is empty.  False with errno set when the
+ * file cannot be read or truncated. */
+static bool cut_torn_line(FILE *fp) {
+  if (fseek(fp, 0, SEEK_END) != 0) return false;
   long size = ftell(fp);
-  if (size <= 0) return true;
-  if (fseek(fp, -1, SEEK_END) != 0) return true;
-  int c = fgetc(fp);
-  fseek(fp, 0, SEEK_END);
-  return c == '\n';
+  if (size < 0) return false;
+  long keep = size;
+  char buf[4096];
+  while (keep > 0) {
+    long from = keep > (long)sizeof buf ? keep - (long)sizeof buf : 0;
+    size_t n = (size_t)(keep - from);
+    if (fseek(fp, from, SEEK_SET) != 0 || fread(buf, 1, n, fp) != n) return false;
+    size_t i = n;
+    while (i > 0 && buf[i - 1] != '\n') i--;
+    if (i > 0) {
+      keep = from + (long)i;
+      break;
+    }
+    keep = from;
+  }
+  if (keep < size && (fflush(fp) != 0 || ftruncate(fileno(fp), (off_t)keep) != 0)) return false;
+  return fseek(fp, 0, SEEK_END) == 0;
 }
 
 tg_metrics_file *tg_metrics_open(const char *path, bool append, char *why, size_t whylen) {
@@ -105,8 +119,8 @@ tg_metrics_file *tg_metrics_open(const char *path, bool append, char *why, size_
     tg_why(why, whylen, "cannot open '%s': %s", path, strerror(errno));
     return NULL;
   }
-  if (append && !ends_clean(fp) && (fputc('\n', fp) == EOF || fflush(fp) != 0)) {
-    tg_why(why, whylen, "cannot write '%s': %s", path, strerror(errno));
+  if (append && !cut_torn_line(fp)) {
+    tg_why(why, whylen, "cannot cut the torn last line of '%s': %s", path, strerror(errno));
     fclose(fp);
     return NULL;
   }

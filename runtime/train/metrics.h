@@ -76,7 +76,7 @@ typedef struct tg_metrics_file tg_metrics_file;
 
 /* Creates (append false: a new run) or extends (append true: a resumed run)
  * the file.  When an earlier run died in the middle of a line, that torn
- * line is ended first, so that it stays one bad line.  NULL with the reason
+ * line is cut off first, so that every line stays valid JSON.  NULL with the reason
  * in why on failure. */
 tg_metrics_file *tg_metrics_open(const char *path, bool append, char *why, size_t whylen);
 /* Writes one line and flushes it to the kernel.  (Not fsync'ed: a crash of

@@ -22,9 +22,12 @@
 #include "train.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,6 +76,7 @@ typedef struct run {
   tg_train_config cfg;
   int rank, nranks;
   FILE *log;         /* out_dir/train.log (rank 0) */
+  int lock_fd;       /* out_dir/tgrun.lock, held (flock) for the whole run (rank 0); -1: none */
   tg_tokenizer *tok;
   int32_t vocab;
   tg_tokens *train, *val;
@@ -88,6 +92,9 @@ typedef struct run {
   int32_t *sample_in;  /* a sample's context, T */
   float *logits;       /* the sample graph's logits, [1, T, vocab padded] */
   int micro, accum;   /* the micro-step running, of how many */
+  tg_loader **loaders; /* one per micro-step; freed by tg_train, also after an error */
+  int n_loaders;
+  tg_metrics_file *mf; /* rank 0's metrics file */
 } run;
 
 /* Prints to stdout and, on rank 0, to the log file. */
@@ -103,7 +110,13 @@ static void say(run *r, const char *fmt, ...) {
     va_start(ap, fmt);
     vfprintf(r->log, fmt, ap);
     va_end(ap);
-    fflush(r->log);
+    if (fflush(r->log) != 0 || ferror(r->log)) {
+      int e = errno;
+      fclose(r->log);
+      r->log = NULL; /* the error below must not write to it again */
+      tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot write %s/train.log: %s (free some space or choose another out_dir)",
+               r->cfg.out_dir, strerror(e));
+    }
   }
 }
 
@@ -232,6 +245,82 @@ static void refresh_copies(run *r) {
   free(host);
 }
 
+/* ---- memory: the plan against the machine, before anything big is allocated ---- */
+
+static int64_t read_number_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char buf[64] = {0};
+  bool ok = fgets(buf, sizeof buf, f) != NULL;
+  fclose(f);
+  if (!ok || !strncmp(buf, "max", 3)) return -1;
+  char *end;
+  long long v = strtoll(buf, &end, 10);
+  return end == buf ? -1 : v;
+}
+
+/* The bytes this process can still take: MemAvailable, or less where a
+ * cgroup (a container, a Slurm job) sets a lower limit.  -1: unknown. */
+static int64_t available_memory(const char **what) {
+  int64_t avail = -1;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    long long kb;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = (int64_t)kb * 1024;
+    fclose(f);
+  }
+  *what = "MemAvailable in /proc/meminfo";
+  int64_t max = read_number_file("/sys/fs/cgroup/memory.max");
+  int64_t cur = read_number_file("/sys/fs/cgroup/memory.current");
+  if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail)) {
+    avail = max > cur ? max - cur : 0;
+    *what = "the cgroup's memory.max less memory.current";
+  }
+  return avail;
+}
+
+static int64_t arena_of(const tg_graph *g) { return g && g->memplan ? g->memplan->arena_bytes : 0; }
+
+/* The planned peak (the four graphs' arenas, and each parameter's value,
+ * gradient accumulator, two moments and bf16 copy) against the memory the
+ * machine has free, for backends whose tensors are host memory; refuses a
+ * plan that cannot fit, with the largest batch_size that would. */
+static void check_memory(run *r) {
+  const tg_train_config *c = &r->cfg;
+  if (!strcmp(c->backend, "cuda")) return; /* device memory: the CUDA backend's own check */
+  int64_t fixed = arena_of(r->g_opt) + arena_of(r->g_sample);
+  for (int i = 0; i < r->n_params; i++) fixed += r->params[i].numel * (int64_t)sizeof(float) * (r->params[i].copy ? 5 : 4);
+  int64_t per_batch = arena_of(r->g_grad) + arena_of(r->g_eval);
+  int64_t peak = fixed + per_batch;
+  const char *what;
+  int64_t avail = available_memory(&what);
+  if (avail < 0 || peak <= avail) return;
+  double gib = 1024.0 * 1024.0 * 1024.0;
+  int64_t per_seq = per_batch / (c->batch_size > 0 ? c->batch_size : 1);
+  int64_t fit = per_seq > 0 && avail > fixed ? (avail - fixed) / per_seq : 0;
+  int key = -1;
+  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+    if (!strcmp(tg_train_config_key(k), "batch_size")) key = k;
+  tg_cfg_origin o = c->origin[key];
+  tg_loc at = o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col};
+  if (fit > 0)
+    tg_error(r->ctx, at,
+             "the run needs about %.2f GiB (planned peak: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
+             "parameters, optimizer state and the other graphs) but this machine has %.2f GiB free (%s): "
+             "batch_size %lld is the largest that would fit; lower batch_size (and raise grad_accum to keep the "
+             "tokens per step) or block_size",
+             (double)peak / gib, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
+             (double)avail / gib, what, (long long)fit);
+  tg_error(r->ctx, at,
+           "the run needs about %.2f GiB (planned peak: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
+           "parameters, optimizer state and the other graphs) but this machine has %.2f GiB free (%s): not even "
+           "batch_size 1 fits; use a smaller model (model.n_layer, model.n_embd) or block_size",
+           (double)peak / gib, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
+           (double)avail / gib, what);
+}
+
 /* The graphs of the run, their kernels and the fusion report. */
 static void build(run *r) {
   tg_device_opts dopts = {.precision = TG_PREC_F32};
@@ -289,6 +378,7 @@ static void build(run *r) {
   tg_run_pipeline(r->ctx, r->g_eval, &pe);
   r->g_sample = compile_model(r, 1, true);
   tg_run_pipeline(r->ctx, r->g_sample, &pe);
+  check_memory(r);
 
   int64_t bt = c->batch_size * c->block_size;
   r->idx = tg_xcalloc((size_t)bt, sizeof *r->idx);
@@ -409,12 +499,17 @@ static void sample(run *r, int64_t step) {
     tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "cannot decode a sample: %s", why);
   say(r, "---- sample at step %lld (temperature %g, top-k %lld) ----\n%.*s\n----\n", (long long)step, c->temperature,
       (long long)c->top_k, (int)tlen, text);
-  FILE *f = fopen(path_in(r, c->out_dir, "samples.txt"), "a");
-  if (f) {
-    fprintf(f, "---- step %lld ----\n%.*s\n", (long long)step, (int)tlen, text);
-    fclose(f);
-  }
+  const char *samples = path_in(r, c->out_dir, "samples.txt");
+  FILE *f = fopen(samples, "a");
+  bool written = f && fprintf(f, "---- step %lld ----\n%.*s\n", (long long)step, (int)tlen, text) >= 0;
+  if (f && fclose(f) != 0) written = false;
+  int e = errno;
   free(text);
+  if (!written) {
+    free(ids);
+    free(scratch);
+    tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot write %s: %s", samples, strerror(e));
+  }
   free(ids);
   free(scratch);
 }
@@ -451,6 +546,31 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
   char why[1024];
   double t0 = now();
   float **v = leaf_values(r);
+  /* a checkpoint of non-finite weights would rotate the last good one out */
+  for (int i = 0; i < r->n_params; i++) {
+    const float *w = v[r->slots[i].param->id];
+    for (int64_t k = 0; k < r->params[i].numel; k++)
+      if (!isfinite(w[k])) {
+        free_leaf_values(r, v);
+        tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
+                 "step %lld: parameter '%s' holds %s: training diverged; no checkpoint written, %s/" TG_CKPT_FILE
+                 " keeps the last good one (lower learning_rate or set grad_clip, then resume = true)",
+                 (long long)step, r->params[i].name, isnan(w[k]) ? "NaN" : "an infinity", r->cfg.out_dir);
+      }
+  }
+  /* and weights that are finite but diverged (a step's update too large)
+   * show in the loss of one batch: checked before they replace anything */
+  tg_loader_eval_batch(r->train, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, 0, 0, 1, r->idx, r->tgt);
+  feed(r, r->e_eval, r->idx, r->tgt);
+  tg_exec_run(r->ctx, r->e_eval);
+  float check = read_scalar(r, r->e_eval, "loss");
+  if (!isfinite(check)) {
+    free_leaf_values(r, v);
+    tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
+             "step %lld: the weights give a loss of %g on a training batch: training diverged; no checkpoint written, "
+             "%s/" TG_CKPT_FILE " keeps the last good one (lower learning_rate or set grad_clip, then resume = true)",
+             (long long)step, (double)check, r->cfg.out_dir);
+  }
   bool ok = tg_ckpt_save_in_dir(r->cfg.out_dir, r->g_opt, v, &m, why, sizeof why);
   free_leaf_values(r, v);
   if (!ok) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot write the checkpoint: %s", why);
@@ -464,8 +584,10 @@ static int64_t initial_state(run *r, uint64_t *position) {
   *position = 0;
   if (c->resume) {
     tg_ckpt_meta m = {0};
-    char *used = NULL;
-    tg_weights *w = tg_ckpt_load_latest(r->ctx, r->g_opt, c->out_dir, true, &m, &used);
+    char *used_m = NULL;
+    tg_weights *w = tg_ckpt_load_latest(r->ctx, r->g_opt, c->out_dir, true, &m, &used_m);
+    const char *used = used_m ? tg_strdup(r->ctx->arena, used_m) : NULL;
+    free(used_m);
     if (!w) tg_bail(r->ctx);
     for (int i = 0; i < r->n_params; i++) {
       const tg_adamw_slot *s = &r->slots[i];
@@ -478,8 +600,26 @@ static int64_t initial_state(run *r, uint64_t *position) {
     tg_weights_free(w);
     refresh_copies(r);
     *position = m.data_position;
+    /* the data stream is the checkpoint's: its seed with its position */
+    if ((uint64_t)c->seed != m.seed) {
+      int key = -1;
+      for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+        if (!strcmp(tg_train_config_key(k), "seed")) key = k;
+      tg_cfg_origin o = c->origin[key];
+      if ((o.cmdline || o.line > 0) && !c->reseed)
+        tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
+                 "seed = %lld, but the checkpoint %s was trained with seed %llu: resuming with another seed "
+                 "changes the data stream; remove seed (the checkpoint's is used) or add reseed = true to "
+                 "continue with seed %lld",
+                 (long long)c->seed, used ? used : c->out_dir, (unsigned long long)m.seed, (long long)c->seed);
+      if (!c->reseed) {
+        r->cfg.seed = (int64_t)m.seed;
+        say(r, "seed %llu: the checkpoint's\n", (unsigned long long)m.seed);
+      } else
+        say(r, "seed %lld (reseed = true; the checkpoint's was %llu)\n", (long long)c->seed,
+            (unsigned long long)m.seed);
+    }
     say(r, "resumed from %s: %lld steps done\n", used ? used : c->out_dir, (long long)m.step);
-    free(used);
     return m.step;
   }
   /* init_from: a tg checkpoint or a plain weights file (Hugging Face's
@@ -528,7 +668,7 @@ static void evaluate(run *r, const tg_log_columns *cols, tg_metrics_file *mf, in
   e.val_loss = eval_split(r, r->val);
   tg_log_eval_line(line, sizeof line, cols, &e);
   say(r, "%s\n", line);
-  tg_metrics_append(mf, &e, why, sizeof why);
+  if (!tg_metrics_append(mf, &e, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "%s", why);
 }
 
 static void train_loop(run *r) {
@@ -541,7 +681,8 @@ static void train_loop(run *r) {
    * micro-batches of b, 2 ranks of b, and one batch of 2b all train on the
    * same sequences; one loader per micro-step, each at the step count. */
   int accum = (int)c->grad_accum;
-  tg_loader **loaders = tg_xcalloc((size_t)accum, sizeof *loaders);
+  tg_loader **loaders = r->loaders = tg_xcalloc((size_t)accum, sizeof *loaders);
+  r->n_loaders = accum;
   for (int m = 0; m < accum; m++) {
     loaders[m] = tg_loader_new(r->train, c->batch_size, c->block_size, m * r->nranks + r->rank, accum * r->nranks,
                                (uint64_t)c->seed, position, why, sizeof why);
@@ -550,7 +691,7 @@ static void train_loop(run *r) {
   const char *metrics_path = path_in(r, c->out_dir, c->metrics_file);
   tg_metrics_file *mf = NULL;
   if (r->rank == 0) {
-    mf = tg_metrics_open(metrics_path, done > 0, why, sizeof why);
+    mf = r->mf = tg_metrics_open(metrics_path, done > 0, why, sizeof why);
     if (!mf) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
   }
 
@@ -615,6 +756,14 @@ static void train_loop(run *r) {
     double dt = now() - t0;
     if (r->nranks > 1 && !tg_comm_all_equal(weights_hash(r)))
       tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "the ranks' weights differ after step %lld", (long long)s + 1);
+    /* a diverged step stops the run before anything records it: the
+     * checkpoint on disk stays the last good one */
+    if (!isfinite(stats[0]) || !isfinite(gn))
+      tg_error(r->ctx, (tg_loc){c->path, 0, 0},
+               "step %lld: the loss is %g and the gradient norm %g: training diverged; stopped without writing a "
+               "checkpoint, so %s/" TG_CKPT_FILE " keeps the last good one (%s); lower learning_rate or set "
+               "grad_clip, then resume = true",
+               (long long)s + 1, stats[0] / r->nranks, (double)gn, c->out_dir, "if one was written");
 
     int64_t step = s + 1;
     tg_metrics_row row = tg_metrics_row_blank(TG_METRICS_STEP, step);
@@ -632,7 +781,7 @@ static void train_loop(run *r) {
         tg_log_step_line(line, sizeof line, &cols, &row);
         say(r, "%s\n", line);
       }
-      tg_metrics_append(mf, &row, why, sizeof why);
+      if (!tg_metrics_append(mf, &row, why, sizeof why)) tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "%s", why);
     }
     if (r->rank == 0 && due(step, c->eval_interval, c->max_steps)) {
       evaluate(r, &cols, mf, step);
@@ -641,11 +790,151 @@ static void train_loop(run *r) {
     if (r->rank == 0 && due(step, c->sample_interval, c->max_steps)) sample(r, step);
     if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
   }
-  if (mf && !tg_metrics_close(mf, why, sizeof why)) say(r, "warning: %s\n", why);
+  r->mf = NULL;
+  if (mf && !tg_metrics_close(mf, why, sizeof why)) tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "%s", why);
   write_plot(r, metrics_path);
   if (r->nranks > 1) say(r, "replicas: the %d ranks' weights were bit-identical after every step\n", r->nranks);
-  for (int m = 0; m < accum; m++) tg_loader_free(loaders[m]);
-  free(loaders);
+}
+
+/* ---- before any work: what can be checked is checked --------------------------------- */
+
+/* out_dir belongs to one run at a time: rank 0 holds an flock on
+ * out_dir/tgrun.lock for the whole run.  The kernel drops the lock when
+ * the process dies, however it dies, so a crashed run's leftover file
+ * blocks nothing; the pid and host written in it are only for the message. */
+static void lock_out_dir(run *r) {
+  const char *path = path_in(r, r->cfg.out_dir, "tgrun.lock");
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot create %s: %s (out_dir must be writable)", path,
+             strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char holder[256] = {0};
+    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+    close(fd);
+    if (n > 0 && holder[n - 1] == '\n') holder[n - 1] = 0;
+    if (e == EWOULDBLOCK)
+      tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0},
+               "another run is using this out_dir (%s holds its lock: %s): wait for it to end, or give this run "
+               "another out_dir",
+               path, n > 0 ? holder : "no pid recorded");
+    tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot lock %s: %s", path, strerror(e));
+  }
+  r->lock_fd = fd;
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  char text[320];
+  int len = snprintf(text, sizeof text, "pid %ld on %s\n", (long)getpid(), host);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len)
+    tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot write %s: %s", path, strerror(errno));
+}
+
+/* The ranks were started with the same configuration: a hash of each
+ * rank's effective config, compared at start-up.  A difference names the
+ * ranks and, on each of them, the first key that differs from rank 0's. */
+static void check_ranks_agree(run *r) {
+  if (r->nranks < 2) return;
+  uint64_t *all = tg_xcalloc((size_t)r->nranks, sizeof *all);
+  uint64_t mine = tg_train_config_hash(&r->cfg);
+  tg_comm_allgather_u64(mine, all);
+  char bad[256] = "";
+  size_t n = 0;
+  int nbad = 0;
+  for (int i = 1; i < r->nranks; i++)
+    if (all[i] != all[0]) {
+      if (n < sizeof bad - 16) n += (size_t)snprintf(bad + n, sizeof bad - n, "%s%d", nbad ? ", " : "", i);
+      nbad++;
+    }
+  bool differ = mine != all[0];
+  free(all);
+  if (!nbad) return;
+  /* rank 0's config as text, to every rank, to find the key that differs */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (f) {
+    if (r->rank == 0) tg_train_config_print(f, &r->cfg);
+    fclose(f);
+  }
+  uint64_t len64 = len;
+  tg_comm_broadcast(&len64, sizeof len64);
+  char *theirs = tg_alloc(r->ctx->arena, (size_t)len64 + 1);
+  if (r->rank == 0 && text) memcpy(theirs, text, len64);
+  free(text);
+  tg_comm_broadcast(theirs, (size_t)len64);
+  theirs[len64] = 0;
+  const char *what = "";
+  if (differ) {
+    char *ours = NULL;
+    size_t olen = 0;
+    FILE *g = open_memstream(&ours, &olen);
+    if (g) {
+      tg_train_config_print(g, &r->cfg);
+      fclose(g);
+      /* the first line that differs */
+      const char *a = ours, *b = theirs;
+      while (*a && *b) {
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+        size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+        if (la != lb || memcmp(a, b, la)) {
+          what = tg_sprintf(r->ctx->arena, ": here '%.*s', on rank 0 '%.*s'", (int)la, a, (int)lb, b);
+          break;
+        }
+        a += la + (ea ? 1 : 0), b += lb + (eb ? 1 : 0);
+      }
+      if (!*what && (*a || *b)) what = ": the ranks set different model.NAME keys";
+      free(ours);
+    }
+  }
+  /* the ranks that differ say how, then rank 0 names them all; the
+   * barrier keeps rank 0's exit from ending the job before they have */
+  if (differ)
+    tg_report(r->ctx, "error", (tg_loc){r->cfg.path, 0, 0},
+              "rank %d was started with another configuration than rank 0%s (start every rank with the same "
+              "train.cfg and KEY=VALUE arguments)",
+              r->rank, what);
+  fflush(stderr);
+  tg_comm_barrier();
+  if (r->rank != 0) tg_bail(r->ctx);
+  tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
+           "the ranks were started with different configurations: rank%s %s differ%s from rank 0 (start every "
+           "rank with the same train.cfg and KEY=VALUE arguments)",
+           nbad > 1 ? "s" : "", bad, nbad > 1 ? "" : "s");
+}
+
+/* The data and the prompt fit the run: checked before anything is
+ * compiled, so that no training is lost to them at its end. */
+static void check_data(run *r) {
+  const tg_train_config *c = &r->cfg;
+  int64_t need = c->block_size + 1;
+  const tg_tokens *split[2] = {r->train, r->val};
+  const char *name[2] = {"train.bin", "val.bin"};
+  for (int i = 0; i < 2; i++)
+    if ((int64_t)split[i]->n < need)
+      tg_error(r->ctx, (tg_loc){split[i]->path, 0, 0},
+               "%s has %zu tokens, but a sequence of block_size %lld needs %lld (its targets are shifted by "
+               "one)%s: lower block_size or prepare more data%s",
+               name[i], split[i]->n, (long long)c->block_size, (long long)need,
+               i == 1 ? "; evaluation reads val.bin" : "",
+               i == 1 ? " (tgrun prepare --val-fraction above 0)" : "");
+  if (c->sample_tokens > 0) {
+    char why[512];
+    int32_t *prompt = NULL;
+    size_t np = 0;
+    bool ok = tg_tok_encode(r->tok, c->sample_prompt, strlen(c->sample_prompt), &prompt, &np, why, sizeof why);
+    free(prompt);
+    if (!ok) {
+      int key = -1;
+      for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+        if (!strcmp(tg_train_config_key(k), "sample_prompt")) key = k;
+      tg_cfg_origin o = c->origin[key];
+      tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
+               "sample_prompt cannot be encoded by %s/tokenizer.json: %s (use only text of the training data, or set "
+               "sample_tokens = 0)",
+               c->data_dir, why);
+    }
+  }
 }
 
 /* ---- entry ----------------------------------------------------------------------- */
@@ -660,14 +949,25 @@ static int train(run *r) {
     snprintf(t, sizeof t, "%lld", (long long)c->threads);
     setenv("OMP_NUM_THREADS", t, 1); /* read when the kernels' OpenMP starts */
   }
+  tg_comm_set_timeout((double)c->rank_timeout);
+  check_ranks_agree(r);
   if (r->rank == 0) {
     mkdirs(r, c->out_dir);
+    lock_out_dir(r);
     r->log = fopen(path_in(r, c->out_dir, "train.log"), c->resume ? "a" : "w");
+    if (!r->log)
+      tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot open %s/train.log: %s", c->out_dir, strerror(errno));
     if (!c->resume) remove(path_in(r, c->out_dir, "samples.txt")); /* a fresh run's samples only */
-    FILE *f = fopen(path_in(r, c->out_dir, "train.cfg"), "w");
-    if (f) {
-      tg_train_config_print(f, c);
-      fclose(f);
+    /* the effective config, written atomically: a temporary, then rename */
+    const char *cfg_path = path_in(r, c->out_dir, "train.cfg");
+    const char *tmp = tg_sprintf(r->ctx->arena, "%s.tmp.%ld", cfg_path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    bool written = f && tg_train_config_print(f, c);
+    if (f && fclose(f) != 0) written = false;
+    if (!written || rename(tmp, cfg_path) != 0) {
+      int e = errno;
+      remove(tmp);
+      tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot write %s: %s", cfg_path, strerror(e));
     }
   }
   tg_comm_barrier();
@@ -680,6 +980,7 @@ static int train(run *r) {
   if (!r->val) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
   say(r, "data: %s: %zu train and %zu val tokens, %s tokenizer, vocab %d\n", c->data_dir, r->train->n, r->val->n,
       tg_tok_kind_name(tg_tok_kind_of(r->tok)), r->vocab);
+  check_data(r);
   build(r);
   train_loop(r);
   if (r->rank == 0) {
@@ -700,6 +1001,7 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   r->rank = rank;
   r->nranks = nranks;
   r->ctx = tg_ctx_new(stderr);
+  r->lock_fd = -1;
   jmp_buf bail;
   r->ctx->bail = &bail;
   int status;
@@ -708,6 +1010,13 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   if (setjmp(bail)) status = 1;
   else status = train(r);
   if (r->log) fclose(r->log);
+  if (r->mf) {
+    char why[256];
+    tg_metrics_close(r->mf, why, sizeof why);
+  }
+  for (int m = 0; m < r->n_loaders; m++) tg_loader_free(r->loaders[m]);
+  free(r->loaders);
+  if (r->lock_fd >= 0) close(r->lock_fd); /* releases the lock; the file stays, harmlessly */
   tg_exec_free(r->e_grad);
   tg_exec_free(r->e_opt);
   tg_exec_free(r->e_eval);

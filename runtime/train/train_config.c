@@ -8,6 +8,7 @@
 
 #include "executors.h"
 #include "nearest.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -47,7 +48,9 @@ static const key_info keys[] = {
     {"backend", K_STR, F(backend), "cpu", 0, 0, 0, 0, check_backend, NULL},
     {"precision", K_STR, F(precision), "auto", 0, 0, 0, 0, check_precision, NULL},
     {"batch_size", K_INT, F(batch_size), "12", 1, DIM_MAX, 0, 0, NULL, "batch"},
-    {"block_size", K_INT, F(block_size), "64", 1, DIM_MAX, 0, 0, NULL, NULL},
+    /* block_size 1: the CPU backend's lowering cannot yet (a where over
+     * [1, 1] does not fit its kernel's domain), so the range starts at 2 */
+    {"block_size", K_INT, F(block_size), "64", 2, DIM_MAX, 0, 0, NULL, NULL},
     {"grad_accum", K_INT, F(grad_accum), "1", 1, DIM_MAX, 0, 0, NULL, NULL},
     {"max_steps", K_INT, F(max_steps), "2000", 1, BIG, 0, 0, NULL, NULL},
     {"learning_rate", K_FLOAT, F(learning_rate), "1e-3", 0, INFINITY, 0, 0, NULL,
@@ -55,9 +58,11 @@ static const key_info keys[] = {
     {"min_lr", K_FLOAT, F(min_lr), "1e-4", 0, INFINITY, 0, 0, NULL, NULL},
     {"warmup_steps", K_INT, F(warmup_steps), "100", 0, BIG, 0, 0, NULL, NULL},
     {"lr_decay_steps", K_INT, F(lr_decay_steps), "0", 0, BIG, 0, 0, NULL, NULL},
-    {"beta1", K_FLOAT, F(beta1), "0.9", 0, 1, 0, 1, NULL, "AdamW"},
-    {"beta2", K_FLOAT, F(beta2), "0.99", 0, 1, 0, 1, NULL, NULL},
-    {"eps", K_FLOAT, F(eps), "1e-8", 0, INFINITY, 1, 0, NULL, NULL},
+    /* at most 0.9999999: the step computes in f32, where a beta closer to 1
+     * rounds to 1 and the bias correction divides by 1 - 1 */
+    {"beta1", K_FLOAT, F(beta1), "0.9", 0, 0.9999999, 0, 0, NULL, "AdamW"},
+    {"beta2", K_FLOAT, F(beta2), "0.99", 0, 0.9999999, 0, 0, NULL, NULL},
+    {"eps", K_FLOAT, F(eps), "1e-8", 1e-30, INFINITY, 0, 0, NULL, NULL}, /* a normal f32: the step is f32 */
     {"weight_decay", K_FLOAT, F(weight_decay), "0.1", 0, INFINITY, 0, 0, NULL, NULL},
     {"grad_clip", K_FLOAT, F(grad_clip), "1.0", 0, INFINITY, 0, 0, NULL, NULL},
     {"eval_interval", K_INT, F(eval_interval), "250", 0, BIG, 0, 0, NULL, "evaluation and logging"},
@@ -66,13 +71,16 @@ static const key_info keys[] = {
     {"sample_interval", K_INT, F(sample_interval), "500", 0, BIG, 0, 0, NULL, "samples"},
     {"sample_prompt", K_STR, F(sample_prompt), "\n", 0, 0, 0, 0, check_nonempty, NULL},
     {"sample_tokens", K_INT, F(sample_tokens), "200", 0, DIM_MAX, 0, 0, NULL, NULL},
-    {"temperature", K_FLOAT, F(temperature), "0.8", 0, INFINITY, 1, 0, NULL, NULL},
+    {"temperature", K_FLOAT, F(temperature), "0.8", 1e-30, INFINITY, 0, 0, NULL, NULL},
     {"top_k", K_INT, F(top_k), "200", 0, DIM_MAX, 0, 0, NULL, NULL},
     {"checkpoint_interval", K_INT, F(checkpoint_interval), "500", 0, BIG, 0, 0, NULL, "checkpoints"},
     {"resume", K_BOOL, F(resume), "false", 0, 0, 0, 0, NULL, NULL},
+    {"reseed", K_BOOL, F(reseed), "false", 0, 0, 0, 0, NULL, NULL},
     {"init_from", K_STR, F(init_from), "", 0, 0, 0, 0, NULL, NULL},
     {"seed", K_INT, F(seed), "1337", 0, BIG, 0, 0, NULL, "the machine"},
-    {"threads", K_INT, F(threads), "0", 0, 65536, 0, 0, NULL, NULL},
+    /* 65536 OpenMP threads crashed the run (SIGSEGV); 1024 work */
+    {"threads", K_INT, F(threads), "0", 0, 1024, 0, 0, NULL, NULL},
+    {"rank_timeout", K_INT, F(rank_timeout), "300", 1, 86400, 0, 0, NULL, NULL},
     {"peak_flops", K_FLOAT, F(peak_flops), "0", 0, INFINITY, 0, 0, NULL, NULL},
     {"metrics_file", K_STR, F(metrics_file), "metrics.jsonl", 0, 0, 0, 0, check_file_name, NULL},
 };
@@ -155,11 +163,21 @@ tg_precision_policy tg_train_config_precision(const tg_train_config *cfg) {
   return p;
 }
 
-/* The metrics file lives in out_dir; a path would let it escape. */
+/* The metrics file lives in out_dir; a path would let it escape, and the
+ * name of a file the run writes itself would let the metrics overwrite or
+ * append to it (a checkpoint, the log). */
 static const char *check_file_name(const char *s) {
+  static const char *const own[] = {"train.log", "train.cfg", "loss.svg", "samples.txt", "kernels",
+                                    "ckpt.safetensors", "ckpt.prev.safetensors", "tgrun.lock"};
   if (!*s) return "must not be empty";
   if (strchr(s, '/')) return "must be a file name inside out_dir, without '/'";
   if (!strcmp(s, ".") || !strcmp(s, "..")) return "must be a file name inside out_dir";
+  for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+    if (!strcmp(s, own[i]))
+      return "must not name a file the run writes itself (train.log, train.cfg, loss.svg, samples.txt, kernels, "
+             "ckpt.safetensors, ckpt.prev.safetensors, tgrun.lock): choose another name, e.g. metrics.jsonl";
+  if (!strncmp(s, "ckpt.", 5) && strstr(s, ".tmp"))
+    return "must not name a checkpoint's temporary file (ckpt.*.tmp.*): choose another name, e.g. metrics.jsonl";
   return NULL;
 }
 
@@ -349,12 +367,16 @@ static bool read_number(const value *v, double *out) {
   return true;
 }
 
+static void fmt_double(char *buf, size_t n, double d);
+
 static void range_text(const key_info *K, char *buf, size_t n) {
+  char lo[32], hi[32];
+  fmt_double(lo, sizeof lo, K->lo);
+  fmt_double(hi, sizeof hi, K->hi);
   if (isinf(K->hi))
-    snprintf(buf, n, "%s %.17g", K->lo_open ? ">" : ">=", K->lo);
+    snprintf(buf, n, "%s %s", K->lo_open ? ">" : ">=", lo);
   else
-    snprintf(buf, n, "in %c%.17g, %.17g%c", K->lo_open ? '(' : '[', K->lo, K->hi,
-             K->hi_open ? ')' : ']');
+    snprintf(buf, n, "in %c%s, %s%c", K->lo_open ? '(' : '[', lo, hi, K->hi_open ? ')' : ']');
 }
 
 static bool in_range(const key_info *K, double d) {
@@ -455,6 +477,13 @@ static bool set_define(parser *P, tg_train_config *cfg, const char *name, int ke
       cfg->defines[i].origin = origin;
       return true;
     }
+  /* a model has a handful of constants; a file with thousands is broken
+   * (and each one is a -D the compiler would look up) */
+  if (cfg->n_defines >= TG_TRAIN_MAX_DEFINES) {
+    perr(P, key_col, "too many model.NAME keys (at most %d): remove the ones the model does not have",
+         TG_TRAIN_MAX_DEFINES);
+    return false;
+  }
   cfg->defines = tg_xrealloc(cfg->defines, (size_t)(cfg->n_defines + 1) * sizeof *cfg->defines);
   cfg->defines[cfg->n_defines++] = (tg_model_define){xstrdup(name), d == 0 ? 0 : d, origin};
   return true;
@@ -585,6 +614,14 @@ bool tg_train_config_parse(tg_ctx *ctx, const char *name, const char *text, size
 
 bool tg_train_config_override(tg_ctx *ctx, tg_train_config *cfg, const char *arg) {
   parser P = {ctx, NULL, arg, 0, 0};
+  /* UTF-8 text, as a file must be: the effective config a run writes to
+   * out_dir/train.cfg has to load again */
+  size_t len = strlen(arg), bad = tg_utf8_check(arg, len);
+  if (bad < len) {
+    perr(&P, (int)bad + 1, "invalid UTF-8 byte 0x%02x (train.cfg and its KEY=VALUE arguments are UTF-8 text)",
+         (unsigned char)arg[bad]);
+    return false;
+  }
   const char *key;
   size_t key_len;
   int key_col;
@@ -718,6 +755,19 @@ bool tg_train_config_print(FILE *out, const tg_train_config *cfg) {
       }
   }
   return fflush(out) == 0 && !ferror(out);
+}
+
+uint64_t tg_train_config_hash(const tg_train_config *cfg) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the printed config */
+  if (!f) return h;
+  tg_train_config_print(f, cfg);
+  fclose(f);
+  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 1099511628211ull;
+  free(text);
+  return h;
 }
 
 bool tg_train_config_equal(const tg_train_config *a, const tg_train_config *b) {

@@ -43,7 +43,7 @@ typedef struct tg_model_define {
   tg_cfg_origin origin;
 } tg_model_define;
 
-enum { TG_TRAIN_NKEYS = 33 }; /* the keys below, model.NAME not counted */
+enum { TG_TRAIN_NKEYS = 35 }; /* the keys below, model.NAME not counted */
 
 typedef struct tg_train_config {
   /* The model and the data. */
@@ -83,10 +83,12 @@ typedef struct tg_train_config {
   /* Checkpoints. */
   int64_t checkpoint_interval; /* 500 steps; 0: only at the end */
   bool resume;                 /* false: continue from out_dir's checkpoint */
+  bool reseed;                 /* false: resume with seed, not the checkpoint's */
   char *init_from;             /* "": a .safetensors file to start from */
   /* The machine. */
   int64_t seed;                /* 1337 */
   int64_t threads;             /* 0: all cores */
+  int64_t rank_timeout;        /* 300 s: a collective waits this long for the other ranks */
   double peak_flops;           /* 0: unknown (MFU shown as "-"); FLOP/s */
   char *metrics_file;          /* "metrics.jsonl", inside out_dir */
 
@@ -125,6 +127,12 @@ bool tg_train_config_print(FILE *out, const tg_train_config *cfg);
 
 /* Same values (origins and path aside). */
 bool tg_train_config_equal(const tg_train_config *a, const tg_train_config *b);
+
+/* A hash of the effective config (every key and model.NAME, as printed):
+ * the ranks of a run compare it at start-up. */
+uint64_t tg_train_config_hash(const tg_train_config *cfg);
+/* The most model.NAME keys a file or command line may set. */
+enum { TG_TRAIN_MAX_DEFINES = 256 };
 
 /* lr_decay_steps, or max_steps where it is 0. */
 int64_t tg_train_config_decay_steps(const tg_train_config *cfg);

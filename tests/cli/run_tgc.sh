@@ -121,6 +121,12 @@ done
 expect_status 2 "$tgc" models/gpt2.tg --dump-after fuse_everything
 contains "$tmp/out" "no such pass; the passes are:"
 
+# a pass that fails after -o DIR has made the directory and opened its
+# fusion report: exit 1, and (in the sanitizer build) nothing leaks
+printf 'config { B = 2 }\ninput x: f32[B]\nparam w: [B] = zeros\noutput y = sum(x * w)\n' > "$tmp/noloss.tg"
+expect_status 1 "$tgc" "$tmp/noloss.tg" --emit cuda -o "$tmp/noloss.d"
+contains "$tmp/out" "no output named 'loss'"
+
 # -o with nothing to write to it is refused, not silently ignored
 expect_status 2 "$tgc" models/gpt2.tg --report fusion -o "$tmp/r.txt"
 contains "$tmp/out" "nothing to write there"

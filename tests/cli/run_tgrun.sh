@@ -28,7 +28,7 @@ expect_status 2 "$tgrun" grad "${tiny[@]}" --weights "$W" --batch "$X" --out "$t
 contains "$tmp/out" "unknown backend; did you mean 'cpu'? (the backends: ref, cpu"
 expect_status 2 "$tgrun" init "${tiny[@]}" --out "$W" --seed -3
 expect_status 2 "$tgrun" step "${tiny[@]}" --weights "$W" --batch "$X" --out "$W" --beta2 1
-contains "$tmp/out" "--beta1 and --beta2 must lie in [0, 1)"
+contains "$tmp/out" "--beta1 and --beta2 must lie in [0, 0.9999999]"
 expect_status 2 "$tgrun" step "${tiny[@]}" --weights "$W" --batch "$X" --out "$W" --lr 0
 expect_status 2 "$tgrun" init "${tiny[@]}" --out "$W" --wieghts x
 contains "$tmp/out" "did you mean '--weights'?"
@@ -59,6 +59,34 @@ done
 first=$(grep -o 'loss [0-9.]*' "$tmp/out" | head -1 | cut -d' ' -f2)
 last=$(grep -o 'loss [0-9.]*' "$tmp/out" | tail -1 | cut -d' ' -f2)
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then ok; else bad "3 steps did not lower the loss ($first -> $last)"; fi
+
+# every documented range of the options, at its bounds and one step beyond
+expect_status 0 "$tgrun" init "${tiny[@]}" --seed 0 --out "$tmp/r.safetensors"
+expect_status 0 "$tgrun" init "${tiny[@]}" --seed 9007199254740992 --out "$tmp/r.safetensors"
+expect_status 2 "$tgrun" init "${tiny[@]}" --seed 9007199254740994 --out "$tmp/r.safetensors"
+expect_status 2 "$tgrun" init "${tiny[@]}" --seed -1 --out "$tmp/r.safetensors"
+step=(step "${tiny[@]}" --weights "$W" --batch "$X" --out "$tmp/r.safetensors")
+finite_weights() { if grep -qa 'NaN\|nan' <(/usr/bin/python3 -c "
+import struct, json, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+import math
+for k, v in h.items():
+    if k == '__metadata__': continue
+    s, e = v['data_offsets']; d = b[8 + n + s:8 + n + e]
+    if any(not math.isfinite(x) for x in struct.unpack('<%df' % (len(d) // 4), d)): print('nan', k)" "$1"); then
+  bad "$1 holds non-finite weights ($2)"; else ok; fi; }
+for opt in "--steps 1" "--lr 1e-300" "--beta1 0 --beta2 0" "--beta1 0.9999999 --beta2 0.9999999" "--eps 1e-30" \
+  "--eps 1e300" "--weight-decay 0" "--clip 0" "--clip 1e300"; do
+  # shellcheck disable=SC2086
+  expect_status 0 "$tgrun" "${step[@]}" $opt
+  finite_weights "$tmp/r.safetensors" "$opt"
+done
+for opt in "--steps 0" "--steps 1000000001" "--lr 0" "--beta1 -1e-9" "--beta1 0.99999991" "--beta2 0.99999991" \
+  "--eps 9e-31" "--weight-decay -1e-300" "--clip -1e-300"; do
+  # shellcheck disable=SC2086
+  expect_status 2 "$tgrun" "${step[@]}" $opt
+done
+
 
 # a model without B and T constants takes the batch's shape from its inputs
 printf 'config { V = 32 }\nparam w: [V, 4] = normal(0.02)\ninput idx: i32[2, 4]\ninput targets: i32[2, 4]\noutput loss = sum(gather(w, idx)) * 0 + sum(gather(w, targets))\n' > "$tmp/fixed.tg"

@@ -244,6 +244,48 @@ START_TEST(put_get_round_trip) {
 }
 END_TEST
 
+/* Sealed entries: damaged ones (truncated, altered, emptied, unsealed)
+ * come back as not found, with the reason, so that the caller rebuilds. */
+START_TEST(sealed_entries) {
+  char err[512], key[TG_SHA256_HEX], path[512], damaged[256];
+  strcpy(key, hex_of("sealed", 6));
+  unsigned char bytes[1000];
+  for (int i = 0; i < 1000; i++) bytes[i] = (unsigned char)(i * 13);
+  void *data;
+  size_t n;
+  bool found;
+  ck_assert_msg(tg_cache_put_sealed(key, ".so", bytes, sizeof bytes, err, sizeof err), "%s", err);
+  ck_assert(tg_cache_get_sealed(key, ".so", &data, &n, &found, damaged, sizeof damaged, err, sizeof err));
+  ck_assert(found && n == sizeof bytes && !memcmp(data, bytes, n) && !*damaged);
+  free(data);
+  ck_assert(tg_cache_path(key, ".so", path, sizeof path, err, sizeof err));
+  /* truncated */
+  ck_assert_int_eq(truncate(path, 500), 0);
+  ck_assert(tg_cache_get_sealed(key, ".so", &data, &n, &found, damaged, sizeof damaged, err, sizeof err));
+  ck_assert(!found && !data);
+  ck_assert_msg(strstr(damaged, "differs from its seal"), "%s", damaged);
+  /* altered, same size */
+  bytes[700] ^= 1;
+  ck_assert(tg_cache_put(key, ".so", bytes, sizeof bytes, err, sizeof err));
+  ck_assert(tg_cache_get_sealed(key, ".so", &data, &n, &found, damaged, sizeof damaged, err, sizeof err) && !found);
+  /* emptied */
+  ck_assert(tg_cache_put(key, ".so", "", 0, err, sizeof err));
+  ck_assert(tg_cache_get_sealed(key, ".so", &data, &n, &found, damaged, sizeof damaged, err, sizeof err) && !found);
+  /* resealed as it is now: found again */
+  ck_assert(tg_cache_put(key, ".so", bytes, sizeof bytes, err, sizeof err));
+  ck_assert_msg(tg_cache_seal(key, ".so", err, sizeof err), "%s", err);
+  ck_assert(tg_cache_get_sealed(key, ".so", &data, &n, &found, damaged, sizeof damaged, err, sizeof err) && found);
+  free(data);
+  /* no seal at all */
+  char other[TG_SHA256_HEX];
+  strcpy(other, hex_of("unsealed", 8));
+  ck_assert(tg_cache_put(other, ".cubin", bytes, sizeof bytes, err, sizeof err));
+  ck_assert(tg_cache_get_sealed(other, ".cubin", &data, &n, &found, damaged, sizeof damaged, err, sizeof err));
+  ck_assert(!found);
+  ck_assert_msg(strstr(damaged, "has no seal"), "%s", damaged);
+}
+END_TEST
+
 /* A writer replaces an entry over and over while this process reads it:
  * every read must see one whole version, never a mix or a short file. */
 START_TEST(readers_never_see_partial_entries) {
@@ -333,6 +375,7 @@ static Suite *suite(void) {
   tcase_add_test(t, put_get_round_trip);
   tcase_add_test(t, readers_never_see_partial_entries);
   tcase_add_test(t, tmp_and_install);
+  tcase_add_test(t, sealed_entries);
   tcase_add_test(t, bad_names_rejected);
   suite_add_tcase(s, t);
   return s;

@@ -5,8 +5,10 @@
  * and nothing may slip through as a silently wrong run. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "train_config.h"
 
@@ -245,7 +247,7 @@ START_TEST(test_messages) {
       "    2 | learning_rat = 1e-3\n"
       "      | ^\n");
   bad("beta2 = 1\n",
-      "t.cfg:1:9: error: beta2 must be in [0, 1), not 1\n"
+      "t.cfg:1:9: error: beta2 must be in [0, 0.9999999], not 1\n"
       "    1 | beta2 = 1\n"
       "      |         ^\n");
   bad("max_steps = 100\n# again\nmax_steps = 200\n",
@@ -308,11 +310,11 @@ START_TEST(test_types) {
 END_TEST
 
 START_TEST(test_ranges) {
-  bad("beta1 = -0.1\n", "beta1 must be in [0, 1), not -0.1");
-  bad("beta2 = 1.0\n", "beta2 must be in [0, 1), not 1.0");
-  bad("eps = 0\n", "eps must be > 0, not 0");
-  bad("temperature = 0\n", "temperature must be > 0, not 0");
-  bad("temperature = -1\n", "temperature must be > 0, not -1");
+  bad("beta1 = -0.1\n", "beta1 must be in [0, 0.9999999], not -0.1");
+  bad("beta2 = 1.0\n", "beta2 must be in [0, 0.9999999], not 1.0");
+  bad("eps = 0\n", "eps must be >= 1e-30, not 0");
+  bad("temperature = 0\n", "temperature must be >= 1e-30, not 0");
+  bad("temperature = -1\n", "temperature must be >= 1e-30, not -1");
   bad("top_k = -1\n", "top_k must be in [0, 16777216], not -1");
   bad("learning_rate = -1e-3\n", "learning_rate must be >= 0, not -1e-3");
   bad("min_lr = -0.5\n", "min_lr must be >= 0, not -0.5");
@@ -326,7 +328,7 @@ START_TEST(test_ranges) {
   bad("eval_batches = 0\n", "eval_batches must be in [1, 16777216], not 0");
   bad("log_interval = 0\n", "log_interval must be in [1, 9007199254740992], not 0");
   bad("seed = -3\n", "seed must be in [0, 9007199254740992], not -3");
-  bad("threads = 100000\n", "threads must be in [0, 65536], not 100000");
+  bad("threads = 100000\n", "threads must be in [0, 1024], not 100000");
   bad("peak_flops = -1\n", "peak_flops must be >= 0, not -1");
   bad("model = \"\"\n", "model must not be empty");
   bad("sample_prompt = \"\"\n", "sample_prompt must not be empty");
@@ -422,6 +424,16 @@ START_TEST(test_overrides) {
 }
 END_TEST
 
+START_TEST(test_override_not_utf8) {
+  /* found by fuzz_train_config: an override of bytes that are not UTF-8
+   * was taken, and the effective config it wrote could not be read back */
+  ck_assert(!tg_train_config_override(ctx, &cfg, "model=\xff\xfe.tg"));
+  ck_assert_msg(strstr(tu_errors(ctx), "command line: error: invalid UTF-8 byte 0xff"), "%s", tu_errors(ctx));
+  ck_assert(tg_train_config_override(ctx, &cfg, "sample_prompt=\xc3\xa9"));
+  ck_assert_str_eq(cfg.sample_prompt, "\xc3\xa9");
+}
+END_TEST
+
 START_TEST(test_rules_between_keys) {
   /* Reported where the later of the two values was set, with the other
    * one's place in a note. */
@@ -472,6 +484,118 @@ START_TEST(test_docs_name_every_key) {
 }
 END_TEST
 
+/* Every numeric key's documented range (docs/train-config.md's table),
+ * tried at its bounds and one step beyond each: the bounds parse, the
+ * values beyond are refused.  So the docs and the code cannot drift. */
+static double bound_value(const char *t) {
+  if (!strcmp(t, "2^53")) return 9007199254740992.0;
+  if (!strcmp(t, "2^24")) return 16777216.0;
+  return strtod(t, NULL);
+}
+
+static void try_text(const char *key, const char *value, bool want_ok) {
+  char text[512];
+  snprintf(text, sizeof text, "%s = %s\n", key, value);
+  bool got = parse(text);
+  ck_assert_msg(got == want_ok, "%s: %s (documented range says %s)", text, got ? "accepted" : "refused",
+                want_ok ? "accept" : "refuse");
+  tg_train_config_free(&cfg);
+  tg_train_config_defaults(&cfg);
+}
+
+static void try_value(const char *key, double v, bool integer, bool want_ok) {
+  char value[400];
+  if (integer) snprintf(value, sizeof value, "%.0f", v);
+  else snprintf(value, sizeof value, "%.17g", v);
+  try_text(key, value, want_ok);
+}
+
+START_TEST(test_documented_ranges) {
+  const char *doc = tu_read("docs/train-config.md");
+  int tried = 0;
+  for (int k = 0; k < TG_TRAIN_NKEYS; k++) {
+    const char *key = tg_train_config_key(k);
+    char row[64];
+    snprintf(row, sizeof row, "\n| `%s` | ", key);
+    const char *at = strstr(doc, row);
+    ck_assert_msg(at, "no row for %s", key);
+    at += strlen(row);
+    char type[96];
+    size_t n = strcspn(at, "|");
+    ck_assert(n < sizeof type);
+    memcpy(type, at, n);
+    type[n] = 0;
+    while (n && type[n - 1] == ' ') type[--n] = 0;
+    bool integer = !strncmp(type, "integer", 7), real = !strncmp(type, "float", 5);
+    if (!integer && !real) continue; /* strings and booleans: test_types, test_ranges */
+    const char *r = type + (integer ? 7 : 5);
+    double lo, hi = INFINITY;
+    bool lo_open = false, hi_open = false;
+    char a[32], b[32], close;
+    if (sscanf(r, " in [%31[^,], %31[^])]%c", a, b, &close) == 3) {
+      lo = bound_value(a), hi = bound_value(b), hi_open = close == ')';
+    } else if (sscanf(r, " \xe2\x89\xa5 %31s", a) == 1) { /* ≥ */
+      lo = bound_value(a);
+    } else if (sscanf(r, " > %31s", a) == 1) {
+      lo = bound_value(a), lo_open = true;
+    } else {
+      ck_abort_msg("cannot read the range '%s' of %s", type, key);
+      continue;
+    }
+    /* one step: 1 for integers; for floats the next double */
+    double below = integer ? lo - 1 : nextafter(lo, -INFINITY), above_lo = integer ? lo + 1 : nextafter(lo, INFINITY);
+    try_value(key, lo, integer, !lo_open);
+    try_value(key, lo_open ? above_lo : below, integer, lo_open);
+    if (isfinite(hi)) {
+      double beyond = integer ? hi + 1 : nextafter(hi, INFINITY);
+      if (integer && hi >= 9007199254740992.0) beyond = hi * 2; /* 2^53 + 1 is no double */
+      try_value(key, hi_open ? nextafter(hi, -INFINITY) : hi, integer, true);
+      try_value(key, hi_open ? hi : beyond, integer, false);
+    } else {
+      try_value(key, 1e300, integer, true);
+      try_text(key, "1e400", false); /* beyond a double: refused, not infinity */
+    }
+    tried++;
+  }
+  ck_assert_int_ge(tried, 25);
+  /* and the count of model.NAME keys: 256 are fine, 257 refused */
+  char *text = malloc(300 * 24);
+  size_t len = 0;
+  for (int i = 0; i < 257; i++) len += (size_t)sprintf(text + len, "model.k%d = 1\n", i);
+  ck_assert(!parse(text));
+  ck_assert_ptr_nonnull(strstr(tu_errors(ctx), "too many model.NAME keys (at most 256)"));
+  ck_assert_int_eq(cfg.n_defines, 256);
+  free(text);
+}
+END_TEST
+
+/* A pathological file (100 000 keys) is refused after a screenful of
+ * errors, without reading on: the parser's work is bounded, not
+ * quadratic in the keys (it took 32 s). */
+START_TEST(test_pathological_file) {
+  const char *forms[] = {"model.k%d = 1\n", "key%d = 1\n", "seed = %d\n"};
+  for (int f = 0; f < 3; f++) {
+    size_t cap = 100000 * 24, len = 0;
+    char *text = malloc(cap);
+    for (int i = 0; i < 100000; i++) len += (size_t)snprintf(text + len, cap - len, forms[f], i);
+    tg_ctx *c = tu_ctx();
+    tg_train_config t;
+    tg_train_config_defaults(&t);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert(!tg_train_config_parse(c, "big.cfg", text, len, &t));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_msg(strstr(tu_errors(c), "too many errors; stopped at line"), "%s", tu_errors(c));
+    ck_assert_int_le(t.n_defines, 256);
+    printf("100000 lines of '%.*s': refused in %.3f s\n", (int)strcspn(forms[f], " "), forms[f],
+           (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    tg_train_config_free(&t);
+    tu_ctx_free(c);
+    free(text);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("train_config");
   TCase *tc = tcase_create("core");
@@ -490,7 +614,10 @@ int main(void) {
   tcase_add_test(tc, test_missing_file);
   tcase_add_test(tc, test_overrides);
   tcase_add_test(tc, test_rules_between_keys);
+  tcase_add_test(tc, test_override_not_utf8);
   tcase_add_test(tc, test_docs_name_every_key);
+  tcase_add_test(tc, test_documented_ranges);
+  tcase_add_test(tc, test_pathological_file);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
