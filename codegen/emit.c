@@ -77,6 +77,72 @@ typedef struct emitter {
   tg_sbuf decl;
 } emitter;
 
+/* ---- per-node scratch ------------------------------------------------------
+ * The emitter keeps a few arrays indexed by node (memos, marks).  A graph
+ * of a 192-layer model has tens of thousands of nodes and thousands of
+ * nests, so allocating and clearing them per nest would cost nodes x nests;
+ * they live instead in one scratch per thread, grown to the largest graph
+ * seen, and each use clears only the entries it set (listed in `set`). */
+typedef struct id_list {
+  int *v;
+  int n, cap;
+} id_list;
+
+static void list_push(id_list *l, int id) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 256;
+    l->v = tg_xrealloc(l->v, sizeof *l->v * (size_t)l->cap);
+  }
+  l->v[l->n++] = id;
+}
+
+static _Thread_local struct {
+  int size;                 /* entries each array has */
+  const char **memo[MAXD];  /* NULL when unset */
+  signed char *dep_red;     /* -1 when unset */
+  int *def_sweep;           /* 0 when unset */
+  int *cache_slot;          /* -1 when unset */
+  id_list set[MAXD + 3];    /* ids set in memo[0..2], dep_red, def_sweep, cache_slot */
+} scratch;
+
+static void scratch_reserve(int n) {
+  if (n <= scratch.size) return;
+  for (int k = 0; k < MAXD; k++) {
+    scratch.memo[k] = tg_xrealloc(scratch.memo[k], sizeof(char *) * (size_t)n);
+    memset(scratch.memo[k] + scratch.size, 0, sizeof(char *) * (size_t)(n - scratch.size));
+  }
+  scratch.dep_red = tg_xrealloc(scratch.dep_red, (size_t)n);
+  memset(scratch.dep_red + scratch.size, -1, (size_t)(n - scratch.size));
+  scratch.def_sweep = tg_xrealloc(scratch.def_sweep, sizeof(int) * (size_t)n);
+  memset(scratch.def_sweep + scratch.size, 0, sizeof(int) * (size_t)(n - scratch.size));
+  scratch.cache_slot = tg_xrealloc(scratch.cache_slot, sizeof(int) * (size_t)n);
+  for (int i = scratch.size; i < n; i++) scratch.cache_slot[i] = -1;
+  scratch.size = n;
+}
+
+static void memo_set(emitter *e, int d, int id, const char *v) {
+  if (!e->memo[d][id]) list_push(&scratch.set[d], id);
+  e->memo[d][id] = v;
+}
+
+/* Forgets memo level d (a sweep's values, when the next sweep starts). */
+static void memo_clear(emitter *e, int d) {
+  for (int i = 0; i < scratch.set[d].n; i++) e->memo[d][scratch.set[d].v[i]] = NULL;
+  scratch.set[d].n = 0;
+}
+
+/* Leaves the scratch as it was found: every entry unset. */
+static void scratch_release(void) {
+  for (int k = 0; k < MAXD; k++) {
+    for (int i = 0; i < scratch.set[k].n; i++) scratch.memo[k][scratch.set[k].v[i]] = NULL;
+    scratch.set[k].n = 0;
+  }
+  for (int i = 0; i < scratch.set[MAXD].n; i++) scratch.dep_red[scratch.set[MAXD].v[i]] = -1;
+  for (int i = 0; i < scratch.set[MAXD + 1].n; i++) scratch.def_sweep[scratch.set[MAXD + 1].v[i]] = 0;
+  for (int i = 0; i < scratch.set[MAXD + 2].n; i++) scratch.cache_slot[scratch.set[MAXD + 2].v[i]] = -1;
+  for (int k = MAXD; k < MAXD + 3; k++) scratch.set[k].n = 0;
+}
+
 /* Notes a load or store of a view of base value `base` (strides in its
  * elements, type t) made at depth d. */
 static void note_elements(emitter *e, int base, int64_t offset, int64_t elements, int sweep, bool write) {
@@ -165,6 +231,7 @@ static bool depends_on_reduction(emitter *e, const tg_node *n) {
   if (e->dep_red[n->id] >= 0) return e->dep_red[n->id];
   bool r = n->op == TG_OP_sum || n->op == TG_OP_max;
   for (int i = 0; i < n->nin && !r; i++) r = depends_on_reduction(e, n->in[i]);
+  list_push(&scratch.set[MAXD], n->id);
   e->dep_red[n->id] = r;
   return r;
 }
@@ -474,7 +541,10 @@ static const char *compute(emitter *e, const tg_node *n, const char **c, int d) 
 static const char *store_conv(emitter *e, tg_dtype t, const char *v);
 
 static void defined_in_sweep(emitter *e, const tg_node *n, int d) {
-  if (d == 2 && e->sweep > 0 && e->out->row_cache && !e->def_sweep[n->id]) e->def_sweep[n->id] = e->sweep;
+  if (d == 2 && e->sweep > 0 && e->out->row_cache && !e->def_sweep[n->id]) {
+    list_push(&scratch.set[MAXD + 1], n->id);
+    e->def_sweep[n->id] = e->sweep;
+  }
 }
 
 /* Appends a statement to the loop body of sweep `sweep` (already emitted). */
@@ -517,6 +587,7 @@ static const char *cached(emitter *e, const tg_node *n) {
       append_to_sweep(e, from, tg_sprintf(e->arena, "%s[%lld + j] = %s;\n", arr, (long long)(e->n_slots * row),
                                           store_conv(e, t, tg_sprintf(e->arena, "t%d", n->id))));
     }
+    list_push(&scratch.set[MAXD + 2], n->id);
     slot = e->cache_slot[n->id] = e->n_slots++;
   }
   if (c->row_cache == TG_ROW_CACHE_REGS) return tg_sprintf(e->arena, "r%d[u]", n->id);
@@ -539,7 +610,7 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
     if (x) {
       const char *name = tname(e, n->id, d);
       define(e, d, t, name, x);
-      e->memo[d][n->id] = name;
+      memo_set(e, d, n->id, name);
       return (val){name, t};
     }
   }
@@ -548,14 +619,14 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
     if (!canonical) return (val){x, t};
     const char *name = tname(e, n->id, d);
     define(e, d, t, name, x);
-    e->memo[d][n->id] = name;
+    memo_set(e, d, n->id, name);
     defined_in_sweep(e, n, d);
     return (val){name, t};
   }
   if (tg_is_view(n)) {
     /* a view of a value computed here: follow it by coordinates */
     val v = value_at(e, n->in[0], view_coords(e, n, c), d);
-    if (canonical && d >= 0) e->memo[d][n->id] = v.s;
+    if (canonical && d >= 0) memo_set(e, d, n->id, v.s);
     return v;
   }
   if (!computed_here(e, n))
@@ -567,7 +638,7 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   const char *name = canonical ? tname(e, n->id, d) : new_tmp(e);
   define(e, d, t, name, x);
   if (canonical) {
-    e->memo[d][n->id] = name;
+    memo_set(e, d, n->id, name);
     defined_in_sweep(e, n, d);
   }
   return (val){name, t};
@@ -671,7 +742,7 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
     /* the index of row j on its own, for the blocks' walk over the indices
      * (tg_cuda_scatter_rows), each of which reads every index once */
     char *body = tg_sb_take(&e->buf[2]);
-    memset(e->memo[2], 0, sizeof(char *) * (size_t)e->g->n_nodes);
+    memo_clear(e, 2);
     int n_access = c->n_access;
     val ix = value_at(e, idx, sc, 2);
     c->n_access = n_access; /* counted below, once per block */
@@ -710,10 +781,9 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   e.vec_axis = e.vec > 1 ? lk->steps[s].nest.inner_axes[0] : -1;
   out->vec = e.vec;
   e.arena = p->g->arena;
-  for (int k = 0; k < MAXD; k++) e.memo[k] = calloc((size_t)p->g->n_nodes + 1, sizeof(char *));
-  e.dep_red = malloc((size_t)p->g->n_nodes + 1);
-  if (!e.memo[0] || !e.memo[1] || !e.memo[2] || !e.dep_red) exit(1);
-  memset(e.dep_red, -1, (size_t)p->g->n_nodes + 1);
+  scratch_reserve(p->g->n_nodes + 1);
+  for (int k = 0; k < MAXD; k++) e.memo[k] = scratch.memo[k];
+  e.dep_red = scratch.dep_red;
   const tg_nest *N = &e.st->nest;
   /* the row cache: CUDA nests that reduce a row (one block a row) and walk
    * it more than once */
@@ -724,9 +794,8 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
     out->row_cache = steps <= TG_ROW_CACHE_MAX_STEPS ? TG_ROW_CACHE_REGS : TG_ROW_CACHE_SHARED;
     out->row_regs = out->row_cache == TG_ROW_CACHE_REGS ? (int)steps : 0;
   }
-  e.def_sweep = tg_xcalloc((size_t)p->g->n_nodes + 1, sizeof *e.def_sweep);
-  e.cache_slot = tg_xmalloc(sizeof *e.cache_slot * ((size_t)p->g->n_nodes + 1));
-  for (int k = 0; k <= p->g->n_nodes; k++) e.cache_slot[k] = -1;
+  e.def_sweep = scratch.def_sweep;
+  e.cache_slot = scratch.cache_slot;
   e.seg_of_sweep = tg_xcalloc((size_t)N->n_sweeps + 2, sizeof *e.seg_of_sweep);
   tg_sbuf oc = {0}, ic = {0};
   coords_text(&e, &oc, N->outer_axes, N->n_outer, "o");
@@ -740,7 +809,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       const tg_sweep *S = &N->sweeps[w];
       e.in_loop = true;
       e.sweep = w + 1;
-      memset(e.memo[2], 0, sizeof(char *) * (size_t)p->g->n_nodes);
+      memo_clear(&e, 2);
       tg_reduction *red = S->n_reduce ? calloc((size_t)S->n_reduce, sizeof *red) : NULL;
       for (int r = 0; r < S->n_reduce; r++) {
         const tg_node *rn = p->g->nodes[S->reduce[r]];
@@ -758,7 +827,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
         red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype), narrow_round(rn->type.dtype)};
       }
       for (e.lane = 0; e.lane < e.vec; e.lane++) {
-        if (e.lane) memset(e.memo[2], 0, sizeof(char *) * (size_t)p->g->n_nodes);
+        if (e.lane) memo_clear(&e, 2);
         for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2, &e.buf[2]);
       }
       e.lane = 0;
@@ -769,7 +838,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       flush_outer(&e, out);
       e.seg_of_sweep[w + 1] = out->n_seg;
       push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce});
-      for (int r = 0; r < S->n_reduce; r++) e.memo[1][S->reduce[r]] = tg_sprintf(e.arena, "t%d", S->reduce[r]);
+      for (int r = 0; r < S->n_reduce; r++) memo_set(&e, 1, S->reduce[r], tg_sprintf(e.arena, "t%d", S->reduce[r]));
     }
     e.in_loop = false;
     /* post stores: their values join the outer statements (every thread
@@ -782,14 +851,9 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   out->uniform = tg_sb_take(&e.buf[0]);
   out->cache_decl = tg_sb_take(&e.decl);
   if (!e.n_slots) out->row_cache = TG_ROW_CACHE_NONE, out->row_regs = 0; /* nothing was worth keeping */
-  free(e.def_sweep);
-  free(e.cache_slot);
   free(e.seg_of_sweep);
-  for (int k = 0; k < MAXD; k++) {
-    tg_sb_free(&e.buf[k]);
-    free(e.memo[k]);
-  }
-  free(e.dep_red);
+  for (int k = 0; k < MAXD; k++) tg_sb_free(&e.buf[k]);
+  scratch_release();
   free(e.vkeys);
   free(e.vnames);
 }

@@ -182,6 +182,8 @@ typedef struct lowerer {
   tg_mem_plan *plan; /* the arena's plan, made once recomputation is chosen */
   int *bias_add;  /* per kernel: the bias add its GEMM computes (fold_bias), or -1 */
   int *gelu_out;  /* per kernel: the GELU of that add the GEMM computes, or -1 */
+  bool *seen;     /* per node, false between uses (lower_kernel's waves) */
+  struct ivec marked; /* the nodes cross_reads marked in seen, to clear */
 } lowerer;
 
 static int *arena_ints(tg_arena *a, const ivec *v) {
@@ -564,6 +566,7 @@ static int cross_reads(lowerer *L, int s, const tg_node *n, int kernel, bool *se
   const tg_node *b = tg_kernel_base(n);
   if (b->kernel != kernel || seen[b->id]) return wave;
   seen[b->id] = true;
+  push(&L->marked, b->id);
   int o = L->p->step_of[b->id];
   if (o >= 0 && o != s) {
     L->stored[b->id] = true;
@@ -907,11 +910,12 @@ static void lower_kernel(lowerer *L, int k) {
     single_nest(L, s, K->kind);
   }
   }
-  /* waves, and what crosses steps */
-  bool *seen = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  /* waves, and what crosses steps (L->seen: every node it marks is the
+   * kernel's own or an input of one, cleared after each step, so a step
+   * costs its own size) */
+  bool *seen = L->seen;
   int n_waves = 0;
   for (int s = 0; s < L->n_steps; s++) {
-    memset(seen, 0, (size_t)g->n_nodes + 1);
     int wave = 0;
     const ivec *m = &L->members[s];
     for (int i = 0; i < m->n; i++) seen[m->v[i]] = true;
@@ -919,13 +923,15 @@ static void lower_kernel(lowerer *L, int k) {
       const tg_node *n = g->nodes[m->v[i]];
       for (int j = 0; j < n->nin; j++) wave = cross_reads(L, s, n->in[j], k, seen, wave);
     }
+    for (int i = 0; i < L->marked.n; i++) seen[L->marked.v[i]] = false;
+    for (int i = 0; i < m->n; i++) seen[m->v[i]] = false;
+    L->marked.n = 0;
     if (L->steps[s].kind == TG_STEP_GEMM && L->steps[s].gemm.after >= 0 &&
         L->steps[L->steps[s].gemm.after].wave + 1 > wave)
       wave = L->steps[L->steps[s].gemm.after].wave + 1; /* after the copies of its operands */
     L->steps[s].wave = wave;
     if (wave + 1 > n_waves) n_waves = wave + 1;
   }
-  free(seen);
   for (int s = 0; s < L->n_steps; s++) {
     if (L->steps[s].kind != TG_STEP_NEST) continue;
     check_fit(L, &L->steps[s].nest, &L->members[s]);
@@ -989,32 +995,57 @@ static void place_values(lowerer *L) {
  * after that, except the same nest reading the same element. */
 static void check_assigns(lowerer *L) {
   const tg_graph *g = L->g;
-  for (int i = 0; i < g->n_nodes; i++) {
+  /* the readers of each base value, once (a list per base: CSR) */
+  int n = g->n_nodes;
+  int *start = tg_xcalloc((size_t)n + 2, sizeof *start);
+  for (int j = 0; j < n; j++)
+    if (g->nodes[j]->kernel >= 0)
+      for (int x = 0; x < g->nodes[j]->nin; x++) start[tg_kernel_base(g->nodes[j]->in[x])->id + 1]++;
+  for (int i = 0; i < n; i++) start[i + 1] += start[i];
+  int *fill = tg_xcalloc((size_t)n + 1, sizeof *fill), *reader = tg_xcalloc((size_t)start[n] + 1, sizeof *reader),
+      *input = tg_xcalloc((size_t)start[n] + 1, sizeof *input);
+  for (int j = 0; j < n; j++)
+    if (g->nodes[j]->kernel >= 0)
+      for (int x = 0; x < g->nodes[j]->nin; x++) {
+        int b = tg_kernel_base(g->nodes[j]->in[x])->id, at = start[b] + fill[b]++;
+        reader[at] = j, input[at] = x;
+      }
+  for (int i = 0; i < n; i++) {
     const tg_node *a = g->nodes[i];
     if (a->op != TG_OP_assign) continue;
     const tg_node *leaf = tg_kernel_base(a->in[0]);
     int sa = L->p->step_of[a->id];
     const tg_lkernel *lk = &L->p->kernels[a->kernel];
-    for (int j = 0; j < g->n_nodes; j++) {
-      const tg_node *r = g->nodes[j];
-      if (r == a || r->kernel < 0) continue;
-      for (int x = 0; x < r->nin; x++) {
-        if (tg_kernel_base(r->in[x]) != leaf) continue;
-        bool ok;
-        if (r->kernel != a->kernel) ok = r->kernel < a->kernel;
-        else {
-          int sr = L->p->step_of[r->id];
-          bool same_elem = r->in[x] == leaf && tg_type_same_shape(&leaf->type, &lk->steps[sa].nest.dom) &&
-                           tg_type_same_shape(&r->type, &leaf->type);
-          ok = (sr == sa || sr < 0) ? same_elem : lk->steps[sr].wave < lk->steps[sa].wave;
-        }
-        if (!ok)
-          tg_error(L->ctx, r->loc,
-                   "cannot update '%s' in place: %%%d %s reads its old value after (or beside) the assign %%%d",
-                   leaf->name ? leaf->name : "?", r->id, tg_ops[r->op].name, a->id);
+    for (int e = start[leaf->id]; e < start[leaf->id + 1]; e++) {
+      const tg_node *r = g->nodes[reader[e]];
+      int x = input[e];
+      if (r == a) continue;
+      bool ok;
+      if (r->kernel != a->kernel) ok = r->kernel < a->kernel;
+      else {
+        int sr = L->p->step_of[r->id];
+        bool same_elem = r->in[x] == leaf && tg_type_same_shape(&leaf->type, &lk->steps[sa].nest.dom) &&
+                         tg_type_same_shape(&r->type, &leaf->type);
+        ok = (sr == sa || sr < 0) ? same_elem : lk->steps[sr].wave < lk->steps[sa].wave;
       }
+      if (!ok)
+        tg_error(L->ctx, r->loc,
+                 "cannot update '%s' in place: %%%d %s reads its old value after (or beside) the assign %%%d",
+                 leaf->name ? leaf->name : "?", r->id, tg_ops[r->op].name, a->id);
     }
   }
+  free(start);
+  free(fill);
+  free(reader);
+  free(input);
+}
+
+/* Every base value arg_of may mark for x (the values it passes through). */
+static void arg_candidates(const lowerer *L, const tg_node *x, ivec *out) {
+  const tg_node *b = tg_kernel_base(x);
+  push(out, b->id);
+  if (L->p->remat[b->id])
+    for (int i = 0; i < b->nin; i++) arg_candidates(L, b->in[i], out);
 }
 
 /* Marks the base value x reads as an argument; a recomputed value's
@@ -1030,11 +1061,15 @@ static void arg_of(const lowerer *L, const tg_node *x, bool *in) {
 
 /* The base values each kernel touches, in a fixed order: the argument list
  * of its generated function(s). */
-static void kernel_args(lowerer *L, int k) {
+static int by_int(const void *x, const void *y) { return (*(const int *)x > *(const int *)y) - (*(const int *)x < *(const int *)y); }
+
+/* r and w: per node, zero on entry and on return (only what this kernel
+ * touches is set and cleared, so that a kernel costs its own size, not the
+ * graph's: a 192-layer model has thousands of kernels). */
+static void kernel_args(lowerer *L, int k, bool *r, bool *w) {
   const tg_graph *g = L->g;
   tg_lkernel *lk = &L->p->kernels[k];
   const tg_kernel *K = &g->kernels[k];
-  bool *r = tg_xcalloc((size_t)g->n_nodes + 1, 1), *w = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int j = 0; j < K->n_nodes; j++) {
     const tg_node *n = g->nodes[K->nodes[j]];
     if (L->stored[n->id]) w[n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id] = true;
@@ -1043,17 +1078,27 @@ static void kernel_args(lowerer *L, int k) {
   /* a copy of a view for a matmul: written by its nest, read by the gemm */
   for (int s = 0; s < lk->n_steps; s++)
     if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) r[lk->steps[s].node] = w[lk->steps[s].node] = true;
+  /* the candidates: what the marking above can have set */
+  ivec cand = {0};
+  for (int j = 0; j < K->n_nodes; j++) {
+    const tg_node *n = g->nodes[K->nodes[j]];
+    push(&cand, n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id);
+    for (int x = 0; x < n->nin; x++) arg_candidates(L, n->in[x], &cand);
+  }
+  for (int s = 0; s < lk->n_steps; s++)
+    if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) push(&cand, lk->steps[s].node);
+  if (cand.n) qsort(cand.v, (size_t)cand.n, sizeof *cand.v, by_int);
   ivec args = {0};
-  for (int i = 0; i < g->n_nodes; i++)
-    if (r[i] || w[i]) push(&args, i);
+  for (int c = 0; c < cand.n; c++)
+    if ((c == 0 || cand.v[c] != cand.v[c - 1]) && (r[cand.v[c]] || w[cand.v[c]])) push(&args, cand.v[c]);
   lk->args = arena_ints(L->arena, &args);
   lk->n_args = args.n;
   lk->arg_read = tg_alloc(L->arena, (size_t)(args.n ? args.n : 1));
   lk->arg_written = tg_alloc(L->arena, (size_t)(args.n ? args.n : 1));
   for (int a = 0; a < args.n; a++) lk->arg_read[a] = r[args.v[a]], lk->arg_written[a] = w[args.v[a]];
+  for (int c = 0; c < cand.n; c++) r[cand.v[c]] = w[cand.v[c]] = false;
   free(args.v);
-  free(r);
-  free(w);
+  free(cand.v);
 }
 
 tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g, false); }
@@ -1107,10 +1152,16 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   for (int i = 0; i < g->n_nodes; i++)
     if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
   for (int b = 0; b < L.plan->n_buffers; b++) p->store[L.plan->buffers[b].node].place = TG_PLACE_ARENA;
+  L.seen = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int k = 0; k < g->n_kernels; k++) lower_kernel(&L, k);
+  free(L.seen);
+  free(L.marked.v);
   place_values(&L);
   check_assigns(&L);
-  for (int k = 0; k < g->n_kernels; k++) kernel_args(&L, k);
+  bool *args_r = tg_xcalloc((size_t)g->n_nodes + 1, 1), *args_w = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  for (int k = 0; k < g->n_kernels; k++) kernel_args(&L, k, args_r, args_w);
+  free(args_r);
+  free(args_w);
   free(L.steps);
   free(L.members);
   free(L.stored);

@@ -15,6 +15,7 @@
  * no recompilation.  Parameters and moments change through assign nodes,
  * which take effect when the whole step has been computed. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -96,6 +97,24 @@ static tg_node *squares_stage2(opt *O, tg_node *part) {
   return add(O, r);
 }
 
+static int by_name(const void *x, const void *y) {
+  return strcmp((*(tg_node *const *)x)->name, (*(tg_node *const *)y)->name);
+}
+
+/* The copy "bf16.NAME" of parameter NAME among the sorted copies, or NULL. */
+static tg_node *copy_of(tg_node **copies, int n, const char *name) {
+  size_t np = strlen(TG_BF16_COPY_PREFIX);
+  int lo = 0, hi = n - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    int c = strcmp(copies[mid]->name + np, name);
+    if (!c) return copies[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return NULL;
+}
+
 tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o, int *n_slots) {
   opt O = {ctx, g, {g->source, 1, 1}};
   if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1 && o->eps > 0 &&
@@ -129,6 +148,17 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
   tg_type scalar = {.dtype = TG_F32};
   tg_node *lr = leaf(&O, TG_OP_input, "lr", &scalar);
   tg_node *t = leaf(&O, TG_OP_input, "step", &scalar);
+
+  /* the parameters' bf16 copies (precision.c's weight_copies) by name, sorted:
+   * found in log time (tg_param_copy_of walks the graph for each) */
+  int n_copies = 0;
+  tg_node **copies = tg_alloc(g->arena, sizeof *copies * (size_t)(g->n_nodes + 1));
+  size_t np = strlen(TG_BF16_COPY_PREFIX);
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_node *s = g->nodes[i];
+    if (s->op == TG_OP_state && s->name && !strncmp(s->name, TG_BF16_COPY_PREFIX, np)) copies[n_copies++] = s;
+  }
+  qsort(copies, (size_t)n_copies, sizeof *copies, by_name);
 
   /* Global norm over all gradients, then one clipping factor for all. */
   tg_node *total = NULL;
@@ -184,7 +214,7 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
     op2(&O, TG_OP_assign, v, v2);
     /* the bf16 copy the forward reads (precision.c's weight_copies), or one
      * the caller asks for: rewritten here, once per optimizer step */
-    tg_node *copy = tg_param_copy_of(g, p);
+    tg_node *copy = copy_of(copies, n_copies, p->name);
     for (int c = 0; o->copies && o->copies[c] && !copy; c++)
       if (!strcmp(o->copies[c], p->name)) {
         tg_type bt = p->type;

@@ -126,11 +126,9 @@ static int by_offset(const void *x, const void *y) {
 }
 
 /* Best fit for buffer x among the placed buffers whose lifetimes overlap
- * its own (their indices in busy, n of them): the smallest gap that holds
- * it, else the top of them. */
-static int64_t best_fit(tg_buffer *bufs, const tg_buffer *x, int *busy, int n) {
-  sort_buffers = bufs;
-  qsort(busy, (size_t)n, sizeof *busy, by_offset);
+ * its own (their indices in busy, n of them, in offset order): the
+ * smallest gap that holds it, else the top of them. */
+static int64_t best_fit(const tg_buffer *bufs, const tg_buffer *x, const int *busy, int n) {
   int64_t cursor = 0, best = -1, best_gap = 0;
   for (int a = 0; a < n; a++) {
     const tg_buffer *o = &bufs[busy[a]];
@@ -144,10 +142,15 @@ static int64_t best_fit(tg_buffer *bufs, const tg_buffer *x, int *busy, int n) {
   return best >= 0 ? best : cursor;
 }
 
+/* Places the buffers largest first, each at the best fit among those
+ * already placed that are alive with it.  The placed ones are kept in
+ * offset order (inserted where they belong), so that each fit is one pass
+ * over them with no sorting: the plan costs O(buffers²) comparisons, not
+ * a sort per buffer (a 192-layer model has thousands of buffers). */
 static void place_all(tg_mem_plan *p) {
   int n = p->n_buffers;
-  int *order = tg_xcalloc((size_t)n, sizeof *order), *placed = tg_xcalloc((size_t)n, sizeof *placed);
-  int *busy = tg_xcalloc((size_t)n, sizeof *busy);
+  int *order = tg_xcalloc((size_t)n + 1, sizeof *order), *placed = tg_xcalloc((size_t)n + 1, sizeof *placed);
+  int *busy = tg_xcalloc((size_t)n + 1, sizeof *busy);
   for (int b = 0; b < n; b++) order[b] = b;
   sort_buffers = p->buffers;
   qsort(order, (size_t)n, sizeof *order, by_size);
@@ -157,7 +160,11 @@ static void place_all(tg_mem_plan *p) {
     for (int c = 0; c < a; c++)
       if (lifetimes_overlap(x, &p->buffers[placed[c]])) busy[n_busy++] = placed[c];
     x->offset = best_fit(p->buffers, x, busy, n_busy);
-    placed[a] = order[a];
+    /* insert into placed, in (offset, node) order, as by_offset sorts */
+    int at = a;
+    while (at > 0 && by_offset(&order[a], &placed[at - 1]) < 0) at--;
+    memmove(placed + at + 1, placed + at, sizeof *placed * (size_t)(a - at));
+    placed[at] = order[a];
     if (x->offset + x->bytes > p->arena_bytes) p->arena_bytes = x->offset + x->bytes;
   }
   free(order);
