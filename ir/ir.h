@@ -276,6 +276,9 @@ int tg_graph_add_kernel(tg_graph *g, const char *name, tg_kernel_kind kind);
 /* Follows views (reshape, transpose, slice, expand) to the value they show. */
 const tg_node *tg_kernel_base(const tg_node *n);
 bool tg_is_view(const tg_node *n);
+/* A cast of a bf16 value to f32: free to recompute (fusion computes it in
+ * whichever kernel reads it; the precision pass's saved values rely on it). */
+bool tg_is_widening(const tg_node *n);
 /* Fills every kernel's node, input and output lists and byte counts from
  * node->kernel. */
 void tg_kernels_derive(tg_graph *g);

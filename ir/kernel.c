@@ -48,6 +48,10 @@ bool tg_is_view(const tg_node *n) {
          n->op == TG_OP_expand;
 }
 
+bool tg_is_widening(const tg_node *n) {
+  return n->op == TG_OP_cast && n->type.dtype == TG_F32 && n->in[0]->type.dtype == TG_BF16;
+}
+
 const tg_node *tg_kernel_base(const tg_node *n) {
   while (tg_is_view(n)) n = n->in[0];
   return n;

@@ -122,15 +122,11 @@ static bool reads_barrier(const fuser *f, const tg_node *n, int k) {
   return false;
 }
 
-static bool is_widening(const tg_node *n) {
-  return n->op == TG_OP_cast && n->type.dtype == TG_F32 && n->in[0]->type.dtype == TG_BF16;
-}
-
 /* The value an input stands for: a free widening (is_free) is computed by
  * whichever kernel reads it, from the bf16 value it widens. */
 static const tg_node *source(const fuser *f, const tg_node *in) {
   const tg_node *b = tg_kernel_base(in);
-  while (f->free_[b->id] && is_widening(b)) b = tg_kernel_base(b->in[0]);
+  while (f->free_[b->id] && tg_is_widening(b)) b = tg_kernel_base(b->in[0]);
   return b;
 }
 
@@ -316,10 +312,10 @@ static int producer_kernel(const fuser *f, const tg_node *n) {
  * reads a widening is not free for that: its input was computed. */
 static bool is_free(const fuser *f, const tg_node *n) {
   if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return false;
-  if (is_widening(n) && tg_ops[tg_kernel_base(n->in[0])->op].kind != TG_KIND_LEAF) return !f->operand[n->id];
+  if (tg_is_widening(n) && tg_ops[tg_kernel_base(n->in[0])->op].kind != TG_KIND_LEAF) return !f->operand[n->id];
   for (int i = 0; i < n->nin; i++) {
     const tg_node *b = tg_kernel_base(n->in[i]);
-    if (tg_ops[b->op].kind != TG_KIND_LEAF && (!f->free_[b->id] || is_widening(b))) return false;
+    if (tg_ops[b->op].kind != TG_KIND_LEAF && (!f->free_[b->id] || tg_is_widening(b))) return false;
   }
   return true;
 }

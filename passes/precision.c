@@ -323,10 +323,6 @@ const char *tg_precision_name(tg_precision_policy p) { return p == TG_PRECISION_
 
 /* ---- the backward's reads --------------------------------------------------- */
 
-static bool is_widening(const tg_node *n) {
-  return n->op == TG_OP_cast && n->type.dtype == TG_F32 && n->in[0]->type.dtype == TG_BF16;
-}
-
 int tg_narrow_saved(tg_ctx *ctx, tg_graph *g) {
   int n = g->n_nodes, made = 0;
   tg_node **clone = tg_alloc(g->arena, sizeof *clone * (size_t)(n + 1));
@@ -337,7 +333,7 @@ int tg_narrow_saved(tg_ctx *ctx, tg_graph *g) {
     if (r->phase != TG_PHASE_FORWARD)
       for (int j = 0; j < r->nin; j++) {
         tg_node *w = r->in[j];
-        if (w->phase != TG_PHASE_FORWARD || !is_widening(w)) continue;
+        if (w->phase != TG_PHASE_FORWARD || !tg_is_widening(w)) continue;
         if (!clone[w->id]) {
           tg_node *c = tg_node_new(g, TG_OP_cast, w->loc);
           c->phase = r->phase;

@@ -32,11 +32,6 @@ static int popcount(unsigned x) {
   return n;
 }
 
-static bool is_widening(const tg_node *n) {
-  return n->op == TG_OP_cast && n->type.dtype == TG_F32 && tg_dtype_size(n->in[0]->type.dtype) < 4 &&
-         tg_dtype_is_float(n->in[0]->type.dtype);
-}
-
 /* The axes of n's input that a sum over n->axes really reduces (size > 1). */
 static unsigned real_axes(const tg_node *n) {
   unsigned a = 0;
@@ -58,7 +53,7 @@ int tg_split_sums(tg_ctx *ctx, tg_graph *g) {
     tg_node *s = g->nodes[i];
     bool reads_moved = false;
     for (int j = 0; j < s->nin; j++) reads_moved |= moved[s->in[j]->id];
-    if (reads_moved && (tg_is_view(s) || is_widening(s))) {
+    if (reads_moved && (tg_is_view(s) || tg_is_widening(s))) {
       /* a view of a stage 2 goes down with it, and so does a widening cast
        * (fusion computes those in the kernel that reads them) */
       moved[s->id] = true;
