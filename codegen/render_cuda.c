@@ -9,9 +9,14 @@
  *   reduction    one block per outer point: the threads stride over the
  *                inner points, and each sweep ends with a block reduction
  *                (warp shuffles, then one value per warp through shared
- *                memory), whose result every thread then has;
- *   scatter      one thread per column of the table, adding rows in order
- *                (deterministic: no atomics).
+ *                memory), whose result every thread then has; what a later
+ *                sweep needs is kept in registers or shared memory (the
+ *                row cache, emit.h);
+ *   column       a reduction whose contiguous axis is outer: 16 columns a
+ *                block, 16 row groups summed in order (tg_column_sum);
+ *   scatter      a block owns rows of the table and all their columns, and
+ *                adds the source rows that hit them in index order
+ *                (scatter_body: deterministic, no atomics).
  *
  * Values are loaded and stored in their dtype and computed in float (bf16
  * and f16 are converted on load and rounded on store).  Matmuls are not
