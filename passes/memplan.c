@@ -37,10 +37,6 @@ static int64_t bytes_of(const tg_node *n) {
   return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype);
 }
 
-static bool lifetimes_overlap(const tg_buffer *a, const tg_buffer *b) {
-  return a->first <= b->last && b->first <= a->last;
-}
-
 static bool memory_overlaps(const tg_buffer *a, const tg_buffer *b) {
   return a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
 }
@@ -67,18 +63,24 @@ static void find_buffers(tg_graph *g, tg_mem_plan *p) {
   int n = 0;
   for (int k = 0; k < g->n_kernels; k++) n += g->kernels[k].n_outputs;
   p->buffers = tg_alloc(g->arena, sizeof *p->buffers * (size_t)(n ? n : 1));
+  /* which nodes are kernel outputs, marked once: asking each node's kernel
+   * would cost nodes × outputs for the optimizer's one kernel with an
+   * output per parameter */
+  bool *is_output = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *is_output);
+  for (int k = 0; k < g->n_kernels; k++)
+    for (int a = 0; a < g->kernels[k].n_outputs; a++) {
+      int o = g->kernels[k].outputs[a];
+      if (g->nodes[o]->kernel == k) is_output[o] = true;
+    }
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *nd = g->nodes[i];
-    if (nd->kernel < 0) continue;
-    const tg_kernel *K = &g->kernels[nd->kernel];
-    for (int a = 0; a < K->n_outputs; a++)
-      if (K->outputs[a] == i) {
-        index[i] = p->n_buffers;
-        p->buffers[p->n_buffers++] = (tg_buffer){
-            .node = i, .first = nd->kernel, .last = live_out[i] ? g->n_kernels : nd->kernel,
-            .bytes = align_up(bytes_of(nd))};
-      }
+    if (nd->kernel < 0 || !is_output[i]) continue;
+    index[i] = p->n_buffers;
+    p->buffers[p->n_buffers++] = (tg_buffer){.node = i, .first = nd->kernel,
+                                             .last = live_out[i] ? g->n_kernels : nd->kernel,
+                                             .bytes = align_up(bytes_of(nd))};
   }
+  free(is_output);
   /* a buffer lives until its last reader */
   for (int k = 0; k < g->n_kernels; k++) {
     const tg_kernel *K = &g->kernels[k];
@@ -119,57 +121,83 @@ static int by_size(const void *x, const void *y) {
   return (a->node > b->node) - (a->node < b->node);
 }
 
-static int by_offset(const void *x, const void *y) {
-  const tg_buffer *a = &sort_buffers[*(const int *)x], *b = &sort_buffers[*(const int *)y];
-  if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
-  return (a->node > b->node) - (a->node < b->node);
-}
+/* The placed buffers in offset order, as parallel arrays so that the scan
+ * over them for each new buffer reads memory in sequence: a 192-layer
+ * model has tens of thousands of buffers, and every placement looks at
+ * every placed one (best fit among those alive at the same time has no
+ * cheaper exact form: at the turn from forward to backward most saved
+ * activations are alive together). */
+typedef struct placed_list {
+  int n;
+  int *first, *last, *index; /* lifetime and buffer index of each */
+  int64_t *offset, *end;     /* bytes [offset, end) */
+} placed_list;
 
-/* Best fit for buffer x among the placed buffers whose lifetimes overlap
- * its own (their indices in busy, n of them, in offset order): the
- * smallest gap that holds it, else the top of them. */
-static int64_t best_fit(const tg_buffer *bufs, const tg_buffer *x, const int *busy, int n) {
+/* Best fit for x among the placed buffers whose lifetimes overlap its own:
+ * the smallest gap between them that holds it, else the top of them. */
+static int64_t best_fit(const placed_list *pl, const tg_buffer *x) {
   int64_t cursor = 0, best = -1, best_gap = 0;
-  for (int a = 0; a < n; a++) {
-    const tg_buffer *o = &bufs[busy[a]];
-    int64_t gap = o->offset - cursor;
+  const int xf = x->first, xl = x->last;
+  for (int a = 0; a < pl->n; a++) {
+    if (pl->first[a] > xl || xf > pl->last[a]) continue;
+    int64_t gap = pl->offset[a] - cursor;
     if (gap >= x->bytes && (best < 0 || gap < best_gap)) {
       best = cursor;
       best_gap = gap;
     }
-    if (o->offset + o->bytes > cursor) cursor = o->offset + o->bytes;
+    if (pl->end[a] > cursor) cursor = pl->end[a];
   }
   return best >= 0 ? best : cursor;
 }
 
+/* Inserts buffer b (placed) where (offset, node) order puts it, as
+ * is the order best_fit's scan relies on. */
+static void insert_placed(placed_list *pl, const tg_buffer *bufs, int b) {
+  const tg_buffer *x = &bufs[b];
+  int lo = 0, hi = pl->n; /* binary search on (offset, node) */
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    const tg_buffer *m = &bufs[pl->index[mid]];
+    if (m->offset < x->offset || (m->offset == x->offset && m->node < x->node)) lo = mid + 1;
+    else hi = mid;
+  }
+  size_t tail = (size_t)(pl->n - lo);
+  memmove(pl->first + lo + 1, pl->first + lo, tail * sizeof *pl->first);
+  memmove(pl->last + lo + 1, pl->last + lo, tail * sizeof *pl->last);
+  memmove(pl->index + lo + 1, pl->index + lo, tail * sizeof *pl->index);
+  memmove(pl->offset + lo + 1, pl->offset + lo, tail * sizeof *pl->offset);
+  memmove(pl->end + lo + 1, pl->end + lo, tail * sizeof *pl->end);
+  pl->first[lo] = x->first;
+  pl->last[lo] = x->last;
+  pl->index[lo] = b;
+  pl->offset[lo] = x->offset;
+  pl->end[lo] = x->offset + x->bytes;
+  pl->n++;
+}
+
 /* Places the buffers largest first, each at the best fit among those
- * already placed that are alive with it.  The placed ones are kept in
- * offset order (inserted where they belong), so that each fit is one pass
- * over them with no sorting: the plan costs O(buffers²) comparisons, not
- * a sort per buffer (a 192-layer model has thousands of buffers). */
+ * already placed that are alive with it. */
 static void place_all(tg_mem_plan *p) {
   int n = p->n_buffers;
-  int *order = tg_xcalloc((size_t)n + 1, sizeof *order), *placed = tg_xcalloc((size_t)n + 1, sizeof *placed);
-  int *busy = tg_xcalloc((size_t)n + 1, sizeof *busy);
+  size_t cap = (size_t)n + 1;
+  int *order = tg_xcalloc(cap, sizeof *order);
+  placed_list pl = {0, tg_xcalloc(cap, sizeof(int)), tg_xcalloc(cap, sizeof(int)), tg_xcalloc(cap, sizeof(int)),
+                    tg_xcalloc(cap, sizeof(int64_t)), tg_xcalloc(cap, sizeof(int64_t))};
   for (int b = 0; b < n; b++) order[b] = b;
   sort_buffers = p->buffers;
   qsort(order, (size_t)n, sizeof *order, by_size);
   for (int a = 0; a < n; a++) {
     tg_buffer *x = &p->buffers[order[a]];
-    int n_busy = 0;
-    for (int c = 0; c < a; c++)
-      if (lifetimes_overlap(x, &p->buffers[placed[c]])) busy[n_busy++] = placed[c];
-    x->offset = best_fit(p->buffers, x, busy, n_busy);
-    /* insert into placed, in (offset, node) order, as by_offset sorts */
-    int at = a;
-    while (at > 0 && by_offset(&order[a], &placed[at - 1]) < 0) at--;
-    memmove(placed + at + 1, placed + at, sizeof *placed * (size_t)(a - at));
-    placed[at] = order[a];
+    x->offset = best_fit(&pl, x);
+    insert_placed(&pl, p->buffers, order[a]);
     if (x->offset + x->bytes > p->arena_bytes) p->arena_bytes = x->offset + x->bytes;
   }
   free(order);
-  free(placed);
-  free(busy);
+  free(pl.first);
+  free(pl.last);
+  free(pl.index);
+  free(pl.offset);
+  free(pl.end);
 }
 
 void tg_memplan_place(tg_mem_plan *p) {
@@ -239,6 +267,12 @@ static bool check_lifetimes(const tg_graph *g, const tg_mem_plan *p, char *why, 
   return ok;
 }
 
+static int by_first_kernel(const void *x, const void *y) {
+  const tg_buffer *a = &sort_buffers[*(const int *)x], *b = &sort_buffers[*(const int *)y];
+  if (a->first != b->first) return a->first < b->first ? -1 : 1;
+  return (a->node > b->node) - (a->node < b->node);
+}
+
 /* Sizes, alignment, bounds, and no two live-together buffers sharing bytes. */
 static bool check_placement(const tg_graph *g, const tg_mem_plan *p, char *why, size_t n) {
   for (int b = 0; b < p->n_buffers; b++) {
@@ -250,16 +284,44 @@ static bool check_placement(const tg_graph *g, const tg_mem_plan *p, char *why, 
       return false;
     }
   }
-  for (int a = 0; a < p->n_buffers; a++)
-    for (int b = a + 1; b < p->n_buffers; b++) {
-      const tg_buffer *x = &p->buffers[a], *y = &p->buffers[b];
-      if (lifetimes_overlap(x, y) && memory_overlaps(x, y)) {
-        snprintf(why, n, "the buffers of %%%d (k%d..k%d) and %%%d (k%d..k%d) are live together and share memory",
-                 x->node, x->first, x->last, y->node, y->first, y->last);
-        return false;
-      }
+  /* A sweep in time: buffers by first kernel; the ones alive at that
+   * kernel are kept in offset order, where (having passed this check) no
+   * two share bytes, so a new buffer need only be checked against its
+   * neighbours there.  Lifetimes are inclusive, [first, last]. */
+  int n_b = p->n_buffers;
+  int *by_first = tg_xcalloc((size_t)n_b + 1, sizeof *by_first), *alive = tg_xcalloc((size_t)n_b + 1, sizeof *alive);
+  for (int b = 0; b < n_b; b++) by_first[b] = b;
+  sort_buffers = p->buffers;
+  qsort(by_first, (size_t)n_b, sizeof *by_first, by_first_kernel);
+  int n_alive = 0;
+  bool ok = true;
+  for (int s = 0; s < n_b && ok; s++) {
+    const tg_buffer *x = &p->buffers[by_first[s]];
+    int kept = 0; /* drop those whose last kernel is before x's first */
+    for (int a = 0; a < n_alive; a++)
+      if (p->buffers[alive[a]].last >= x->first) alive[kept++] = alive[a];
+    n_alive = kept;
+    int lo = 0, hi = n_alive;
+    while (lo < hi) {
+      int mid = (lo + hi) / 2;
+      if (p->buffers[alive[mid]].offset < x->offset) lo = mid + 1;
+      else hi = mid;
     }
-  return true;
+    const tg_buffer *y = NULL;
+    if (lo > 0 && memory_overlaps(x, &p->buffers[alive[lo - 1]])) y = &p->buffers[alive[lo - 1]];
+    else if (lo < n_alive && memory_overlaps(x, &p->buffers[alive[lo]])) y = &p->buffers[alive[lo]];
+    if (y) {
+      snprintf(why, n, "the buffers of %%%d (k%d..k%d) and %%%d (k%d..k%d) are live together and share memory",
+               y->node, y->first, y->last, x->node, x->first, x->last);
+      ok = false;
+    }
+    memmove(alive + lo + 1, alive + lo, sizeof *alive * (size_t)(n_alive - lo));
+    alive[lo] = by_first[s];
+    n_alive++;
+  }
+  free(by_first);
+  free(alive);
+  return ok;
 }
 
 bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t whylen) {
