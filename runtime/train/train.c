@@ -577,6 +577,23 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
   say(r, "checkpoint: %s/" TG_CKPT_FILE " at step %lld (%.2f s)\n", r->cfg.out_dir, (long long)step, now() - t0);
 }
 
+/* out_dir/train.cfg: the effective config, written atomically (a
+ * temporary, then rename); written again when resume adopts the
+ * checkpoint's seed, so that the file always says what the run uses. */
+static void write_effective_config(run *r) {
+  const tg_train_config *c = &r->cfg;
+  const char *cfg_path = path_in(r, c->out_dir, "train.cfg");
+  const char *tmp = tg_sprintf(r->ctx->arena, "%s.tmp.%ld", cfg_path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  bool written = f && tg_train_config_print(f, c);
+  if (f && fclose(f) != 0) written = false;
+  if (!written || rename(tmp, cfg_path) != 0) {
+    int e = errno;
+    remove(tmp);
+    tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot write %s: %s", cfg_path, strerror(e));
+  }
+}
+
 /* Fills the parameters (and for resume the moments) from wherever the
  * config says; returns the steps already done and the data position. */
 static int64_t initial_state(run *r, uint64_t *position) {
@@ -614,6 +631,7 @@ static int64_t initial_state(run *r, uint64_t *position) {
                  (long long)c->seed, used ? used : c->out_dir, (unsigned long long)m.seed, (long long)c->seed);
       if (!c->reseed) {
         r->cfg.seed = (int64_t)m.seed;
+        if (r->rank == 0) write_effective_config(r);
         say(r, "seed %llu: the checkpoint's\n", (unsigned long long)m.seed);
       } else
         say(r, "seed %lld (reseed = true; the checkpoint's was %llu)\n", (long long)c->seed,
@@ -958,17 +976,7 @@ static int train(run *r) {
     if (!r->log)
       tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot open %s/train.log: %s", c->out_dir, strerror(errno));
     if (!c->resume) remove(path_in(r, c->out_dir, "samples.txt")); /* a fresh run's samples only */
-    /* the effective config, written atomically: a temporary, then rename */
-    const char *cfg_path = path_in(r, c->out_dir, "train.cfg");
-    const char *tmp = tg_sprintf(r->ctx->arena, "%s.tmp.%ld", cfg_path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    bool written = f && tg_train_config_print(f, c);
-    if (f && fclose(f) != 0) written = false;
-    if (!written || rename(tmp, cfg_path) != 0) {
-      int e = errno;
-      remove(tmp);
-      tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot write %s: %s", cfg_path, strerror(e));
-    }
+    write_effective_config(r);
   }
   tg_comm_barrier();
   r->tok = tg_prepare_load_tokenizer(c->data_dir, why, sizeof why);

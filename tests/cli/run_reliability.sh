@@ -99,6 +99,8 @@ expect_status 0 "$tgrun" "$s" out_dir="$tmp/busy"
 expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" seed=7 max_steps=2
 expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true
 contains "$tmp/out" "seed 7: the checkpoint's"
+# out_dir's train.cfg says the seed the run used
+if grep -qE '^seed +=  *7$' "$tmp/r/train.cfg"; then ok; else bad "out_dir/train.cfg does not say seed 7 after resume"; fi
 expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true seed=8 max_steps=6
 contains "$tmp/out" "was trained with seed 7"
 contains "$tmp/out" "reseed = true"
