@@ -51,11 +51,13 @@ typedef struct tg_cuda_matmul {
   int batch_count;          /* products in one call (1: none) */
   int64_t a_batch_stride, b_batch_stride, c_batch_stride; /* elements */
   double alpha, beta;       /* D = alpha op(A) op(B) + beta C; C is D */
-  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT", "..._BIAS" or "..._GELU_AUX_BIAS" */
+  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT", "..._BIAS", "..._GELU_AUX_BIAS" or "..._DGELU" */
   int bias_node;            /* BIAS: the vector added to each column of tg's
                              * C (each row of cuBLASLt's D), D's type; else -1 */
   int aux_node;             /* GELU_AUX_BIAS: where the GELU's input (product +
-                             * bias) is stored, D's type, leading dim aux_ld; else -1 */
+                             * bias) is stored, D's type, leading dim aux_ld;
+                             * DGELU: where it is read from; else -1 */
+  bool aux_read;            /* DGELU: the aux is read (GELU's input), not written */
   int64_t aux_ld;
   int64_t workspace_bytes;  /* the workspace the call may use */
 } tg_cuda_matmul;

@@ -433,6 +433,8 @@ static const char *op_expr(emitter *e, const tg_node *n, const val *x) {
   switch (n->op) {
   case TG_OP_neg: return tg_sprintf(A, "(-%s)", x[0].s);
   case TG_OP_exp: return unary(e, "tg_exp", x[0].s);
+  case TG_OP_gelu: return unary(e, "tg_gelu", x[0].s);
+  case TG_OP_gelu_grad: return unary(e, "tg_gelu_grad", x[0].s);
   case TG_OP_log: return unary(e, "logf", x[0].s);
   case TG_OP_sqrt: return unary(e, "sqrtf", x[0].s);
   case TG_OP_rsqrt: return tg_sprintf(A, "(1.0f / sqrtf(%s))", x[0].s);

@@ -182,6 +182,7 @@ typedef struct lowerer {
   tg_mem_plan *plan; /* the arena's plan, made once recomputation is chosen */
   int *bias_add;  /* per kernel: the bias add its GEMM computes (fold_bias), or -1 */
   int *gelu_out;  /* per kernel: the GELU of that add the GEMM computes, or -1 */
+  int *dgelu_out; /* per kernel: product * gelu_grad(x) its GEMM computes (fold_dgelu), or -1 */
   bool *seen;     /* per node, false between uses (lower_kernel's waves) */
   struct ivec marked; /* the nodes cross_reads marked in seen, to clear */
 } lowerer;
@@ -494,7 +495,7 @@ static void gemm_step(lowerer *L, const tg_node *mm) {
   G->node = mm->id;
   G->out = mm->id;
   G->bias = G->aux = -1;
-  G->gelu = false;
+  G->gelu = G->dgelu = false;
   G->after = pa > pb ? pa : pb;
   const tg_type *at = &a->type, *bt = &b->type, *ct = &mm->type;
   /* f32, or bf16 operands and result with f32 accumulation (the precision
@@ -698,51 +699,11 @@ static void find_remat(lowerer *L) {
 
 /* ---- bias epilogues -------------------------------------------------------- */
 
-/* GELU, tanh form, recognised in a graph of primitive ops (std.tg's
- *   0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x * x * x)))
- * with any order of the operands of + and *, and float casts anywhere, as
- * the precision pass leaves them): a pattern of ops, constants and one
- * variable x that every occurrence must bind to the same node. */
-typedef struct gelu_pat {
-  char kind; /* 'x' the variable, 'c' a constant, '*', '+', 't' tanh */
-  double c;
-  const struct gelu_pat *a, *b;
-} gelu_pat;
-
-static const tg_node *strip_casts(const tg_node *n) {
-  while (n->op == TG_OP_cast && tg_dtype_is_float(n->type.dtype) && tg_dtype_is_float(n->in[0]->type.dtype)) n = n->in[0];
-  return n;
-}
-
-static bool gelu_match(const gelu_pat *pt, const tg_node *n, const tg_node **x) {
-  n = strip_casts(n);
-  switch (pt->kind) {
-  case 'x':
-    if (!*x) *x = n;
-    return *x == n;
-  case 'c': return n->op == TG_OP_const && fabs(n->value - pt->c) <= 1e-6 * fabs(pt->c);
-  case 't': return n->op == TG_OP_tanh && gelu_match(pt->a, n->in[0], x);
-  default: {
-    if (n->op != (pt->kind == '*' ? TG_OP_mul : TG_OP_add) || n->nin != 2) return false;
-    const tg_node *saved = *x;
-    if (gelu_match(pt->a, n->in[0], x) && gelu_match(pt->b, n->in[1], x)) return true;
-    *x = saved;
-    if (gelu_match(pt->a, n->in[1], x) && gelu_match(pt->b, n->in[0], x)) return true;
-    *x = saved;
-    return false;
-  }
-  }
-}
-
-/* The x of h = GELU(x), or NULL. */
+/* The x of h = gelu(x) (the gelu pass makes the op from std.tg's tanh
+ * form), through float casts as the precision pass leaves them; or NULL. */
 static const tg_node *gelu_input(const tg_node *h) {
-  static const gelu_pat X = {'x', 0, NULL, NULL}, half = {'c', 0.5, NULL, NULL}, one = {'c', 1, NULL, NULL},
-                        k3 = {'c', 0.044715, NULL, NULL}, s2pi = {'c', 0.7978845608028654, NULL, NULL};
-  static const gelu_pat kx = {'*', 0, &k3, &X}, kxx = {'*', 0, &kx, &X}, kxxx = {'*', 0, &kxx, &X};
-  static const gelu_pat inner = {'+', 0, &X, &kxxx}, scaled = {'*', 0, &s2pi, &inner}, th = {'t', 0, &scaled, NULL};
-  static const gelu_pat onep = {'+', 0, &one, &th}, hx = {'*', 0, &half, &X}, gelu = {'*', 0, &hx, &onep};
-  const tg_node *x = NULL;
-  return gelu_match(&gelu, h, &x) ? x : NULL;
+  while (h->op == TG_OP_cast && tg_dtype_is_float(h->type.dtype) && tg_dtype_is_float(h->in[0]->type.dtype)) h = h->in[0];
+  return h->op == TG_OP_gelu ? h->in[0] : NULL;
 }
 
 /* For the GPU: a forward matmul kernel whose only value in memory besides
@@ -799,6 +760,48 @@ static void fold_bias(lowerer *L) {
       L->p->remat[e->id] = false;
     }
     L->bias_add[k] = e->id;
+    L->stored[mm->id] = false;
+  }
+  free(readers);
+}
+
+/* For the GPU: a backward matmul kernel whose product only GELU's backward
+ * reads, product * gelu_grad(x) with x in memory (the forward's GELU_AUX_BIAS
+ * keeps it), is one cuBLASLt call with the DGELU epilogue: the product
+ * (dY @ Wᵀ, 100 MB a layer of GPT-2 at B=16 in bf16) is never stored, and
+ * no kernel reads it back with x to multiply (the fuse pass put the
+ * multiply in the matmul's kernel for this: fuse.c, gelu_backward).  The
+ * GEMM rounds the product times gelu'(x) once where the graph rounds the
+ * product and then the multiply: at most an ulp apart in bf16. */
+static void fold_dgelu(lowerer *L) {
+  const tg_graph *g = L->g;
+  int *readers = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *readers);
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++) readers[tg_kernel_base(g->nodes[i]->in[j])->id]++;
+  for (int o = 0; o < g->n_outputs; o++) readers[tg_kernel_base(g->outputs[o].node)->id] += 2;
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    if (K->kind != TG_KERNEL_MATMUL || L->bias_add[k] >= 0) continue;
+    const tg_node *mm = NULL, *e = NULL;
+    int others = 0;
+    for (int i = 0; i < K->n_nodes; i++) {
+      const tg_node *n = g->nodes[K->nodes[i]];
+      if (n->op == TG_OP_matmul) mm = n;
+      else if (n->op == TG_OP_mul) e = n, others++;
+      else if (n->op != TG_OP_gelu_grad) others++;
+    }
+    if (!mm || !e || others != 1 || readers[mm->id] != 1 || e->type.dtype != mm->type.dtype) continue;
+    const tg_node *d = e->in[0] == mm ? e->in[1] : e->in[1] == mm ? e->in[0] : NULL;
+    if (!d || d->op != TG_OP_gelu_grad || d->type.dtype != mm->type.dtype) continue;
+    /* x: a value in memory (no view of one), row-major (cuBLASLt's aux has
+     * the output's leading dimension), the product's shape and type; the
+     * weight a matrix, so that the call is one product */
+    const tg_node *x = d->in[0];
+    if (tg_ops[x->op].kind == TG_KIND_LEAF || tg_is_view(x) || !L->stored[x->id] || L->p->remat[x->id] ||
+        L->p->order[x->id] || x->type.dtype != mm->type.dtype || !tg_type_same_shape(&x->type, &mm->type) ||
+        mm->in[1]->type.rank != 2 || mm->type.rank < 2)
+      continue;
+    L->dgelu_out[k] = e->id;
     L->stored[mm->id] = false;
   }
   free(readers);
@@ -878,6 +881,19 @@ static void lower_kernel(lowerer *L, int k) {
       } else {
         own(L, L->n_steps - 1, e->id);
       }
+      break;
+    }
+    if (L->dgelu_out[k] >= 0) {
+      /* DGELU: D is product * gelu_grad(aux) (fold_dgelu) */
+      tg_step *st = &L->steps[L->n_steps - 1];
+      const tg_node *e = g->nodes[L->dgelu_out[k]];
+      const tg_node *d = e->in[0] == mm ? e->in[1] : e->in[0];
+      st->gemm.dgelu = true;
+      st->gemm.aux = d->in[0]->id;
+      st->gemm.out = e->id;
+      L->stored[mm->id] = false;
+      for (int i = 0; i < K->n_nodes; i++)
+        if (K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0) own(L, L->n_steps - 1, K->nodes[i]);
       break;
     }
     /* the epilogue, unless its readers recompute all of it */
@@ -1141,12 +1157,13 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
     if (g->nodes[i]->op == TG_OP_matmul) L.stored[i] = true;
   L.bias_add = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.bias_add);
   L.gelu_out = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.gelu_out);
-  for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = -1;
+  L.dgelu_out = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.dgelu_out);
+  for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = L.dgelu_out[k] = -1;
   if (remat) find_remat(&L);
   /* leaves' places, for fold_bias's layouts (set again below) */
   for (int i = 0; i < g->n_nodes; i++)
     if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
-  if (remat) fold_bias(&L);
+  if (remat) fold_bias(&L), fold_dgelu(&L);
   replan(&L);
   /* leaves first: flash and gemm steps read their layouts while lowering */
   for (int i = 0; i < g->n_nodes; i++)
@@ -1167,6 +1184,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.stored);
   free(L.bias_add);
   free(L.gelu_out);
+  free(L.dgelu_out);
   free(L.sweep_of);
   return p;
 }

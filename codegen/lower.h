@@ -78,8 +78,11 @@ typedef struct tg_gemm {
   int bias;               /* a bias vector over the output's columns that the
                            * GEMM adds (cuBLASLt's BIAS epilogue), or -1 */
   int aux;                /* with gelu: where product + bias is stored (the
-                           * GELU's input, for the backward), else -1 */
+                           * GELU's input, for the backward); with dgelu, where
+                           * it is read from; else -1 */
   bool gelu;              /* out = GELU(product + bias), tanh form (GELU_AUX_BIAS) */
+  bool dgelu;             /* out = product * gelu_grad(aux), GELU's backward (DGELU);
+                           * aux is read, the output's shape and leading dim */
   int after;              /* the last step copying an operand to scratch, or -1 */
   int64_t m, n, k;        /* per product */
   int64_t batch;          /* products (1 when the batch folds into m) */

@@ -64,6 +64,15 @@ static void prelude(FILE *out, const tg_program *p) {
         "  q = x < 0 ? -q : q;\n"
         "  return a < 0.625f ? p : a > 9.0f ? (x < 0 ? -1.0f : 1.0f) : q;\n"
         "}\n"
+        "/* GELU's tanh form and its derivative; tg_gelu computes in the order\n"
+        " * std.tg writes GELU, so that it rounds as the primitive ops did */\n"
+        "static inline float tg_gelu(float x) {\n"
+        "  return 0.5f * x * (1.0f + tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));\n"
+        "}\n"
+        "static inline float tg_gelu_grad(float x) {\n"
+        "  const float t = tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));\n"
+        "  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);\n"
+        "}\n"
         "static inline float tg_bf16_load(unsigned short x) { return tg_bits_float((unsigned)x << 16); }\n"
         "static inline unsigned short tg_bf16_store(float f) {\n"
         "  unsigned u = tg_float_bits(f);\n"
@@ -236,16 +245,23 @@ static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a
   fprintf(out, "      }\n");
 }
 
-/* The epilogue the GPU's lowering puts in a GEMM (lower.h: bias, gelu),
- * as cuBLASLt computes it: product + bias in f32, stored (the aux) and put
- * through GELU's tanh form, rounded once into the result. */
+/* The epilogue the GPU's lowering puts in a GEMM (lower.h: bias, gelu,
+ * dgelu), as cuBLASLt computes it: product + bias in f32, stored (the aux)
+ * and put through GELU's tanh form; or product times GELU's derivative at
+ * the aux; rounded once into the result. */
 static void epilogue_code(FILE *out, const tg_program *p, const tg_gemm *G, const char *c) {
   const tg_graph *g = p->g;
   bool bf16 = g->nodes[G->out]->type.dtype == TG_BF16;
-  const char *ld = g->nodes[G->bias]->type.dtype == TG_BF16 ? "tg_bf16_load" : "";
   fprintf(out, "    for (tg_idx i = 0; i < %lld; i++)\n      for (tg_idx j = 0; j < %lld; j++) {\n", (long long)G->m,
           (long long)G->n);
-  fprintf(out, "        float u = pc[i * %lld + j] + %s(b%d[j]);\n", (long long)G->n, ld, G->bias);
+  if (G->dgelu) {
+    const char *ld = g->nodes[G->aux]->type.dtype == TG_BF16 ? "tg_bf16_load" : "";
+    fprintf(out, "        float u = pc[i * %lld + j] * tg_gelu_grad(%s(b%d[co + i * %lld + j]));\n", (long long)G->n, ld,
+            G->aux, (long long)G->ldc);
+  } else {
+    const char *ld = g->nodes[G->bias]->type.dtype == TG_BF16 ? "tg_bf16_load" : "";
+    fprintf(out, "        float u = pc[i * %lld + j] + %s(b%d[j]);\n", (long long)G->n, ld, G->bias);
+  }
   if (G->gelu) {
     fprintf(out, "        b%d[co + i * %lld + j] = %s;\n", G->aux, (long long)G->ldc, bf16 ? "tg_bf16_store(u)" : "u");
     fprintf(out, "        u = 0.5f * u * (1.0f + tg_tanh(0.7978845608f * (u + 0.044715f * u * u * u)));\n");
@@ -277,14 +293,15 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   snprintf(a, sizeof a, "b%d + ao", G->a.base);
   snprintf(b, sizeof b, "b%d + bo", G->b.base);
   snprintf(c, sizeof c, "b%d + co", G->out);
-  if (!bf16 && G->bias < 0) {
+  bool epilogue = G->bias >= 0 || G->dgelu;
+  if (!bf16 && !epilogue) {
     fprintf(out, "    {\n");
     gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, c, G->ldc);
     fprintf(out, "    }\n  }\n");
     return;
   }
   if (!bf16) {
-    /* the GPU's lowering (bias or GELU in the GEMM): the product first */
+    /* the GPU's lowering (bias, GELU or its derivative in the GEMM): the product first */
     fprintf(out, "    float *const pc = tg_scratch_floats(%lld);\n", (long long)(G->m * G->n));
     gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, "pc", G->n);
     epilogue_code(out, p, G, c);
@@ -303,7 +320,7 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   gemm_rows(out, G, "cblas_sgemm", "pa", a_cols, "pb", b_cols, "pc", G->n);
   fprintf(out, "      free(pa), free(pb);\n");
   fprintf(out, "    }\n");
-  if (G->bias >= 0) epilogue_code(out, p, G, c);
+  if (epilogue) epilogue_code(out, p, G, c);
   else fprintf(out, "    tg_bf16_round_into(pc, %lld, %lld, %s, %lld);\n", (long long)G->m, (long long)G->n, c,
                (long long)G->ldc);
   fprintf(out, "    free(pc);\n  }\n");

@@ -113,7 +113,8 @@ static void matmul(const tg_cuda_op *op, tg_launch_traffic *L) {
   int64_t c = M->m * M->n * tg_dtype_size(M->c_type) * batch;
   L->bytes_written = c;
   if (M->bias_node >= 0) L->bytes_read += M->m * tg_dtype_size(M->c_type); /* the bias vector, once */
-  if (M->aux_node >= 0) L->bytes_written += c;                               /* the GELU's input */
+  if (M->aux_node >= 0 && M->aux_read) L->bytes_read += c;                  /* DGELU: the GELU's input */
+  else if (M->aux_node >= 0) L->bytes_written += c;                          /* GELU_AUX_BIAS: the GELU's input */
   if (M->beta != 0) L->bytes_read += c;
   L->flops = 2.0 * (double)M->m * (double)M->n * (double)M->k * batch;
   L->tensor_cores = M->a_type == TG_BF16 || M->a_type == TG_F16;

@@ -245,6 +245,8 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   case TG_OP_sqrt:
   case TG_OP_rsqrt:
   case TG_OP_tanh:
+  case TG_OP_gelu:
+  case TG_OP_gelu_grad:
     if (!tg_dtype_is_float(a->dtype))
       FAIL("%s needs a float tensor, not %s", opn, tg_type_str(a, sa, sizeof sa));
     *out = *a;

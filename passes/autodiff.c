@@ -168,6 +168,12 @@ static void grad_tanh(ad *A, const tg_node *n, const tg_node *g) {
   accumulate(A, IN(0), op2(A, TG_OP_mul, g, one_minus));
 }
 
+/* d gelu(x) = gelu_grad(x) dx: one op that a GPU matmul can apply as its
+ * epilogue (cuBLASLt's DGELU), not the dozen of the tanh form's chain rule */
+static void grad_gelu(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), op2(A, TG_OP_mul, g, op1(A, TG_OP_gelu_grad, IN(0))));
+}
+
 static void grad_cast(ad *A, const tg_node *n, const tg_node *g) {
   if (!tg_dtype_is_float(IN(0)->type.dtype)) return;
   tg_node *c = mk(A, TG_OP_cast, 1, g, NULL, NULL);

@@ -136,13 +136,36 @@ static bool reads_kernel(const fuser *f, const tg_node *n, int k) {
   return false;
 }
 
+/* GELU's backward on a backward matmul's product: dY @ Wᵀ times
+ * gelu_grad(x), the one epilogue a backward matmul takes, since a GPU
+ * applies it inside the GEMM (cuBLASLt's DGELU, codegen/lower.c) and the
+ * product then never reaches memory.  It may join after the weight
+ * gradient's matmul began a kernel: it reads only this product and a
+ * recomputed gelu_grad, so no later kernel can need it earlier.  The
+ * product's operands must come from memory: an operand computed in the
+ * matmul's kernel (a free value placed there) would make the kernel more
+ * than a GEMM and its epilogue. */
+static bool gelu_backward(const fuser *f, const tg_node *n, int k) {
+  if (n->op != TG_OP_mul || n->nin != 2) return false;
+  for (int i = 0; i < 2; i++) {
+    const tg_node *p = source(f, n->in[i]), *d = tg_kernel_base(n->in[1 - i]);
+    if (p->op != TG_OP_matmul || p->kernel != k || d->op != TG_OP_gelu_grad || !f->free_[d->id]) continue;
+    bool from_memory = true;
+    for (int j = 0; j < p->nin; j++) from_memory = from_memory && !f->free_[tg_kernel_base(p->in[j])->id];
+    if (from_memory) return true;
+  }
+  return false;
+}
+
 /* A matmul epilogue takes an elementwise op on the product's shape that
  * reads the kernel, and otherwise only leaves, recomputed values, or
  * smaller values (a bias row). */
 static const char *epilogue_why(const fuser *f, const tg_node *n, int k) {
   const kstate *K = &f->ks[k];
-  if (!K->epilogue) return "a backward matmul takes no epilogue (its output feeds row and column reductions)";
-  if (k != f->g->n_kernels - 1) return "the matmul's epilogue ended when a later kernel began";
+  bool dgelu = !K->epilogue && gelu_backward(f, n, k);
+  if (!K->epilogue && !dgelu)
+    return "a backward matmul takes no epilogue but GELU's backward (its output feeds row and column reductions)";
+  if (k != f->g->n_kernels - 1 && !dgelu) return "the matmul's epilogue ended when a later kernel began";
   if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return "a matmul's epilogue takes only elementwise ops";
   if (!tg_type_same_shape(&n->type, &K->dom)) return "the op's shape is not the matmul's output shape";
   if (!reads_kernel(f, n, k)) return "the op does not read the matmul's result";
@@ -309,10 +332,15 @@ static int producer_kernel(const fuser *f, const tg_node *n) {
  * masks), and the widening of a bf16 value (precision.c), which is a load
  * and a shift: the kernel that reads the f32 value widens it, so that
  * what is stored between kernels is the bf16 one (half the bytes).  What
- * reads a widening is not free for that: its input was computed. */
+ * reads a widening is not free for that: its input was computed.  And
+ * gelu_grad of a stored value, for the same reason: the GELU's input is
+ * kept in memory anyway, and its derivative is cheap to recompute. */
 static bool is_free(const fuser *f, const tg_node *n) {
   if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return false;
   if (tg_is_widening(n) && tg_ops[tg_kernel_base(n->in[0])->op].kind != TG_KIND_LEAF) return !f->operand[n->id];
+  /* gelu_grad(x) too, with x in memory (the forward's GELU keeps it): the
+   * backward matmul that multiplies by it computes it (DGELU) */
+  if (n->op == TG_OP_gelu_grad) return !f->operand[n->id];
   for (int i = 0; i < n->nin; i++) {
     const tg_node *b = tg_kernel_base(n->in[i]);
     if (tg_ops[b->op].kind != TG_KIND_LEAF && (!f->free_[b->id] || tg_is_widening(b))) return false;

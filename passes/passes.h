@@ -75,6 +75,12 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *op
  * look-alike that is not replaced, with the reason), then a count. */
 void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report);
 
+/* gelu.c: replaces each GELU written from primitive ops (the tanh form of
+ * models/std.tg) by one gelu op, whose derivative autodiff writes as one
+ * gelu_grad op.  Runs on the forward graph, before autodiff.  When report
+ * is not NULL, writes one line per match, then a count. */
+void tg_gelu(tg_ctx *ctx, tg_graph *g, FILE *report);
+
 /* precision.c: the mixed-precision policy.  With TG_PRECISION_BF16, casts
  * on the forward graph (before autodiff) make matmuls, attention and the
  * activations they save bf16, and keep parameters, reductions, the loss

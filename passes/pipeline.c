@@ -17,6 +17,11 @@ static void run_flash_attn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) 
   tg_flash_attn(ctx, g, asked ? o->report : NULL);
 }
 
+static void run_gelu(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  bool asked = o->report_pass && !strcmp(o->report_pass, "gelu");
+  tg_gelu(ctx, g, asked ? o->report : NULL);
+}
+
 static void run_precision(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   bool asked = o->report_pass && !strcmp(o->report_pass, "precision");
   tg_apply_precision(ctx, g, o->precision, asked ? o->report : NULL);
@@ -75,6 +80,7 @@ typedef struct pass {
 static const pass passes[] = {
     {"pad_vocab", ALWAYS, run_pad_vocab, "pads vocabulary dims (--pad-multiple, 64 by default), masks the extra logits"},
     {"flash_attn", ALWAYS, run_flash_attn, "causal self-attention from primitives -> one flash_attention op"},
+    {"gelu", ALWAYS, run_gelu, "GELU's tanh form from primitives -> one gelu op (its derivative: one gelu_grad)"},
     {"precision", ALWAYS, run_precision, "the mixed-precision policy (--precision bf16; --report precision)"},
     {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
     {"weight_copies", ALWAYS, run_weight_copies, "precision's bf16 weight casts as copies the optimizer writes once a step"},

@@ -44,6 +44,7 @@ static const char usage[] =
     "                     passes); --dump-after list names the passes\n"
     "  --report PASS      print what PASS found (flash_attn: each causal attention\n"
     "                     it replaced, and each look-alike it left, with why;\n"
+    "                     gelu: each GELU it made one op;\n"
     "                     fusion: the kernels; memplan: each intermediate's\n"
     "                     buffer and the peak memory; schedule: the buckets of\n"
     "                     gradients and where each is all-reduced; precision:\n"
@@ -317,15 +318,15 @@ static int parse_args(int argc, char **argv, cli *c) {
       else return usage_error("--precision %s: expected f32 or bf16", argv[i]);
     } else if (!strcmp(a, "--report")) {
       /* Only passes that have something to say. */
-      if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "fusion") &&
+      if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "gelu") && strcmp(argv[i + 1], "fusion") &&
                             strcmp(argv[i + 1], "memplan") && strcmp(argv[i + 1], "schedule") &&
                             strcmp(argv[i + 1], "precision") && strcmp(argv[i + 1], "traffic")))
-        return usage_error("--report %s: the reports are: flash_attn, precision, fusion, memplan, schedule "
+        return usage_error("--report %s: the reports are: flash_attn, gelu, precision, fusion, memplan, schedule "
                            "(the passes'), traffic (the CUDA step's bytes and roofline)",
                            i + 1 < argc ? argv[i + 1] : "needs a pass name;");
       c->report = argv[++i];
       /* fusion and memplan are reported on the training step, the graph they are for */
-      if (strcmp(c->report, "flash_attn") && strcmp(c->report, "precision")) c->grad = true;
+      if (strcmp(c->report, "flash_attn") && strcmp(c->report, "gelu") && strcmp(c->report, "precision")) c->grad = true;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;

@@ -20,7 +20,7 @@ contains "$tmp/out" "vocab    50257 → 50304 (padded)"
 cp "$tmp/out" "$tmp/stats"
 expect_status 0 "$tgc" models/gpt2.tg --pad-multiple 1
 if grep -q '^vocab ' "$tmp/out"; then bad "--pad-multiple 1 still pads"; else ok; fi
-contains "$tmp/out" "nodes    955:"   # 1,111 before flash_attn: 13 fewer per layer
+contains "$tmp/out" "nodes    811:"   # 1,111 before flash_attn (13 fewer per layer) and gelu (12 fewer)
 expect_status 0 "$tgc" models/gpt2.tg --pad-multiple 128 --emit ir
 contains "$tmp/out" 'f32[vocab=50304, n_embd=768] "wte.weight"'
 expect_status 2 "$tgc" models/gpt2.tg --pad-multiple 0
@@ -67,7 +67,7 @@ contains "$tmp/g.tgir" "phase backward"
 contains "$tmp/g.tgir" "phase optimizer"
 contains "$tmp/g.tgir" 'output "grad:wte.weight"'
 expect_status 0 "$tgc" models/gpt2.tg --grad --stats
-contains "$tmp/out" "phases   960 forward,"
+contains "$tmp/out" "phases   816 forward,"
 contains "$tmp/out" "outputs  loss f32[], grad_norm f32[], 148 gradients (grad:NAME)"
 expect_status 1 "$tgc" "$tmp/g.tgir" --grad
 contains "$tmp/out" "already has a backward part"
@@ -84,7 +84,7 @@ expect_status 0 "$tgc" models/gpt2.tg --emit ir
 if grep -q ' = flash_attention ' "$tmp/out" && ! grep -q 'bool\[T=1024, T=1024\]' "$tmp/out"; then ok
 else bad "the IR still holds a [T, T] mask, or no flash_attention"; fi
 expect_status 2 "$tgc" models/gpt2.tg --report autodiff
-contains "$tmp/out" "the reports are: flash_attn, precision, fusion"
+contains "$tmp/out" "the reports are: flash_attn, gelu, precision, fusion"
 
 # --report fusion: the kernels of the training step (it implies --grad),
 # compared with a golden file; after a deliberate change to the fuse pass,
@@ -108,10 +108,10 @@ for name in $(awk '{print $1}' "$tmp/out"); do
   expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --dump-after "$name"
   grep -v '^# the IR above' "$tmp/out" > "$tmp/dump.tgir"
   # Reading back runs the passes again; those after a pass that comes
-  # before flash_attn would still find attention to replace, so such a
-  # dump is read back up to the same pass.
+  # before flash_attn or gelu would still find attention or GELU to
+  # replace, so such a dump is read back up to the same pass.
   case $name in
-  pad_vocab) again=(--dump-after "$name") ;;
+  pad_vocab | flash_attn) again=(--dump-after "$name") ;;
   *) again=(--emit ir) ;;
   esac
   expect_status 0 "$tgc" "$tmp/dump.tgir" "${again[@]}"

@@ -249,6 +249,35 @@ START_TEST(test_flash_attention_rule) {
 }
 END_TEST
 
+/* The gelu op (the gelu pass's, from std.tg's tanh form) and its gelu_grad
+ * rule against finite differences, at points spread over [-4, 4) where
+ * the tanh bends (uniform in [-1, 1) times 4). */
+START_TEST(test_gelu_rule) {
+  rng_state = 1234;
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = compile(ctx, "import \"std.tg\"\n"
+                             "param a: [4, 6] = zeros input r: f32[4, 6]\n"
+                             "output loss = sum(gelu(a) * r)",
+                        0, NULL);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("gelu pass failed: %s", tu_errors(ctx));
+  tg_gelu(ctx, g, NULL);
+  int found = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    found += g->nodes[i]->op == TG_OP_gelu;
+    ck_assert_int_ne(g->nodes[i]->op, TG_OP_tanh); /* the pattern's nodes are gone */
+  }
+  ck_assert_int_eq(found, 1);
+  ck_assert_int_eq(check_gradients(ctx, g, 5, 4.0), 24);
+  int grads = 0;
+  for (int i = 0; i < g->n_nodes; i++) grads += g->nodes[i]->op == TG_OP_gelu_grad;
+  ck_assert_int_eq(grads, 1);
+  tg_graph_free(g);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
 static const char *read_model(void) { return tu_read("models/gpt2.tg"); }
 
 static const char *const tiny[] = {"n_layer=2", "n_embd=8", "n_head=2", "vocab=11",
@@ -392,6 +421,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_op_rules, 0, (int)(sizeof cases / sizeof *cases));
   tcase_add_test(tc, test_gradient_op_rules);
   tcase_add_test(tc, test_flash_attention_rule);
+  tcase_add_test(tc, test_gelu_rule);
   tcase_add_test(tc, test_gpt2_whole_model);
   tcase_add_test(tc, test_tied_embedding_sums_both_uses);
   tcase_add_test(tc, test_errors);

@@ -36,6 +36,7 @@ static tg_graph *compile_step(tg_ctx *ctx, int n_defs, const char *const *defs, 
   if (!fuse) {
     tg_pad_vocab(ctx, g, po.pad_multiple);
     tg_flash_attn(ctx, g, NULL);
+    tg_gelu(ctx, g, NULL);
     tg_autodiff(ctx, g);
     tg_append_adamw(ctx, g, &po.adamw, NULL);
     tg_split_sums(ctx, g); /* a rewrite, not fusion: the reference has it too */
@@ -87,8 +88,10 @@ static void check_layernorm_forward(const tg_graph *g) {
   ck_assert_int_eq(runs, 2 * 12 + 1);
 }
 
-/* The bias add of c_fc (gpt2.tg:43:31) and every GELU op (std.tg:22) of a
- * layer share one kernel: the matmul's epilogue. */
+/* The bias add of c_fc (gpt2.tg:43:31) and the GELU op (std.tg:22) of a
+ * layer share one kernel: the matmul's epilogue.  In the backward, GELU's
+ * derivative times the product dY @ Wᵀ is the epilogue of that matmul's
+ * kernel (cuBLASLt's DGELU on a GPU), and nothing else is. */
 static void check_bias_gelu(const tg_graph *g) {
   int found = 0;
   for (int i = 0; i < g->n_nodes; i++) {
@@ -104,9 +107,27 @@ static void check_bias_gelu(const tg_graph *g) {
         ck_assert_int_eq(g->nodes[j]->kernel, n->kernel);
         gelu++;
       }
-    ck_assert_int_ge(gelu, 9);
+    ck_assert_int_eq(gelu, 1);
   }
   ck_assert_int_eq(found, 12);
+  int dgelu = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op != TG_OP_gelu_grad) continue;
+    const tg_node *mul = NULL;
+    for (int j = i + 1; j < g->n_nodes && !mul; j++)
+      if (g->nodes[j]->op == TG_OP_mul && (g->nodes[j]->in[0] == n || g->nodes[j]->in[1] == n)) mul = g->nodes[j];
+    ck_assert_ptr_nonnull(mul);
+    const tg_node *product = mul->in[0] == n ? mul->in[1] : mul->in[0];
+    ck_assert_int_eq(product->op, TG_OP_matmul);
+    ck_assert_int_eq(mul->kernel, product->kernel);
+    ck_assert_int_eq(g->kernels[mul->kernel].kind, TG_KERNEL_MATMUL);
+    int members = 0;
+    for (int j = 0; j < g->n_nodes; j++) members += g->nodes[j]->kernel == mul->kernel;
+    ck_assert_int_eq(members, 3); /* the matmul, gelu_grad, the multiply */
+    dgelu++;
+  }
+  ck_assert_int_eq(dgelu, 12);
 }
 
 /* Cross-entropy forward (std.tg lines 43-47 in the forward, but the loss's

@@ -107,7 +107,7 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   h = bin(g, TG_OP_sub, h, half);
   h = bin(g, TG_OP_div, h, x);
   h = bin(g, TG_OP_maximum, h, zero);
-  for (tg_op op = TG_OP_neg; op <= TG_OP_tanh; op++) h = un(g, op, h);
+  for (tg_op op = TG_OP_neg; op <= TG_OP_gelu_grad; op++) h = un(g, op, h);
   for (tg_op op = TG_OP_lt; op <= TG_OP_ne; op++) bin(g, op, h, x);
 
   tg_node *cast = node(g, TG_OP_cast, 1, h, NULL, NULL);
