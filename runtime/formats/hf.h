@@ -18,7 +18,7 @@
 #define TG_HF_PREFIX "transformer."
 #define TG_HF_LM_HEAD "lm_head.weight"
 /* models/std.tg's layernorm adds 1e-5 to the variance (torch.nn.LayerNorm's
- * default, GPT2Config's layer_norm_epsilon); tests/cli/run_hf.sh checks
+ * default, GPT2Config's layer_norm_epsilon); tests/torch/run_hf_transformers.sh checks
  * that std.tg still says so. */
 #define TG_HF_LAYERNORM_EPS "1e-05"
 

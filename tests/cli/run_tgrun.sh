@@ -136,9 +136,22 @@ check_bad() { # weights batch expected-message [extra -D...]
   contains "$tmp/out" "$msg"
   contains "$tmp/keep" "precious"
 }
-check_bad "$tmp/w-2layer.safetensors" "$X" "w-2layer.safetensors: error: tensor 'h.1.ln_1.weight' is not a parameter of the model"
-check_bad "$W" "$X" "w.safetensors: error: tensor 'h.1.ln_1.weight' is missing" -D n_layer=2
-check_bad "$tmp/w-narrow.safetensors" "$X" "tensor 'wte.weight' has shape [32, 8], but the model's parameter is f32[vocab=32, n_embd=16]"
+# the file's sizes against -D, before anything is compiled (hf.h)
+check_bad "$tmp/w-2layer.safetensors" "$X" "command line (-D n_layer=1): error: n_layer = 1 here, but the weights are of a model with n_layer = 2 ($tmp/w-2layer.safetensors (layers h.0 .. h.1))"
+check_bad "$W" "$X" "command line (-D n_layer=2): error: n_layer = 2 here, but the weights are of a model with n_layer = 1" -D n_layer=2
+check_bad "$tmp/w-narrow.safetensors" "$X" "n_embd = 16 here, but the weights are of a model with n_embd = 8 ($tmp/w-narrow.safetensors (wte.weight [32, 8]))"
+# without -D the sizes come from the file, and what no size shows is still checked by name and shape
+expect_status 0 "$tgrun" grad models/gpt2.tg --weights "$tmp/w-2layer.safetensors" --batch "$X" --out "$tmp/g2l.safetensors"
+/usr/bin/python3 - "$W" "$tmp/w-odd.safetensors" << 'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header, body = json.loads(data[8:8 + n]), data[8 + n:]
+header["ln_f.bias"]["shape"] = [4, 4]  # 16 floats as before, another shape
+text = json.dumps(header).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + body)
+PY
+check_bad "$tmp/w-odd.safetensors" "$X" "tensor 'ln_f.bias' has shape [4, 4], but the model's parameter is f32[n_embd=16]"
 $mk "$tmp/w-int.safetensors" wte.weight:I32:2:1,2
 check_bad "$tmp/w-int.safetensors" "$X" "w-int.safetensors: error: tensor 'wte.weight' has dtype i32"
 head -c 100 "$W" > "$tmp/w-cut.safetensors"
