@@ -171,4 +171,23 @@ check_bad "$W" "$X" "tensor 'idx' is [2, 4] but the model's input is i32[B=3, T=
 $mk "$tmp/x-long.safetensors" idx:I32:1x16:fill=1 targets:I32:1x16:fill=1
 check_bad "$W" "$tmp/x-long.safetensors" "assertion failed: the sequence length T exceeds block_size"
 
+# export: Hugging Face's GPT-2 directory (transformers itself: tests/torch/run_hf_transformers.sh)
+expect_status 0 "$tgrun" export "$W" --out "$tmp/hfdir"
+contains "$tmp/out" "wrote $tmp/hfdir/model.safetensors (16 tensors, "
+contains "$tmp/hfdir/config.json" '"n_head": 2,'
+contains "$tmp/hfdir/config.json" '"vocab_size": 32'
+if head -c 200 "$tmp/hfdir/model.safetensors" | grep -qF '{"__metadata__":{"format":"pt"},"transformer.wte.weight":{"dtype":"F32","shape":[32,16]'; then ok; else bad "the exported header: $(head -c 200 "$tmp/hfdir/model.safetensors")"; fi
+# and back: the exported directory gives the same gradients as the file it came from
+expect_status 0 "$tgrun" grad models/gpt2.tg --weights "$tmp/hfdir/model.safetensors" --batch "$X" --out "$tmp/g-exp.safetensors"
+if cmp -s "$tmp/g.safetensors" "$tmp/g-exp.safetensors"; then ok; else bad "the exported weights changed the gradients"; fi
+expect_status 2 "$tgrun" export "$W"
+contains "$tmp/out" "tgrun export: error: --out DIR is required"
+expect_status 2 "$tgrun" export "$W" --out "$tmp/hfdir" --bogus
+contains "$tmp/out" "unknown option '--bogus'"
+expect_status 1 "$tgrun" export "$tmp/none.safetensors" --out "$tmp/hfdir"
+contains "$tmp/out" "none.safetensors: error: cannot open"
+expect_status 1 "$tgrun" export "$W" --out "$tmp/hfdir2" -D n_head=4
+contains "$tmp/out" "n_head = 4 here, but the weights are of a model with n_head = 2 ($W (its __metadata__ config))"
+if [ -e "$tmp/hfdir2" ]; then bad "a refused export made its directory"; else ok; fi
+
 finish
