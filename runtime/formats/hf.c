@@ -7,7 +7,6 @@
  * model needs no -D or model.NAME lines to be loaded at all. */
 #include "hf.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
