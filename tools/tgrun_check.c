@@ -23,6 +23,8 @@ const char tgrun_check_usage[] =
     "\n"
     "Commands:\n"
     "  prepare  text to train/val token files (char or GPT-2 BPE): tgrun prepare --help\n"
+    "  export   a checkpoint as Hugging Face's GPT-2 (model.safetensors, config.json):\n"
+    "           tgrun export CKPT --out DIR (tgrun export --help)\n"
     "  init   write initial weights:      tgrun init MODEL.tg --seed S --out W.safetensors\n"
     "  grad   loss and gradients of one batch:\n"
     "         tgrun grad MODEL.tg --weights W.safetensors --batch X.safetensors --out G.safetensors\n"
@@ -36,7 +38,9 @@ const char tgrun_check_usage[] =
     "                     then the installed models/)\n"
     "\n"
     "Files:\n"
-    "  --weights FILE     parameters, safetensors with Hugging Face names (F32, BF16, F16)\n"
+    "  --weights FILE     parameters, safetensors with Hugging Face names (F32, BF16, F16):\n"
+    "                     GPT2Model's or GPT2LMHeadModel's, or a tg checkpoint; the model's\n"
+    "                     sizes come from it (n_head from its config.json or tg metadata)\n"
     "  --batch FILE       safetensors with int32 'idx' and 'targets', both [B, T]\n"
     "  --out FILE         where to write (atomically): weights for init and step; for\n"
     "                     grad, the f32 scalar 'loss' and one f32 gradient per parameter\n"
@@ -161,8 +165,8 @@ static int parse_args(int argc, char **argv, opts *o) {
   else if (!strcmp(cmd, "grad")) o->cmd = CMD_GRAD;
   else if (!strcmp(cmd, "step")) o->cmd = CMD_STEP;
   else {
-    static const char *const cmds[] = {"init", "grad", "step", "prepare"};
-    const char *s = tg_nearest(cmd, cmds, 4);
+    static const char *const cmds[] = {"init", "grad", "step", "prepare", "export"};
+    const char *s = tg_nearest(cmd, cmds, 5);
     if (s) {
       fprintf(stderr, "tgrun: error: unknown command '%s' (did you mean '%s'?)\n(see tgrun --help)\n",
               cmd, s);

@@ -23,36 +23,8 @@
 
 /* ---- the config text ------------------------------------------------- */
 
-/* tgrun sets these from the batch (docs/tgrun.md): they are the run's, not
- * the model's. */
-static bool is_batch_constant(const char *name) { return !strcmp(name, "B") || !strcmp(name, "T"); }
-
-static void put_constant(FILE *out, bool *first, const tg_config_entry *e) {
-  char num[40];
-  double v = e->value;
-  /* Sizes read as sizes; anything else in the shortest exact form. */
-  if (isfinite(v) && v == floor(v) && fabs(v) < 1e15)
-    snprintf(num, sizeof num, "%lld", (long long)v);
-  else
-    tg_fmt_double(v, num, sizeof num);
-  fprintf(out, "%s%s=%s", *first ? "" : " ", e->name, num);
-  *first = false;
-}
-
-static char *constants_text(const tg_graph *g, bool batch) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&buf, &len);
-  if (!out) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  bool first = true;
-  for (int i = 0; i < g->n_config; i++)
-    if (is_batch_constant(g->config[i].name) == batch) put_constant(out, &first, &g->config[i]);
-  fclose(out);
-  return buf;
-}
+/* The run's B and T apart: weights.c's one spelling of a model's constants. */
+static char *constants_text(const tg_graph *g, bool batch) { return tg_weights_config_text(g, batch); }
 
 char *tg_ckpt_config_text(const tg_graph *g) { return constants_text(g, false); }
 
@@ -142,9 +114,13 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
   char *config = tg_ckpt_config_text(g), *batch = constants_text(g, true);
   char sum[TG_SHA256_HEX];
   if (ok) data_sha256(ts, n, false, sum);
-  tg_st_meta meta[9];
+  tg_st_meta meta[10];
   int nm = 0;
-  meta[nm++] = (tg_st_meta){"format", TG_CKPT_FORMAT};
+  /* "format" is Hugging Face's key, which its loaders read as the
+   * framework: "pt" lets transformers load the weights as they are; tg's
+   * own tag has a key of its own (files of older tgs put it in "format") */
+  meta[nm++] = (tg_st_meta){"format", "pt"};
+  meta[nm++] = (tg_st_meta){"tg_format", TG_CKPT_FORMAT};
   meta[nm++] = (tg_st_meta){"step", step};
   meta[nm++] = (tg_st_meta){"data_position", pos};
   meta[nm++] = (tg_st_meta){"seed", seed};
@@ -183,7 +159,7 @@ static const char *need_meta(tg_ctx *ctx, const tg_st_file *f, const char *key) 
   if (!v)
     tg_error(ctx, (tg_loc){f->path, 0, 0},
              "the checkpoint's __metadata__ has no '%s' (a " TG_CKPT_FORMAT
-             " file has format, step, data_position, seed and config)", key);
+             " file has tg_format, step, data_position, seed and config)", key);
   return v;
 }
 
@@ -353,22 +329,32 @@ static void load_checkpoint(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f,
 
 typedef enum { FILE_CHECKPOINT, FILE_PLAIN } file_kind;
 
+/* tg's tag of a file: "tg_format", or in a file of a tg before it wrote
+ * that key, "format" (then "tg-checkpoint-1"); NULL for a file of anyone
+ * else. */
+static const char *tg_tag(const tg_st_file *f) {
+  const char *tag = tg_st_meta_get(f, "tg_format");
+  if (tag) return tag;
+  tag = tg_st_meta_get(f, "format");
+  return tag && !strncmp(tag, "tg-", 3) ? tag : NULL;
+}
+
 /* What the format tag says; bails on a tag of a tg format this tg does not
  * know, which a newer tg wrote. */
 static file_kind classify(tg_ctx *ctx, const tg_st_file *f) {
-  const char *format = tg_st_meta_get(f, "format");
+  const char *format = tg_tag(f);
   if (format && !strcmp(format, TG_CKPT_FORMAT)) return FILE_CHECKPOINT;
   if (format && !strncmp(format, "tg-checkpoint-", 14))
     tg_error(ctx, (tg_loc){f->path, 0, 0},
              "the checkpoint's format is '%s', which this tg does not read (it reads "
              TG_CKPT_FORMAT ")", format);
-  return FILE_PLAIN; /* Hugging Face's say "pt"; tgrun's say nothing */
+  return FILE_PLAIN; /* Hugging Face's say "pt"; tgrun's weights "tg-weights-1" */
 }
 
 _Noreturn static void refuse_plain(tg_ctx *ctx, const tg_st_file *f) {
   tg_error(ctx, (tg_loc){f->path, 0, 0},
            "the file has no optimizer state: it is not a tg checkpoint (its __metadata__ has "
-           "no format '" TG_CKPT_FORMAT "'); use init_from to start from its weights");
+           "no tg_format '" TG_CKPT_FORMAT "'); use init_from to start from its weights");
 }
 
 /* Loads from f (owned: freed here) or, for a plain weights file with
@@ -498,10 +484,10 @@ static tg_st_file *read_candidate(tg_ctx *ctx, const char *path, int *seen) {
     return NULL;
   }
   f = tg_st_read(quiet, path);
-  const char *format = tg_st_meta_get(f, "format");
+  const char *format = tg_tag(f);
   char why[512];
   if (!format || strcmp(format, TG_CKPT_FORMAT)) {
-    pass_over(ctx, path, "not a tg checkpoint (no format '" TG_CKPT_FORMAT "' in __metadata__)");
+    pass_over(ctx, path, "not a tg checkpoint (no tg_format '" TG_CKPT_FORMAT "' in __metadata__)");
     tg_st_free(f);
     f = NULL;
   } else if (!checksum_ok(f, why, sizeof why)) {

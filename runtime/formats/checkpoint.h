@@ -7,7 +7,9 @@
  *     tgrun's --weights, can take the weights straight out of it;
  *   - every optimizer state leaf ("adam.m.NAME", "adam.v.NAME"), F32, at
  *     its file shape too;
- *   - in __metadata__: "format" = "tg-checkpoint-1", "step" (optimizer
+ *   - in __metadata__: "format" = "pt" (Hugging Face's key: transformers
+ *     loads the file as PyTorch weights), "tg_format" = "tg-checkpoint-1"
+ *     (files of older tgs have it as "format", and are read), "step" (optimizer
  *     steps done), "data_position" (the data loader's, opaque, decimal),
  *     "seed", "config" (the model's constants without the batch ones, as
  *     "n_layer=4 n_head=4 ..."), "batch" ("B=12 T=64", for information),

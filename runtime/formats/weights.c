@@ -3,10 +3,14 @@
  * The file is the user's: everything in it is checked against the model
  * before a single value is used, and every complaint names the file and
  * the tensor. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf.h"
 #include "init.h"
+#include "passes.h"
 #include "safetensors.h"
 #include "weights.h"
 
@@ -116,17 +120,71 @@ static float *take(tg_ctx *ctx, const tg_graph *g, const tg_st_file *f, const tg
   return out;
 }
 
-/* Hugging Face's GPT-2 checkpoints carry each layer's causal mask as a
- * buffer, "h.N.attn.bias" (and, in older ones, "h.N.attn.masked_bias"):
- * not parameters, and a model written from primitives builds its own mask.
- * Only these exact names are passed over, and only when the model has no
- * parameter of that name. */
-static bool is_hf_mask_buffer(const char *name) {
-  if (strncmp(name, "h.", 2) != 0) return false;
-  const char *p = name + 2;
-  if (*p < '0' || *p > '9') return false;
-  while (*p >= '0' && *p <= '9') p++;
-  return !strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias");
+/* The model's parameter (or, with with_state, state leaf) called name. */
+static const tg_node *leaf_named(const tg_graph *g, const char *name, bool with_state) {
+  for (int k = 0; k < g->n_nodes; k++)
+    if (is_leaf(g->nodes[k], with_state) && !strcmp(g->nodes[k]->name, name)) return g->nodes[k];
+  return NULL;
+}
+
+/* AdamW's moment of a parameter of g ("adam.m.wte.weight"): what a tg
+ * checkpoint holds beside the weights, passed over when only the weights
+ * are wanted. */
+static bool is_moment_of_param(const tg_graph *g, const char *name) {
+  const char *prefixes[2] = {TG_ADAM_M_PREFIX, TG_ADAM_V_PREFIX};
+  for (int i = 0; i < 2; i++) {
+    size_t n = strlen(prefixes[i]);
+    if (!strncmp(name, prefixes[i], n) && tg_graph_leaf(g, TG_OP_param, name + n)) return true;
+  }
+  return false;
+}
+
+/* GPT2LMHeadModel's lm_head.weight, where the model ties its head to
+ * wte.weight: it must be wte exactly, since the model has only one. */
+static void check_tied_head(tg_ctx *ctx, const tg_st_file *f, const tg_st_tensor *head, const tg_st_tensor *wte) {
+  tg_loc at = {f->path, 0, 0};
+  if (!wte)
+    tg_error(ctx, at, "tensor '%s' has no 'wte.weight' beside it: the model ties its output head to wte.weight, "
+             "which the file lacks", head->name);
+  char a[256], b[256];
+  bool same = head->rank == wte->rank;
+  for (int d = 0; same && d < head->rank; d++) same = head->shape[d] == wte->shape[d];
+  if (!same)
+    tg_error(ctx, at, "tensor '%s' has shape %s but '%s' has %s: the model ties its output head to wte.weight, so "
+             "the two must be equal", head->name, tg_st_shape_str(head->shape, head->rank, a, sizeof a), wte->name,
+             tg_st_shape_str(wte->shape, wte->rank, b, sizeof b));
+  /* The same bytes in the same dtype are the same values; else compare
+   * values a slice at a time (GPT-2's head is 38.6M elements: two double
+   * copies of it would be 600 MB). */
+  if (head->dtype == wte->dtype && head->nbytes == wte->nbytes && !memcmp(head->data, wte->data, head->nbytes)) return;
+  enum { SLICE = 1 << 16 };
+  int64_t numel = 1;
+  for (int d = 0; d < head->rank; d++) numel *= head->shape[d];
+  size_t hs = head->nbytes / (size_t)(numel ? numel : 1), ws = wte->nbytes / (size_t)(numel ? numel : 1);
+  double *x = tg_xcalloc(SLICE, sizeof *x), *y = tg_xcalloc(SLICE, sizeof *y);
+  int64_t bad = -1;
+  double xv = 0, yv = 0;
+  for (int64_t at0 = 0; at0 < numel && bad < 0; at0 += SLICE) {
+    int64_t k = numel - at0 < SLICE ? numel - at0 : SLICE;
+    tg_st_tensor a = {.dtype = head->dtype, .rank = 1, .shape = {k}, .data = (const char *)head->data + (size_t)at0 * hs,
+                      .nbytes = (size_t)k * hs};
+    tg_st_tensor b = {.dtype = wte->dtype, .rank = 1, .shape = {k}, .data = (const char *)wte->data + (size_t)at0 * ws,
+                      .nbytes = (size_t)k * ws};
+    tg_st_to_f64(&a, x);
+    tg_st_to_f64(&b, y);
+    for (int64_t i = 0; i < k && bad < 0; i++)
+      if (x[i] != y[i] && !(x[i] != x[i] && y[i] != y[i])) {
+        bad = at0 + i;
+        xv = x[i];
+        yv = y[i];
+      }
+  }
+  free(x);
+  free(y);
+  if (bad >= 0)
+    tg_error(ctx, at, "tensor '%s' differs from '%s' (element %lld: %.9g against %.9g): the model ties its output "
+             "head to wte.weight and has no head of its own, so an untied head cannot be loaded",
+             head->name, wte->name, (long long)bad, xv, yv);
 }
 
 tg_weights *tg_weights_load(tg_ctx *ctx, const tg_graph *g, const char *path, bool with_state) {
@@ -143,20 +201,36 @@ tg_weights *tg_weights_load(tg_ctx *ctx, const tg_graph *g, const char *path, bo
   }
   tg_loc at = {f->path, 0, 0};
   int skipped = 0;
+  const tg_st_tensor *head = NULL, *wte = NULL;
+  /* the tensor each value came from, in ctx's arena (freed with it, error or not) */
+  const char **from = tg_alloc(ctx->arena, sizeof *from * ((size_t)g->n_nodes + 1));
+  memset(from, 0, sizeof *from * ((size_t)g->n_nodes + 1));
   for (int i = 0; i < f->n_tensors; i++) {
     const tg_st_tensor *t = &f->tensors[i];
-    const tg_node *n = NULL;
-    for (int k = 0; k < g->n_nodes && !n; k++)
-      if (is_leaf(g->nodes[k], with_state) && !strcmp(g->nodes[k]->name, t->name)) n = g->nodes[k];
-    if (!n && is_hf_mask_buffer(t->name)) {
+    /* the model's own name first; else GPT2LMHeadModel's "transformer." taken off */
+    const tg_node *n = leaf_named(g, t->name, with_state);
+    const char *name = n ? t->name : tg_hf_param_name(t->name);
+    if (!n) n = leaf_named(g, name, with_state);
+    if (n && !strcmp(n->name, "wte.weight")) wte = t;
+    if (!n && !strcmp(name, TG_HF_LM_HEAD) && tg_graph_leaf(g, TG_OP_param, "wte.weight")) {
+      head = t;
+      continue;
+    }
+    if (!n && tg_hf_is_buffer(name)) {
       skipped++;
       continue;
     }
+    if (!n && !with_state && is_moment_of_param(g, name)) continue;
     if (!n)
       tg_error(ctx, at, "tensor '%s' is not a parameter of the model %s", t->name,
                g->source ? g->source : "");
+    if (from[n->id])
+      tg_error(ctx, at, "tensors '%s' and '%s' are both the model's parameter %s: keep one of them", from[n->id],
+               t->name, n->name);
+    from[n->id] = t->name;
     w->values[n->id] = take(ctx, g, f, t, n);
   }
+  if (head) check_tied_head(ctx, f, head, wte);
   if (skipped)
     tg_report(ctx, "note", at,
               "skipped %d Hugging Face attention buffers (h.N.attn.bias, h.N.attn.masked_bias): "
@@ -171,6 +245,33 @@ tg_weights *tg_weights_load(tg_ctx *ctx, const tg_graph *g, const char *path, bo
   ctx->bail = outer;
   tg_st_free(f);
   return w;
+}
+
+char *tg_weights_config_text(const tg_graph *g, bool batch) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  if (!out) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  bool first = true;
+  for (int i = 0; i < g->n_config; i++) {
+    const tg_config_entry *e = &g->config[i];
+    /* tgrun sets B and T from the batch (docs/tgrun.md): they are the run's, not the model's */
+    if ((!strcmp(e->name, "B") || !strcmp(e->name, "T")) != batch) continue;
+    char num[40];
+    double v = e->value;
+    /* Sizes read as sizes; anything else in the shortest exact form. */
+    if (isfinite(v) && v == floor(v) && fabs(v) < 1e15)
+      snprintf(num, sizeof num, "%lld", (long long)v);
+    else
+      tg_fmt_double(v, num, sizeof num);
+    fprintf(out, "%s%s=%s", first ? "" : " ", e->name, num);
+    first = false;
+  }
+  fclose(out);
+  return buf;
 }
 
 bool tg_weights_save(const tg_weights *w, const char *path, bool with_state, char *why,
@@ -198,7 +299,13 @@ bool tg_weights_save(const tg_weights *w, const char *path, bool with_state, cha
     t->data = data;
     t->nbytes = (size_t)tg_type_numel(&ft) * sizeof(float);
   }
-  bool ok = tg_st_write(path, ts, n, NULL, 0, why, whylen);
+  /* "format": "pt" is what Hugging Face's loaders require of a PyTorch
+   * file; tg's own tag and the model's constants (n_head is in no shape)
+   * go under keys of their own. */
+  char *config = tg_weights_config_text(g, false);
+  tg_st_meta meta[3] = {{"format", "pt"}, {"tg_format", TG_WEIGHTS_FORMAT}, {"config", config}};
+  bool ok = tg_st_write(path, ts, n, meta, *config ? 3 : 2, why, whylen);
+  free(config);
   for (int k = 0; k < g->n_nodes; k++) free(cropped[k]);
   free(cropped);
   free(ts);

@@ -14,21 +14,41 @@
 #include <time.h>
 
 #include "batch.h"
+#include "checkpoint.h"
 #include "executors.h"
+#include "hf.h"
 #include "safetensors.h"
 #include "weights.h"
 
-/* Compiles the model; B and T follow the batch unless given with -D. */
+/* Compiles the model; B and T follow the batch, and the model's sizes
+ * the weights file (hf.h: n_layer, n_embd, vocab, block_size from its
+ * shapes, n_head and the rest from its metadata or config.json), unless
+ * given with -D; a -D that contradicts the file is an error here, before
+ * anything is compiled. */
 static tg_graph *compile(tg_ctx *ctx, const tg_single_opts *o, const tg_batch *b) {
-  /* The batch's B and T go first: the last -D of a name wins, so an
-   * explicit -D B=... still decides (and a mismatch is then reported).  A
-   * model without B or T constants just does not take them. */
+  tg_hf_dims dims = {0};
+  if (o->weights) {
+    tg_hf_dims_of_file(ctx, o->weights, &dims);
+    tg_hf_dim *set = tg_alloc(ctx->arena, sizeof *set * (size_t)(o->n_defines + 1));
+    for (int i = 0; i < o->n_defines; i++) {
+      char v[40];
+      set[i] = (tg_hf_dim){o->defines[i].name, o->defines[i].value,
+                           tg_sprintf(ctx->arena, "command line (-D %s=%s)", o->defines[i].name,
+                                      tg_fmt_double(o->defines[i].value, v, sizeof v))};
+    }
+    tg_hf_dims_check(ctx, &dims, set, o->n_defines);
+  }
+  /* The batch's B and T go first, then the file's sizes: the last -D of a
+   * name wins, so an explicit -D B=... still decides (and a mismatch is
+   * then reported).  A model without such constants just does not take
+   * them. */
   int n = 0;
-  tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2));
+  tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2 + dims.n));
   if (b) {
     all[n++] = (tg_define){"B", (double)b->B, true};
     all[n++] = (tg_define){"T", (double)b->T, true};
   }
+  for (int i = 0; i < dims.n; i++) all[n++] = (tg_define){dims.d[i].name, dims.d[i].value, true};
   if (o->n_defines) memcpy(all + n, o->defines, sizeof *all * (size_t)o->n_defines);
   n += o->n_defines;
   tg_compile_opts co = {all, n, o->include_dirs, o->n_include_dirs};
@@ -98,7 +118,9 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
                             .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(ctx, s->g, &popts);
   check_batch_inputs(ctx, s->g, s->batch, o->batch);
-  s->w = tg_weights_load(ctx, s->g, o->weights, false);
+  /* a tg checkpoint or a plain weights file (Hugging Face's, tgrun's) */
+  s->w = tg_ckpt_load(ctx, s->g, o->weights, false, NULL);
+  if (!s->w) tg_bail(ctx);
   tg_device_opts dopts = {.precision = o->precision};
   s->dev = tg_device_open_named(ctx, o->backend ? o->backend : "ref", &dopts);
   tg_exec_opts eo = {.name = step ? "step" : "grad", .source_path = o->keep_source, .remat = -1};

@@ -39,6 +39,7 @@
 #include "executors.h"
 #include "file.h"
 #include "frontend.h"
+#include "hf.h"
 #include "loss_plot.h"
 #include "lr_schedule.h"
 #include "metrics.h"
@@ -95,6 +96,7 @@ typedef struct run {
   tg_loader **loaders; /* one per micro-step; freed by tg_train, also after an error */
   int n_loaders;
   tg_metrics_file *mf; /* rank 0's metrics file */
+  tg_hf_dims init_dims; /* the model's sizes in init_from's file (hf.h); n = 0: none */
 } run;
 
 /* Prints to stdout and, on rank 0, to the log file. */
@@ -135,9 +137,12 @@ static void mkdirs(run *r, const char *dir) {
  * tokenizer's vocabulary, and B, T of the batch. */
 static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   const tg_train_config *c = &r->cfg;
-  tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 4));
+  tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 4 + r->init_dims.n));
   int n = 0;
-  bool block_given = false;
+  /* init_from's sizes first: explicit model.NAME values come after (the
+   * last of a name wins), and check_init_dims made sure they agree */
+  for (int i = 0; i < r->init_dims.n; i++) d[n++] = (tg_define){r->init_dims.d[i].name, r->init_dims.d[i].value, true};
+  bool block_given = tg_hf_dims_get(&r->init_dims, "block_size") != NULL;
   for (int i = 0; i < c->n_defines; i++) {
     d[n++] = (tg_define){c->defines[i].name, c->defines[i].value, false};
     block_given |= !strcmp(c->defines[i].name, "block_size");
@@ -921,6 +926,49 @@ static void check_ranks_agree(run *r) {
            nbad > 1 ? "s" : "", bad, nbad > 1 ? "" : "s");
 }
 
+/* Where a value of the config was set, for messages. */
+static const char *origin_text(run *r, tg_cfg_origin o, const char *what) {
+  if (o.cmdline) return tg_sprintf(r->ctx->arena, "command line (%s)", what);
+  if (o.line > 0) return tg_sprintf(r->ctx->arena, "%s:%d:%d (%s)", r->cfg.path, o.line, o.col, what);
+  return tg_sprintf(r->ctx->arena, "the default (%s)", what);
+}
+
+/* init_from's file gives the model's sizes (hf.h) where train.cfg does not:
+ * read before anything is compiled, and checked against model.NAME, the
+ * tokenizer's vocabulary and block_size, so that a file of another size
+ * is reported at once with both numbers. */
+static void check_init_dims(run *r) {
+  const tg_train_config *c = &r->cfg;
+  if (!c->init_from || !*c->init_from || c->resume) return;
+  tg_hf_dims_of_file(r->ctx, c->init_from, &r->init_dims);
+  tg_hf_dim *set = tg_alloc(r->ctx->arena, sizeof *set * (size_t)(c->n_defines + 1));
+  int n = 0;
+  for (int i = 0; i < c->n_defines; i++)
+    set[n++] = (tg_hf_dim){c->defines[i].name, c->defines[i].value,
+                           origin_text(r, c->defines[i].origin, tg_sprintf(r->ctx->arena, "model.%s", c->defines[i].name))};
+  /* the tokenizer's vocabulary is the model's (compile_model) */
+  set[n++] = (tg_hf_dim){"vocab", (double)r->vocab,
+                         tg_sprintf(r->ctx->arena, "%s/tokenizer.json (the tokenizer's vocabulary)", c->data_dir)};
+  tg_hf_dims_check(r->ctx, &r->init_dims, set, n);
+  const tg_hf_dim *rows = tg_hf_dims_get(&r->init_dims, "block_size");
+  bool block_given = false;
+  for (int i = 0; i < c->n_defines; i++) block_given |= !strcmp(c->defines[i].name, "block_size");
+  if (rows && !block_given && (double)c->block_size > rows->value) {
+    int key = -1;
+    for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+      if (!strcmp(tg_train_config_key(k), "block_size")) key = k;
+    tg_cfg_origin o = c->origin[key];
+    tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
+             "block_size = %lld, but the weights' position table has %.0f rows (%s): lower block_size to at most "
+             "%.0f",
+             (long long)c->block_size, rows->value, rows->from, rows->value);
+  }
+  if (!r->init_dims.n) return;
+  say(r, "model sizes from %s:", c->init_from);
+  for (int i = 0; i < r->init_dims.n; i++) say(r, " %s=%.17g", r->init_dims.d[i].name, r->init_dims.d[i].value);
+  say(r, "\n");
+}
+
 /* The data and the prompt fit the run: checked before anything is
  * compiled, so that no training is lost to them at its end. */
 static void check_data(run *r) {
@@ -989,6 +1037,7 @@ static int train(run *r) {
   say(r, "data: %s: %zu train and %zu val tokens, %s tokenizer, vocab %d\n", c->data_dir, r->train->n, r->val->n,
       tg_tok_kind_name(tg_tok_kind_of(r->tok)), r->vocab);
   check_data(r);
+  check_init_dims(r);
   build(r);
   train_loop(r);
   if (r->rank == 0) {

@@ -136,9 +136,22 @@ check_bad() { # weights batch expected-message [extra -D...]
   contains "$tmp/out" "$msg"
   contains "$tmp/keep" "precious"
 }
-check_bad "$tmp/w-2layer.safetensors" "$X" "w-2layer.safetensors: error: tensor 'h.1.ln_1.weight' is not a parameter of the model"
-check_bad "$W" "$X" "w.safetensors: error: tensor 'h.1.ln_1.weight' is missing" -D n_layer=2
-check_bad "$tmp/w-narrow.safetensors" "$X" "tensor 'wte.weight' has shape [32, 8], but the model's parameter is f32[vocab=32, n_embd=16]"
+# the file's sizes against -D, before anything is compiled (hf.h)
+check_bad "$tmp/w-2layer.safetensors" "$X" "command line (-D n_layer=1): error: n_layer = 1 here, but the weights are of a model with n_layer = 2 ($tmp/w-2layer.safetensors (layers h.0 .. h.1))"
+check_bad "$W" "$X" "command line (-D n_layer=2): error: n_layer = 2 here, but the weights are of a model with n_layer = 1" -D n_layer=2
+check_bad "$tmp/w-narrow.safetensors" "$X" "n_embd = 16 here, but the weights are of a model with n_embd = 8 ($tmp/w-narrow.safetensors (wte.weight [32, 8]))"
+# without -D the sizes come from the file, and what no size shows is still checked by name and shape
+expect_status 0 "$tgrun" grad models/gpt2.tg --weights "$tmp/w-2layer.safetensors" --batch "$X" --out "$tmp/g2l.safetensors"
+/usr/bin/python3 - "$W" "$tmp/w-odd.safetensors" << 'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header, body = json.loads(data[8:8 + n]), data[8 + n:]
+header["ln_f.bias"]["shape"] = [4, 4]  # 16 floats as before, another shape
+text = json.dumps(header).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + body)
+PY
+check_bad "$tmp/w-odd.safetensors" "$X" "tensor 'ln_f.bias' has shape [4, 4], but the model's parameter is f32[n_embd=16]"
 $mk "$tmp/w-int.safetensors" wte.weight:I32:2:1,2
 check_bad "$tmp/w-int.safetensors" "$X" "w-int.safetensors: error: tensor 'wte.weight' has dtype i32"
 head -c 100 "$W" > "$tmp/w-cut.safetensors"
@@ -157,5 +170,24 @@ check_bad "$W" "$tmp/x-extra.safetensors" "tensor 'mask' does not belong in a ba
 check_bad "$W" "$X" "tensor 'idx' is [2, 4] but the model's input is i32[B=3, T=4]" -D B=3
 $mk "$tmp/x-long.safetensors" idx:I32:1x16:fill=1 targets:I32:1x16:fill=1
 check_bad "$W" "$tmp/x-long.safetensors" "assertion failed: the sequence length T exceeds block_size"
+
+# export: Hugging Face's GPT-2 directory (transformers itself: tests/torch/run_hf_transformers.sh)
+expect_status 0 "$tgrun" export "$W" --out "$tmp/hfdir"
+contains "$tmp/out" "wrote $tmp/hfdir/model.safetensors (16 tensors, "
+contains "$tmp/hfdir/config.json" '"n_head": 2,'
+contains "$tmp/hfdir/config.json" '"vocab_size": 32'
+if head -c 200 "$tmp/hfdir/model.safetensors" | grep -qF '{"__metadata__":{"format":"pt"},"transformer.wte.weight":{"dtype":"F32","shape":[32,16]'; then ok; else bad "the exported header: $(head -c 200 "$tmp/hfdir/model.safetensors")"; fi
+# and back: the exported directory gives the same gradients as the file it came from
+expect_status 0 "$tgrun" grad models/gpt2.tg --weights "$tmp/hfdir/model.safetensors" --batch "$X" --out "$tmp/g-exp.safetensors"
+if cmp -s "$tmp/g.safetensors" "$tmp/g-exp.safetensors"; then ok; else bad "the exported weights changed the gradients"; fi
+expect_status 2 "$tgrun" export "$W"
+contains "$tmp/out" "tgrun export: error: --out DIR is required"
+expect_status 2 "$tgrun" export "$W" --out "$tmp/hfdir" --bogus
+contains "$tmp/out" "unknown option '--bogus'"
+expect_status 1 "$tgrun" export "$tmp/none.safetensors" --out "$tmp/hfdir"
+contains "$tmp/out" "none.safetensors: error: cannot open"
+expect_status 1 "$tgrun" export "$W" --out "$tmp/hfdir2" -D n_head=4
+contains "$tmp/out" "n_head = 4 here, but the weights are of a model with n_head = 2 ($W (its __metadata__ config))"
+if [ -e "$tmp/hfdir2" ]; then bad "a refused export made its directory"; else ok; fi
 
 finish

@@ -185,6 +185,8 @@ typedef struct edit {
   const char *to_bf16;          /* store this one as BF16 */
   const char *add;              /* add a scalar tensor of this name */
   const char *meta_key, *meta_value; /* set (or, value NULL, drop) a metadata entry */
+  const char *meta_key2, *meta_value2; /* and another */
+  bool keep_sum;                /* keep data_sha256 (the data is not edited) */
 } edit;
 
 static void rewrite(const char *from, const char *to, const edit *e) {
@@ -228,7 +230,11 @@ static void rewrite(const char *from, const char *to, const edit *e) {
     /* an edit changes the data: without dropping the checksum, every
      * edited file would be refused for that alone, before the check the
      * edit is there to reach (as a file from an older tg would be read) */
-    if (!strcmp(f->meta[i].key, "data_sha256")) continue;
+    if (!strcmp(f->meta[i].key, "data_sha256") && !e->keep_sum) continue;
+    if (e->meta_key2 && !strcmp(f->meta[i].key, e->meta_key2)) {
+      if (e->meta_value2) mt[nm++] = (tg_st_meta){e->meta_key2, e->meta_value2};
+      continue;
+    }
     if (e->meta_key && !strcmp(f->meta[i].key, e->meta_key)) {
       set = true;
       if (!e->meta_value) continue;
@@ -271,7 +277,10 @@ START_TEST(test_round_trip) {
   ck_assert_int_eq(t->rank, 2);
   ck_assert_int_eq(t->shape[0], 32);
   ck_assert_int_eq(t->shape[1], 16);
-  ck_assert_str_eq(tg_st_meta_get(f, "format"), "tg-checkpoint-1");
+  /* "format" is Hugging Face's key (transformers reads it as the
+   * framework); tg's tag has its own */
+  ck_assert_str_eq(tg_st_meta_get(f, "format"), "pt");
+  ck_assert_str_eq(tg_st_meta_get(f, "tg_format"), "tg-checkpoint-1");
   ck_assert_str_eq(tg_st_meta_get(f, "step"), "123");
   ck_assert_str_eq(tg_st_meta_get(f, "data_position"), "18446744073709551610");
   ck_assert_str_eq(tg_st_meta_get(f, "seed"), "9007199254740992");
@@ -401,7 +410,10 @@ START_TEST(test_bad_metadata) {
   refused(g, bad, true, "'data_position' is '18446744073709551616'", NULL);
   rewrite(good, bad, &(edit){.meta_key = "seed"});
   refused(g, bad, true, "has no 'seed'", NULL);
-  rewrite(good, bad, &(edit){.meta_key = "format", .meta_value = "tg-checkpoint-2"});
+  rewrite(good, bad, &(edit){.meta_key = "tg_format", .meta_value = "tg-checkpoint-2"});
+  refused(g, bad, false, "format is 'tg-checkpoint-2', which this tg does not read", NULL);
+  /* an older tg's tag, under "format" */
+  rewrite(good, bad, &(edit){.meta_key = "format", .meta_value = "tg-checkpoint-2", .meta_key2 = "tg_format"});
   refused(g, bad, false, "format is 'tg-checkpoint-2', which this tg does not read", NULL);
   char why[256];
   const tg_node *mw = node(g, "adam.m.wte.weight");
@@ -416,6 +428,52 @@ START_TEST(test_bad_metadata) {
   ck_assert(!tg_ckpt_save(bad, g, w->values, &m, why, sizeof why));
   ck_assert_msg(strstr(why, "step -1"), "%s", why);
   tg_weights_free(w);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+/* A checkpoint of a tg from before "tg_format": its tag is under "format"
+ * (with its checksum, which tg wrote then too); it is still a checkpoint,
+ * read bit for bit, and a run directory holding one resumes from it. */
+START_TEST(test_old_format_tag) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = model(ctx, true, NULL, NULL);
+  tg_weights *w = arbitrary(g, 8);
+  const char *good = in_dir("new.safetensors");
+  save(good, g, w, 42);
+  char run_dir[600];
+  snprintf(run_dir, sizeof run_dir, "%s", in_dir("old_run"));
+  ck_assert_int_eq(mkdir(run_dir, 0755), 0);
+  char old[700];
+  snprintf(old, sizeof old, "%s/" TG_CKPT_FILE, run_dir);
+  rewrite(good, old, &(edit){.meta_key = "format", .meta_value = "tg-checkpoint-1", .meta_key2 = "tg_format",
+                             .keep_sum = true});
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
+  tg_st_file *f = tg_st_read(ctx, old);
+  ctx->bail = NULL;
+  ck_assert_str_eq(tg_st_meta_get(f, "format"), "tg-checkpoint-1");
+  ck_assert_ptr_null(tg_st_meta_get(f, "tg_format"));
+  ck_assert_ptr_nonnull(tg_st_meta_get(f, "data_sha256"));
+  tg_st_free(f);
+  tg_ckpt_meta m;
+  tg_weights *r = tg_ckpt_load(ctx, g, old, true, &m);
+  ck_assert_msg(r, "%s", tu_errors(ctx));
+  assert_same(g, w, r, TG_OP_param);
+  assert_same(g, w, r, TG_OP_state);
+  ck_assert_int_eq(m.step, 42);
+  tg_weights_free(r);
+  char *used = NULL;
+  r = tg_ckpt_load_latest(ctx, g, run_dir, true, &m, &used);
+  ck_assert_msg(r, "%s", tu_errors(ctx));
+  ck_assert_str_eq(used, old);
+  ck_assert_str_eq(tu_errors(ctx), "");
+  free(used);
+  tg_weights_free(r);
+  tg_weights_free(w);
+  unlink(old); /* teardown removes files, not directories */
+  rmdir(run_dir);
   tu_ctx_free(ctx);
 }
 END_TEST
@@ -454,6 +512,18 @@ START_TEST(test_plain_weights) {
   char why[256];
   ck_assert_msg(tg_weights_save(w, path, false, why, sizeof why), "%s", why);
   refused(g, path, true, "has no optimizer state", "use init_from");
+  /* its metadata: Hugging Face's "format", tg's tag, the model's constants */
+  {
+    jmp_buf bail;
+    ctx->bail = &bail;
+    if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
+    tg_st_file *f = tg_st_read(ctx, path);
+    ctx->bail = NULL;
+    ck_assert_str_eq(tg_st_meta_get(f, "format"), "pt");
+    ck_assert_str_eq(tg_st_meta_get(f, "tg_format"), TG_WEIGHTS_FORMAT);
+    ck_assert_str_eq(tg_st_meta_get(f, "config"), "n_layer=1 n_head=2 n_embd=16 vocab=32 block_size=8");
+    tg_st_free(f);
+  }
 
   /* As init_from: through tg_weights_load, step 0, zero moments. */
   tg_ckpt_meta m = meta;
@@ -709,6 +779,7 @@ int main(void) {
   tcase_add_test(tc, test_truncated);
   tcase_add_test(tc, test_bad_tensors);
   tcase_add_test(tc, test_bad_metadata);
+  tcase_add_test(tc, test_old_format_tag);
   tcase_add_test(tc, test_other_model);
   tcase_add_test(tc, test_plain_weights);
   tcase_add_test(tc, test_run_dir);

@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""hf_transformers.py COMMAND ...: Hugging Face's side of run_hf_transformers.sh.
+
+Run with Debian's /usr/bin/python3 (torch 1.13) and PYTHONPATH holding
+transformers 4.40.2 (the script installs it), or, where transformers could
+not be installed, only the `reader` commands, which need nothing but the
+standard library.
+
+  save OUT_DIR --seed S --n-layer L --n-head H --n-embd C --vocab V --positions P
+        a GPT2LMHeadModel made by transformers, save_pretrained to OUT_DIR
+        (f32), OUT_DIR-f16 and OUT_DIR-bf16 (the same weights loaded with
+        torch_dtype and saved again)
+  legacy HF_DIR OUT --lm-head same|differ
+        the weights of HF_DIR as an older GPT-2 file: no "transformer."
+        prefix, the attention buffers h.N.attn.bias and masked_bias, and an
+        lm_head.weight equal to wte (or, with differ, not)
+  loss MODEL BATCH [--config DIR]
+        the mean cross-entropy of GPT2LMHeadModel.from_pretrained(MODEL) on
+        BATCH's idx and targets (no shift: targets are the next tokens),
+        computed in float32 from the weights as stored; prints "loss X"
+  equal_weights EXPORTED TG_FILE
+        every tensor of EXPORTED (transformer.NAME) is TG_FILE's NAME, bit
+        for bit, and nothing else is there
+  reader DIR
+        the exported directory read with json and struct only: names,
+        shapes, dtypes, metadata, config.json
+"""
+import json
+import struct
+import sys
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    return head, b[8 + n:]
+
+
+def cmd_reader(d):
+    head, data = read_st(d + "/model.safetensors")
+    meta = head.pop("__metadata__", None)
+    assert meta == {"format": "pt"}, f"__metadata__ is {meta}, expected {{'format': 'pt'}}"
+    cfg = json.load(open(d + "/config.json"))
+    for k, want in [("model_type", "gpt2"), ("architectures", ["GPT2LMHeadModel"]),
+                    ("activation_function", "gelu_new"), ("tie_word_embeddings", True)]:
+        assert cfg.get(k) == want, f"config.json {k} = {cfg.get(k)!r}, expected {want!r}"
+    L, C, V, P = cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"], cfg["n_positions"]
+    assert cfg["n_ctx"] == P and C % cfg["n_head"] == 0
+    want = {"wte.weight": [V, C], "wpe.weight": [P, C], "ln_f.weight": [C], "ln_f.bias": [C]}
+    for i in range(L):
+        for k, s in [("ln_1.weight", [C]), ("ln_1.bias", [C]), ("ln_2.weight", [C]), ("ln_2.bias", [C]),
+                     ("attn.c_attn.weight", [C, 3 * C]), ("attn.c_attn.bias", [3 * C]),
+                     ("attn.c_proj.weight", [C, C]), ("attn.c_proj.bias", [C]),
+                     ("mlp.c_fc.weight", [C, 4 * C]), ("mlp.c_fc.bias", [4 * C]),
+                     ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])]:
+            want[f"h.{i}.{k}"] = s
+    got = {k[len("transformer."):] if k.startswith("transformer.") else "!" + k: v for k, v in head.items()}
+    assert set(got) == set(want), f"names differ: extra {sorted(set(got) - set(want))}, " \
+                                  f"missing {sorted(set(want) - set(got))}"
+    end = 0
+    for k, v in got.items():
+        assert v["dtype"] == "F32" and v["shape"] == want[k], f"{k}: {v['dtype']} {v['shape']}, expected F32 {want[k]}"
+        s, e = v["data_offsets"]
+        n = 1
+        for x in v["shape"]:
+            n *= x
+        assert e - s == 4 * n
+        end = max(end, e)
+    assert end == len(data)
+    print(f"reader: {len(got)} tensors, F32, GPT-2 names and shapes (L={L} C={C} V={V} P={P}), "
+          f"metadata format pt, config.json a GPT2Config")
+
+
+def cmd_equal_weights(exported, tg_file):
+    a, da = read_st(exported)
+    b, db = read_st(tg_file)
+    a.pop("__metadata__", None)
+    b.pop("__metadata__", None)
+    params = {k for k in b if not k.startswith("adam.")}
+    names = {k[len("transformer."):] for k in a}
+    assert names == params, f"exported {sorted(names ^ params)} differ"
+    for k, v in a.items():
+        w = b[k[len("transformer."):]]
+        assert v["shape"] == w["shape"] and v["dtype"] == w["dtype"] == "F32"
+        assert da[v["data_offsets"][0]:v["data_offsets"][1]] == db[w["data_offsets"][0]:w["data_offsets"][1]], k
+    print(f"equal: {len(a)} tensors bit for bit")
+
+
+def opt(args, name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "reader":
+        return cmd_reader(args[0])
+    if cmd == "equal_weights":
+        return cmd_equal_weights(args[0], args[1])
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    if cmd == "save":
+        out = args[0]
+        torch.manual_seed(int(opt(args, "--seed")))
+        cfg = GPT2Config(n_layer=int(opt(args, "--n-layer")), n_head=int(opt(args, "--n-head")),
+                         n_embd=int(opt(args, "--n-embd")), vocab_size=int(opt(args, "--vocab")),
+                         n_positions=int(opt(args, "--positions")))
+        m = GPT2LMHeadModel(cfg)
+        # the initialiser's zero biases and unit gains would hide a mix-up of
+        # weight and bias: random values everywhere
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(torch.randn_like(p) * 0.1)
+        m.save_pretrained(out)
+        for dt, name in [(torch.float16, "f16"), (torch.bfloat16, "bf16")]:
+            GPT2LMHeadModel.from_pretrained(out, torch_dtype=dt).save_pretrained(f"{out}-{name}")
+        print(f"saved {out}, {out}-f16, {out}-bf16")
+    elif cmd == "legacy":
+        from safetensors.torch import load_file, save_file
+        sd = load_file(args[0] + "/model.safetensors")
+        cfg = json.load(open(args[0] + "/config.json"))
+        out = {k[len("transformer."):]: v for k, v in sd.items()}
+        P = cfg["n_positions"]
+        for i in range(cfg["n_layer"]):
+            out[f"h.{i}.attn.bias"] = torch.tril(torch.ones(P, P)).view(1, 1, P, P)
+            out[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+        out["lm_head.weight"] = out["wte.weight"].clone()
+        if opt(args, "--lm-head") == "differ":
+            out["lm_head.weight"][3, 1] += 0.5
+        save_file(out, args[1], metadata={"format": "pt"})
+        print(f"wrote {args[1]}: {len(out)} tensors")
+    elif cmd == "loss":
+        from safetensors.numpy import load_file as load_np
+        model, batch = args[0], args[1]
+        kw = {}
+        if opt(args, "--config"):
+            kw["config"] = GPT2Config.from_pretrained(opt(args, "--config"))
+        m = GPT2LMHeadModel.from_pretrained(model, **kw).float().eval()
+        b = load_np(batch)
+        idx = torch.from_numpy(b["idx"].astype("int64"))
+        tgt = torch.from_numpy(b["targets"].astype("int64"))
+        with torch.no_grad():
+            logits = m(idx).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+        print(f"loss {loss.item():.9g}")
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
