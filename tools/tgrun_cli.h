@@ -4,6 +4,7 @@
  *   tgrun_check.c    init, grad, step    -> runtime/train/single_step.h
  *   tgrun_train.c    train.cfg [K=V ...] -> runtime/train/train.h
  *   tgrun_prepare.c  prepare             -> runtime/data/prepare.h
+ *   tgrun_sample.c   sample              -> runtime/train/generate.h
  *
  * tgrun.c is main: it picks the command (and execs mpirun for --nproc).
  * Each returns the exit status: 0, 1 for bad input or a failed run, 2 for
@@ -16,8 +17,10 @@
 int tgrun_check_main(int argc, char **argv);
 int tgrun_train_main(int argc, char **argv);   /* argv[0]: the program, argv[1]: train.cfg */
 int tgrun_prepare_main(int argc, char **argv); /* argv[0]: "prepare" */
+int tgrun_sample_main(int argc, char **argv);  /* argv[0]: "sample" */
 
 /* The usage text of init, grad and step (tgrun --help prints it). */
 extern const char tgrun_check_usage[];
+extern const char tgrun_sample_usage[]; /* tgrun sample --help */
 
 #endif
