@@ -8,7 +8,8 @@ set -euo pipefail
 packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz
   libopenblas-dev  # the CPU backend's matmuls (the generated C links -lopenblas)
   libopenmpi-dev openmpi-bin  # data parallelism over MPI (tgrun --nproc N)
-  python3-torch python3-numpy)  # PyTorch on the CPU: the reference in tests/torch
+  python3-torch python3-numpy  # PyTorch on the CPU: the reference in tests/torch
+  python3-pip)  # tests/torch/run_sample_hf.sh installs transformers into the build tree
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-14-dev); fi
 
 missing=()
