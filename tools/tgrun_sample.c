@@ -64,6 +64,7 @@ typedef struct opts {
   const char *prompt_file;
   bool prompt_given;
   char *prompt_text; /* the prompt file's contents */
+  char prompt_name[4200]; /* "--prompt-file F", for messages */
 } opts;
 
 /* A whole number in [lo, hi], else a usage error naming the flag. */
@@ -156,6 +157,8 @@ static int read_prompt(opts *o) {
   o->prompt_text = buf;
   o->g.prompt = buf;
   o->g.prompt_len = n;
+  snprintf(o->prompt_name, sizeof o->prompt_name, "--prompt-file %s", o->prompt_file);
+  o->g.prompt_name = o->prompt_name;
   return -1;
 }
 
@@ -213,7 +216,8 @@ static int parse_args(int argc, char **argv, opts *o) {
 int tgrun_sample_main(int argc, char **argv) {
   opts o = {0};
   o.g = (tg_generate_opts){.temperature = 1, .top_k = 0, .num_samples = 1, .max_new_tokens = 256, .seed = 1337,
-                           .backend = "cpu", .out = stdout, .info = stderr};
+                           .backend = "cpu", .out = stdout, .info = stderr,
+                           .prompt_name = "--prompt"};
   o.defines = tg_xcalloc((size_t)argc + 1, sizeof *o.defines);
   o.define_names = tg_xcalloc((size_t)argc + 1, sizeof *o.define_names);
   o.incs = tg_xcalloc((size_t)argc + 64, sizeof *o.incs);

@@ -176,9 +176,9 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   s->tok = load_tokenizer(ctx, o);
   char why[1024];
   size_t np = 0;
-  if (o->prompt_len == 0) tg_error(ctx, (tg_loc){"--prompt", 0, 0}, "the prompt is empty: give some text to continue");
+  if (o->prompt_len == 0) tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is empty: give some text to continue");
   if (!tg_tok_encode(s->tok, o->prompt, o->prompt_len, &s->prompt, &np, why, sizeof why))
-    tg_error(ctx, (tg_loc){"--prompt", 0, 0}, "the prompt cannot be encoded by the %s tokenizer (%s): %s",
+    tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt cannot be encoded by the %s tokenizer (%s): %s",
              tg_tok_kind_name(tg_tok_kind_of(s->tok)), tg_tok_source(s->tok), why);
   int32_t V = tg_tok_vocab_size(s->tok);
 
@@ -196,7 +196,7 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   const tg_node *cache = tg_graph_leaf(s->g, TG_OP_state, TG_DECODE_K_PREFIX "0");
   int64_t S = cache->type.dim[cache->type.rank - 2].size;
   if ((int64_t)np > S)
-    tg_error(ctx, (tg_loc){"--prompt", 0, 0}, "the prompt is %zu tokens, longer than the model's context of %lld "
+    tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is %zu tokens, longer than the model's context of %lld "
              "(block_size): shorten it", np, (long long)S);
 
   tg_ckpt_meta m;

@@ -24,6 +24,7 @@ typedef struct tg_generate_opts {
                                      * weights file's directory */
   const char *prompt;               /* UTF-8 text, not empty */
   size_t prompt_len;
+  const char *prompt_name;          /* where it came from, for messages: "--prompt" */
   double temperature;               /* 0: greedy (the first largest logit) */
   int top_k;                        /* 0: all */
   int num_samples;
