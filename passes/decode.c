@@ -24,8 +24,8 @@
  *   - each flash_attention becomes, with caches kv.k.L and kv.v.L
  *     [..., S, D] (state leaves, zeros at first) and
  *     at = (iota over S == pos):
- *         k' = where(at, k, kv.k.L)    v' = where(at, v, kv.v.L)
- *         assign(kv.k.L, k')           assign(kv.v.L, v')
+ *         k' = assign(kv.k.L, where(at, k, kv.k.L))
+ *         v' = assign(kv.v.L, where(at, v, kv.v.L))
  *         s  = where(iota over S <= pos, (q @ k'ᵀ) * scale, -inf)
  *         y  = softmax(s) @ v'
  *     which is O(S) per step (the caches are rewritten whole by the
@@ -136,8 +136,12 @@ static tg_node *cached_attention(dec *D, const tg_node *fa, tg_node *q, tg_node 
   tg_node *at = op2(D, TG_OP_eq, iota_S(D, r, r - 2, loc), pos_as(D, r, loc), loc);
   tg_node *k2 = where(D, at, k, cache[0], loc);
   tg_node *v2 = where(D, at, v, cache[1], loc);
-  op2(D, TG_OP_assign, cache[0], k2, loc);
-  op2(D, TG_OP_assign, cache[1], v2, loc);
+  /* the attention reads the assigns (their value is k', v'): code
+   * generation keeps an assign's value in its leaf, so with the where in
+   * the same kernel (fuse.c) each cache is updated in place, one pass,
+   * and no copy of it is made */
+  k2 = op2(D, TG_OP_assign, cache[0], k2, loc);
+  v2 = op2(D, TG_OP_assign, cache[1], v2, loc);
   /* the query against keys 0 .. pos */
   tg_node *kt = tg_node_new(D->g, TG_OP_transpose, loc);
   tg_node_set_inputs(D->g, kt, 1, &k2);

@@ -226,6 +226,8 @@ int tgrun_sample_main(int argc, char **argv) {
     char *tg_path = tg_import_path(o.incs, &o.g.n_include_dirs, argc + 64, TG_MODELS_DIR);
     o.g.defines = o.defines;
     o.g.include_dirs = o.incs;
+    const char *prof = getenv("TG_PROFILE"); /* as tgrun step: the longest kernels */
+    o.g.profile_top = prof ? (atoi(prof) > 1 ? atoi(prof) : 15) : 0;
     status = tg_generate(&o.g, NULL);
     free(tg_path);
   }

@@ -207,6 +207,7 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   s->dev = tg_device_open_named(ctx, o->backend, &dopts);
   tg_exec_opts eo = {.name = "decode", .remat = -1};
   s->e = tg_exec_compile(s->dev, ctx, s->g, &eo);
+  tg_exec_profile(s->e, o->profile_top > 0 ? TG_PROFILE_KERNELS : TG_PROFILE_OFF);
   double t2 = now();
   const tg_graph *g = s->g;
   for (int i = 0; i < g->n_nodes; i++)
@@ -288,6 +289,7 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   double per = st->decode_s > 0 ? (double)st->new_tokens / st->decode_s : 0;
   fprintf(o->info, "sample: %lld prompt tokens in %.3f s, %lld new tokens in %.3f s: %.2f tokens/s\n",
           (long long)st->prompt_tokens, st->prefill_s, (long long)st->new_tokens, st->decode_s, per);
+  if (o->profile_top > 0) tg_exec_profile_print(s->e, o->info, o->profile_top);
   return 0;
 }
 

@@ -33,6 +33,7 @@ typedef struct tg_generate_opts {
   const char *backend;              /* "cpu", "ref", ... */
   FILE *out;                        /* the text, token by token */
   FILE *info;                       /* progress and timing lines (stderr) */
+  int profile_top;                  /* > 0: time every kernel, print the longest after */
 } tg_generate_opts;
 
 /* What a run measured (for bench/sample.sh and tests). */
