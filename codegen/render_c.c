@@ -222,6 +222,21 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
 static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a, long long lda, const char *b,
                       long long ldb, const char *c, long long ldc) {
   int64_t flops = 2 * G->m * G->n * G->k;
+  if (G->m < 64 && G->n >= 128 && flops >= (1 << 22)) {
+    /* a few rows (a decode step's one token: a matrix-vector product,
+     * memory-bound): the columns in two halves instead, so that both
+     * threads read half of B */
+    int64_t cols = ((G->n + 1) / 2 + 15) / 16 * 16;
+    fprintf(out, "      #pragma omp parallel for schedule(static)\n");
+    fprintf(out, "      for (tg_idx c0 = 0; c0 < %lld; c0 += %lld) {\n", (long long)G->n, (long long)cols);
+    fprintf(out, "        const int nc = %lld - c0 < %lld ? (int)(%lld - c0) : %lld;\n", (long long)G->n,
+            (long long)cols, (long long)G->n, (long long)cols);
+    fprintf(out, "        %s(101, %d, %d, %lld, nc, %lld, 1.0f, %s, %lld, %s + c0 * %lld, %lld, 0.0f, %s + c0, %lld);\n",
+            fn, G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->m, (long long)G->k, a, lda, b,
+            G->trans_b ? ldb : 1LL, ldb, c, ldc);
+    fprintf(out, "      }\n");
+    return;
+  }
   int64_t rows = G->m >= 64 && flops >= (1 << 22) ? (G->m + 1) / 2 : G->m;
   if (rows < G->m) {
     rows = (rows + 15) / 16 * 16;
