@@ -255,6 +255,7 @@ typedef struct cli {
   char *tg_path; /* strtok'ed copy of $TG_PATH that incs point into */
   bool grad;
   bool decode; /* --decode: the decode step instead of the training step */
+  bool grad_flag; /* --grad itself (--emit c implies the gradient unless --decode) */
   bool what_given; /* an explicit --stats, --emit or --check */
   const char *dump_after;
   const char *report; /* --report PASS */
@@ -312,7 +313,7 @@ static int parse_args(int argc, char **argv, cli *c) {
         return usage_error("--pad-multiple %s: expected a whole number from 1 to 1048576", argv[i]);
       c->pad_multiple = (int)m;
     } else if (!strcmp(a, "--grad")) {
-      c->grad = true;
+      c->grad = c->grad_flag = true;
     } else if (!strcmp(a, "--gpu")) {
       if (i + 1 >= argc) return usage_error("%s needs a GPU's name: h100, h200 or a100", a);
       i++;
@@ -370,6 +371,7 @@ static int parse_args(int argc, char **argv, cli *c) {
       return usage_error("--report %s is for the training step, not --decode", c->report);
     if (c->dump_after && tg_pass_needs_step(c->dump_after))
       return usage_error("--dump-after %s is a training pass; --decode has no gradient", c->dump_after);
+    if (c->grad_flag) return usage_error("%s", "--grad and --decode: a decode step has no gradient; ask for one or the other");
     c->grad = false;
     bool has_T = false;
     for (int i = 0; i < c->n_defines; i++) has_T |= !strcmp(c->defines[i].name, "T");
