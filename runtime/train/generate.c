@@ -33,6 +33,7 @@
 #include "safetensors.h"
 #include "sampler.h"
 #include "tokenizer.h"
+#include "train_config.h"
 
 static double now(void) {
   struct timespec t;
@@ -87,6 +88,24 @@ static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
   const char *where = o->tokenizer ? o->tokenizer : dir_of(ctx, o->weights);
   const char *dir = where;
   char why[1024];
+  if (!o->tokenizer) {
+    /* a run's out_dir: its train.cfg names the data_dir whose tokenizer the
+     * run trained with, as training finds it */
+    const char *cfg = tg_sprintf(ctx->arena, "%s/train.cfg", where);
+    const char *json = tg_sprintf(ctx->arena, "%s/tokenizer.json", where);
+    if (!is_file(json) && is_file(cfg)) {
+      tg_train_config c;
+      tg_train_config_defaults(&c);
+      bool ok = tg_train_config_load(ctx, cfg, &c);
+      const char *data = ok && c.data_dir ? tg_strdup(ctx->arena, c.data_dir) : NULL;
+      tg_train_config_free(&c);
+      if (!ok) tg_bail(ctx);
+      if (data && is_dir(data)) where = dir = data;
+      else
+        tg_error(ctx, (tg_loc){cfg, 0, 0}, "the run's data_dir '%s' (its tokenizer) is not there from here; name the "
+                 "tokenizer with --tokenizer", data ? data : "");
+    }
+  }
   if (is_file(where)) dir = dir_of(ctx, where);
   else if (!is_dir(where))
     tg_error(ctx, (tg_loc){where, 0, 0}, "--tokenizer %s: no such file or directory", where);

@@ -21,7 +21,8 @@ typedef struct tg_generate_opts {
   const char *tokenizer;            /* a directory with tokenizer.json (prepared data,
                                      * a run's data_dir), a tokenizer.json, or a directory
                                      * with GPT-2's encoder.json and vocab.bpe; NULL: the
-                                     * weights file's directory */
+                                     * weights file's directory, or, when that is a run's
+                                     * out_dir, the data_dir its train.cfg names */
   const char *prompt;               /* UTF-8 text, not empty */
   size_t prompt_len;
   const char *prompt_name;          /* where it came from, for messages: "--prompt" */

@@ -58,6 +58,11 @@ if cmp -s "$tmp/a.txt" "$tmp/b.txt"; then ok; else bad "the same seed gave diffe
 "$tgrun" "${S[@]}" --prompt "ROMEO:" --max-new-tokens 40 --num-samples 3 --seed 8 > "$tmp/c.txt" 2> /dev/null
 if cmp -s "$tmp/a.txt" "$tmp/c.txt"; then bad "another seed gave the same text"; else ok; fi
 
+# no --tokenizer: the run's train.cfg names the data_dir
+expect_status 0 "$tgrun" sample --weights "$ck" --prompt "ROMEO:" --max-new-tokens 10 --temperature 0
+contains "$tmp/out" "ROMEO:"
+contains "$tmp/out" "context 32, prompt 6 tokens"
+
 # greedy: temperature 0 = top-k 1, on both backends
 for b in cpu ref; do
   "$tgrun" "${S[@]}" --prompt "ROMEO:" --max-new-tokens 20 --temperature 0 --backend $b > "$tmp/g_$b.txt" 2> /dev/null
