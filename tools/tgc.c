@@ -411,7 +411,9 @@ int main(int argc, char **argv) {
     ctx->bail = &bail;
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
     tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad, .decode = c.decode,
-                              .kernels = c.decode && (c.what == EMIT_C || c.what == EMIT_CUDA), .adamw = tg_adamw_defaults,
+                              .kernels = c.decode && (c.what == EMIT_C || c.what == EMIT_CUDA ||
+                                                      (c.report && (!strcmp(c.report, "fusion") || !strcmp(c.report, "memplan")))),
+                              .adamw = tg_adamw_defaults,
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
                               .report_pass = c.report, .report = stdout};
     static held h; /* static: it outlives the longjmp unchanged */

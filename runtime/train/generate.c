@@ -240,7 +240,6 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
           g->source, tg_device_describe(s->dev), (long long)S, np, st->compile_s, st->load_s);
 
   const tg_node *lg = tg_graph_output(g, "logits");
-  int64_t Vp = lg->type.dim[lg->type.rank - 1].size;
   tg_tensor *idx_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "idx"));
   tg_tensor *pos_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "pos"));
   if (!idx_t || !pos_t) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the decode step needs the inputs idx and pos");
@@ -295,7 +294,6 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
       }
       if (!tg_exec_read(s->e, lg, s->logits, TG_HOST_F32))
         tg_error(ctx, lg->loc, "internal: the logits are not in memory after the step");
-      (void)Vp;
       next = o->temperature == 0 ? argmax(s->logits, V)
                                  : tg_sample(s->logits, V, o->temperature, (int32_t)o->top_k, &rng, s->scratch);
       if (next < 0) tg_error(ctx, lg->loc, "cannot sample: the logits are NaN or all -inf");

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """sample_hf.py: tgrun sample's greedy text against Hugging Face's generate.
 
-A small GPT-2 (2 layers, 2 heads, n_embd 32, GPT-2's 50,257-token
-vocabulary, 64 positions) with random weights, made in transformers; its
+A small GPT-2 (2 layers, 2 heads, n_embd 48, GPT-2's 50,257-token
+vocabulary, 64 positions; the head's product, 50304 x 48, is large enough
+to take the CPU backend's matrix-vector path) with random weights, made in
+transformers; its
 weights are written twice: for transformers with its own names
 (save_pretrained: `transformer.h.0...`, the tied lm_head) and for tg with
 the model's names (models/gpt2.tg: `h.0...`, no prefix, no lm_head), so
@@ -34,7 +36,7 @@ import sys
 import numpy as np
 import torch
 
-N_LAYER, N_HEAD, N_EMBD, VOCAB, CTX = 2, 2, 32, 50257, 64
+N_LAYER, N_HEAD, N_EMBD, VOCAB, CTX = 2, 2, 48, 50257, 64
 PIECES = ["Hello", ",", "Ġmy", "Ġname", "Ġis"]  # GPT-2's BPE of "Hello, my name is"
 PROMPT = "Hello, my name is"
 
