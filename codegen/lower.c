@@ -142,6 +142,13 @@ bool tg_layout_of(const tg_program *p, const tg_node *n, tg_layout *out) {
     default: return false;
     }
   }
+  /* an assign's value is kept in its leaf (a decode step's cache, read
+   * after its in-place update) */
+  if (n->op == TG_OP_assign) {
+    if (!tg_layout_of(p, n->in[0], out)) return false;
+    out->base = n->id; /* the kernels name the leaf's memory by the assign */
+    return true;
+  }
   if (p->store[n->id].place == TG_PLACE_NONE) return false;
   out->base = n->id;
   out->offset = 0;

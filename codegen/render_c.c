@@ -109,6 +109,9 @@ static void prelude(FILE *out, const tg_program *p) {
         "void cblas_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const unsigned short *a,\n"
         "                  int lda, const unsigned short *b, int ldb, float beta, float *c, int ldc)\n"
         "    __attribute__((weak));\n"
+        "/* y = op(A) x: a one-row product without sgemm's packing of B */\n"
+        "void cblas_sgemv(int order, int ta, int m, int n, float alpha, const float *a, int lda, const float *x,\n"
+        "                 int incx, float beta, float *y, int incy);\n"
         "void openblas_set_num_threads(int n);\n\n",
         out);
 }
@@ -231,6 +234,34 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
 static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a, long long lda, const char *b,
                       long long ldb, const char *c, long long ldc) {
   int64_t flops = 2 * G->m * G->n * G->k;
+  if (G->m < 64 && G->n >= 128 && flops >= (1 << 22)) {
+    /* a few rows (a decode step's one token: a matrix-vector product,
+     * memory-bound): the columns in two halves instead, so that both
+     * threads read half of B */
+    int64_t cols = ((G->n + 1) / 2 + 15) / 16 * 16;
+    fprintf(out, "      #pragma omp parallel for schedule(static)\n");
+    fprintf(out, "      for (tg_idx c0 = 0; c0 < %lld; c0 += %lld) {\n", (long long)G->n, (long long)cols);
+    fprintf(out, "        const int nc = %lld - c0 < %lld ? (int)(%lld - c0) : %lld;\n", (long long)G->n,
+            (long long)cols, (long long)G->n, (long long)cols);
+    if (G->m == 1 && !strcmp(fn, "cblas_sgemm")) {
+      /* one row: sgemm with m = 1 packs (copies) B first, tripling the
+       * bytes of what is a memory-bound product; sgemv reads B once.
+       * y[c0 .. c0+nc) = x op(B): B stored [N, K] (transposed) is the
+       * matrix of sgemv itself, B stored [K, N] its transpose */
+      if (G->trans_b)
+        fprintf(out, "        cblas_sgemv(101, 111, nc, %lld, 1.0f, %s + c0 * %lld, %lld, %s, %lld, 0.0f, %s + c0, 1);\n",
+                (long long)G->k, b, ldb, ldb, a, G->trans_a ? lda : 1LL, c);
+      else
+        fprintf(out, "        cblas_sgemv(101, 112, %lld, nc, 1.0f, %s + c0, %lld, %s, %lld, 0.0f, %s + c0, 1);\n",
+                (long long)G->k, b, ldb, a, G->trans_a ? lda : 1LL, c);
+    } else {
+      fprintf(out, "        %s(101, %d, %d, %lld, nc, %lld, 1.0f, %s, %lld, %s + c0 * %lld, %lld, 0.0f, %s + c0, %lld);\n",
+              fn, G->trans_a ? 112 : 111, G->trans_b ? 112 : 111, (long long)G->m, (long long)G->k, a, lda, b,
+              G->trans_b ? ldb : 1LL, ldb, c, ldc);
+    }
+    fprintf(out, "      }\n");
+    return;
+  }
   int64_t rows = G->m >= 64 && flops >= (1 << 22) ? (G->m + 1) / 2 : G->m;
   if (rows < G->m) {
     rows = (rows + 15) / 16 * 16;

@@ -181,6 +181,11 @@ static const char *epilogue_why(const fuser *f, const tg_node *n, int k) {
 
 static const char *elementwise_join(fuser *f, const tg_node *n, int k) {
   kstate *K = &f->ks[k];
+  /* an assign of the kernel's whole domain writes each element into its
+   * leaf where it is computed (a decode step's key/value cache, decode.c) */
+  if (n->op == TG_OP_assign && n->phase == TG_PHASE_FORWARD)
+    return tg_type_same_shape(&n->type, &K->dom) && reads_kernel(f, n, k) ? NULL
+                                                                            : "an assign of another shape";
   if (is_elementwise(n)) {
     if (fits(&n->type, &K->dom)) return NULL;
     if (fits(&K->dom, &n->type)) {

@@ -160,11 +160,25 @@ void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p
 enum { TG_BUCKET_BYTES_DEFAULT = 4 << 20 };
 void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE *report);
 
+/* decode.c: the forward graph (compiled at T = 1, after flash_attn, no
+ * backward) as one decode step with a key/value cache: a new input "pos"
+ * (i32 [1], the token's position) replaces the position table's iota;
+ * each flash_attention becomes a write of its k and v into row pos of
+ * state leaves "kv.k.L" and "kv.v.L" [..., S, D] (S: the position table's
+ * rows) and the one query's attention over rows 0 .. pos; the only output
+ * is "logits".  Anything else over positions is refused with its .tg line.
+ * See decode.c for the rewrite. */
+void tg_decode(tg_ctx *ctx, tg_graph *g);
+
+#define TG_DECODE_K_PREFIX "kv.k."
+#define TG_DECODE_V_PREFIX "kv.v."
+
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
   tg_precision_policy precision; /* f32 (the default) or bf16 (precision.c) */
   bool grad;              /* add the backward (autodiff) */
   bool step;              /* ... and the optimizer: the whole training step */
+  bool decode;            /* the forward as a decode step (decode.c); not with grad */
   bool kernels;           /* fuse and plan memory even without the gradient
                            * (a forward graph that code generation will run) */
   tg_adamw_opts adamw;
@@ -178,6 +192,7 @@ typedef struct tg_pipeline_opts {
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *opts);
 bool tg_pass_known(const char *name);
 bool tg_pass_needs_step(const char *name); /* runs only for a training step */
+bool tg_pass_needs_decode(const char *name); /* runs only for a decode step */
 const char *tg_pass_name(int i); /* the i-th pass, or NULL past the last */
 const char *tg_pass_what(int i); /* what it does, in a few words */
 

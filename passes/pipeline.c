@@ -22,6 +22,11 @@ static void run_gelu(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   tg_gelu(ctx, g, asked ? o->report : NULL);
 }
 
+static void run_decode(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  (void)o;
+  tg_decode(ctx, g);
+}
+
 static void run_precision(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   bool asked = o->report_pass && !strcmp(o->report_pass, "precision");
   tg_apply_precision(ctx, g, o->precision, asked ? o->report : NULL);
@@ -66,9 +71,9 @@ static void run_schedule(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   tg_schedule_allreduce(ctx, g, 0, asked ? o->report : NULL);
 }
 
-/* When a pass runs: always, or only when the gradient (or the whole
- * training step) is asked for. */
-typedef enum when { ALWAYS, FOR_GRAD, FOR_STEP } when;
+/* When a pass runs: always, only when the gradient (or the whole training
+ * step) is asked for, or only for a decode step. */
+typedef enum when { ALWAYS, FOR_GRAD, FOR_STEP, FOR_DECODE } when;
 
 typedef struct pass {
   const char *name;
@@ -81,6 +86,7 @@ static const pass passes[] = {
     {"pad_vocab", ALWAYS, run_pad_vocab, "pads vocabulary dims (--pad-multiple, 64 by default), masks the extra logits"},
     {"flash_attn", ALWAYS, run_flash_attn, "causal self-attention from primitives -> one flash_attention op"},
     {"gelu", ALWAYS, run_gelu, "GELU's tanh form from primitives -> one gelu op (its derivative: one gelu_grad)"},
+    {"decode", FOR_DECODE, run_decode, "the forward as one decode step with a key/value cache (tgc --decode)"},
     {"precision", ALWAYS, run_precision, "the mixed-precision policy (--precision bf16; --report precision)"},
     {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
     {"weight_copies", ALWAYS, run_weight_copies, "precision's bf16 weight casts as copies the optimizer writes once a step"},
@@ -102,17 +108,26 @@ bool tg_pass_known(const char *name) {
   return false;
 }
 
+bool tg_pass_needs_decode(const char *name) {
+  for (int i = 0; i < N_PASSES; i++)
+    if (!strcmp(passes[i].name, name)) return passes[i].when == FOR_DECODE;
+  return false;
+}
+
 bool tg_pass_needs_step(const char *name) {
   for (int i = 0; i < N_PASSES; i++)
-    if (!strcmp(passes[i].name, name)) return passes[i].when != ALWAYS;
+    if (!strcmp(passes[i].name, name)) return passes[i].when == FOR_GRAD || passes[i].when == FOR_STEP;
   return false;
 }
 
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+  if (o->decode && o->grad)
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "a decode step has no gradient: ask for one or the other");
   for (int i = 0; i < N_PASSES; i++) {
     const pass *p = &passes[i];
     bool kernels = o->kernels && (!strcmp(p->name, "fuse") || !strcmp(p->name, "memplan"));
     if (!strcmp(p->name, "schedule") && !o->grad) continue; /* no gradients to reduce */
+    if (p->when == FOR_DECODE && !o->decode) continue;
     if (!kernels && ((p->when == FOR_GRAD && !o->grad) || (p->when == FOR_STEP && !o->step))) continue;
     p->run(ctx, g, o);
     if (!tg_verify(ctx, g))

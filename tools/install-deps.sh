@@ -9,7 +9,7 @@ packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz
   libopenblas-dev  # the CPU backend's matmuls (the generated C links -lopenblas)
   libopenmpi-dev openmpi-bin  # data parallelism over MPI (tgrun --nproc N)
   python3-torch python3-numpy  # PyTorch on the CPU: the reference in tests/torch
-  python3-pip)  # installs transformers for tests/torch/run_hf_transformers.sh (into the build tree)
+  python3-pip)  # the tests install transformers into the build tree (run_hf_transformers.sh, run_sample_hf.sh)
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-14-dev); fi
 
 missing=()

@@ -40,8 +40,12 @@ static const char usage[] =
     "                     (autodiff) and an AdamW update with gradient clipping\n"
     "                     (nanoGPT's defaults: betas 0.9/0.95, eps 1e-8, weight\n"
     "                     decay 0.1 on 2-D parameters, clip 1.0)\n"
+    "  --decode           instead of the training step, one decode step of the\n"
+    "                     forward with a key/value cache (the decode pass: input\n"
+    "                     pos, caches kv.k.L/kv.v.L, output logits [B, 1, vocab]);\n"
+    "                     compiles the model with T = 1 unless -D T= says otherwise\n"
     "  --dump-after PASS  print the IR after PASS (implies --grad for training\n"
-    "                     passes); --dump-after list names the passes\n"
+    "                     passes, --decode for decode); --dump-after list names them\n"
     "  --report PASS      print what PASS found (flash_attn: each causal attention\n"
     "                     it replaced, and each look-alike it left, with why;\n"
     "                     gelu: each GELU it made one op;\n"
@@ -82,7 +86,7 @@ enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMI
 static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad",
                                           "-D",      "-I",     "-o",        "--help",
                                           "--version", "--dump-after", "--pad-multiple",
-                                          "--report", "--precision", "--gpu"};
+                                          "--report", "--precision", "--gpu", "--decode"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) {
@@ -251,6 +255,8 @@ typedef struct cli {
   int n_incs;
   char *tg_path; /* strtok'ed copy of $TG_PATH that incs point into */
   bool grad;
+  bool decode; /* --decode: the decode step instead of the training step */
+  bool grad_flag; /* --grad itself (--emit c implies the gradient unless --decode) */
   bool what_given; /* an explicit --stats, --emit or --check */
   const char *dump_after;
   const char *report; /* --report PASS */
@@ -296,6 +302,9 @@ static int parse_args(int argc, char **argv, cli *c) {
         return 2;
       }
       if (tg_pass_needs_step(c->dump_after)) c->grad = true;
+      if (tg_pass_needs_decode(c->dump_after)) c->decode = true;
+    } else if (!strcmp(a, "--decode")) {
+      c->decode = true;
     } else if (!strcmp(a, "--pad-multiple")) {
       if (i + 1 >= argc) return usage_error("%s needs a number (1: no padding)", a);
       char *end;
@@ -305,7 +314,7 @@ static int parse_args(int argc, char **argv, cli *c) {
         return usage_error("--pad-multiple %s: expected a whole number from 1 to 1048576", argv[i]);
       c->pad_multiple = (int)m;
     } else if (!strcmp(a, "--grad")) {
-      c->grad = true;
+      c->grad = c->grad_flag = true;
     } else if (!strcmp(a, "--gpu")) {
       if (i + 1 >= argc) return usage_error("%s needs a GPU's name: h100, h200 or a100", a);
       i++;
@@ -356,6 +365,19 @@ static int parse_args(int argc, char **argv, cli *c) {
     }
   }
   if (!c->input) return usage_error("%s", "no input file");
+  if (c->decode) {
+    /* the decode step is the forward (code for it included), at T = 1 */
+    if (c->report && strcmp(c->report, "flash_attn") && strcmp(c->report, "precision") && strcmp(c->report, "fusion") &&
+        strcmp(c->report, "memplan"))
+      return usage_error("--report %s is for the training step, not --decode", c->report);
+    if (c->dump_after && tg_pass_needs_step(c->dump_after))
+      return usage_error("--dump-after %s is a training pass; --decode has no gradient", c->dump_after);
+    if (c->grad_flag) return usage_error("%s", "--grad and --decode: a decode step has no gradient; ask for one or the other");
+    c->grad = false;
+    bool has_T = false;
+    for (int i = 0; i < c->n_defines; i++) has_T |= !strcmp(c->defines[i].name, "T");
+    if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true};
+  }
   bool traffic = c->report && !strcmp(c->report, "traffic");
   if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");
   if (traffic && !c->gpu) c->gpu = tg_gpu_find("h100");
@@ -376,7 +398,7 @@ static int parse_args(int argc, char **argv, cli *c) {
 
 int main(int argc, char **argv) {
   cli c = {.what = EMIT_STATS, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .precision = -1};
-  c.defines = calloc((size_t)argc, sizeof *c.defines);
+  c.defines = calloc((size_t)argc + 1, sizeof *c.defines); /* + --decode's T */
   c.define_names = calloc((size_t)argc, sizeof *c.define_names);
   c.incs = calloc((size_t)argc + 8, sizeof *c.incs);
   if (!c.defines || !c.define_names || !c.incs) {
@@ -389,7 +411,10 @@ int main(int argc, char **argv) {
     jmp_buf bail;
     ctx->bail = &bail;
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
-    tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad, .adamw = tg_adamw_defaults,
+    tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad, .decode = c.decode,
+                              .kernels = c.decode && (c.what == EMIT_C || c.what == EMIT_CUDA ||
+                                                      (c.report && (!strcmp(c.report, "fusion") || !strcmp(c.report, "memplan")))),
+                              .adamw = tg_adamw_defaults,
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
                               .report_pass = c.report, .report = stdout};
     static held h; /* static: it outlives the longjmp unchanged */

@@ -87,5 +87,6 @@ int main(int argc, char **argv) {
   if (argc >= 2 && has_suffix(argv[1], ".cfg")) return tgrun_train_main(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "prepare")) return tgrun_prepare_main(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "export")) return tgrun_export_main(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "sample")) return tgrun_sample_main(argc - 1, argv + 1);
   return tgrun_check_main(argc, argv);
 }

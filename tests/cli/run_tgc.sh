@@ -118,6 +118,26 @@ for name in $(awk '{print $1}' "$tmp/out"); do
   grep -v '^# the IR above' "$tmp/out" > "$tmp/dump2.tgir"
   if cmp -s "$tmp/dump.tgir" "$tmp/dump2.tgir"; then ok; else bad "the IR after $name does not read back the same"; fi
 done
+# --decode: the forward as one decode step with key/value caches (passes/decode.c)
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=2 -D B=1 --decode --emit ir
+contains "$tmp/out" 'input : i32[T=1] "pos"'
+contains "$tmp/out" 'state {init=zeros} : f32[B=1, n_head=12, block_size=1024, 64] "kv.v.1"'
+contains "$tmp/out" 'output "logits" ='
+n=$(grep -c ' = assign ' "$tmp/out")
+if [ "$n" -eq 4 ]; then ok; else bad "--decode on 2 layers made $n assigns, not 4"; fi
+if grep -q '"loss"\|flash_attention' "$tmp/out"; then bad "--decode kept the loss or a flash_attention"; else ok; fi
+grep -v '^# the IR above' "$tmp/out" > "$tmp/decode.tgir"
+expect_status 0 "$tgc" "$tmp/decode.tgir" --emit ir
+if cmp -s "$tmp/out" "$tmp/decode.tgir"; then ok; else bad "the decode step's IR does not read back the same"; fi
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=2 --dump-after decode
+contains "$tmp/out" "# the IR above is after the decode pass"
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 -D B=1 --decode --emit c -o "$tmp/decode_c"
+contains "$tmp/decode_c/fusion.txt" "eq where x2 assign x2"
+expect_status 1 "$tgc" models/gpt2.tg -D T=4 --decode --check
+contains "$tmp/out" "models/gpt2.tg:54:50: error: decode: the positions here are 4 long"
+expect_status 2 "$tgc" models/gpt2.tg --decode --grad
+contains "$tmp/out" "a decode step has no gradient"
+
 expect_status 2 "$tgc" models/gpt2.tg --dump-after fuse_everything
 contains "$tmp/out" "no such pass; the passes are:"
 
@@ -159,7 +179,7 @@ expect_status 0 env TG_PATH="/nonexistent:$tmp/lib" "$tgc" "$tmp/model/m.tg"
 
 # --help documents every flag; usage errors exit 2
 expect_status 0 "$tgc" --help
-for flag in --stats "--emit ir" "--emit dot" --check --grad --dump-after --report --pad-multiple -D -I -o --help --version; do
+for flag in --stats "--emit ir" "--emit dot" --check --grad --decode --dump-after --report --pad-multiple -D -I -o --help --version; do
   contains "$tmp/out" "$flag"
 done
 expect_status 0 "$tgc" --version

@@ -69,6 +69,12 @@ def n_layers(params):
 
 def forward(p, idx, targets, n_head):
     """nanoGPT's GPT.forward with HF names; returns the mean cross-entropy."""
+    logits = logits_of(p, idx, n_head)
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def logits_of(p, idx, n_head):
+    """The logits [B, T, vocab] of nanoGPT's GPT with HF names."""
     B, T = idx.shape
     C = p["wte.weight"].shape[1]
     x = p["wte.weight"][idx] + p["wpe.weight"][:T]
@@ -86,8 +92,7 @@ def forward(p, idx, targets, n_head):
         a = F.gelu(a @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
         x = x + a @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
     x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps=1e-5)
-    logits = x @ p["wte.weight"].t()  # tied head
-    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+    return x @ p["wte.weight"].t()  # tied head
 
 
 def load(args, dtype):

@@ -1,0 +1,332 @@
+/* generate.c: `tgrun sample` (generate.h).
+ *
+ * Order, so that every mistake is reported before anything is compiled
+ * for a device: the weights file is read for its metadata (a checkpoint
+ * names its model and config), the tokenizer is loaded and the prompt
+ * encoded, the model is compiled at B = 1, T = 1 and turned into the
+ * decode step (passes/decode.c), the prompt is checked against the
+ * step's context (the position table's rows), the weights are checked
+ * against the graph; only then is the step compiled for the backend.
+ *
+ * Each sample starts from zeroed caches.  The prompt goes through the
+ * decode step one token at a time (prefill by the same compiled graph:
+ * one graph, and the prompt's cost is its length in steps); then each new
+ * token is chosen from the last step's logits (greedy at temperature 0,
+ * else runtime/train/sampler.c), written out and flushed, and fed back.
+ * A sample stops after max_new_tokens, or when the context is full (the
+ * caches hold block_size positions; there is no sliding window). */
+#include "generate.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "executor.h"
+#include "executors.h"
+#include "passes.h"
+#include "prepare.h"
+#include "rng.h"
+#include "safetensors.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "train_config.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* What a run holds; on the heap, so that an error's longjmp frees it. */
+typedef struct gen {
+  tg_tokenizer *tok;
+  int32_t *prompt;
+  tg_weights *w;
+  tg_graph *g;
+  tg_device *dev;
+  tg_exec *e;
+  float *logits;
+  float *scratch;
+} gen;
+
+static void gen_free(gen *s) {
+  tg_exec_free(s->e);
+  tg_device_close(s->dev);
+  tg_weights_free(s->w);
+  if (s->g) tg_graph_free(s->g);
+  if (s->tok) tg_tok_free(s->tok);
+  free(s->prompt);
+  free(s->logits);
+  free(s->scratch);
+  free(s);
+}
+
+static bool is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static const char *dir_of(tg_ctx *ctx, const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return ".";
+  if (slash == path) return "/";
+  return tg_sprintf(ctx->arena, "%.*s", (int)(slash - path), path);
+}
+
+/* The tokenizer: tokenizer.json (as `tgrun prepare` writes it, in the data
+ * directory training reads) or GPT-2's two BPE files. */
+static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
+  const char *where = o->tokenizer ? o->tokenizer : dir_of(ctx, o->weights);
+  const char *dir = where;
+  char why[1024];
+  if (!o->tokenizer) {
+    /* a run's out_dir: its train.cfg names the data_dir whose tokenizer the
+     * run trained with, as training finds it */
+    const char *cfg = tg_sprintf(ctx->arena, "%s/train.cfg", where);
+    const char *json = tg_sprintf(ctx->arena, "%s/tokenizer.json", where);
+    if (!is_file(json) && is_file(cfg)) {
+      tg_train_config c;
+      tg_train_config_defaults(&c);
+      bool ok = tg_train_config_load(ctx, cfg, &c);
+      const char *data = ok && c.data_dir ? tg_strdup(ctx->arena, c.data_dir) : NULL;
+      tg_train_config_free(&c);
+      if (!ok) tg_bail(ctx);
+      if (data && is_dir(data)) where = dir = data;
+      else
+        tg_error(ctx, (tg_loc){cfg, 0, 0}, "the run's data_dir '%s' (its tokenizer) is not there from here; name the "
+                 "tokenizer with --tokenizer", data ? data : "");
+    }
+  }
+  if (is_file(where)) dir = dir_of(ctx, where);
+  else if (!is_dir(where))
+    tg_error(ctx, (tg_loc){where, 0, 0}, "--tokenizer %s: no such file or directory", where);
+  const char *json = tg_sprintf(ctx->arena, "%s/tokenizer.json", dir);
+  const char *enc = tg_sprintf(ctx->arena, "%s/encoder.json", dir), *bpe = tg_sprintf(ctx->arena, "%s/vocab.bpe", dir);
+  tg_tokenizer *t = NULL;
+  if (is_file(json)) t = tg_prepare_load_tokenizer(dir, why, sizeof why);
+  else if (is_file(enc) && is_file(bpe)) t = tg_tok_gpt2_load(enc, bpe, why, sizeof why);
+  else
+    tg_error(ctx, (tg_loc){where, 0, 0},
+             "no tokenizer in %s: it has neither tokenizer.json (a prepared data directory: give the run's "
+             "data_dir) nor GPT-2's encoder.json and vocab.bpe; name one with --tokenizer", dir);
+  if (!t) tg_error(ctx, (tg_loc){where, 0, 0}, "%s", why);
+  return t;
+}
+
+/* The checkpoint's config ("n_layer=4 n_head=4 ...") as defines, then the
+ * caller's -D (the last of a name wins), then B = 1, T = 1 and the
+ * tokenizer's vocabulary where nothing else says. */
+static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, const char *config, int vocab, int *n_out) {
+  int cap = o->n_defines + 8 + (config ? (int)strlen(config) / 2 : 0), n = 0;
+  tg_define *d = tg_alloc(ctx->arena, sizeof *d * (size_t)cap);
+  bool vocab_given = false;
+  if (config) {
+    char *copy = tg_strdup(ctx->arena, config), *save = NULL;
+    for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+      char *eq = strchr(tok, '=');
+      if (!eq) continue;
+      *eq = 0;
+      char *end;
+      double v = strtod(eq + 1, &end);
+      if (*end) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "the checkpoint's config has '%s=%s', not a number", tok, eq + 1);
+      d[n++] = (tg_define){tok, v, true};
+      vocab_given |= !strcmp(tok, "vocab");
+    }
+  }
+  for (int i = 0; i < o->n_defines; i++) {
+    d[n++] = o->defines[i];
+    vocab_given |= !strcmp(o->defines[i].name, "vocab");
+  }
+  if (!vocab_given) d[n++] = (tg_define){"vocab", (double)vocab, true};
+  d[n++] = (tg_define){"B", 1, true};
+  d[n++] = (tg_define){"T", 1, true};
+  *n_out = n;
+  return d;
+}
+
+static const char *model_path(tg_ctx *ctx, const char *path) {
+  /* models/gpt2.tg run from elsewhere: the installed models/ */
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *installed = tg_sprintf(ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
+  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) return installed;
+  if (access(path, F_OK) != 0) tg_error(ctx, (tg_loc){path, 0, 0}, "--model %s: no such file", path);
+  return path;
+}
+
+/* The first largest logit: greedy decoding, as torch.argmax picks. */
+static int32_t argmax(const float *l, int32_t V) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < V; i++)
+    if (l[i] > l[best]) best = i;
+  return best;
+}
+
+static void put_token(tg_ctx *ctx, const tg_generate_opts *o, const tg_tokenizer *t, int32_t id) {
+  size_t len = 0;
+  const char *piece = tg_tok_piece(t, id, &len);
+  if (!piece) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "the model chose token %d, which the tokenizer does not have", id);
+  if (fwrite(piece, 1, len, o->out) != len || fflush(o->out) != 0)
+    tg_error(ctx, (tg_loc){"<stdout>", 0, 0}, "cannot write the text: %s", strerror(errno));
+}
+
+static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats *st) {
+  double t0 = now();
+  if (!is_file(o->weights)) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "--weights %s: no such file", o->weights);
+  /* a checkpoint names its model and config */
+  tg_st_file *f = tg_st_read(ctx, o->weights);
+  const char *ck_model = tg_st_meta_get(f, "model"), *ck_config = tg_st_meta_get(f, "config");
+  ck_model = ck_model ? tg_strdup(ctx->arena, ck_model) : NULL;
+  ck_config = ck_config ? tg_strdup(ctx->arena, ck_config) : NULL;
+  tg_st_free(f);
+  const char *model = o->model ? o->model : ck_model;
+  if (!model)
+    tg_error(ctx, (tg_loc){o->weights, 0, 0}, "%s names no model (it is not a tg checkpoint): give --model, e.g. "
+             "--model models/gpt2.tg", o->weights);
+
+  s->tok = load_tokenizer(ctx, o);
+  char why[1024];
+  size_t np = 0;
+  if (o->prompt_len == 0) tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is empty: give some text to continue");
+  if (!tg_tok_encode(s->tok, o->prompt, o->prompt_len, &s->prompt, &np, why, sizeof why))
+    tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt cannot be encoded by the %s tokenizer (%s): %s",
+             tg_tok_kind_name(tg_tok_kind_of(s->tok)), tg_tok_source(s->tok), why);
+  int32_t V = tg_tok_vocab_size(s->tok);
+
+  int nd = 0;
+  tg_define *d = defines_for(ctx, o, ck_config, V, &nd);
+  tg_compile_opts co = {d, nd, o->include_dirs, o->n_include_dirs};
+  s->g = tg_compile_file(ctx, model_path(ctx, model), &co);
+  if (!tg_verify(ctx, s->g)) tg_bail(ctx);
+  double vocab;
+  if (tg_graph_get_config(s->g, "vocab", &vocab) && vocab < V)
+    tg_error(ctx, (tg_loc){s->g->source, 1, 1}, "the model's vocab is %g but the tokenizer (%s) has %d ids", vocab,
+             tg_tok_source(s->tok), V);
+  tg_pipeline_opts po = {.decode = true, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  tg_run_pipeline(ctx, s->g, &po);
+  const tg_node *cache = tg_graph_leaf(s->g, TG_OP_state, TG_DECODE_K_PREFIX "0");
+  int64_t S = cache->type.dim[cache->type.rank - 2].size;
+  if ((int64_t)np > S)
+    tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is %zu tokens, longer than the model's context of %lld "
+             "(block_size): shorten it", np, (long long)S);
+
+  tg_ckpt_meta m;
+  s->w = tg_ckpt_load(ctx, s->g, o->weights, false, &m);
+  if (!s->w) tg_bail(ctx);
+  double t1 = now();
+  tg_device_opts dopts = {.precision = TG_PREC_F32};
+  s->dev = tg_device_open_named(ctx, o->backend, &dopts);
+  tg_exec_opts eo = {.name = "decode", .remat = -1};
+  s->e = tg_exec_compile(s->dev, ctx, s->g, &eo);
+  tg_exec_profile(s->e, o->profile_top > 0 ? TG_PROFILE_KERNELS : TG_PROFILE_OFF);
+  double t2 = now();
+  const tg_graph *g = s->g;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_param) tg_tensor_write(tg_exec_leaf(s->e, g->nodes[i]), s->w->values[i], TG_HOST_F32);
+  tg_weights_free(s->w);
+  s->w = NULL;
+  double t3 = now();
+  st->compile_s = t2 - t1;
+  st->load_s = (t1 - t0) + (t3 - t2);
+  fprintf(o->info, "sample: %s on %s, context %lld, prompt %zu tokens; compiled in %.2f s, loaded in %.2f s\n",
+          g->source, tg_device_describe(s->dev), (long long)S, np, st->compile_s, st->load_s);
+
+  const tg_node *lg = tg_graph_output(g, "logits");
+  tg_tensor *idx_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "idx"));
+  tg_tensor *pos_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "pos"));
+  if (!idx_t || !pos_t) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the decode step needs the inputs idx and pos");
+  s->logits = tg_xcalloc((size_t)tg_type_numel(&lg->type), sizeof *s->logits);
+  s->scratch = tg_xcalloc((size_t)V + 16, sizeof *s->scratch);
+  /* the caches, zeroed before each sample */
+  int n_caches = 0;
+  for (int i = 0; i < g->n_nodes; i++) n_caches += g->nodes[i]->op == TG_OP_state;
+  tg_tensor **caches = tg_alloc(ctx->arena, sizeof *caches * (size_t)(n_caches + 1));
+  int64_t most = 0;
+  n_caches = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_state) {
+      caches[n_caches++] = tg_exec_leaf(s->e, g->nodes[i]);
+      int64_t k = tg_type_numel(&g->nodes[i]->type);
+      most = k > most ? k : most;
+    }
+  float *zeros = tg_alloc(ctx->arena, sizeof *zeros * (size_t)(most + 1));
+  memset(zeros, 0, sizeof *zeros * (size_t)(most + 1));
+
+  for (int k = 0; k < o->num_samples; k++) {
+    if (k > 0) fprintf(o->out, "\n---------------\n");
+    tg_rng rng;
+    tg_rng_seed(&rng, o->seed, (uint64_t)k);
+    for (int c = 0; c < n_caches; c++) tg_tensor_write(caches[c], zeros, TG_HOST_F32);
+    if (fwrite(o->prompt, 1, o->prompt_len, o->out) != o->prompt_len || fflush(o->out) != 0)
+      tg_error(ctx, (tg_loc){"<stdout>", 0, 0}, "cannot write the text: %s", strerror(errno));
+    int32_t next = s->prompt[0];
+    double ta = now();
+    for (int64_t p = 0; p < (int64_t)np + o->max_new_tokens; p++) {
+      if (p >= (int64_t)np) {
+        /* the token chosen from the last step */
+        put_token(ctx, o, s->tok, next);
+        st->new_tokens++;
+        if (p == (int64_t)np + o->max_new_tokens - 1) break; /* its own step would be wasted */
+        if (p >= S) {
+          fprintf(o->info, "\nsample: the context is full (%lld tokens, block_size); stopping this sample\n",
+                  (long long)S);
+          break;
+        }
+      } else {
+        next = s->prompt[p];
+      }
+      int32_t pos = (int32_t)p;
+      tg_tensor_write(idx_t, &next, TG_HOST_I32);
+      tg_tensor_write(pos_t, &pos, TG_HOST_I32);
+      tg_exec_run(ctx, s->e);
+      if (p < (int64_t)np - 1) continue; /* a prompt token before the last: only its cache rows matter */
+      if (p == (int64_t)np - 1) {
+        st->prefill_s += now() - ta;
+        ta = now();
+      }
+      if (!tg_exec_read(s->e, lg, s->logits, TG_HOST_F32))
+        tg_error(ctx, lg->loc, "internal: the logits are not in memory after the step");
+      next = o->temperature == 0 ? argmax(s->logits, V)
+                                 : tg_sample(s->logits, V, o->temperature, (int32_t)o->top_k, &rng, s->scratch);
+      if (next < 0) tg_error(ctx, lg->loc, "cannot sample: the logits are NaN or all -inf");
+    }
+    st->decode_s += now() - ta;
+    st->prompt_tokens += (int64_t)np;
+  }
+  fprintf(o->out, "\n");
+  fflush(o->out);
+  double per = st->decode_s > 0 ? (double)st->new_tokens / st->decode_s : 0;
+  fprintf(o->info, "sample: %lld prompt tokens in %.3f s, %lld new tokens in %.3f s: %.2f tokens/s\n",
+          (long long)st->prompt_tokens, st->prefill_s, (long long)st->new_tokens, st->decode_s, per);
+  if (o->profile_top > 0) tg_exec_profile_print(s->e, o->info, o->profile_top);
+  return 0;
+}
+
+/* Runs with a context whose errors land here. */
+static int guarded(const tg_generate_opts *o, tg_generate_stats *st) {
+  tg_ctx *ctx = tg_ctx_new(stderr);
+  gen *const s = tg_xcalloc(1, sizeof *s);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  int status;
+  if (setjmp(bail)) status = 1;
+  else status = run(ctx, o, s, st);
+  gen_free(s);
+  tg_ctx_free(ctx);
+  return status;
+}
+
+int tg_generate(const tg_generate_opts *o, tg_generate_stats *stats) {
+  tg_generate_stats local;
+  tg_generate_stats *st = stats ? stats : &local;
+  *st = (tg_generate_stats){0};
+  return guarded(o, st);
+}

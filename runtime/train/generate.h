@@ -1,0 +1,51 @@
+/* generate.h: `tgrun sample`: text from a trained model, a token at a time,
+ * through the decode step (passes/decode.c: a key/value cache kept on the
+ * device), streamed as it is made.  Its command line: tools/tgrun_sample.c;
+ * docs/tgrun.md has the details. */
+#ifndef TG_GENERATE_H
+#define TG_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "frontend.h"
+
+typedef struct tg_generate_opts {
+  const char *weights;              /* a checkpoint or a weights file (safetensors) */
+  const char *model;                /* the .tg file; NULL: the checkpoint's "model" */
+  const tg_define *defines;         /* -D, after the checkpoint's config */
+  int n_defines;
+  const char *const *include_dirs;
+  int n_include_dirs;
+  const char *tokenizer;            /* a directory with tokenizer.json (prepared data,
+                                     * a run's data_dir), a tokenizer.json, or a directory
+                                     * with GPT-2's encoder.json and vocab.bpe; NULL: the
+                                     * weights file's directory, or, when that is a run's
+                                     * out_dir, the data_dir its train.cfg names */
+  const char *prompt;               /* UTF-8 text, not empty */
+  size_t prompt_len;
+  const char *prompt_name;          /* where it came from, for messages: "--prompt" */
+  double temperature;               /* 0: greedy (the first largest logit) */
+  int top_k;                        /* 0: all */
+  int num_samples;
+  int max_new_tokens;
+  uint64_t seed;
+  const char *backend;              /* "cpu", "ref", ... */
+  FILE *out;                        /* the text, token by token */
+  FILE *info;                       /* progress and timing lines (stderr) */
+  int profile_top;                  /* > 0: time every kernel, print the longest after */
+} tg_generate_opts;
+
+/* What a run measured (for bench/sample.sh and tests). */
+typedef struct tg_generate_stats {
+  double compile_s, load_s;         /* compiling the decode step; reading the weights */
+  double prefill_s, decode_s;       /* the prompt's steps; the new tokens' steps */
+  int64_t prompt_tokens, new_tokens; /* over all samples */
+} tg_generate_stats;
+
+/* Generates; returns the exit status (0, or 1 after an error reported on
+ * stderr).  stats may be NULL. */
+int tg_generate(const tg_generate_opts *o, tg_generate_stats *stats);
+
+#endif

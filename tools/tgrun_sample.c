@@ -1,0 +1,240 @@
+/* tgrun_sample.c: the command line of `tgrun sample` (the work is
+ * runtime/train/generate.c).  Every option is checked here, before any
+ * file is read or anything compiled. */
+#include "tgrun_cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "executors.h"
+#include "frontend.h"
+#include "generate.h"
+#include "nearest.h"
+
+const char tgrun_sample_usage[] =
+    "usage: tgrun sample --weights FILE [--model MODEL.tg] (--prompt TEXT | --prompt-file F) [options]\n"
+    "\n"
+    "Generates text from a trained model, a token at a time, with a key/value cache\n"
+    "(the decode step: tgc --decode), streaming each token to stdout as it is made.\n"
+    "\n"
+    "  --weights FILE       a checkpoint (out_dir/ckpt.safetensors: it names its model and\n"
+    "                       config) or a weights file (tgrun init/step, Hugging Face's\n"
+    "                       model.safetensors: give --model)\n"
+    "  --model MODEL.tg     the model; -D NAME=VALUE and -I DIR as for tgc\n"
+    "  --tokenizer PATH     a directory with tokenizer.json (the run's data_dir, made by\n"
+    "                       tgrun prepare), that file, or a directory with GPT-2's\n"
+    "                       encoder.json and vocab.bpe (default: the weights' directory;\n"
+    "                       for a run's checkpoint, the data_dir of its train.cfg)\n"
+    "  --prompt TEXT        the text to continue (not empty)\n"
+    "  --prompt-file F      ... read from F\n"
+    "  --max-new-tokens N   tokens to generate per sample (default 256; --tokens N too)\n"
+    "  --num-samples N      samples, one after another, each from the prompt (default 1),\n"
+    "                       separated by a line of dashes\n"
+    "  --temperature X      softmax temperature, > 0; 0: greedy, the most likely token\n"
+    "                       (default 1)\n"
+    "  --top-k N            sample among the N most likely tokens; 0: all (default 0)\n"
+    "  --seed N             the sampling seed (default 1337); sample k uses stream k\n"
+    "  --backend NAME       cpu (default): generated C; ref: the reference interpreter\n"
+    "\n"
+    "The prompt runs through the same decode step one token at a time; a sample\n"
+    "stops at the model's context (block_size tokens).  The text goes to stdout,\n"
+    "progress and tokens/s to stderr.  Exit status: 0, 1 for a bad model, weights,\n"
+    "tokenizer or prompt, 2 for bad usage.\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "tgrun sample: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see tgrun sample --help)\n");
+  return 2;
+}
+
+static const char *const value_flags[] = {"--weights",     "--model",      "--tokenizer", "--prompt",
+                                          "--prompt-file", "--max-new-tokens", "--tokens", "--num-samples",
+                                          "--temperature", "--top-k",      "--seed",      "--backend",
+                                          "-D",            "-I"};
+enum { N_VALUE_FLAGS = sizeof value_flags / sizeof *value_flags };
+
+typedef struct opts {
+  tg_generate_opts g;
+  tg_define *defines;
+  char (*define_names)[128];
+  const char **incs;
+  const char *prompt_file;
+  bool prompt_given;
+  char *prompt_text; /* the prompt file's contents */
+  char prompt_name[4200]; /* "--prompt-file F", for messages */
+} opts;
+
+/* A whole number in [lo, hi], else a usage error naming the flag. */
+static bool count(const char *flag, const char *val, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(val, &end, 10);
+  if (end == val || *end || errno || v < lo || v > hi) {
+    fprintf(stderr, "tgrun sample: error: %s %s: expected a whole number from %ld to %ld\n(see tgrun sample --help)\n",
+            flag, val, lo, hi);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static int take_value(opts *o, const char *flag, const char *val) {
+  long n;
+  if (!strcmp(flag, "--weights")) o->g.weights = val;
+  else if (!strcmp(flag, "--model")) o->g.model = val;
+  else if (!strcmp(flag, "--tokenizer")) o->g.tokenizer = val;
+  else if (!strcmp(flag, "--prompt")) o->g.prompt = val, o->g.prompt_len = strlen(val), o->prompt_given = true;
+  else if (!strcmp(flag, "--prompt-file")) o->prompt_file = val;
+  else if (!strcmp(flag, "-I")) o->incs[o->g.n_include_dirs++] = val;
+  else if (!strcmp(flag, "-D")) {
+    if (!tg_define_parse(val, &o->defines[o->g.n_defines], o->define_names[o->g.n_defines],
+                         sizeof o->define_names[o->g.n_defines]))
+      return usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
+    o->g.n_defines++;
+  } else if (!strcmp(flag, "--backend")) {
+    if (!tg_executor_find(val)) {
+      const char *near = tg_executor_suggest(val);
+      fprintf(stderr, "tgrun sample: error: --backend %s: unknown backend%s%s%s (the backends: %s)\n", val,
+              near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", tg_executor_names_text());
+      return 2;
+    }
+    o->g.backend = val;
+  } else if (!strcmp(flag, "--max-new-tokens") || !strcmp(flag, "--tokens")) {
+    if (!count(flag, val, 1, 1 << 24, &n)) return 2;
+    o->g.max_new_tokens = (int)n;
+  } else if (!strcmp(flag, "--num-samples")) {
+    if (!count(flag, val, 1, 1 << 20, &n)) return 2;
+    o->g.num_samples = (int)n;
+  } else if (!strcmp(flag, "--top-k")) {
+    if (!count(flag, val, 0, 1 << 30, &n)) return 2;
+    o->g.top_k = (int)n;
+  } else if (!strcmp(flag, "--seed")) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, 10);
+    if (end == val || *end || errno || val[0] == '-')
+      return usage_error("--seed %s: expected a whole number, 0 or more", val);
+    o->g.seed = (uint64_t)v;
+  } else if (!strcmp(flag, "--temperature")) {
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (end == val || *end || errno || !isfinite(v) || v < 0)
+      return usage_error("--temperature %s: expected a number, 0 (greedy) or more", val);
+    o->g.temperature = v;
+  }
+  return -1;
+}
+
+/* The prompt file, whole; a usage error (2) when it cannot be read. */
+static int read_prompt(opts *o) {
+  FILE *f = fopen(o->prompt_file, "rb");
+  if (!f) {
+    fprintf(stderr, "tgrun sample: error: --prompt-file %s: %s\n", o->prompt_file, strerror(errno));
+    return 1;
+  }
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  size_t k;
+  while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += k;
+    if (n == cap) {
+      char *b2 = realloc(buf, cap *= 2);
+      if (!b2) free(buf);
+      buf = b2;
+    }
+  }
+  bool bad = ferror(f) || !buf;
+  fclose(f);
+  if (bad) {
+    free(buf);
+    fprintf(stderr, "tgrun sample: error: --prompt-file %s: cannot read it\n", o->prompt_file);
+    return 1;
+  }
+  o->prompt_text = buf;
+  o->g.prompt = buf;
+  o->g.prompt_len = n;
+  snprintf(o->prompt_name, sizeof o->prompt_name, "--prompt-file %s", o->prompt_file);
+  o->g.prompt_name = o->prompt_name;
+  return -1;
+}
+
+static int parse_args(int argc, char **argv, opts *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(tgrun_sample_usage, stdout);
+      return 0;
+    }
+    if (a[0] == '-' && (a[1] == 'D' || a[1] == 'I') && a[2]) {
+      char flag[3] = {'-', a[1], 0};
+      int st = take_value(o, flag, a + 2);
+      if (st >= 0) return st;
+      continue;
+    }
+    const char *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
+    bool known = false;
+    for (int k = 0; k < N_VALUE_FLAGS && !known; k++) {
+      size_t n = strlen(value_flags[k]);
+      if (!strcmp(a, value_flags[k]) || (eq && (size_t)(eq - a) == n && !strncmp(a, value_flags[k], n))) known = true;
+    }
+    if (known) {
+      char flag[32];
+      const char *val;
+      if (eq) {
+        snprintf(flag, sizeof flag, "%.*s", (int)(eq - a), a);
+        val = eq + 1;
+      } else {
+        if (i + 1 >= argc) return usage_error("%s needs a value", a);
+        snprintf(flag, sizeof flag, "%s", a);
+        val = argv[++i];
+      }
+      int st = take_value(o, flag, val);
+      if (st >= 0) return st;
+    } else if (a[0] == '-') {
+      const char *s = tg_nearest(a, value_flags, N_VALUE_FLAGS);
+      if (s) {
+        fprintf(stderr, "tgrun sample: error: unknown option '%s' (did you mean '%s'?)\n(see tgrun sample --help)\n",
+                a, s);
+        return 2;
+      }
+      return usage_error("unknown option '%s'", a);
+    } else {
+      return usage_error("unexpected argument '%s' (the model is --model FILE, the prompt --prompt TEXT)", a);
+    }
+  }
+  if (!o->g.weights) return usage_error("%s", "--weights FILE is required (a checkpoint or a safetensors file)");
+  if (o->prompt_given && o->prompt_file) return usage_error("%s", "give --prompt or --prompt-file, not both");
+  if (!o->prompt_given && !o->prompt_file) return usage_error("%s", "no prompt: give --prompt TEXT or --prompt-file F");
+  if (o->prompt_file) return read_prompt(o);
+  return -1;
+}
+
+int tgrun_sample_main(int argc, char **argv) {
+  opts o = {0};
+  o.g = (tg_generate_opts){.temperature = 1, .top_k = 0, .num_samples = 1, .max_new_tokens = 256, .seed = 1337,
+                           .backend = "cpu", .out = stdout, .info = stderr,
+                           .prompt_name = "--prompt"};
+  o.defines = tg_xcalloc((size_t)argc + 1, sizeof *o.defines);
+  o.define_names = tg_xcalloc((size_t)argc + 1, sizeof *o.define_names);
+  o.incs = tg_xcalloc((size_t)argc + 64, sizeof *o.incs);
+  int status = parse_args(argc, argv, &o);
+  if (status < 0) {
+    char *tg_path = tg_import_path(o.incs, &o.g.n_include_dirs, argc + 64, TG_MODELS_DIR);
+    o.g.defines = o.defines;
+    o.g.include_dirs = o.incs;
+    const char *prof = getenv("TG_PROFILE"); /* as tgrun step: the longest kernels */
+    o.g.profile_top = prof ? (atoi(prof) > 1 ? atoi(prof) : 15) : 0;
+    status = tg_generate(&o.g, NULL);
+    free(tg_path);
+  }
+  free(o.prompt_text);
+  free(o.defines);
+  free(o.define_names);
+  free(o.incs);
+  return status;
+}
