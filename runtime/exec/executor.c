@@ -79,6 +79,9 @@ void tg_exec_free(tg_exec *e) {
 const tg_graph *tg_exec_graph(const tg_exec *e) { return e->g; }
 
 bool tg_exec_from_cache(const tg_exec *e) { return e->d->x->from_cache(e); }
+tg_compile_stats tg_exec_compile_stats(const tg_exec *e) {
+  return e->d->x->compile_stats ? e->d->x->compile_stats(e) : (tg_compile_stats){0};
+}
 
 bool tg_exec_is_leaf(const tg_node *n) {
   return n->op == TG_OP_input || n->op == TG_OP_param || n->op == TG_OP_state;

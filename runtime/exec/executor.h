@@ -60,6 +60,18 @@ typedef struct tg_exec_opts {
                             * backend's choice */
 } tg_exec_opts;
 
+/* How long compiling a graph took and what it compiled (for tgrun's
+ * "compile:" line): the front end here is the executor's part of it
+ * (lowering and rendering; parsing and the passes are the caller's), the
+ * back end the compiler (NVRTC, cc); kernels distinct kernels, units the
+ * programs the compiler ran on (a GPU: one per kernel), cached of them
+ * taken from the cache. */
+typedef struct tg_compile_stats {
+  double front_seconds, back_seconds;
+  const char *compiler; /* "NVRTC", "cc", ...; NULL: nothing was compiled */
+  int kernels, units, cached;
+} tg_compile_stats;
+
 /* ---- devices ---------------------------------------------------------------- */
 
 /* Opens executor x; errors (no GPU, a precision it lacks) are reported
@@ -101,6 +113,8 @@ void tg_exec_free(tg_exec *e);
 const tg_graph *tg_exec_graph(const tg_exec *e);
 /* Whether the compiled code came from the on-disk cache (for progress lines). */
 bool tg_exec_from_cache(const tg_exec *e);
+/* What compiling e took (all zero for an executor that compiles nothing). */
+tg_compile_stats tg_exec_compile_stats(const tg_exec *e);
 
 /* The tensor leaf (an input, param or state of the graph) reads and the
  * step's assigns update: its own, zeroed (ones for a `ones` initialiser),

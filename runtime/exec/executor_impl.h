@@ -48,6 +48,7 @@ struct tg_executor {
   tg_exec *(*compile)(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o);
   void (*free)(tg_exec *e);
   bool (*from_cache)(const tg_exec *e);
+  tg_compile_stats (*compile_stats)(const tg_exec *e); /* NULL: nothing compiled */
   tg_tensor *(*leaf)(tg_exec *e, const tg_node *leaf);
   void (*bind)(tg_exec *e, const tg_node *leaf, tg_tensor *t);
   void (*run)(tg_ctx *ctx, tg_exec *e);

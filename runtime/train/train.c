@@ -225,6 +225,31 @@ static tg_exec *compile_for_device(run *r, tg_graph *g, const char *name) {
   return e;
 }
 
+/* One line for the four graphs: the front end (parsing, the passes, and
+ * the executor's lowering and rendering) and the back end (the compiler),
+ * and whether the compiler's results came from the cache. */
+static void say_compile_time(run *r, double front) {
+  tg_exec *es[4] = {r->e_grad, r->e_opt, r->e_eval, r->e_sample};
+  tg_compile_stats t = {0};
+  for (int i = 0; i < 4; i++) {
+    tg_compile_stats s = tg_exec_compile_stats(es[i]);
+    t.front_seconds += s.front_seconds, t.back_seconds += s.back_seconds;
+    t.kernels += s.kernels, t.units += s.units, t.cached += s.cached;
+    if (s.compiler) t.compiler = s.compiler;
+  }
+  front += t.front_seconds;
+  if (!t.compiler) {
+    say(r, "compile: front end %.2f s (the %s backend compiles nothing)\n", front, r->cfg.backend);
+    return;
+  }
+  const char *state = t.cached == t.units ? "warm" : t.cached ? "partly warm" : "cold";
+  /* NVRTC compiles each distinct kernel as its own program; cc and the
+   * emulated device's compiler one program a graph */
+  say(r, "compile: front end %.2f s, back end %.2f s (%s, %s: %d %s, %d compiled, %d cached)\n", front,
+      t.back_seconds, t.compiler, state, t.units, !strcmp(t.compiler, "NVRTC") ? "kernels" : "programs",
+      t.units - t.cached, t.cached);
+}
+
 /* Each parameter's bf16 copy from its value, rounded to nearest even as
  * the optimizer's cast does: after the weights are set from outside the
  * step (initialised, loaded, resumed); the optimizer keeps them after. */
@@ -325,6 +350,7 @@ static void check_memory(run *r) {
 static void build(run *r) {
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
+  double t_front = now(); /* parsing and the passes of every graph: the front end */
   const tg_train_config *c = &r->cfg;
   const tg_precision_policy prec = tg_train_config_precision(c);
   tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL};
@@ -385,10 +411,12 @@ static void build(run *r) {
   r->tgt = tg_xcalloc((size_t)bt, sizeof *r->tgt);
   r->sample_in = tg_xcalloc((size_t)c->block_size, sizeof *r->sample_in);
   r->logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_sample, "logits")->type), sizeof *r->logits);
+  t_front = now() - t_front;
   r->e_grad = compile_for_device(r, r->g_grad, "grad");
   r->e_opt = compile_for_device(r, r->g_opt, "optimizer");
   r->e_eval = compile_for_device(r, r->g_eval, "eval");
   r->e_sample = compile_for_device(r, r->g_sample, "sample");
+  say_compile_time(r, t_front);
   /* the optimizer's gradient inputs and moments are the run's tensors; the
    * optimizer graph has the grad graph's parameters, in the same order */
   for (int i = 0; i < r->n_params; i++) {

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ccjit.h"
 #include "comm.h"
@@ -45,6 +46,7 @@ typedef struct cpu_exec {
   int *leaf_of;          /* per graph node: index into leaves, or -1 */
   char *arena, *scratch;
   bool from_cache;
+  tg_compile_stats stats;
 } cpu_exec;
 
 /* -march=native: the object is built for this very machine (ccjit keys the
@@ -151,6 +153,8 @@ static uint64_t cpu_tensor_hash(const tg_tensor *t) {
 static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
   /* On a CPU the activations stay in cache, and recomputing the GELU's
    * tanh costs more than the stores it saves: store by default. */
+  struct timespec t0, t1, t2;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   tg_program *p = tg_lower_ex(ctx, g, o->remat > 0);
   char *src = NULL;
   size_t len = 0;
@@ -167,6 +171,7 @@ static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const 
   }
   tg_so so = {0};
   static char err[16384];
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   bool ok = tg_ccjit_build(src, cc_flags, sizeof cc_flags / sizeof *cc_flags, cc_libs,
                            sizeof cc_libs / sizeof *cc_libs, &so, err, sizeof err);
   free(src);
@@ -182,6 +187,7 @@ static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const 
   }
   bool from_cache = so.from_cache;
   tg_so_free(&so);
+  clock_gettime(CLOCK_MONOTONIC, &t2);
   tg_step_fn *step = (tg_step_fn *)dlsym(lib, TG_STEP_SYMBOL);
   const long *arena = dlsym(lib, TG_ARENA_BYTES_SYMBOL);
   const int *n_leaves = dlsym(lib, TG_N_LEAVES_SYMBOL);
@@ -195,6 +201,10 @@ static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const 
   e->so = lib;
   e->step = step;
   e->from_cache = from_cache;
+  e->stats = (tg_compile_stats){
+      .front_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+      .back_seconds = (double)(t2.tv_sec - t1.tv_sec) + (double)(t2.tv_nsec - t1.tv_nsec) * 1e-9,
+      .compiler = "cc", .kernels = 1, .units = 1, .cached = from_cache};
   e->profile = dlsym(lib, TG_PROFILE_SYMBOL);
   e->kernel_seconds = dlsym(lib, TG_KERNEL_SECONDS_SYMBOL);
   e->leaves = tg_xcalloc((size_t)p->n_leaves + 1, sizeof *e->leaves);
@@ -227,6 +237,7 @@ static void cpu_free(tg_exec *x) {
 }
 
 static bool cpu_from_cache(const tg_exec *e) { return ((const cpu_exec *)e)->from_cache; }
+static tg_compile_stats cpu_compile_stats(const tg_exec *e) { return ((const cpu_exec *)e)->stats; }
 
 /* Leaf i's own storage, made on first use: zeros, or ones for a
  * parameter or state whose initialiser says so. */
@@ -396,6 +407,7 @@ const tg_executor tg_executor_cpu = {
     .compile = cpu_compile,
     .free = cpu_free,
     .from_cache = cpu_from_cache,
+    .compile_stats = cpu_compile_stats,
     .leaf = cpu_leaf,
     .bind = cpu_bind,
     .run = cpu_run,
