@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "canon.h"
 #include "emit.h"
 #include "render.h"
 #include "sha256.h"
@@ -258,325 +259,74 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
 }
 
 
-/* ---- tokens -------------------------------------------------------------------- */
+/* A kernel argument's declaration, for shapes (canon.h). */
+typedef struct arg_ctx {
+  tg_arena *a;
+  const tg_program *p;
+  const tg_lkernel *lk;
+} arg_ctx;
 
-typedef enum tk_kind { TK_SPACE, TK_COMMENT, TK_IDENT, TK_NUMBER, TK_STRING, TK_PUNCT } tk_kind;
-
-typedef struct tok {
-  tk_kind k;
-  const char *s;
-  int n;
-} tok;
-
-static bool id0(char c) { return isalpha((unsigned char)c) || c == '_'; }
-static bool id1(char c) { return isalnum((unsigned char)c) || c == '_'; }
-
-/* The tokens of C++ text, as far as renaming needs: every byte is in one. */
-static int tokenize(const char *s, tok **out) {
-  int n = 0, cap = 256;
-  tok *t = tg_xmalloc(sizeof *t * (size_t)cap);
-  while (*s) {
-    const char *b = s;
-    tk_kind k;
-    if (isspace((unsigned char)*s)) {
-      while (isspace((unsigned char)*s)) s++;
-      k = TK_SPACE;
-    } else if (s[0] == '/' && s[1] == '/') {
-      while (*s && *s != '\n') s++;
-      k = TK_COMMENT;
-    } else if (s[0] == '/' && s[1] == '*') {
-      const char *e = strstr(s + 2, "*/");
-      s = e ? e + 2 : s + strlen(s);
-      k = TK_COMMENT;
-    } else if (*s == '"' || *s == '\'') {
-      char q = *s++;
-      while (*s && *s != q) s += s[0] == '\\' && s[1] ? 2 : 1;
-      if (*s) s++;
-      k = TK_STRING;
-    } else if (id0(*s)) {
-      while (id1(*s)) s++;
-      k = TK_IDENT;
-    } else if (isdigit((unsigned char)*s) || (*s == '.' && isdigit((unsigned char)s[1]))) {
-      bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-      while (id1(*s) || *s == '.' || (!hex && (*s == '+' || *s == '-') && (s[-1] == 'e' || s[-1] == 'E'))) s++;
-      k = TK_NUMBER;
-    } else {
-      s++;
-      k = TK_PUNCT;
-    }
-    if (n == cap) t = tg_xrealloc(t, sizeof *t * (size_t)(cap *= 2));
-    t[n++] = (tok){k, b, (int)(s - b)};
-  }
-  *out = t;
-  return n;
-}
-
-static bool tok_is(const tok *t, const char *s) { return (int)strlen(s) == t->n && !strncmp(t->s, s, (size_t)t->n); }
-
-/* A name made from a graph number: b<N> (a buffer), t<N> and t<N>_<L> (a
- * value, a lane of it), r<N> (a row cache register array), acc<N> (a
- * sum).  Returns the prefix's length and sets *num and *rest (what follows
- * the number), or 0. */
-static int numbered(const tok *t, long *num, int *rest) {
-  static const char *const prefixes[] = {"acc", "b", "t", "r"};
-  for (int i = 0; i < 4; i++) {
-    int pl = (int)strlen(prefixes[i]);
-    if (t->n <= pl || strncmp(t->s, prefixes[i], (size_t)pl) || !isdigit((unsigned char)t->s[pl])) continue;
-    int e = pl;
-    long v = 0;
-    while (e < t->n && isdigit((unsigned char)t->s[e]) && v < 100000000) v = v * 10 + (t->s[e++] - '0');
-    if (e < t->n) {
-      if (t->s[e] != '_' || e + 1 == t->n) return 0;
-      for (int x = e + 1; x < t->n; x++)
-        if (!isdigit((unsigned char)t->s[x])) return 0;
-    }
-    *num = v, *rest = e;
-    return pl;
-  }
-  return 0;
-}
-
-/* Graph numbers to positions, by first appearance. */
-typedef struct renamer {
-  long *from;
-  int n, cap;
-} renamer;
-
-static int position(renamer *R, long v) {
-  for (int i = R->n - 1; i >= 0; i--)
-    if (R->from[i] == v) return i;
-  if (R->n == R->cap) R->from = tg_xrealloc(R->from, sizeof *R->from * (size_t)(R->cap = R->cap ? 2 * R->cap : 64));
-  R->from[R->n] = v;
-  return R->n++;
-}
-
-/* The renamer is a linear list: units have at most a few hundred names. */
-
-/* t's text with its graph number made positional (into out). */
-static void put_renamed(tg_sbuf *out, renamer *R, const tok *t) {
-  long v;
-  int rest, pl = numbered(t, &v, &rest);
-  if (pl) {
-    tg_sb_printf(out, "%.*s%d%.*s", pl, t->s, position(R, v), t->n - rest, t->s + rest);
-    return;
-  }
-  /* the row cache's shared array, tg_row_k<K>_s<S>: named after the unit */
-  if (t->n > 8 && !strncmp(t->s, "tg_row_k", 8) && isdigit((unsigned char)t->s[8])) {
-    const char *s = memchr(t->s + 8, '_', (size_t)(t->n - 8));
-    if (s) {
-      tg_sb_printf(out, "tg_row_TGSELF%.*s", (int)(t->s + t->n - s), s);
-      return;
-    }
-  }
-  tg_sb_put(out, t->s, (size_t)t->n);
-}
-
-/* text with its names positional: into out with its comments, and into
- * key without them (spaces as one). */
-static void canonical(const char *text, tg_sbuf *out, tg_sbuf *key) {
-  tok *t;
-  int n = tokenize(text, &t);
-  renamer R = {0};
-  for (int i = 0; i < n; i++) {
-    if (t[i].k == TK_IDENT) {
-      size_t before = out->n;
-      put_renamed(out, &R, &t[i]);
-      tg_sb_put(key, out->s + before, out->n - before);
-    } else {
-      tg_sb_put(out, t[i].s, (size_t)t[i].n);
-      if (t[i].k == TK_SPACE) tg_sb_puts(key, " ");
-      else if (t[i].k != TK_COMMENT) tg_sb_put(key, t[i].s, (size_t)t[i].n);
-    }
-  }
-  free(R.from);
-  free(t);
-}
-
-/* ---- steps of one shape as one device function ------------------------------ */
-
-/* Whether the integer literal t[i] may become a parameter: not an array's
- * size or a loop the compiler must unroll (the row cache's registers),
- * nor inside TG_SHARED(...). */
-static bool sizes_free(const tok *t, int n, int i) {
-  int a = i - 1, b = i + 1;
-  while (a >= 0 && t[a].k == TK_SPACE) a--;
-  while (b < n && t[b].k == TK_SPACE) b++;
-  if (a >= 0 && b < n && tok_is(&t[a], "[") && tok_is(&t[b], "]")) return false;
-  if (a >= 0 && tok_is(&t[a], "<")) {
-    int c = a - 1;
-    while (c >= 0 && t[c].k == TK_SPACE) c--;
-    if (c >= 0 && tok_is(&t[c], "u")) return false;
-  }
-  for (int c = i - 1, depth = 0; c >= 0; c--) {
-    if (tok_is(&t[c], ")")) depth++;
-    else if (tok_is(&t[c], "(")) {
-      if (depth-- == 0) {
-        int d = c - 1;
-        while (d >= 0 && t[d].k == TK_SPACE) d--;
-        return !(d >= 0 && t[d].k == TK_IDENT && t[d].n >= 9 && !strncmp(t[d].s, "TG_SHARED", 9));
-      }
-    } else if (tok_is(&t[c], ";") || tok_is(&t[c], "{") || tok_is(&t[c], "}")) {
-      return true;
-    }
-  }
-  return true;
-}
-
-static bool int_literal(const tok *t) {
-  if (t->k != TK_NUMBER) return false;
-  int e = 0;
-  while (e < t->n && isdigit((unsigned char)t->s[e])) e++;
-  if (e == 0 || (t->s[0] == '0' && e > 1)) return false; /* octal: leave it */
-  for (int x = e; x < t->n; x++)
-    if (t->s[x] != 'u' && t->s[x] != 'U' && t->s[x] != 'l' && t->s[x] != 'L') return false;
-  return true;
-}
-
-/* One step's body, analysed: its shape (key), its buffers in order of
- * first appearance and its free integer literals in order. */
-typedef struct step_text {
-  char *body;
-  tok *t;
-  int n;
-  char *key;
-  long *bufs;
-  int n_bufs;
-  int *lits; /* token indexes */
-  int n_lits;
-  int group; /* its shape's index; -1: inline */
-} step_text;
-
-static const char *arg_decl(tg_arena *a, const tg_program *p, const tg_lkernel *lk, long node) {
-  for (int x = 0; x < lk->n_args; x++)
-    if (lk->args[x] == node)
-      return tg_sprintf(a, "TG_ARG(%s%s)", lk->arg_written[x] ? "" : "const ",
-                        tg_storage_ctype(p->g->nodes[node]->type.dtype));
+static const char *arg_decl(void *ctx, long node) {
+  const arg_ctx *x = ctx;
+  for (int i = 0; i < x->lk->n_args; i++)
+    if (x->lk->args[i] == node)
+      return tg_sprintf(x->a, "TG_ARG(%s%s)", x->lk->arg_written[i] ? "" : "const ",
+                        tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
   return NULL;
 }
 
-static bool analyse(tg_arena *a, const tg_program *p, const tg_lkernel *lk, step_text *S) {
-  S->n = tokenize(S->body, &S->t);
-  tg_sbuf key = {0};
-  renamer bufs = {0}, vals = {0};
-  S->lits = tg_xmalloc(sizeof(int) * (size_t)(S->n + 1));
-  S->n_lits = 0;
-  bool ok = true;
-  for (int i = 0; i < S->n && ok; i++) {
-    const tok *t = &S->t[i];
-    long v;
-    int rest;
-    if (t->k == TK_SPACE || t->k == TK_COMMENT) continue;
-    if (t->k == TK_IDENT && numbered(t, &v, &rest) == 1 && t->s[0] == 'b' && rest == t->n) {
-      const char *decl = arg_decl(a, p, lk, v);
-      if (!decl) ok = false; /* not a kernel argument: leave the step inline */
-      else tg_sb_printf(&key, "b%d:%s ", position(&bufs, v), decl);
-    } else if (t->k == TK_IDENT) {
-      put_renamed(&key, &vals, t);
-      tg_sb_puts(&key, " ");
-    } else if (int_literal(t) && sizes_free(S->t, S->n, i)) {
-      S->lits[S->n_lits++] = i;
-      tg_sb_puts(&key, "# ");
-    } else {
-      tg_sb_put(&key, t->s, (size_t)t->n);
-      tg_sb_puts(&key, " ");
-    }
-  }
-  S->key = tg_sb_take(&key);
-  S->bufs = bufs.from, S->n_bufs = bufs.n;
-  free(vals.from);
-  return ok;
-}
-
-/* The device function of shape g (its representative step R), into out:
- * buffers b0.. in R's order, then the literals that differ between the
- * steps of the shape as n0.. (vary[i]: the i-th literal is one). */
-static void shape_function(tg_sbuf *out, tg_arena *a, const tg_program *p, const tg_lkernel *lk, const step_text *R,
-                           int g, const bool *vary) {
-  tg_sb_printf(out, "__device__ __noinline__ void TGSELF_s%d(", g);
-  for (int b = 0; b < R->n_bufs; b++) tg_sb_printf(out, "%s%s b%d", b ? ", " : "", arg_decl(a, p, lk, R->bufs[b]), b);
-  for (int i = 0, m = 0; i < R->n_lits; i++)
-    if (vary[i]) tg_sb_printf(out, "%sconst tg_idx n%d", R->n_bufs || m ? ", " : "", m), m++;
-  tg_sb_puts(out, ") {\n");
-  renamer vals = {0}, bufs = {0};
-  for (int i = 0, l = 0, m = 0; i < R->n; i++) {
-    const tok *t = &R->t[i];
-    long v;
-    int rest;
-    if (l < R->n_lits && R->lits[l] == i) {
-      if (vary[l]) tg_sb_printf(out, "n%d", m++);
-      else tg_sb_put(out, t->s, (size_t)t->n);
-      l++;
-    } else if (t->k == TK_IDENT && numbered(t, &v, &rest) == 1 && t->s[0] == 'b' && rest == t->n) {
-      tg_sb_printf(out, "b%d", position(&bufs, v));
-    } else if (t->k == TK_IDENT) {
-      put_renamed(out, &vals, t);
-    } else {
-      tg_sb_put(out, t->s, (size_t)t->n);
-    }
-  }
-  tg_sb_puts(out, "}\n\n");
-  free(vals.from);
-  free(bufs.from);
-}
-
 /* Wave w of lk as one __global__ function named TGSELF: each launched
- * step's blocks in turn; steps of a shape shared with another step call
- * that shape's device function (before the function, in out). */
+ * step's blocks in turn.  Steps of one shape (canon.h: the optimizer's
+ * update of each parameter, the gradient norm's sums of each gradient)
+ * call that shape's __device__ __noinline__ function, written before the
+ * __global__ one: the assembler compiles each shape once instead of once
+ * per tensor, and the launch stays one. */
 static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params) {
   int n = 0;
   for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
-  step_text *S = tg_xcalloc((size_t)n + 1, sizeof *S);
+  char **body = tg_xcalloc((size_t)n + 1, sizeof *body);
+  char **call = tg_xcalloc((size_t)n + 1, sizeof *call);
+  tg_shape *S = tg_xcalloc((size_t)n + 1, sizeof *S);
+  int *group = tg_xcalloc((size_t)n + 1, sizeof *group);
   int *step_of = tg_xcalloc((size_t)n + 1, sizeof *step_of);
   long long *first = tg_xcalloc((size_t)n + 1, sizeof *first), blocks = 0;
   for (int s = 0, i = 0; s < lk->n_steps; s++) {
     const tg_step *st = &lk->steps[s];
     if (st->wave != w || !tg_cuda_step_launched(st)) continue;
     size_t len = 0;
-    FILE *f = open_memstream(&S[i].body, &len);
+    FILE *f = open_memstream(&body[i], &len);
     if (!f) abort();
     step_body(f, p, lk, s, blocks);
     fclose(f);
-    step_of[i] = s, first[i] = blocks;
+    step_of[i] = s, first[i] = blocks, group[i] = -1;
     blocks += tg_cuda_step_blocks(st);
-    S[i].group = -1;
     i++;
   }
-  /* shapes: steps whose keys are equal (only worth it with several steps) */
   tg_sbuf out = {0};
+  arg_ctx ax = {a, p, lk};
   int n_groups = 0;
+  for (int i = 0; i < n && n > 1; i++)
+    if (!tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) group[i] = -2;
   for (int i = 0; i < n && n > 1; i++) {
-    if (!analyse(a, p, lk, &S[i])) S[i].group = -2;
-  }
-  for (int i = 0; i < n && n > 1; i++) {
-    if (S[i].group != -1) continue;
+    if (group[i] != -1) continue;
     int members = 0;
-    for (int j = i + 1; j < n; j++)
-      if (S[j].group == -1 && S[j].n_lits == S[i].n_lits && !strcmp(S[j].key, S[i].key)) members++;
+    for (int j = i + 1; j < n; j++) members += group[j] == -1 && tg_shape_same(&S[i], &S[j]);
     if (!members) continue;
     bool *vary = tg_xcalloc((size_t)S[i].n_lits + 1, 1);
-    for (int j = i; j < n; j++) {
-      if (S[j].group != -1 || S[j].n_lits != S[i].n_lits || strcmp(S[j].key, S[i].key)) continue;
-      S[j].group = n_groups;
-      for (int l = 0; l < S[i].n_lits; l++) {
-        const tok *x = &S[i].t[S[i].lits[l]], *y = &S[j].t[S[j].lits[l]];
-        if (x->n != y->n || strncmp(x->s, y->s, (size_t)x->n)) vary[l] = true;
-      }
-    }
-    shape_function(&out, a, p, lk, &S[i], n_groups, vary);
-    /* each member's call arguments are written below from vary, kept per step */
     for (int j = i; j < n; j++)
-      if (S[j].group == n_groups) {
-        free(S[j].key);
-        tg_sbuf call = {0};
-        tg_sb_printf(&call, "    TGSELF_s%d(", n_groups);
-        for (int b = 0; b < S[j].n_bufs; b++) tg_sb_printf(&call, "%sb%ld", b ? ", " : "", S[j].bufs[b]);
-        for (int l = 0, m = 0; l < S[j].n_lits; l++)
-          if (vary[l]) {
-            const tok *y = &S[j].t[S[j].lits[l]];
-            tg_sb_printf(&call, "%s%.*s", S[j].n_bufs || m ? ", " : "", y->n, y->s), m++;
-          }
-        tg_sb_puts(&call, ");\n");
-        S[j].key = tg_sb_take(&call); /* the key is done with: it now holds the call */
+      if (group[j] == -1 && tg_shape_same(&S[i], &S[j])) group[j] = n_groups, tg_shape_vary(&S[i], &S[j], vary);
+    tg_sb_printf(&out, "__device__ __noinline__ void TGSELF_s%d(", n_groups);
+    tg_shape_params(&out, &S[i], vary, arg_decl, &ax);
+    tg_sb_puts(&out, ") {\n");
+    tg_shape_body(&out, &S[i], vary);
+    tg_sb_puts(&out, "}\n\n");
+    for (int j = i; j < n; j++)
+      if (group[j] == n_groups) {
+        tg_sbuf c = {0};
+        tg_sb_printf(&c, "    TGSELF_s%d(", n_groups);
+        tg_shape_args(&c, &S[j], vary);
+        tg_sb_puts(&c, ");\n");
+        call[j] = tg_sb_take(&c);
       }
     free(vary);
     n_groups++;
@@ -587,21 +337,17 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
     long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
     tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, first[i] + nb, step_of[i], nb,
                  nb == 1 ? "" : "s");
-    tg_sb_puts(&out, S[i].group >= 0 ? S[i].key : S[i].body);
+    tg_sb_puts(&out, call[i] ? call[i] : body[i]);
     tg_sb_puts(&out, "  }");
     sep = " else ";
   }
   tg_sb_puts(&out, "\n}\n");
   for (int i = 0; i < n; i++) {
-    free(S[i].body);
-    free(S[i].t);
-    free(S[i].key);
-    free(S[i].bufs);
-    free(S[i].lits);
+    free(body[i]);
+    free(call[i]);
+    tg_shape_free(&S[i]);
   }
-  free(S);
-  free(step_of);
-  free(first);
+  free(body), free(call), free(S), free(group), free(step_of), free(first);
   char *text = tg_strdup(a, tg_sb_text(&out));
   tg_sb_free(&out);
   return text;
@@ -630,7 +376,7 @@ typedef struct ubuild {
 /* The unit of text (named TGSELF), added if new; its index. */
 static int add_unit(ubuild *B, const char *text, bool flash, const char *comment, const char *place) {
   tg_sbuf out = {0}, key = {0};
-  canonical(text, &out, &key);
+  tg_canonical(text, &out, &key);
   tg_sha256 h;
   unsigned char d[32];
   char hex[TG_SHA256_HEX];
@@ -655,20 +401,6 @@ static int add_unit(ubuild *B, const char *text, bool flash, const char *comment
   tg_sb_printf(&B->u[u].places, " *   %s\n", place);
   B->u[u].n_places++;
   return u;
-}
-
-/* text with every TGSELF replaced by name. */
-static void put_named(tg_sbuf *out, const char *text, const char *name) {
-  for (const char *s = text; *s;) {
-    const char *hit = strstr(s, "TGSELF");
-    if (!hit) {
-      tg_sb_puts(out, s);
-      break;
-    }
-    tg_sb_put(out, s, (size_t)(hit - s));
-    tg_sb_puts(out, name);
-    s = hit + 6;
-  }
 }
 
 tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan) {
@@ -735,7 +467,7 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
     tg_sb_puts(&code, b->comment);
     tg_sbuf body = {0};
     tg_sb_printf(&body, "// tg kernel: %s\n", U->name);
-    put_named(&body, b->code, U->name);
+    tg_put_named(&body, b->code, U->name);
     tg_sb_puts(&code, tg_sb_text(&body) + strlen("// tg kernel: ") + strlen(U->name) + 1);
     U->code = tg_strdup(a, tg_sb_text(&code));
     U->body = tg_strdup(a, tg_sb_text(&body));

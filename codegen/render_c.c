@@ -6,10 +6,13 @@
  * `omp simd` loops, so gcc vectorises them.  Matmuls call cblas_sgemm
  * (OpenBLAS); flash attention is codegen/flash_c.c's.  The file declares
  * what it uses from BLAS itself, so it needs no BLAS header to compile. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "canon.h"
 #include "emit.h"
 #include "render.h"
+#include "sha256.h"
 #include "step_abi.h"
 
 /* Below this many points a nest runs on one thread: starting the team
@@ -161,16 +164,15 @@ static void column_nest(FILE *out, const tg_step *st, const tg_nest_code *c) {
   for (int r = 0; r < loop->n_red; r++) fprintf(out, "  free(acc%d);\n", loop->red[r].node);
 }
 
-static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s, const char *params) {
+/* A nest step's body: what goes between its function's braces. */
+static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int s) {
   const tg_step *st = &lk->steps[s];
   const tg_nest *N = &st->nest;
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_C, &c);
-  fprintf(out, "static void %s(%s) {\n", st->fn, params);
   if (column_form(st, &c)) {
     print_code(out, c.uniform, "  ");
     column_nest(out, st, &c);
-    fprintf(out, "}\n\n");
     tg_nest_code_free(&c);
     return;
   }
@@ -210,7 +212,7 @@ static void nest_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int s,
       fprintf(out, "    const %s t%d = %s(acc%d);\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].round, sg->red[r].node);
   }
   print_code(out, c.post_only, "    ");
-  fprintf(out, "  }\n}\n\n");
+  fprintf(out, "  }\n");
   tg_nest_code_free(&c);
 }
 
@@ -309,26 +311,228 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   fprintf(out, "    free(pc);\n  }\n");
 }
 
-static void flash_call(FILE *out, const tg_step *st) {
-  int n = st->kind == TG_STEP_FLASH_BWD ? 9 : 5;
-  fprintf(out, "  %s(", st->fn);
-  for (int i = 0; i < n; i++) fprintf(out, "%sb%d", i ? ", " : "", st->flash_args[i]);
-  fprintf(out, ");\n");
+/* ---- shared functions ------------------------------------------------------------
+ *
+ * Every nest step is one function of its shape (canon.h): the layers'
+ * copies of a step are one function, and the optimizer's per-tensor steps
+ * one per shape, taking their sizes as arguments; flash attention's
+ * functions are shared likewise.  Each is named by the hash of its text
+ * (f_<10 hex>) and written once, before the first kernel that calls it,
+ * headed by every step it runs for.  cc compiles each once. */
+
+typedef struct c_fn {
+  char name[16];
+  char *text;      /* the function, named TGSELF */
+  tg_sbuf places;
+  int n_places;
+  bool written;
+} c_fn;
+
+struct tg_c_functions {
+  tg_arena *a;
+  c_fn *fn;
+  int n_fn, cap;
+  int **fn_of;     /* per kernel, per step: its function, or -1 */
+  char ***call;    /* per kernel, per step: its call's arguments */
+};
+typedef struct tg_c_functions c_plan;
+
+typedef struct c_ctx {
+  tg_arena *a;
+  const tg_program *p;
+  const tg_lkernel *lk;
+} c_ctx;
+
+static const char *c_decl(void *ctx, long node) {
+  const c_ctx *x = ctx;
+  for (int i = 0; i < x->lk->n_args; i++)
+    if (x->lk->args[i] == node)
+      return tg_sprintf(x->a, "%s%s *restrict", x->lk->arg_written[i] ? "" : "const ",
+                        tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
+  return NULL;
 }
 
-static void kernel_fn(FILE *out, const tg_program *p, const tg_lkernel *lk) {
-  const tg_graph *g = p->g;
-  tg_sbuf cm = {0}, params = {0}, call = {0};
-  tg_emit_kernel_comment(&cm, p, lk);
-  tg_emit_params(&params, p, lk, TG_DIALECT_C);
-  for (int a = 0; a < lk->n_args; a++) tg_sb_printf(&call, "%sb%d", a ? ", " : "", lk->args[a]);
-  fprintf(out, "// tg kernel: k%d\n%s", lk->kernel, cm.s);
-  for (int s = 0; s < lk->n_steps; s++) {
-    const tg_step *st = &lk->steps[s];
-    if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER) nest_fn(out, p, lk, s, params.s);
-    else if (st->kind == TG_STEP_FLASH_FWD) tg_flash_emit_c_fwd(out, st->fn, &st->flash);
-    else if (st->kind == TG_STEP_FLASH_BWD) tg_flash_emit_c_bwd(out, st->fn, &st->flash);
+/* The function of text (named TGSELF), added if new; its index. */
+static int add_fn(c_plan *P, const char *text, const char *place) {
+  tg_sbuf out = {0}, key = {0};
+  tg_canonical(text, &out, &key);
+  tg_sha256 h;
+  unsigned char d[32];
+  char hex[TG_SHA256_HEX];
+  tg_sha256_init(&h);
+  tg_sha256_update(&h, key.s ? key.s : "", key.n);
+  tg_sha256_final(&h, d, hex);
+  tg_sb_free(&key);
+  int f = 0;
+  while (f < P->n_fn && strncmp(P->fn[f].name + 2, hex, 10)) f++;
+  if (f == P->n_fn) {
+    if (P->n_fn == P->cap) P->fn = tg_xrealloc(P->fn, sizeof *P->fn * (size_t)(P->cap = P->cap ? 2 * P->cap : 64));
+    c_fn *F = &P->fn[P->n_fn++];
+    memset(F, 0, sizeof *F);
+    snprintf(F->name, sizeof F->name, "f_%.10s", hex);
+    F->text = tg_sb_take(&out);
+  } else {
+    tg_sb_free(&out);
   }
+  tg_sb_printf(&P->fn[f].places, " *   %s\n", place);
+  P->fn[f].n_places++;
+  return f;
+}
+
+static void plan_functions(c_plan *P, const tg_program *p) {
+  int n = 0;
+  for (int k = 0; k < p->n_kernels; k++) n += p->kernels[k].n_steps;
+  /* every nest step's body and shape, program-wide */
+  typedef struct item { int k, s; char *body; tg_shape S; int group; } item;
+  item *it = tg_xcalloc((size_t)n + 1, sizeof *it);
+  int m = 0;
+  P->fn_of = tg_alloc(P->a, sizeof *P->fn_of * (size_t)(p->n_kernels + 1));
+  P->call = tg_alloc(P->a, sizeof *P->call * (size_t)(p->n_kernels + 1));
+  for (int k = 0; k < p->n_kernels; k++) {
+    const tg_lkernel *lk = &p->kernels[k];
+    P->fn_of[k] = tg_alloc(P->a, sizeof(int) * (size_t)(lk->n_steps + 1));
+    P->call[k] = tg_alloc(P->a, sizeof(char *) * (size_t)(lk->n_steps + 1));
+    for (int s = 0; s < lk->n_steps; s++) {
+      const tg_step *st = &lk->steps[s];
+      P->fn_of[k][s] = -1;
+      if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f) abort();
+        if (st->kind == TG_STEP_FLASH_FWD) tg_flash_emit_c_fwd(f, "TGSELF", &st->flash);
+        else tg_flash_emit_c_bwd(f, "TGSELF", &st->flash);
+        fclose(f);
+        P->fn_of[k][s] = add_fn(P, text, st->fn);
+        free(text);
+        tg_sbuf args = {0};
+        for (int i = 0; i < (st->kind == TG_STEP_FLASH_BWD ? 9 : 5); i++)
+          tg_sb_printf(&args, "%sb%d", i ? ", " : "", st->flash_args[i]);
+        P->call[k][s] = tg_strdup(P->a, tg_sb_text(&args));
+        tg_sb_free(&args);
+        continue;
+      }
+      if (st->kind != TG_STEP_NEST && st->kind != TG_STEP_SCATTER) continue;
+      item *I = &it[m++];
+      I->k = k, I->s = s, I->group = -1;
+      size_t len = 0;
+      FILE *f = open_memstream(&I->body, &len);
+      if (!f) abort();
+      nest_body(f, p, lk, s);
+      fclose(f);
+      c_ctx cx = {P->a, p, lk};
+      if (!tg_shape_analyse(&I->S, I->body, c_decl, &cx)) I->group = -2;
+    }
+  }
+  for (int i = 0; i < m; i++) {
+    const tg_lkernel *lk = &p->kernels[it[i].k];
+    c_ctx cx = {P->a, p, lk};
+    const char *place = tg_sprintf(P->a, "%s (k%d %s \"%s\")", lk->steps[it[i].s].fn, lk->kernel,
+                                   tg_kernel_kind_name(p->g->kernels[lk->kernel].kind), p->g->kernels[lk->kernel].name);
+    if (it[i].group == -2) {
+      /* a body naming something other than its kernel's arguments: its own
+       * function, with every argument of the kernel */
+      tg_sbuf text = {0}, params = {0}, args = {0};
+      tg_emit_params(&params, p, lk, TG_DIALECT_C);
+      tg_sb_printf(&text, "static void TGSELF(%s) {\n%s}\n", tg_sb_text(&params), it[i].body);
+      for (int x = 0; x < lk->n_args; x++) tg_sb_printf(&args, "%sb%d", x ? ", " : "", lk->args[x]);
+      P->fn_of[it[i].k][it[i].s] = add_fn(P, tg_sb_text(&text), place);
+      P->call[it[i].k][it[i].s] = tg_strdup(P->a, tg_sb_text(&args));
+      tg_sb_free(&text), tg_sb_free(&params), tg_sb_free(&args);
+      continue;
+    }
+    if (it[i].group != -1) continue;
+    /* steps of other kernels join only when their sizes are the same too
+     * (the layers' copies): sizes stay constants the compiler sees, except
+     * between the steps of one multi-tensor kernel */
+    bool *vary = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1), *differ = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1);
+    for (int j = i; j < m; j++) {
+      if (it[j].group != -1 || !tg_shape_same(&it[i].S, &it[j].S)) continue;
+      bool same_sizes = true;
+      memset(differ, 0, (size_t)it[i].S.n_lits + 1);
+      tg_shape_vary(&it[i].S, &it[j].S, differ);
+      for (int l = 0; l < it[i].S.n_lits; l++) same_sizes = same_sizes && !differ[l];
+      if (it[j].k != it[i].k && !same_sizes) continue;
+      it[j].group = i;
+      tg_shape_vary(&it[i].S, &it[j].S, vary);
+    }
+    free(differ);
+    tg_sbuf text = {0};
+    tg_sb_puts(&text, "static void TGSELF(");
+    tg_shape_params(&text, &it[i].S, vary, c_decl, &cx);
+    tg_sb_puts(&text, ") {\n");
+    tg_shape_body(&text, &it[i].S, vary);
+    tg_sb_puts(&text, "}\n");
+    for (int j = i; j < m; j++) {
+      if (it[j].group != i) continue;
+      const tg_lkernel *lj = &p->kernels[it[j].k];
+      const char *pj = j == i ? place : tg_sprintf(P->a, "%s (k%d %s \"%s\")", lj->steps[it[j].s].fn, lj->kernel,
+                                                   tg_kernel_kind_name(p->g->kernels[lj->kernel].kind),
+                                                   p->g->kernels[lj->kernel].name);
+      P->fn_of[it[j].k][it[j].s] = add_fn(P, tg_sb_text(&text), pj);
+      tg_sbuf args = {0};
+      tg_shape_args(&args, &it[j].S, vary);
+      P->call[it[j].k][it[j].s] = tg_strdup(P->a, tg_sb_text(&args));
+      tg_sb_free(&args);
+    }
+    tg_sb_free(&text);
+    free(vary);
+  }
+  for (int i = 0; i < m; i++) {
+    free(it[i].body);
+    tg_shape_free(&it[i].S);
+  }
+  free(it);
+}
+
+tg_c_functions *tg_c_functions_make(const tg_program *p) {
+  c_plan *P = tg_xcalloc(1, sizeof *P);
+  P->a = tg_arena_new();
+  plan_functions(P, p);
+  return P;
+}
+
+const char *tg_c_function_of(const tg_c_functions *P, int k, int s) {
+  return P->fn_of[k][s] >= 0 ? P->fn[P->fn_of[k][s]].name : NULL;
+}
+
+const char *tg_c_call_of(const tg_c_functions *P, int k, int s) { return P->fn_of[k][s] >= 0 ? P->call[k][s] : NULL; }
+
+int tg_c_function_count(const tg_c_functions *P) { return P->n_fn; }
+
+void tg_c_functions_free(tg_c_functions *P) {
+  for (int f = 0; f < P->n_fn; f++) {
+    free(P->fn[f].text);
+    tg_sb_free(&P->fn[f].places);
+  }
+  free(P->fn);
+  tg_arena_free(P->a);
+  free(P);
+}
+
+/* The shared functions kernel lk calls, those not yet written. */
+static void write_functions(FILE *out, c_plan *P, const tg_lkernel *lk, int k) {
+  for (int s = 0; s < lk->n_steps; s++) {
+    int f = P->fn_of[k][s];
+    if (f < 0 || P->fn[f].written) continue;
+    c_fn *F = &P->fn[f];
+    F->written = true;
+    fprintf(out, "// tg kernel: %s\n/* for %d step%s (the same code up to the buffers and sizes it is given):\n%s */\n",
+            F->name, F->n_places, F->n_places == 1 ? "" : "s", tg_sb_text(&F->places));
+    tg_sbuf named = {0};
+    tg_put_named(&named, F->text, F->name);
+    fputs(tg_sb_text(&named), out);
+    fputc('\n', out);
+    tg_sb_free(&named);
+  }
+}
+
+static void kernel_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int k, c_plan *P) {
+  const tg_graph *g = p->g;
+  tg_sbuf cm = {0};
+  tg_emit_kernel_comment(&cm, p, lk);
+  write_functions(out, P, lk, k);
+  fprintf(out, "// tg kernel: k%d\n%s", lk->kernel, cm.s);
   fprintf(out, "static void k%d(void *const *L, char *A, char *S) {\n", lk->kernel);
   for (int a = 0; a < lk->n_args; a++) {
     const tg_node *n = g->nodes[lk->args[a]];
@@ -346,18 +550,17 @@ static void kernel_fn(FILE *out, const tg_program *p, const tg_lkernel *lk) {
       const tg_step *st = &lk->steps[s];
       if (st->wave != w) continue;
       if (st->kind == TG_STEP_GEMM) gemm_code(out, p, st);
-      else if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) flash_call(out, st);
-      else fprintf(out, "  %s(%s);\n", st->fn, call.s ? call.s : "");
+      else if (P->fn_of[k][s] >= 0) fprintf(out, "  %s(%s);  // %s\n", P->fn[P->fn_of[k][s]].name, P->call[k][s], st->fn);
     }
   fprintf(out, "}\n\n");
   tg_sb_free(&cm);
-  tg_sb_free(&params);
-  tg_sb_free(&call);
 }
 
 void tg_render_c(FILE *out, const tg_program *p) {
   prelude(out, p);
-  for (int k = 0; k < p->n_kernels; k++) kernel_fn(out, p, &p->kernels[k]);
+  c_plan *P = tg_c_functions_make(p);
+  for (int k = 0; k < p->n_kernels; k++) kernel_fn(out, p, &p->kernels[k], k, P);
+  tg_c_functions_free(P);
   fprintf(out, "/* The whole step, kernel by kernel.  The runtime calls it with the leaves\n"
                " * in the order of tg_leaf_names and arenas of the sizes below. */\n");
   fprintf(out, "const long " TG_ARENA_BYTES_SYMBOL " = %lld, " TG_SCRATCH_BYTES_SYMBOL " = %lld;\n",

@@ -189,6 +189,7 @@ static void manifest_cuda(FILE *out, const tg_program *p) {
 /* C: each step is a function of the kernel, called in order. */
 static void manifest_c(FILE *out, const tg_program *p) {
   const tg_graph *g = p->g;
+  tg_c_functions *fns = tg_c_functions_make(p);
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
     kernel_head(out, p, lk, NULL);
@@ -201,12 +202,14 @@ static void manifest_c(FILE *out, const tg_program *p) {
         cblas_json(out, &st->gemm);
         continue;
       }
-      fprintf(out, "{\"function\": \"%s\", \"kind\": \"%s\"", st->fn,
+      fprintf(out, "{\"function\": \"%s\", \"step\": \"%s\", \"kind\": \"%s\"", tg_c_function_of(fns, k, s), st->fn,
               st->kind == TG_STEP_NEST ? "nest" : st->kind == TG_STEP_SCATTER ? "scatter" : "flash");
       if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER)
         fprintf(out, ", \"outer_points\": %lld, \"inner_points\": %lld, \"sweeps\": %d", (long long)st->nest.outer_count,
                 (long long)st->nest.inner_count, st->nest.n_sweeps);
-      fprintf(out, ", \"args\": \"kernel\"}");
+      fprintf(out, ", \"args\": ");
+      json_str(out, tg_c_call_of(fns, k, s));
+      fprintf(out, "}");
     }
     const tg_allreduce_plan *ar = g->allreduce;
     for (int b = 0; ar && b < ar->n_buckets; b++) {
@@ -217,6 +220,7 @@ static void manifest_c(FILE *out, const tg_program *p) {
     }
     fprintf(out, "]}");
   }
+  tg_c_functions_free(fns);
 }
 
 void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool cuda) {
