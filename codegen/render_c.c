@@ -313,10 +313,10 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
 
 /* ---- shared functions ------------------------------------------------------------
  *
- * Every nest step is one function of its shape (canon.h): the layers'
- * copies of a step are one function, and the optimizer's per-tensor steps
- * one per shape, taking their sizes as arguments; flash attention's
- * functions are shared likewise.  Each is named by the hash of its text
+ * Every nest step and matmul is one function of its shape (canon.h): the
+ * layers' copies of a step are one function, and the optimizer's
+ * per-tensor steps one per shape, taking their sizes as arguments; flash
+ * attention's functions are shared likewise.  Each is named by the hash of its text
  * (f_<10 hex>) and written once, before the first kernel that calls it,
  * headed by every step it runs for.  cc compiles each once. */
 
@@ -412,13 +412,14 @@ static void plan_functions(c_plan *P, const tg_program *p) {
         tg_sb_free(&args);
         continue;
       }
-      if (st->kind != TG_STEP_NEST && st->kind != TG_STEP_SCATTER) continue;
+      if (st->kind != TG_STEP_NEST && st->kind != TG_STEP_SCATTER && st->kind != TG_STEP_GEMM) continue;
       item *I = &it[m++];
       I->k = k, I->s = s, I->group = -1;
       size_t len = 0;
       FILE *f = open_memstream(&I->body, &len);
       if (!f) abort();
-      nest_body(f, p, lk, s);
+      if (st->kind == TG_STEP_GEMM) gemm_code(f, p, st);
+      else nest_body(f, p, lk, s);
       fclose(f);
       c_ctx cx = {P->a, p, lk};
       if (!tg_shape_analyse(&I->S, I->body, c_decl, &cx)) I->group = -2;
@@ -549,8 +550,8 @@ static void kernel_fn(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     for (int s = 0; s < lk->n_steps; s++) {
       const tg_step *st = &lk->steps[s];
       if (st->wave != w) continue;
-      if (st->kind == TG_STEP_GEMM) gemm_code(out, p, st);
-      else if (P->fn_of[k][s] >= 0) fprintf(out, "  %s(%s);  // %s\n", P->fn[P->fn_of[k][s]].name, P->call[k][s], st->fn);
+      if (P->fn_of[k][s] >= 0) fprintf(out, "  %s(%s);  // %s\n", P->fn[P->fn_of[k][s]].name, P->call[k][s], st->fn);
+      else if (st->kind == TG_STEP_GEMM) gemm_code(out, p, st);
     }
   fprintf(out, "}\n\n");
   tg_sb_free(&cm);

@@ -109,6 +109,11 @@ uint64_t tg_tensor_hash(const tg_tensor *t);
 /* Compiles g (after the pipeline; fused and planned for the compiled
  * backends) for d.  g must outlive the result. */
 tg_exec *tg_exec_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o);
+/* Compiles n graphs at once (o[i] for g[i]), into out: as n calls of
+ * tg_exec_compile, except that a backend may run their compilers in
+ * parallel (the CPU backend: one cc a graph, one per core). */
+void tg_exec_compile_all(tg_device *d, tg_ctx *ctx, const tg_graph *const *g, const tg_exec_opts *o, int n,
+                         tg_exec **out);
 void tg_exec_free(tg_exec *e);
 const tg_graph *tg_exec_graph(const tg_exec *e);
 /* Whether the compiled code came from the on-disk cache (for progress lines). */
