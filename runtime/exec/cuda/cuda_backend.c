@@ -519,7 +519,7 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   d->algos[d->n_algos++] = (algo_entry){key, c->algo};
 }
 
-/* "kernel k12_w0 (std.tg:15-17)", "matmul k3 (gpt2.tg:30)": for messages */
+/* "kernel f_3fa2c91b0e (std.tg:15-17)", "matmul k3 (gpt2.tg:30)": for messages */
 static const char *op_what(cuda_exec *e, int i) {
   const tg_cuda_op *op = &e->plan->ops[i];
   const char *where = e->plan->where[op->kernel];
