@@ -459,6 +459,10 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
     unit_b *b = &B.u[u];
     tg_cuda_unit *U = &ks->units[u];
     U->name = tg_sprintf(a, "f_%.10s", b->hex);
+    /* 40 bits of the hash name a unit; two units sharing them (about one
+     * program in 10^9) take all 256 */
+    for (int v = 0; v < u; v++)
+      if (!strcmp(ks->units[v].name, U->name)) U->name = tg_sprintf(a, "f_%s", b->hex);
     U->n_places = b->n_places;
     tg_sbuf code = {0};
     tg_sb_printf(&code, "// tg kernel: %s\n/* launched for %d place%s (the same code up to the buffers it is given):\n%s",
@@ -499,7 +503,6 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
       op->launch.function = tg_sprintf(a, "%s%s", ks->units[step_unit[op->lkernel][op->step]].name, suffix);
     }
   }
-  tg_sbuf pre = {0};
   size_t len = 0;
   char *text = NULL;
   FILE *f = open_memstream(&text, &len);
@@ -508,7 +511,6 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
   fclose(f);
   ks->prelude = tg_strdup(a, text);
   free(text);
-  tg_sb_free(&pre);
   return ks;
 }
 

@@ -321,7 +321,8 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
  * headed by every step it runs for.  cc compiles each once. */
 
 typedef struct c_fn {
-  char name[16];
+  char name[80];   /* f_ and 10 hex digits of its text's SHA-256 (all 64 if two share 10) */
+  char hex[TG_SHA256_HEX];
   char *text;      /* the function, named TGSELF */
   tg_sbuf places;
   int n_places;
@@ -364,12 +365,15 @@ static int add_fn(c_plan *P, const char *text, const char *place) {
   tg_sha256_final(&h, d, hex);
   tg_sb_free(&key);
   int f = 0;
-  while (f < P->n_fn && strncmp(P->fn[f].name + 2, hex, 10)) f++;
+  while (f < P->n_fn && strcmp(P->fn[f].hex, hex)) f++;
   if (f == P->n_fn) {
     if (P->n_fn == P->cap) P->fn = tg_xrealloc(P->fn, sizeof *P->fn * (size_t)(P->cap = P->cap ? 2 * P->cap : 64));
     c_fn *F = &P->fn[P->n_fn++];
     memset(F, 0, sizeof *F);
+    memcpy(F->hex, hex, sizeof hex);
     snprintf(F->name, sizeof F->name, "f_%.10s", hex);
+    for (int g = 0; g < P->n_fn - 1; g++)
+      if (!strcmp(P->fn[g].name, F->name)) snprintf(F->name, sizeof F->name, "f_%s", hex);
     F->text = tg_sb_take(&out);
   } else {
     tg_sb_free(&out);
