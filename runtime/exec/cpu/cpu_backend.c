@@ -157,7 +157,7 @@ static uint64_t cpu_tensor_hash(const tg_tensor *t) {
 typedef struct pending {
   const tg_graph *g;
   tg_program *p;
-  char *src;
+  const char *src; /* in the context's arena */
   struct timespec t0, t1, t2;
   tg_so so;
   bool ok;
@@ -172,17 +172,18 @@ static void render_graph(tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o, 
    * tanh costs more than the stores it saves: store by default. */
   P->p = tg_lower_ex(ctx, g, o->remat > 0);
   size_t len = 0;
-  FILE *f = open_memstream(&P->src, &len);
+  char *src = NULL;
+  FILE *f = open_memstream(&src, &len);
   if (!f) tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering C");
   tg_render_c(f, P->p);
   fclose(f);
+  /* in the context's arena: nothing to free when a later graph fails */
+  P->src = tg_strdup(ctx->arena, src);
+  free(src);
   if (o->source_path) {
     FILE *out = fopen(o->source_path, "w");
-    if (!out || fwrite(P->src, 1, len, out) != len || fclose(out)) {
-      free(P->src);
-      P->src = NULL;
+    if (!out || fwrite(P->src, 1, len, out) != len || fclose(out))
       tg_error(ctx, (tg_loc){o->source_path, 0, 0}, "cannot write the generated C");
-    }
   }
   clock_gettime(CLOCK_MONOTONIC, &P->t1);
 }
@@ -201,8 +202,6 @@ static double seconds(struct timespec a, struct timespec b) {
 static tg_exec *load_graph(tg_device *d, tg_ctx *ctx, pending *P) {
   const tg_graph *g = P->g;
   tg_program *p = P->p;
-  free(P->src);
-  P->src = NULL;
   if (!P->ok) {
     if (ctx->err) fprintf(ctx->err, "%s\n", P->err);
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "the CPU backend could not build the generated C (above)");
@@ -273,7 +272,7 @@ static void *build_worker(void *arg) {
 
 static void cpu_compile_all(tg_device *d, tg_ctx *ctx, const tg_graph *const *g, const tg_exec_opts *o, int n,
                             tg_exec **out) {
-  pending *P = tg_xcalloc((size_t)n + 1, sizeof *P);
+  pending *P = tg_alloc(ctx->arena, sizeof *P * (size_t)(n + 1));
   for (int i = 0; i < n; i++) render_graph(ctx, g[i], &o[i], &P[i]);
   build_jobs J = {P, n, 0, PTHREAD_MUTEX_INITIALIZER};
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -288,8 +287,13 @@ static void cpu_compile_all(tg_device *d, tg_ctx *ctx, const tg_graph *const *g,
   free(t);
   /* the builds overlapped: a caller wanting the back end's wall time
    * measures it around this call */
+  /* a failed build is reported only after every object is let go */
+  for (int i = 0; i < n; i++)
+    if (!P[i].ok) {
+      for (int j = 0; j < n; j++) tg_so_free(&P[j].so);
+      load_graph(d, ctx, &P[i]);
+    }
   for (int i = 0; i < n; i++) out[i] = load_graph(d, ctx, &P[i]);
-  free(P);
 }
 
 static void cpu_free(tg_exec *x) {

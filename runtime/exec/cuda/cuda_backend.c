@@ -576,7 +576,11 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
   size_t len = 0;
   if (o->source_path || d->emulated) {
     FILE *f = open_memstream(&src, &len);
-    if (!f) tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering CUDA");
+    if (!f) {
+      tg_arena_free(e->arena);
+      free(e);
+      tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering CUDA");
+    }
     tg_render_cuda(f, p);
     fclose(f);
   }
@@ -584,6 +588,8 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
     FILE *out = fopen(o->source_path, "w");
     if (!out || fwrite(src, 1, len, out) != len || fclose(out)) {
       free(src);
+      tg_arena_free(e->arena);
+      free(e);
       tg_error(ctx, (tg_loc){o->source_path, 0, 0}, "cannot write the generated CUDA");
     }
   }
