@@ -55,6 +55,11 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
  * body (malloc'ed). */
 char *tg_cuda_unit_source(const tg_cuda_kernels *ks, int u);
 
+/* tg_render_cuda's file from a plan and its units made already (the
+ * backend and tgc have them; making them again costs as much as the
+ * rendering). */
+void tg_render_cuda_from(FILE *out, const tg_program *p, const tg_cuda_plan *plan, const tg_cuda_kernels *ks);
+
 /* The prelude's helpers, for tg_render_cuda: the memory macros, index
  * type, conversions and block reductions. */
 void tg_cuda_print_prelude(FILE *out);

@@ -27,10 +27,15 @@ static void emulator_table(FILE *out, const tg_cuda_kernels *ks) {
 }
 
 void tg_render_cuda(FILE *out, const tg_program *p) {
-  const tg_graph *g = p->g;
   tg_arena *a = tg_arena_new();
   tg_cuda_plan *plan = tg_cuda_plan_make(a, p);
   const tg_cuda_kernels *ks = tg_cuda_kernels_make(a, p, plan);
+  tg_render_cuda_from(out, p, plan, ks);
+  tg_arena_free(a);
+}
+
+void tg_render_cuda_from(FILE *out, const tg_program *p, const tg_cuda_plan *plan, const tg_cuda_kernels *ks) {
+  const tg_graph *g = p->g;
   int launches = 0;
   for (int i = 0; i < plan->n_ops; i++) launches += plan->ops[i].kind == TG_CUDA_LAUNCH;
   fprintf(out,
@@ -47,7 +52,6 @@ void tg_render_cuda(FILE *out, const tg_program *p) {
     fputc('\n', out);
   }
   emulator_table(out, ks);
-  tg_arena_free(a);
 }
 
 /* ---- the manifest ------------------------------------------------------------ */

@@ -108,6 +108,8 @@ static bool has_suffix(const char *s, const char *suffix) {
 typedef struct emitted {
   const tg_graph *g;
   const tg_program *p;
+  tg_cuda_plan *plan;        /* CUDA: the plan, and its kernels once each */
+  const tg_cuda_kernels *ks;
   const char *code_name; /* the manifest names the .cu or .c file */
   bool cuda;
 } emitted;
@@ -117,7 +119,7 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
   case EMIT_STATS: tg_print_stats(out, e->g); break;
   case EMIT_IR: tg_print_ir(out, e->g); break;
   case EMIT_DOT: tg_print_dot(out, e->g); break;
-  case EMIT_CUDA: tg_render_cuda(out, e->p); break;
+  case EMIT_CUDA: tg_render_cuda_from(out, e->p, e->plan, e->ks); break;
   case EMIT_C: tg_render_c(out, e->p); break;
   case EMIT_MANIFEST: tg_render_manifest(out, e->p, e->code_name, e->cuda); break;
   case EMIT_NONE: break;
@@ -169,7 +171,7 @@ static void release(held *h) {
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
  * input longjmp to main's handler through ctx->bail; main then releases
  * what *h holds. */
-static int compile_cubins(const tg_program *p, const char *dir, const char *arch);
+static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char *arch);
 
 static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
                const char *out_path, const tg_pipeline_opts *popts, const tg_gpu_spec *traffic_gpu, const char *arch,
@@ -214,8 +216,12 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
-  emitted e = {g, NULL, NULL, what == EMIT_CUDA};
+  emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
+  if (status == 0 && what == EMIT_CUDA) {
+    e.plan = tg_cuda_plan_make(g->arena, e.p);
+    e.ks = tg_cuda_kernels_make(g->arena, e.p, e.plan);
+  }
   if (status == 0 && traffic_gpu) {
     /* the CUDA step as the backend would run it */
     const tg_program *p = what == EMIT_CUDA && e.p ? e.p : tg_lower_ex(ctx, g, true);
@@ -242,11 +248,8 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     if (status == 0) {
       int launches = 0, functions = 0;
       if (what == EMIT_CUDA) {
-        tg_arena *a = tg_arena_new();
-        tg_cuda_plan *plan = tg_cuda_plan_make(a, e.p);
-        functions = tg_cuda_kernels_make(a, e.p, plan)->n_units;
-        for (int i = 0; i < plan->n_ops; i++) launches += plan->ops[i].kind != TG_CUDA_ALLREDUCE;
-        tg_arena_free(a);
+        functions = e.ks->n_units;
+        for (int i = 0; i < e.plan->n_ops; i++) launches += e.plan->ops[i].kind != TG_CUDA_ALLREDUCE;
         printf("wrote %s/%s (%d launches, %d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, launches,
                functions, out_path, out_path);
       } else {
@@ -254,7 +257,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
                out_path);
       }
     }
-    if (status == 0 && cubin) status = compile_cubins(e.p, out_path, arch);
+    if (status == 0 && cubin) status = compile_cubins(e.ks, out_path, arch);
   } else if (status == 0) {
     if (out_path) status = emit_to_file(out_path, what, &e);
     else emit(stdout, what, &e);
@@ -445,12 +448,10 @@ int main(int argc, char **argv) {
 /* --emit cubin: every distinct kernel (codegen/cuda_kernels.h) compiled by
  * NVRTC for arch, one job per core, each cached under its own key, and
  * written to DIR/NAME.cubin; prints the time and what was compiled. */
-static int compile_cubins(const tg_program *p, const char *dir, const char *arch) {
+static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char *arch) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   tg_arena *a = tg_arena_new();
-  tg_cuda_plan *plan = tg_cuda_plan_make(a, p);
-  const tg_cuda_kernels *ks = tg_cuda_kernels_make(a, p, plan);
   int n = ks->n_units;
   tg_nvrtc_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
   char **srcs = calloc((size_t)n + 1, sizeof *srcs);

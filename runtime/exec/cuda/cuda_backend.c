@@ -581,7 +581,7 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
       free(e);
       tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering CUDA");
     }
-    tg_render_cuda(f, p);
+    tg_render_cuda_from(f, p, e->plan, ks);
     fclose(f);
   }
   if (o->source_path) {
