@@ -57,7 +57,12 @@ typedef struct cpu_exec {
  * (tg never enables FP traps) lets gcc vectorise loops with a select between
  * a division and something else, and inline floorf: the GELU and softmax
  * loops. */
-static const char *const cc_flags[] = {"-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-w"};
+/* -O2, not -O3: the hot loops are `omp simd` loops, which gcc vectorises
+ * at -O2 as well (-fopenmp forces it), and the matmuls are OpenBLAS's;
+ * -O3 took twice as long to compile (baby Shakespeare's grad graph: 3.2 s
+ * of CPU against 1.7 s) for no step time we could measure (30 steps each,
+ * alternately, twice: docs/performance.md). */
+static const char *const cc_flags[] = {"-O2", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-w"};
 static const char *const cc_libs[] = {"-lopenblas", "-lm"};
 
 static void *aligned_zeroed(tg_ctx *ctx, int64_t bytes) {
@@ -89,7 +94,7 @@ static void cpu_close(tg_device *x) {
 
 static const char *cpu_describe(const tg_device *d) {
   (void)d;
-  return "generated C (cc -O3 -fopenmp, OpenBLAS)";
+  return "generated C (cc -O2 -fopenmp, OpenBLAS)";
 }
 
 /* The tensors packed into one buffer, one all-reduce, unpacked: fewer,
@@ -471,7 +476,7 @@ static void cpu_profile_print(const tg_exec *x, FILE *out, int top) {
 
 const tg_executor tg_executor_cpu = {
     .name = "cpu",
-    .summary = "the fused step as generated C, built with cc -O3 -fopenmp and OpenBLAS (cached)",
+    .summary = "the fused step as generated C, built with cc -O2 -fopenmp and OpenBLAS (cached)",
     .source_suffix = ".c",
     .open = cpu_open,
     .close = cpu_close,
