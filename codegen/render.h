@@ -17,6 +17,20 @@
  * scratch are p->arena_bytes and p->scratch_bytes, 256-byte aligned. */
 void tg_render_c(FILE *out, const tg_program *p);
 
+/* The C's functions: each nest step calls one function of its shape
+ * (canon.h), shared by the layers' copies of the step and by the steps of
+ * one multi-tensor kernel; flash attention's are shared likewise.
+ * tg_c_function_of names the function step s of kernel p->kernels[k]
+ * calls (NULL for a matmul). */
+typedef struct tg_c_functions tg_c_functions;
+tg_c_functions *tg_c_functions_make(const tg_program *p);
+const char *tg_c_function_of(const tg_c_functions *f, int k, int s);
+/* ... and the arguments it calls it with: "b28, b25, b29" (buffers b<N>
+ * are the kernel's arguments, numbers its sizes). */
+const char *tg_c_call_of(const tg_c_functions *f, int k, int s);
+int tg_c_function_count(const tg_c_functions *f);
+void tg_c_functions_free(tg_c_functions *f);
+
 /* CUDA C++ for NVRTC, with no #include: one extern "C" __global__ function
  * per wave of each kernel (a multi-tensor kernel's tensors share a launch),
  * plus the flash attention kernels.  Matmuls are cuBLASLt calls made by the

@@ -7,11 +7,14 @@
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "cuda_kernels.h"
 #include "frontend.h"
 #include "ir.h"
 #include "nearest.h"
+#include "nvrtc.h"
 #include "passes.h"
 #include "render.h"
 #include "traffic.h"
@@ -31,6 +34,11 @@ static const char usage[] =
     "                     file for NVRTC (implies --grad); with -o DIR, writes\n"
     "                     DIR/MODEL.cu, DIR/manifest.json (every launch: grid, block,\n"
     "                     arguments; the cuBLASLt matmuls) and DIR/fusion.txt\n"
+    "  --emit cubin       --emit cuda -o DIR, then every distinct kernel compiled\n"
+    "                     with NVRTC for --arch (no GPU needed), one job per core,\n"
+    "                     each cached ($TG_CACHE): DIR/NAME.cubin per kernel; prints\n"
+    "                     how long it took and how many were compiled or cached\n"
+    "  --arch ARCH        the GPU architecture of --emit cubin (default sm_90)\n"
     "  --emit c           the same as C for the CPU backend (OpenMP, OpenBLAS):\n"
     "                     DIR/MODEL.c, DIR/manifest.json, DIR/fusion.txt with -o DIR\n"
     "  --check            check the model and print nothing\n"
@@ -81,9 +89,9 @@ static const char usage[] =
     "Errors are reported as file:line:col: error: message, with the source line\n"
     "and a caret; the exit status is 1 for a bad model, 2 for bad usage.\n";
 
-enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMIT_NONE };
+enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMIT_NONE, EMIT_CUBIN };
 
-static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad",
+static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad", "--arch",
                                           "-D",      "-I",     "-o",        "--help",
                                           "--version", "--dump-after", "--pad-multiple",
                                           "--report", "--precision", "--gpu", "--decode"};
@@ -105,6 +113,8 @@ static bool has_suffix(const char *s, const char *suffix) {
 typedef struct emitted {
   const tg_graph *g;
   const tg_program *p;
+  tg_cuda_plan *plan;        /* CUDA: the plan, and its kernels once each */
+  const tg_cuda_kernels *ks;
   const char *code_name; /* the manifest names the .cu or .c file */
   bool cuda;
 } emitted;
@@ -114,10 +124,11 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
   case EMIT_STATS: tg_print_stats(out, e->g); break;
   case EMIT_IR: tg_print_ir(out, e->g); break;
   case EMIT_DOT: tg_print_dot(out, e->g); break;
-  case EMIT_CUDA: tg_render_cuda(out, e->p); break;
+  case EMIT_CUDA: tg_render_cuda_from(out, e->p, e->plan, e->ks); break;
   case EMIT_C: tg_render_c(out, e->p); break;
   case EMIT_MANIFEST: tg_render_manifest(out, e->p, e->code_name, e->cuda); break;
   case EMIT_NONE: break;
+  case EMIT_CUBIN: break;
   }
 }
 
@@ -165,8 +176,13 @@ static void release(held *h) {
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
  * input longjmp to main's handler through ctx->bail; main then releases
  * what *h holds. */
+static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char *arch);
+
 static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
-               const char *out_path, const tg_pipeline_opts *popts, const tg_gpu_spec *traffic_gpu, held *h) {
+               const char *out_path, const tg_pipeline_opts *popts, const tg_gpu_spec *traffic_gpu, const char *arch,
+               held *h) {
+  bool cubin = what == EMIT_CUBIN;
+  if (cubin) what = EMIT_CUDA;
   tg_graph *g;
   const tg_source *src = tg_source_load(ctx, input, (tg_loc){0});
   bool is_ir = has_suffix(input, ".tgir") || (src->len >= 8 && !memcmp(src->text, "# tg IR ", 8));
@@ -205,8 +221,12 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
-  emitted e = {g, NULL, NULL, what == EMIT_CUDA};
+  emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
+  if (status == 0 && what == EMIT_CUDA) {
+    e.plan = tg_cuda_plan_make(g->arena, e.p);
+    e.ks = tg_cuda_kernels_make(g->arena, e.p, e.plan);
+  }
   if (status == 0 && traffic_gpu) {
     /* the CUDA step as the backend would run it */
     const tg_program *p = what == EMIT_CUDA && e.p ? e.p : tg_lower_ex(ctx, g, true);
@@ -230,9 +250,19 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     status = emit_to_file(dir_file, what, &e);
     sprintf(dir_file, "%s/manifest.json", out_path);
     if (status == 0) status = emit_to_file(dir_file, EMIT_MANIFEST, &e);
-    if (status == 0)
-      printf("wrote %s/%s (%d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, g->n_kernels, out_path,
-             out_path);
+    if (status == 0) {
+      int launches = 0, functions = 0;
+      if (what == EMIT_CUDA) {
+        functions = e.ks->n_units;
+        for (int i = 0; i < e.plan->n_ops; i++) launches += e.plan->ops[i].kind != TG_CUDA_ALLREDUCE;
+        printf("wrote %s/%s (%d launches, %d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, launches,
+               functions, out_path, out_path);
+      } else {
+        printf("wrote %s/%s (%d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, g->n_kernels, out_path,
+               out_path);
+      }
+    }
+    if (status == 0 && cubin) status = compile_cubins(e.ks, out_path, arch);
   } else if (status == 0) {
     if (out_path) status = emit_to_file(out_path, what, &e);
     else emit(stdout, what, &e);
@@ -263,6 +293,7 @@ typedef struct cli {
   const tg_gpu_spec *gpu; /* --report traffic */
   int pad_multiple;
   int precision; /* -1: the default for the output; else a tg_precision_policy */
+  const char *arch; /* --arch, for --emit cubin */
 } cli;
 
 /* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
@@ -313,6 +344,10 @@ static int parse_args(int argc, char **argv, cli *c) {
       if (end == argv[i] || *end || errno || m < 1 || m > 1 << 20)
         return usage_error("--pad-multiple %s: expected a whole number from 1 to 1048576", argv[i]);
       c->pad_multiple = (int)m;
+    } else if (!strcmp(a, "--arch")) {
+      if (i + 1 >= argc) return usage_error("%s needs a GPU architecture, e.g. sm_90", a);
+      c->arch = argv[++i];
+      if (strncmp(c->arch, "sm_", 3) || !c->arch[3]) return usage_error("--arch %s: expected sm_XX, e.g. sm_80 or sm_90", c->arch);
     } else if (!strcmp(a, "--grad")) {
       c->grad = c->grad_flag = true;
     } else if (!strcmp(a, "--gpu")) {
@@ -342,7 +377,8 @@ static int parse_args(int argc, char **argv, cli *c) {
       else if (!strcmp(val, "dot")) c->what = EMIT_DOT;
       else if (!strcmp(val, "cuda")) c->what = EMIT_CUDA, c->grad = true;
       else if (!strcmp(val, "c")) c->what = EMIT_C, c->grad = true;
-      else return usage_error("--emit %s: expected ir, dot, cuda or c", val);
+      else if (!strcmp(val, "cubin")) c->what = EMIT_CUBIN, c->grad = true;
+      else return usage_error("--emit %s: expected ir, dot, cuda, cubin or c", val);
       c->what_given = true;
     } else if (a[0] == '-' && a[1] == 'D') {
       if (!tg_define_parse(val, &c->defines[c->n_defines], c->define_names[c->n_defines],
@@ -382,7 +418,12 @@ static int parse_args(int argc, char **argv, cli *c) {
   if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");
   if (traffic && !c->gpu) c->gpu = tg_gpu_find("h100");
   /* what tgrun runs: bf16 on the cuda backends, f32 on the CPU */
-  if (c->precision < 0) c->precision = c->what == EMIT_CUDA || traffic ? TG_PRECISION_BF16 : TG_PRECISION_F32;
+  if (c->precision < 0)
+    c->precision = c->what == EMIT_CUDA || c->what == EMIT_CUBIN || traffic ? TG_PRECISION_BF16 : TG_PRECISION_F32;
+  if (c->arch && c->what != EMIT_CUBIN) return usage_error("%s", "--arch is for --emit cubin");
+  if (c->what == EMIT_CUBIN && !c->out_path)
+    return usage_error("%s", "--emit cubin needs -o DIR: the directory for the .cu, the manifest and the cubins");
+  if (!c->arch) c->arch = "sm_90";
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
   if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
@@ -419,7 +460,7 @@ int main(int argc, char **argv) {
                               .report_pass = c.report, .report = stdout};
     static held h; /* static: it outlives the longjmp unchanged */
     if (setjmp(bail)) status = 1;
-    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.report && !strcmp(c.report, "traffic") ? c.gpu : NULL, &h);
+    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.report && !strcmp(c.report, "traffic") ? c.gpu : NULL, c.arch, &h);
     release(&h);
     tg_ctx_free(ctx);
   }
@@ -427,5 +468,55 @@ int main(int argc, char **argv) {
   free(c.defines);
   free(c.define_names);
   free(c.incs);
+  return status;
+}
+
+/* --emit cubin: every distinct kernel (codegen/cuda_kernels.h) compiled by
+ * NVRTC for arch, one job per core, each cached under its own key, and
+ * written to DIR/NAME.cubin; prints the time and what was compiled. */
+static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char *arch) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  tg_arena *a = tg_arena_new();
+  int n = ks->n_units;
+  tg_nvrtc_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
+  char **srcs = calloc((size_t)n + 1, sizeof *srcs);
+  static char err[65536];
+  int status = 0, threads = tg_nvrtc_threads();
+  for (int u = 0; u < n; u++) {
+    srcs[u] = tg_cuda_unit_source(ks, u);
+    jobs[u].src = srcs[u];
+    jobs[u].name = tg_sprintf(a, "%s.cu", ks->units[u].name);
+  }
+  if (!tg_nvrtc_compile_all(jobs, n, arch, NULL, 0, threads, err, sizeof err)) {
+    fprintf(stderr, "tgc: error: %s\n", err);
+    status = 1;
+  }
+  int cached = 0;
+  for (int u = 0; u < n && status == 0; u++) {
+    cached += jobs[u].out.from_cache;
+    char *path = tg_sprintf(a, "%s/%s.cubin", dir, ks->units[u].name);
+    char *tmp = tg_sprintf(a, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(jobs[u].out.data, 1, jobs[u].out.size, f) == jobs[u].out.size;
+    ok = (f && fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+      fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
+      remove(tmp);
+      status = 1;
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (status == 0)
+    printf("compiled %d kernels for %s in %.2f s (%s: %d compiled, %d cached; %d thread%s): %s/f_*.cubin\n", n, arch,
+           (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+           cached == n ? "warm" : cached ? "partly warm" : "cold", n - cached, cached, threads, threads == 1 ? "" : "s", dir);
+  for (int u = 0; u < n; u++) {
+    tg_cubin_free(&jobs[u].out);
+    free(srcs[u]);
+  }
+  free(jobs);
+  free(srcs);
+  tg_arena_free(a);
   return status;
 }

@@ -72,6 +72,14 @@ tg_exec *tg_exec_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_
   return e;
 }
 
+void tg_exec_compile_all(tg_device *d, tg_ctx *ctx, const tg_graph *const *g, const tg_exec_opts *o, int n,
+                         tg_exec **out) {
+  if (d->x->compile_all) d->x->compile_all(d, ctx, g, o, n, out);
+  else
+    for (int i = 0; i < n; i++) out[i] = d->x->compile(d, ctx, g[i], &o[i]);
+  for (int i = 0; i < n; i++) out[i]->d = d, out[i]->g = g[i];
+}
+
 void tg_exec_free(tg_exec *e) {
   if (e) e->d->x->free(e);
 }
@@ -79,6 +87,9 @@ void tg_exec_free(tg_exec *e) {
 const tg_graph *tg_exec_graph(const tg_exec *e) { return e->g; }
 
 bool tg_exec_from_cache(const tg_exec *e) { return e->d->x->from_cache(e); }
+tg_compile_stats tg_exec_compile_stats(const tg_exec *e) {
+  return e->d->x->compile_stats ? e->d->x->compile_stats(e) : (tg_compile_stats){0};
+}
 
 bool tg_exec_is_leaf(const tg_node *n) {
   return n->op == TG_OP_input || n->op == TG_OP_param || n->op == TG_OP_state;

@@ -60,6 +60,18 @@ typedef struct tg_exec_opts {
                             * backend's choice */
 } tg_exec_opts;
 
+/* How long compiling a graph took and what it compiled (for tgrun's
+ * "compile:" line): the front end here is the executor's part of it
+ * (lowering and rendering; parsing and the passes are the caller's), the
+ * back end the compiler (NVRTC, cc); kernels distinct kernels, units the
+ * programs the compiler ran on (a GPU: one per kernel), cached of them
+ * taken from the cache. */
+typedef struct tg_compile_stats {
+  double front_seconds, back_seconds;
+  const char *compiler; /* "NVRTC", "cc", ...; NULL: nothing was compiled */
+  int kernels, units, cached;
+} tg_compile_stats;
+
 /* ---- devices ---------------------------------------------------------------- */
 
 /* Opens executor x; errors (no GPU, a precision it lacks) are reported
@@ -97,10 +109,17 @@ uint64_t tg_tensor_hash(const tg_tensor *t);
 /* Compiles g (after the pipeline; fused and planned for the compiled
  * backends) for d.  g must outlive the result. */
 tg_exec *tg_exec_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o);
+/* Compiles n graphs at once (o[i] for g[i]), into out: as n calls of
+ * tg_exec_compile, except that a backend may run their compilers in
+ * parallel (the CPU backend: one cc a graph, one per core). */
+void tg_exec_compile_all(tg_device *d, tg_ctx *ctx, const tg_graph *const *g, const tg_exec_opts *o, int n,
+                         tg_exec **out);
 void tg_exec_free(tg_exec *e);
 const tg_graph *tg_exec_graph(const tg_exec *e);
 /* Whether the compiled code came from the on-disk cache (for progress lines). */
 bool tg_exec_from_cache(const tg_exec *e);
+/* What compiling e took (all zero for an executor that compiles nothing). */
+tg_compile_stats tg_exec_compile_stats(const tg_exec *e);
 
 /* The tensor leaf (an input, param or state of the graph) reads and the
  * step's assigns update: its own, zeroed (ones for a `ones` initialiser),

@@ -46,8 +46,12 @@ struct tg_executor {
   uint64_t (*tensor_hash)(const tg_tensor *t);
 
   tg_exec *(*compile)(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o);
+  /* NULL: tg_exec_compile_all calls compile for each graph in turn */
+  void (*compile_all)(tg_device *d, tg_ctx *ctx, const tg_graph *const *g, const tg_exec_opts *o, int n,
+                      tg_exec **out);
   void (*free)(tg_exec *e);
   bool (*from_cache)(const tg_exec *e);
+  tg_compile_stats (*compile_stats)(const tg_exec *e); /* NULL: nothing compiled */
   tg_tensor *(*leaf)(tg_exec *e, const tg_node *leaf);
   void (*bind)(tg_exec *e, const tg_node *leaf, tg_tensor *t);
   void (*run)(tg_ctx *ctx, tg_exec *e);

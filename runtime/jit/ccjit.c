@@ -40,9 +40,18 @@ enum { MAX_OUTPUT = 1 << 20 };
 /* Runs argv[0] (found on PATH) with stdin from /dev/null and stdout and
  * stderr into *output; *status is the wait status.  False (with err) only
  * when it could not be started at all. */
+static pthread_mutex_t spawn_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static bool run(char *const argv[], tg_sbuf *output, int *status, char *err, size_t errlen) {
   int fds[2];
-  if (pipe(fds) != 0) return tg_why(err, errlen, "cannot make a pipe: %s", strerror(errno));
+  /* Threads may build at once (the CPU backend's graphs): no other thread
+   * may spawn between pipe() and FD_CLOEXEC, or its child would hold this
+   * pipe's write end and this read would wait for that child too. */
+  pthread_mutex_lock(&spawn_lock);
+  if (pipe(fds) != 0) {
+    pthread_mutex_unlock(&spawn_lock);
+    return tg_why(err, errlen, "cannot make a pipe: %s", strerror(errno));
+  }
   /* Only the dup2'ed copies should reach the child; they lose FD_CLOEXEC. */
   fcntl(fds[0], F_SETFD, FD_CLOEXEC);
   fcntl(fds[1], F_SETFD, FD_CLOEXEC);
@@ -55,6 +64,7 @@ static bool run(char *const argv[], tg_sbuf *output, int *status, char *err, siz
   int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
+  pthread_mutex_unlock(&spawn_lock);
   if (rc != 0) {
     close(fds[0]);
     return tg_why(err, errlen, "cannot run the C compiler '%s': %s%s", argv[0], strerror(rc),

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* sysconf */
 
 #include "cache.h"
 #include "diag.h" /* tg_why */
@@ -310,5 +311,56 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
     return false;
   }
   *out = (tg_cubin){cubin, ncubin, log, false};
+  return true;
+}
+
+/* ---- many programs at once ------------------------------------------------ */
+
+typedef struct pool {
+  tg_nvrtc_job *jobs;
+  int n, next;
+  const char *arch;
+  const char *const *opts;
+  int nopts;
+  pthread_mutex_t lock;
+} pool;
+
+/* Takes jobs until none is left: one nvrtcProgram per job, so threads
+ * share nothing but the counter (NVRTC allows concurrent compiles of
+ * distinct programs). */
+static void *worker(void *arg) {
+  pool *P = arg;
+  for (;;) {
+    pthread_mutex_lock(&P->lock);
+    int i = P->next++;
+    pthread_mutex_unlock(&P->lock);
+    if (i >= P->n) return NULL;
+    tg_nvrtc_job *J = &P->jobs[i];
+    J->ok = tg_nvrtc_compile(J->src, J->name, P->arch, P->opts, P->nopts, &J->out, J->err, sizeof J->err);
+  }
+}
+
+int tg_nvrtc_threads(void) {
+  const char *env = getenv("TG_COMPILE_THREADS");
+  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+bool tg_nvrtc_compile_all(tg_nvrtc_job *jobs, int n, const char *arch, const char *const *opts, int nopts,
+                          int threads, char *err, size_t errlen) {
+  if (!load(err, errlen)) return false;
+  pool P = {jobs, n, 0, arch, opts, nopts, PTHREAD_MUTEX_INITIALIZER};
+  if (threads <= 0) threads = tg_nvrtc_threads();
+  if (threads > n) threads = n;
+  pthread_t *t = calloc((size_t)threads + 1, sizeof *t);
+  if (!t) return tg_why(err, errlen, "out of memory");
+  int started = 0;
+  for (int i = 1; i < threads; i++, started++)
+    if (pthread_create(&t[i], NULL, worker, &P) != 0) break;
+  worker(&P); /* this thread works too */
+  for (int i = 1; i <= started; i++) pthread_join(t[i], NULL);
+  free(t);
+  for (int i = 0; i < n; i++)
+    if (!jobs[i].ok) return tg_why(err, errlen, "%s", jobs[i].err);
   return true;
 }

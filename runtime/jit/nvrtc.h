@@ -54,6 +54,24 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
 
 void tg_cubin_free(tg_cubin *c);
 
+/* Many programs compiled at once, `threads` at a time (<= 0: one per core,
+ * tg_nvrtc_threads), each cached under its own key as tg_nvrtc_compile
+ * caches one: changing one program recompiles only it.  Every job gets
+ * its result (ok, out, err); false with the first failure's message when
+ * any failed.  The caller frees each job's out. */
+typedef struct tg_nvrtc_job {
+  const char *src, *name; /* the source and its name (in messages and the cache key) */
+  tg_cubin out;
+  bool ok;
+  char err[8192];
+} tg_nvrtc_job;
+
+bool tg_nvrtc_compile_all(tg_nvrtc_job *jobs, int n, const char *arch, const char *const *opts, int nopts,
+                          int threads, char *err, size_t errlen);
+
+/* The compile threads: $TG_COMPILE_THREADS, else the cores online. */
+int tg_nvrtc_threads(void);
+
 /* NVRTC's version (loading NVRTC if need be). */
 bool tg_nvrtc_version(int *major, int *minor, char *err, size_t errlen);
 

@@ -206,28 +206,68 @@ static tg_graph *optimizer_graph(run *r, const tg_graph *model, const tg_adamw_o
   return g;
 }
 
-/* Compiles g for the run's device (its generated source kept in
- * out_dir/kernels/NAME.c or .cu for the reader); every parameter leaf is
- * bound to the shared copy. */
-static tg_exec *compile_for_device(run *r, tg_graph *g, const char *name) {
+/* Compiles the run's graphs for its device, their compilers running in
+ * parallel where the backend can (the CPU: one cc a graph, one per core);
+ * their generated sources kept in out_dir/kernels/NAME.c or .cu for the
+ * reader; every parameter leaf bound to the shared copy.  Returns the
+ * wall time of it all. */
+static double compile_for_device(run *r, tg_graph *const *gs, const char *const *names, int n, tg_exec **out) {
   const char *kdir = path_in(r, r->cfg.out_dir, "kernels");
   const char *suffix = tg_device_source_suffix(r->dev);
-  const char *src = r->rank == 0 && suffix ? path_in(r, kdir, tg_sprintf(r->ctx->arena, "%s%s", name, suffix)) : NULL;
-  double t0 = now();
-  tg_exec_opts eo = {.name = name, .source_path = src, .remat = -1};
-  tg_exec *e = tg_exec_compile(r->dev, r->ctx, g, &eo);
-  say(r, "built %-9s %3d kernels  %s%s (%.1f s)\n", name, g->n_kernels, src ? src : "",
-      tg_exec_from_cache(e) ? ", from the cache" : "", now() - t0);
-  for (int i = 0; i < r->n_params; i++) {
-    const tg_node *p = tg_graph_leaf(g, TG_OP_param, r->params[i].name);
-    if (p) tg_exec_bind(e, p, r->params[i].value);
-    const tg_node *copy = p ? tg_param_copy_of(g, p) : NULL;
-    if (copy && !r->params[i].copy)
-      tg_error(r->ctx, copy->loc, "internal: graph '%s' reads a bf16 copy of '%s' that the training step has not", name,
-               p->name);
-    if (copy) tg_exec_bind(e, copy, r->params[i].copy);
+  tg_exec_opts *eo = tg_alloc(r->ctx->arena, sizeof *eo * (size_t)n);
+  const char **src = tg_alloc(r->ctx->arena, sizeof *src * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    src[i] = r->rank == 0 && suffix ? path_in(r, kdir, tg_sprintf(r->ctx->arena, "%s%s", names[i], suffix)) : NULL;
+    eo[i] = (tg_exec_opts){.name = names[i], .source_path = src[i], .remat = -1};
   }
-  return e;
+  double t0 = now();
+  tg_exec_compile_all(r->dev, r->ctx, (const tg_graph *const *)gs, eo, n, out);
+  double wall = now() - t0;
+  for (int k = 0; k < n; k++) {
+    tg_exec *e = out[k];
+    const tg_graph *g = gs[k];
+    tg_compile_stats st = tg_exec_compile_stats(e);
+    say(r, "built %-9s %3d kernels  %s%s (%.1f s)\n", names[k], g->n_kernels, src[k] ? src[k] : "",
+        tg_exec_from_cache(e) ? ", from the cache" : "", st.front_seconds + st.back_seconds);
+    for (int i = 0; i < r->n_params; i++) {
+      const tg_node *p = tg_graph_leaf(g, TG_OP_param, r->params[i].name);
+      if (p) tg_exec_bind(e, p, r->params[i].value);
+      const tg_node *copy = p ? tg_param_copy_of(g, p) : NULL;
+      if (copy && !r->params[i].copy)
+        tg_error(r->ctx, copy->loc, "internal: graph '%s' reads a bf16 copy of '%s' that the training step has not",
+                 names[k], p->name);
+      if (copy) tg_exec_bind(e, copy, r->params[i].copy);
+    }
+  }
+  return wall;
+}
+
+/* One line for the four graphs: the front end (parsing, the passes, and
+ * the executors' lowering and rendering) and the back end (the compilers:
+ * the wall time of compiling less the executors' front ends, the
+ * compilers having run in parallel), and whether the compilers' results
+ * came from the cache. */
+static void say_compile_time(run *r, double front, double wall) {
+  tg_exec *es[4] = {r->e_grad, r->e_opt, r->e_eval, r->e_sample};
+  tg_compile_stats t = {0};
+  for (int i = 0; i < 4; i++) {
+    tg_compile_stats s = tg_exec_compile_stats(es[i]);
+    t.front_seconds += s.front_seconds, t.back_seconds += s.back_seconds;
+    t.kernels += s.kernels, t.units += s.units, t.cached += s.cached;
+    if (s.compiler) t.compiler = s.compiler;
+  }
+  front += t.front_seconds;
+  t.back_seconds = wall - t.front_seconds;
+  if (!t.compiler) {
+    say(r, "compile: front end %.2f s (the %s backend compiles nothing)\n", front, r->cfg.backend);
+    return;
+  }
+  const char *state = t.cached == t.units ? "warm" : t.cached ? "partly warm" : "cold";
+  /* NVRTC compiles each distinct kernel as its own program; cc and the
+   * emulated device's compiler one program a graph */
+  say(r, "compile: front end %.2f s, back end %.2f s (%s, %s: %d %s, %d compiled, %d cached)\n", front,
+      t.back_seconds, t.compiler, state, t.units, !strcmp(t.compiler, "NVRTC") ? "kernels" : "programs",
+      t.units - t.cached, t.cached);
 }
 
 /* Each parameter's bf16 copy from its value, rounded to nearest even as
@@ -330,6 +370,7 @@ static void check_memory(run *r) {
 static void build(run *r) {
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
+  double t_front = now(); /* parsing and the passes of every graph: the front end */
   const tg_train_config *c = &r->cfg;
   const tg_precision_policy prec = tg_train_config_precision(c);
   tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL};
@@ -390,10 +431,13 @@ static void build(run *r) {
   r->tgt = tg_xcalloc((size_t)bt, sizeof *r->tgt);
   r->sample_in = tg_xcalloc((size_t)c->block_size, sizeof *r->sample_in);
   r->logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_sample, "logits")->type), sizeof *r->logits);
-  r->e_grad = compile_for_device(r, r->g_grad, "grad");
-  r->e_opt = compile_for_device(r, r->g_opt, "optimizer");
-  r->e_eval = compile_for_device(r, r->g_eval, "eval");
-  r->e_sample = compile_for_device(r, r->g_sample, "sample");
+  t_front = now() - t_front;
+  tg_graph *gs[4] = {r->g_grad, r->g_opt, r->g_eval, r->g_sample};
+  const char *names[4] = {"grad", "optimizer", "eval", "sample"};
+  tg_exec *es[4];
+  double wall = compile_for_device(r, gs, names, 4, es);
+  r->e_grad = es[0], r->e_opt = es[1], r->e_eval = es[2], r->e_sample = es[3];
+  say_compile_time(r, t_front, wall);
   /* the optimizer's gradient inputs and moments are the run's tensors; the
    * optimizer graph has the grad graph's parameters, in the same order */
   for (int i = 0; i < r->n_params; i++) {

@@ -44,7 +44,7 @@ LAYERS = {
     'runtime/exec/registry': ['runtime/exec', 'runtime/exec/ref', 'runtime/exec/cpu', 'runtime/exec/cuda', 'base'],
     'runtime/train': ['runtime/exec/registry', 'runtime/exec', 'runtime/data', 'runtime/formats', 'runtime/comm',
                       'frontend', 'passes', 'ir', 'base'],
-    'tools': ['runtime/train', 'runtime/exec/registry', 'runtime/exec', 'runtime/data', 'runtime/formats',
+    'tools': ['runtime/train', 'runtime/exec/registry', 'runtime/exec', 'runtime/data', 'runtime/formats', 'runtime/jit',
               'runtime/comm', 'codegen', 'frontend', 'passes', 'ir', 'base'],
 }
 SOURCE_EXT = ('.c', '.h', '.l', '.y', '.def', '.cpp', '.hpp')

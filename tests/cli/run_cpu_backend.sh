@@ -98,7 +98,21 @@ expect_status 0 "$tgc" "${m[@]}" --emit cuda -o "$tmp/cu"
 for f in gpt2.cu manifest.json fusion.txt; do [ -s "$tmp/cu/$f" ] && ok || bad "--emit cuda -o wrote no $f"; done
 $py -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['kernels'] and all(k['launches'] for k in m['kernels'])" \
   "$tmp/cu/manifest.json" && ok || bad "the manifest is not JSON with launches for every kernel"
-contains "$tmp/cu/gpt2.cu" "// tg kernel: k0_w0"
+contains "$tmp/cu/gpt2.cu" " *   k0_w0: "   # kernel k0's wave 0, a place of the unit that runs it
+# each distinct kernel once: every launch's function is defined exactly once,
+# and there are fewer functions than launches (the layers share theirs)
+$py - "$tmp/cu/manifest.json" "$tmp/cu/gpt2.cu" "$tmp/c/manifest.json" "$tmp/c/gpt2.c" <<'PY' && ok || bad "a launch's or step's function is not defined once"
+import json, re, sys
+for man, code, pat in ((sys.argv[1], sys.argv[2], r'__global__ void __launch_bounds__\(\d+\) {}\('),
+                       (sys.argv[3], sys.argv[4], r'\n(?:static )?void {}\(')):
+    m = json.load(open(man))
+    text = open(code).read()
+    fns = [l['function'] for k in m['kernels'] for l in k['launches'] if 'function' in l]
+    for f in set(fns):
+        n = len(re.findall(pat.format(re.escape(f)), text))
+        assert n == 1, (code, f, n)
+    assert len(set(fns)) < len(fns), (code, len(set(fns)), len(fns))
+PY
 
 # nothing links the CUDA driver or NVRTC: both start on machines without them
 for exe in "$tgrun" "$tgc"; do

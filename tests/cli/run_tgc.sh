@@ -188,8 +188,20 @@ contains "$tmp/out" "no input file"
 expect_status 2 "$tgc" models/gpt2.tg --stat
 contains "$tmp/out" "did you mean '--stats'?"
 expect_status 2 "$tgc" models/gpt2.tg --emit ptx
-contains "$tmp/out" "expected ir, dot, cuda or c"
+contains "$tmp/out" "expected ir, dot, cuda, cubin or c"
 expect_status 2 "$tgc" models/gpt2.tg -D n_layer
+# --emit cubin: every distinct kernel compiled by NVRTC, cold then warm
+small=(-D n_layer=2 -D n_embd=64 -D n_head=4 -D B=2 -D T=64 -D vocab=65)
+TG_CACHE=$tmp/cache expect_status 0 "$tgc" models/gpt2.tg "${small[@]}" --emit cubin -o "$tmp/cubin"
+contains "$tmp/out" "(cold: "
+n=$(sed -n 's/^compiled \([0-9]*\) kernels for sm_90 .*/\1/p' "$tmp/out")
+[ -n "$n" ] && [ "$(ls "$tmp/cubin"/f_*.cubin | wc -l)" -eq "$n" ] && ok || bad "--emit cubin: $n kernels, $(ls "$tmp/cubin" | tr '\n' ' ')"
+TG_CACHE=$tmp/cache expect_status 0 "$tgc" models/gpt2.tg "${small[@]}" --emit cubin -o "$tmp/cubin"
+contains "$tmp/out" "(warm: 0 compiled, $n cached"
+expect_status 2 "$tgc" models/gpt2.tg --emit cubin
+contains "$tmp/out" "--emit cubin needs -o DIR"
+expect_status 2 "$tgc" models/gpt2.tg --emit cuda --arch sm_90
+contains "$tmp/out" "--arch is for --emit cubin"
 expect_status 2 "$tgc" models/gpt2.tg models/std.tg
 
 finish

@@ -53,6 +53,10 @@ CFG
 # one run, with everything it writes
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/a"
 cp "$tmp/out" "$tmp/a.out"
+# one line says how long compiling took: the four graphs built (a fresh
+# cache), then, with the same graphs again, all four from the cache
+if grep -Eq '^compile: front end [0-9.]+ s, back end [0-9.]+ s \(cc, cold: 4 programs, 4 compiled, 0 cached\)$' "$tmp/a.out"
+then ok; else bad "no cold compile line: $(grep compile: "$tmp/a.out")"; fi
 for f in train.log metrics.jsonl loss.svg samples.txt ckpt.safetensors train.cfg kernels/grad.c kernels/optimizer.c \
   kernels/eval.c kernels/sample.c kernels/fusion.txt; do
   [ -s "$tmp/a/$f" ] && ok || bad "the run wrote no $f"
@@ -73,6 +77,8 @@ first=$(head -1 "$tmp/a.losses" | cut -d' ' -f2) last=$(tail -1 "$tmp/a.losses" 
 
 # resume: 6 steps, then on to 12
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/b" max_steps=6
+if grep -Eq '^compile: front end [0-9.]+ s, back end [0-9.]+ s \(cc, warm: 4 programs, 0 compiled, 4 cached\)$' "$tmp/out"
+then ok; else bad "no warm compile line: $(grep compile: "$tmp/out")"; fi
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/b" resume=true
 contains "$tmp/out" "resumed from"
 losses "$tmp/b/metrics.jsonl" > "$tmp/b.losses"

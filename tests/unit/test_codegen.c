@@ -21,6 +21,7 @@
 #include "executors.h"
 #include "init.h"
 #include "lower.h"
+#include "cuda_kernels.h"
 #include "nvrtc.h"
 #include "passes.h"
 #include "render.h"
@@ -103,31 +104,92 @@ START_TEST(gpt2_cuda_compiles_for_sm80_and_sm90) {
   char *src = render(p, true);
   ck_assert_ptr_null(strstr(src, "#include"));
   ck_assert_int_gt(count(src, "mma.sync.aligned.m16n8k16"), 0);
-  /* every kernel with a launch of its own is named by the marker NVRTC's
-   * error messages use; kernels that are only a matmul have none */
+  /* every launched function of every kernel is listed as a place of the
+   * unit that runs it; kernels that are only a matmul have none */
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
     for (int s = 0; s < lk->n_steps; s++) {
       char mark[64];
       tg_step_kind kind = lk->steps[s].kind;
       if (kind == TG_STEP_NEST || kind == TG_STEP_SCATTER)
-        snprintf(mark, sizeof mark, "// tg kernel: k%d_w%d\n", k, lk->steps[s].wave);
+        snprintf(mark, sizeof mark, " *   k%d_w%d: ", k, lk->steps[s].wave);
       else if (kind == TG_STEP_FLASH_FWD || kind == TG_STEP_FLASH_BWD)
-        snprintf(mark, sizeof mark, "// tg kernel: %s_", lk->steps[s].fn);
+        snprintf(mark, sizeof mark, " *   %s: ", lk->steps[s].fn);
       else continue;
       ck_assert_msg(strstr(src, mark), "no '%s' in the CUDA", mark);
     }
   }
-  const char *arch[2] = {"sm_80", "sm_90"};
-  for (int a = 0; a < 2; a++) {
-    tg_cubin c = {0};
-    char err[8192];
-    bool ok = tg_nvrtc_compile(src, "gpt2.cu", arch[a], NULL, 0, &c, err, sizeof err);
-    ck_assert_msg(ok, "%s: %s", arch[a], err);
-    ck_assert_msg(c.log == NULL || c.log[0] == 0, "%s: NVRTC printed: %.2000s", arch[a], c.log);
-    ck_assert_uint_gt(c.size, 1000);
-    tg_cubin_free(&c);
+  /* each distinct function once: GPT-2's twelve layers share their
+   * kernels, so far fewer units than launched functions, every launch's
+   * function is defined exactly once, and each unit is named by the
+   * marker NVRTC's error messages use */
+  tg_arena *a = tg_arena_new();
+  tg_cuda_plan *plan = tg_cuda_plan_make(a, p);
+  const tg_cuda_kernels *ks = tg_cuda_kernels_make(a, p, plan);
+  int launched = 0, twelve = 0;
+  for (int i = 0; i < plan->n_ops; i++) {
+    if (plan->ops[i].kind != TG_CUDA_LAUNCH) continue;
+    launched++;
+    char def[160];
+    snprintf(def, sizeof def, ") %s(", plan->ops[i].launch.function);
+    ck_assert_msg(count(src, def) == 1, "%s is defined %d times", plan->ops[i].launch.function, count(src, def));
   }
+  for (int u = 0; u < ks->n_units; u++) {
+    char mark[64];
+    snprintf(mark, sizeof mark, "// tg kernel: %s\n", ks->units[u].name);
+    ck_assert_msg(strstr(src, mark), "no '%s' in the CUDA", mark);
+    twelve += ks->units[u].n_places % 12 == 0;
+  }
+  printf("GPT-2's step: %d launches of %d distinct functions, %d of them once per layer or more\n", launched,
+         ks->n_units, twelve);
+  ck_assert_int_lt(ks->n_units * 4, launched);
+  ck_assert_int_ge(twelve, 5); /* the layer's forward and backward kernels, flash attention's */
+  /* the whole file (what the emulated device compiles) and each unit alone
+   * (what a GPU runs: one NVRTC program a unit, in parallel), for both
+   * architectures, with nothing in the logs */
+  const char *arch[2] = {"sm_80", "sm_90"};
+  int n = ks->n_units;
+  tg_nvrtc_job *jobs = calloc((size_t)n, sizeof *jobs);
+  char **srcs = calloc((size_t)n, sizeof *srcs);
+  for (int u = 0; u < n; u++) {
+    srcs[u] = tg_cuda_unit_source(ks, u);
+    jobs[u].src = srcs[u];
+    jobs[u].name = ks->units[u].name;
+  }
+  for (int x = 0; x < 2; x++) {
+    char err[8192];
+    ck_assert_msg(tg_nvrtc_compile_all(jobs, n, arch[x], NULL, 0, 0, err, sizeof err), "%s: %s", arch[x], err);
+    for (int u = 0; u < n; u++) {
+      ck_assert_msg(jobs[u].out.log == NULL || jobs[u].out.log[0] == 0, "%s %s: NVRTC printed: %.2000s", arch[x],
+                    jobs[u].name, jobs[u].out.log);
+      ck_assert_uint_gt(jobs[u].out.size, 1000);
+      ck_assert(!jobs[u].out.from_cache);
+      tg_cubin_free(&jobs[u].out);
+    }
+  }
+  /* again: every unit from the cache; with one unit changed, only it is
+   * compiled again */
+  char err[8192];
+  ck_assert_msg(tg_nvrtc_compile_all(jobs, n, "sm_90", NULL, 0, 0, err, sizeof err), "%s", err);
+  for (int u = 0; u < n; u++) {
+    ck_assert_msg(jobs[u].out.from_cache, "%s was compiled again", jobs[u].name);
+    tg_cubin_free(&jobs[u].out);
+  }
+  char *changed = tg_sprintf(a, "%s// changed\n", srcs[n / 2]);
+  jobs[n / 2].src = changed;
+  ck_assert_msg(tg_nvrtc_compile_all(jobs, n, "sm_90", NULL, 0, 0, err, sizeof err), "%s", err);
+  for (int u = 0; u < n; u++) {
+    ck_assert_msg(jobs[u].out.from_cache == (u != n / 2), "%s: from the cache %d", jobs[u].name, jobs[u].out.from_cache);
+    tg_cubin_free(&jobs[u].out);
+    free(srcs[u]);
+  }
+  free(jobs);
+  free(srcs);
+  tg_arena_free(a);
+  tg_cubin whole = {0};
+  ck_assert_msg(tg_nvrtc_compile(src, "gpt2.cu", "sm_90", NULL, 0, &whole, err, sizeof err), "%s", err);
+  ck_assert_msg(whole.log == NULL || whole.log[0] == 0, "NVRTC printed: %.2000s", whole.log);
+  tg_cubin_free(&whole);
   free(src);
   tu_ctx_free(ctx);
 }

@@ -35,15 +35,19 @@
  * made it; TG_CUDA_GRAPHS=0 turns the graphs off alone; TG_CUDA_TRACE=FILE
  * appends a line per launch, matmul and all-reduce run one by one, and one
  * per replay of a captured step. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "cuda_api.h"
+#include "cuda_kernels.h"
 #include "cuda_plan.h"
 #include "emu_api.h"
 #include "executor_impl.h"
 #include "lower.h"
+#include "nvrtc.h"
 #include "render.h"
 
 /* ---- the device ------------------------------------------------------------------ */
@@ -69,6 +73,7 @@ typedef struct cuda_device {
   CUdeviceptr workspace;
   CUmodule rt_module;
   CUfunction k_accumulate;
+  bool emulated;       /* the emulated device: the whole .cu is one module */
   ncclComm_t nccl;
   int rank, nranks;
   algo_entry *algos;
@@ -123,7 +128,9 @@ struct cuda_exec {
   tg_arena *arena;     /* the plan's */
   tg_program *p;
   tg_cuda_plan *plan;
-  CUmodule module;
+  CUmodule *modules;   /* one per unit (cuda_kernels.h); the emulated device's one .cu: one */
+  int n_modules;
+  tg_compile_stats stats;
   CUfunction *fn;      /* per plan op: the launch's function */
   lt_call *lt;         /* per plan op: the matmul's descriptors */
   CUdeviceptr mem;     /* the arena, then the scratch */
@@ -223,6 +230,7 @@ static const char *lt_error(cuda_device *d, cublasStatus_t s) {
 static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulated) {
   cuda_device *d = tg_xcalloc(1, sizeof *d);
   d->ctx = ctx;
+  d->emulated = emulated;
   if (emulated) {
     tg_cuda_api_emulated(&d->api);
   } else {
@@ -512,7 +520,7 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   d->algos[d->n_algos++] = (algo_entry){key, c->algo};
 }
 
-/* "kernel k12_w0 (std.tg:15-17)", "matmul k3 (gpt2.tg:30)": for messages */
+/* "kernel f_3fa2c91b0e (std.tg:15-17)", "matmul k3 (gpt2.tg:30)": for messages */
 static const char *op_what(cuda_exec *e, int i) {
   const tg_cuda_op *op = &e->plan->ops[i];
   const char *where = e->plan->where[op->kernel];
@@ -521,52 +529,158 @@ static const char *op_what(cuda_exec *e, int i) {
   return tg_sprintf(e->arena, "the all-reduce of bucket %d after k%d", op->bucket, op->kernel);
 }
 
+/* Compiling the units on several threads: each takes the next unit. */
+typedef struct unit_jobs {
+  tg_cuda_api *A;
+  const char *arch;
+  char **src;
+  const char **name;
+  void **image;
+  size_t *size;
+  bool *cached, *ok;
+  char (*err)[8192];
+  int n, next;
+  pthread_mutex_t lock;
+} unit_jobs;
+
+static void *compile_units(void *arg) {
+  unit_jobs *J = arg;
+  for (;;) {
+    pthread_mutex_lock(&J->lock);
+    int i = J->next++;
+    pthread_mutex_unlock(&J->lock);
+    if (i >= J->n) return NULL;
+    J->ok[i] = J->A->compile(J->src[i], J->name[i], J->arch, &J->image[i], &J->size[i], &J->cached[i], J->err[i],
+                             sizeof J->err[i]);
+  }
+}
+
+static double seconds_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
   cuda_device *d = (cuda_device *)x;
   tg_cuda_api *A = &d->api;
+  double t0 = seconds_now();
   tg_program *p = tg_lower_ex(ctx, g, o->remat != 0);
-  char *src = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&src, &len);
-  if (!f) tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering CUDA");
-  tg_render_cuda(f, p);
-  fclose(f);
-  if (o->source_path) {
-    FILE *out = fopen(o->source_path, "w");
-    if (!out || fwrite(src, 1, len, out) != len || fclose(out)) {
-      free(src);
-      tg_error(ctx, (tg_loc){o->source_path, 0, 0}, "cannot write the generated CUDA");
-    }
-  }
-  void *image = NULL;
-  size_t size = 0;
-  bool cached = false;
-  static char err[65536];
-  const char *name = tg_sprintf(ctx->arena, "%s.cu", o->name ? o->name : "step");
-  bool ok = A->compile(src, name, d->arch, &image, &size, &cached, err, sizeof err);
-  free(src);
-  if (!ok) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the generated CUDA does not compile for %s: %s", d->arch, err);
-
   cuda_exec *e = tg_xcalloc(1, sizeof *e);
   e->base.d = x;
   e->base.g = g;
   e->p = p;
-  e->from_cache = cached;
   e->arena = tg_arena_new();
   e->plan = tg_cuda_plan_make(e->arena, p);
-  CUresult r = A->cuModuleLoadData(&e->module, image);
-  free(image);
-  if (r != CUDA_SUCCESS) {
-    free(e);
-    cu_fail(d, ctx, r, "cuModuleLoadData", name);
+  const tg_cuda_kernels *ks = tg_cuda_kernels_make(e->arena, p, e->plan);
+  char *src = NULL;
+  size_t len = 0;
+  if (o->source_path || d->emulated) {
+    FILE *f = open_memstream(&src, &len);
+    if (!f) {
+      tg_arena_free(e->arena);
+      free(e);
+      tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering CUDA");
+    }
+    tg_render_cuda_from(f, p, e->plan, ks);
+    fclose(f);
   }
-  int n = e->plan->n_ops;
-  e->fn = tg_xcalloc((size_t)n + 1, sizeof *e->fn);
-  e->lt = tg_xcalloc((size_t)n + 1, sizeof *e->lt);
-  for (int i = 0; i < n; i++) {
+  if (o->source_path) {
+    FILE *out = fopen(o->source_path, "w");
+    if (!out || fwrite(src, 1, len, out) != len || fclose(out)) {
+      free(src);
+      tg_arena_free(e->arena);
+      free(e);
+      tg_error(ctx, (tg_loc){o->source_path, 0, 0}, "cannot write the generated CUDA");
+    }
+  }
+  const char *name = tg_sprintf(ctx->arena, "%s.cu", o->name ? o->name : "step");
+  /* the emulated device: the whole file, one host C++ compile; a GPU: each
+   * unit its own NVRTC program, compiled in parallel and cached each */
+  int n = d->emulated ? 1 : ks->n_units;
+  unit_jobs J = {A, d->arch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n, 0, PTHREAD_MUTEX_INITIALIZER};
+  J.src = tg_xcalloc((size_t)n + 1, sizeof *J.src);
+  J.name = tg_xcalloc((size_t)n + 1, sizeof *J.name);
+  J.image = tg_xcalloc((size_t)n + 1, sizeof *J.image);
+  J.size = tg_xcalloc((size_t)n + 1, sizeof *J.size);
+  J.cached = tg_xcalloc((size_t)n + 1, sizeof *J.cached);
+  J.ok = tg_xcalloc((size_t)n + 1, sizeof *J.ok);
+  J.err = tg_xcalloc((size_t)n + 1, sizeof *J.err);
+  if (d->emulated) {
+    J.src[0] = src, src = NULL;
+    J.name[0] = name;
+  } else {
+    for (int u = 0; u < n; u++) {
+      J.src[u] = tg_cuda_unit_source(ks, u);
+      J.name[u] = tg_sprintf(e->arena, "%s.cu", ks->units[u].name);
+    }
+  }
+  free(src);
+  double t1 = seconds_now();
+  int threads = d->emulated ? 1 : tg_nvrtc_threads();
+  if (threads > n) threads = n;
+  pthread_t *th = tg_xcalloc((size_t)threads + 1, sizeof *th);
+  int started = 0;
+  for (int i = 1; i < threads && pthread_create(&th[i], NULL, compile_units, &J) == 0; i++) started++;
+  compile_units(&J);
+  for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+  free(th);
+  double t2 = seconds_now();
+  int failed = -1;
+  e->stats = (tg_compile_stats){.front_seconds = t1 - t0, .back_seconds = t2 - t1,
+                                .compiler = d->emulated ? "host C++, emulated device" : "NVRTC",
+                                .kernels = ks->n_units, .units = n};
+  for (int u = 0; u < n; u++) {
+    if (!J.ok[u] && failed < 0) failed = u;
+    e->stats.cached += J.ok[u] && J.cached[u];
+  }
+  e->from_cache = e->stats.cached == n;
+  if (failed < 0) {
+    e->modules = tg_xcalloc((size_t)n + 1, sizeof *e->modules);
+    for (int u = 0; u < n && failed < 0; u++) {
+      CUresult r = A->cuModuleLoadData(&e->modules[u], J.image[u]);
+      if (r != CUDA_SUCCESS) {
+        const char *what = tg_sprintf(ctx->arena, "%s", J.name[u]);
+        for (int v = 0; v < n; v++) free(J.image[v]), free(J.src[v]);
+        for (int v = 0; v < u; v++) A->cuModuleUnload(e->modules[v]);
+        free(J.src), free(J.name), free(J.image), free(J.size), free(J.cached), free(J.ok), free(J.err);
+        free(e->modules);
+        tg_arena_free(e->arena);
+        free(e);
+        cu_fail(d, ctx, r, "cuModuleLoadData", what);
+      }
+      e->n_modules++;
+    }
+  }
+  for (int u = 0; u < n; u++) {
+    free(J.src[u]);
+    free(J.image[u]);
+  }
+  if (failed >= 0) {
+    const char *why = tg_sprintf(ctx->arena, "%s", J.err[failed]);
+    free(J.src), free(J.name), free(J.image), free(J.size), free(J.cached), free(J.ok), free(J.err);
+    tg_arena_free(e->arena);
+    free(e);
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "the generated CUDA does not compile for %s: %s", d->arch, why);
+  }
+  free(J.src);
+  free(J.name);
+  free(J.image);
+  free(J.size);
+  free(J.cached);
+  free(J.ok);
+  free(J.err);
+  int n_ops = e->plan->n_ops;
+  e->fn = tg_xcalloc((size_t)n_ops + 1, sizeof *e->fn);
+  e->lt = tg_xcalloc((size_t)n_ops + 1, sizeof *e->lt);
+  for (int i = 0; i < n_ops; i++) {
     const tg_cuda_op *op = &e->plan->ops[i];
     if (op->kind == TG_CUDA_LAUNCH) {
-      CU(d, ctx, A->cuModuleGetFunction(&e->fn[i], e->module, op->launch.function), op_what(e, i));
+      CUmodule m = e->modules[0];
+      for (int u = 0; !d->emulated && u < ks->n_units; u++)
+        for (int f = 0; f < ks->units[u].n_globals; f++)
+          if (!strcmp(ks->units[u].globals[f], op->launch.function)) m = e->modules[u];
+      CU(d, ctx, A->cuModuleGetFunction(&e->fn[i], m, op->launch.function), op_what(e, i));
       if (op->launch.shared_bytes > 48 * 1024)
         CU(d, ctx, A->cuFuncSetAttribute(e->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                          (int)op->launch.shared_bytes),
@@ -639,7 +753,8 @@ static void cuda_free(tg_exec *x) {
   for (int i = 0; i < e->p->n_leaves; i++)
     if (e->own[i]) tensor_release(e->own[i]);
   A->cuMemFree(e->mem);
-  A->cuModuleUnload(e->module);
+  for (int u = 0; u < e->n_modules; u++) A->cuModuleUnload(e->modules[u]);
+  free(e->modules);
   free(e->hooks);
   free(e->bucket_ev);
   free(e->op_ev);
@@ -654,6 +769,7 @@ static void cuda_free(tg_exec *x) {
 }
 
 static bool cuda_from_cache(const tg_exec *e) { return ((const cuda_exec *)e)->from_cache; }
+static tg_compile_stats cuda_compile_stats(const tg_exec *e) { return ((const cuda_exec *)e)->stats; }
 
 /* ---- leaves ---------------------------------------------------------------------------- */
 
@@ -1029,7 +1145,7 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
   .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .allreduce_average = cuda_allreduce_average, \
   .tensor_new = cuda_tensor_new, .tensor_free = cuda_tensor_free, .tensor_write = cuda_tensor_write,                 \
   .tensor_read = cuda_tensor_read, .tensor_hash = cuda_tensor_hash, .compile = cuda_compile, .free = cuda_free,     \
-  .from_cache = cuda_from_cache, .leaf = cuda_leaf, .bind = cuda_bind, .run = cuda_run, .read = cuda_read,          \
+  .from_cache = cuda_from_cache, .compile_stats = cuda_compile_stats, .leaf = cuda_leaf, .bind = cuda_bind, .run = cuda_run, .read = cuda_read,          \
   .accumulate = cuda_accumulate, .profile = cuda_profile, .profile_print = cuda_profile_print,                      \
   .phase_seconds = cuda_phase_seconds
 

@@ -1,0 +1,530 @@
+/* cuda_kernels.c: the step's CUDA kernels as distinct units (cuda_kernels.h).
+ *
+ * Each wave of a kernel (lower.h) is one __global__ function; the blocks of
+ * a launch are divided among the wave's steps, so the optimizer's update of
+ * every parameter is one multi-tensor launch.  A nest maps to threads by
+ * its kind:
+ *
+ *   elementwise  one thread per point (outer point x inner index);
+ *   reduction    one block per outer point: the threads stride over the
+ *                inner points, and each sweep ends with a block reduction
+ *                (warp shuffles, then one value per warp through shared
+ *                memory), whose result every thread then has; what a later
+ *                sweep needs is kept in registers or shared memory (the
+ *                row cache, emit.h);
+ *   column       a reduction whose contiguous axis is outer: 16 columns a
+ *                block, 16 row groups summed in order (tg_column_sum);
+ *   scatter      a block owns rows of the table and all their columns, and
+ *                adds the source rows that hit them in index order
+ *                (scatter_body: deterministic, no atomics).
+ *
+ * Values are loaded and stored in their dtype and computed in float (bf16
+ * and f16 are converted on load and rounded on store).  Matmuls are not
+ * kernels here: the runtime calls cuBLASLt, as the manifest describes;
+ * flash attention comes from codegen/flash_cuda.c.  Nothing includes a
+ * header, so NVRTC needs no include path.
+ *
+ * Each function is first written with its own name TGSELF and the graph's
+ * numbers in its names; canonical() then numbers those names by first
+ * appearance, and functions whose texts are then equal (comments aside)
+ * are one unit, named by the hash of that text.  The same text runs on the
+ * emulated device (runtime/cuda/emu/): memory is spelled with macros that
+ * are plain pointers under __CUDA_ARCH__ and checked pointers behind
+ * cuda_emu.h (flash.h: tg_cuda_emit_memory_macros), and each PTX
+ * instruction has the emulator's version beside it. */
+#include "cuda_kernels.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "canon.h"
+#include "emit.h"
+#include "render.h"
+#include "sha256.h"
+
+static void print_code(FILE *out, const char *text, const char *indent) {
+  for (const char *l = text; l && *l;) {
+    const char *nl = strchr(l, '\n');
+    size_t len = nl ? (size_t)(nl - l) : strlen(l);
+    fprintf(out, "%s%.*s\n", indent, (int)len, l);
+    l = nl ? nl + 1 : NULL;
+  }
+}
+
+void tg_cuda_print_prelude(FILE *out) {
+  tg_cuda_emit_memory_macros(out);
+  fputs("typedef long long tg_idx;\n"
+        "#ifdef __CUDA_ARCH__\n"
+        "#define TG_UNROLL _Pragma(\"unroll\")  // a loop whose arrays must stay in registers\n"
+        "#else\n"
+        "#define TG_UNROLL\n"
+        "#endif\n"
+        "__device__ __forceinline__ float tg_inf() { return __int_as_float(0x7f800000); }\n"
+        "__device__ __forceinline__ float tg_exp(float x) { return expf(x); }\n"
+        "__device__ __forceinline__ float tg_tanh(float x) { return tanhf(x); }\n"
+        "// GELU's tanh form and its derivative, in the order std.tg writes GELU\n"
+        "__device__ __forceinline__ float tg_gelu(float x) {\n"
+        "  return 0.5f * x * (1.0f + tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));\n"
+        "}\n"
+        "__device__ __forceinline__ float tg_gelu_grad(float x) {\n"
+        "  const float t = tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));\n"
+        "  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);\n"
+        "}\n"
+        "__device__ __forceinline__ float tg_bf16_load(unsigned short x) { return __uint_as_float((unsigned)x << 16); }\n"
+        "__device__ __forceinline__ unsigned short tg_bf16_store(float f) {\n"
+        "  unsigned u = __float_as_uint(f);\n"
+        "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);  // quiet nan\n"
+        "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even\n"
+        "}\n"
+        "__device__ __forceinline__ float tg_f16_load(unsigned short h) {\n"
+        "#ifdef __CUDA_ARCH__\n"
+        "  float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f;\n"
+        "#else\n"
+        "  return tg_emu::f16_to_f32(h);\n"
+        "#endif\n"
+        "}\n"
+        "__device__ __forceinline__ unsigned short tg_f16_store(float f) {\n"
+        "#ifdef __CUDA_ARCH__\n"
+        "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n"
+        "#else\n"
+        "  return tg_emu::f32_to_f16_rn(f);\n"
+        "#endif\n"
+        "}\n"
+        "// a bf16 or f16 value computed in registers, rounded as the interpreter rounds it\n"
+        "__device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_load(tg_bf16_store(f)); }\n"
+        "__device__ __forceinline__ float tg_f16_round(float f) { return tg_f16_load(tg_f16_store(f)); }\n"
+        "// Block reductions: warp shuffles, then one value per warp through shared\n"
+        "// memory, which every warp sums again, so that every thread gets the result\n"
+        "// (the same bits: the same values in the same order).  Blocks are 256 threads.\n"
+        "__device__ __forceinline__ float tg_max2(float a, float b) { return (b > a || b != b) ? b : a; }\n"
+        "__device__ float tg_block_sum(float v) {\n"
+        "  TG_SHARED(float, part, 32);\n"
+        "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+        "  __syncthreads();\n"
+        "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
+        "  __syncthreads();\n"
+        "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : 0.0f;\n"
+        "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+        "  return v;\n"
+        "}\n"
+        "__device__ float tg_block_max(float v) {\n"
+        "  TG_SHARED(float, part, 32);\n"
+        "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+        "  __syncthreads();\n"
+        "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
+        "  __syncthreads();\n"
+        "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : -tg_inf();\n"
+        "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+        "  return v;\n"
+        "}\n"
+        "// Column reductions: thread t holds column t % 16's partial over row group t / 16;\n"
+        "// each column's 16 partials are added in row-group order through shared memory\n"
+        "// (rows of 17: no bank conflicts), and every thread of the column gets the result.\n"
+        "// The first barrier keeps a second call from overwriting what the first still reads.\n"
+        "__device__ float tg_column_sum(float v) {\n"
+        "  TG_SHARED(float, part, 16 * 17);\n"
+        "  __syncthreads();\n"
+        "  part[(threadIdx.x / 16) * 17 + threadIdx.x % 16] = v;\n"
+        "  __syncthreads();\n"
+        "  float s = 0.0f;\n"
+        "  for (int r = 0; r < 16; r++) s += part[r * 17 + threadIdx.x % 16];\n"
+        "  return s;\n"
+        "}\n"
+        "__device__ float tg_column_max(float v) {\n"
+        "  TG_SHARED(float, part, 16 * 17);\n"
+        "  __syncthreads();\n"
+        "  part[(threadIdx.x / 16) * 17 + threadIdx.x % 16] = v;\n"
+        "  __syncthreads();\n"
+        "  float s = -tg_inf();\n"
+        "  for (int r = 0; r < 16; r++) s = tg_max2(s, part[r * 17 + threadIdx.x % 16]);\n"
+        "  return s;\n"
+        "}\n\n",
+        out);
+}
+
+/* A scatter_add (emit.h: tg_cuda_scatter_rows): block b owns table rows
+ * [v0, v0 + rows) and all their columns.  It zeroes them; then, 256
+ * indices at a time, each thread tests one index, the warps' votes give
+ * every hit its place in index order (tg_hits), and the threads, one
+ * column each, add the hit source rows in that order.  Every element of
+ * the table has one owner thread and a fixed order of adds: deterministic,
+ * no atomics. */
+static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, long long first) {
+  const tg_nest *N = &st->nest;
+  long long rows = (long long)tg_cuda_scatter_rows(st), V = (long long)st->table_rows;
+  long long cols = (long long)N->outer_count, n = (long long)N->inner_count;
+  fprintf(out, "    const tg_idx v0 = (tg_idx)(blockIdx.x - %lldu) * %lld;\n", first, rows);
+  fprintf(out, "    TG_SHARED(int, tg_hits, 256);  // this chunk's hits, in index order\n"
+               "    TG_SHARED(int, tg_warp_hits, 8);\n");
+  fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
+               "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) b%d[v * %lld + o] = 0;\n",
+          rows, V, cols, st->node, cols);
+  fprintf(out, "    for (tg_idx base = 0; base < %lld; base += 256) {\n", n);
+  fprintf(out, "      bool hit = false;\n"
+               "      {\n"
+               "        const tg_idx j = base + threadIdx.x;\n"
+               "        if (j < %lld) {\n", n);
+  print_code(out, c->inner_coords, "          ");
+  print_code(out, c->index_code, "          ");
+  fprintf(out, "          hit = (tg_idx)%s >= v0 && (tg_idx)%s < v0 + %lld;\n", c->index_value, c->index_value, rows);
+  fprintf(out, "        }\n      }\n");
+  fprintf(out, "      const unsigned votes = __ballot_sync(0xffffffffu, hit);\n"
+               "      if ((threadIdx.x & 31) == 0) tg_warp_hits[threadIdx.x >> 5] = __popc(votes);\n"
+               "      __syncthreads();\n"
+               "      int before = 0, hits = 0;\n"
+               "      for (int w = 0; w < 8; w++) {\n"
+               "        const int k = tg_warp_hits[w];\n"
+               "        if (w < (int)(threadIdx.x >> 5)) before += k;\n"
+               "        hits += k;\n"
+               "      }\n"
+               "      if (hit) tg_hits[before + __popc(votes & ((1u << (threadIdx.x & 31)) - 1u))] = (int)threadIdx.x;\n"
+               "      __syncthreads();\n"
+               "      for (int h = 0; h < hits; h++) {\n"
+               "        const tg_idx j = base + tg_hits[h];\n"
+               "        for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n", cols);
+  print_code(out, c->outer_coords, "          ");
+  for (int i = 0; i < c->n_seg; i++)
+    if (!c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
+  print_code(out, c->inner_coords, "          ");
+  for (int i = 0; i < c->n_seg; i++)
+    if (c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
+  fprintf(out, "        }\n      }\n"
+               "      __syncthreads();  // tg_hits is rewritten by the next chunk\n"
+               "    }\n");
+}
+
+/* A step's body inside its wave's function; `first` is its first block. */
+static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int s, long long first) {
+  const tg_step *st = &lk->steps[s];
+  const tg_nest *N = &st->nest;
+  tg_nest_code c;
+  tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
+  const char *in = "    ";
+  print_code(out, c.uniform, in);
+  if (st->kind == TG_STEP_SCATTER) {
+    scatter_body(out, st, &c, first);
+    tg_nest_code_free(&c);
+    return;
+  } else if (tg_cuda_column_nest(st)) {
+    /* TG_COLUMN_TILE consecutive columns a block, its row groups splitting the rows */
+    fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu) * %d + (threadIdx.x %% %d);\n"
+                 "    const int tg_rg = threadIdx.x / %d;\n    {\n      (void)o;\n",
+            first, TG_COLUMN_TILE, TG_COLUMN_TILE, TG_COLUMN_TILE);
+  } else if (tg_cuda_is_reduction_nest(st)) {
+    fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu);\n    {\n      (void)o;\n", first);
+  } else {
+    /* a thread per point, or per c.vec consecutive points of the inner axis */
+    long long per = (long long)N->inner_count / c.vec;
+    fprintf(out, "    const tg_idx e = (tg_idx)(blockIdx.x - %lldu) * blockDim.x + threadIdx.x;\n", first);
+    fprintf(out, "    if (e < %lld) {\n", (long long)N->outer_count * per);
+    fprintf(out, "      const tg_idx o = e / %lld, j = e %% %lld * %d;\n      (void)o, (void)j;\n", per, per, c.vec);
+  }
+  print_code(out, c.outer_coords, "      ");
+  print_code(out, c.cache_decl, "      ");
+  bool red = tg_cuda_is_reduction_nest(st);
+  bool regs = c.row_cache == TG_ROW_CACHE_REGS;
+  bool column = tg_cuda_column_nest(st);
+  for (int i = 0; i < c.n_seg; i++) {
+    const tg_segment *sg = &c.seg[i];
+    if (!sg->loop) {
+      print_code(out, sg->text, "      ");
+      continue;
+    }
+    if (st->kind == TG_STEP_SCATTER) {
+      fprintf(out, "      for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
+    } else if (red) {
+      for (int r = 0; r < sg->n_red; r++)
+        fprintf(out, "      %s acc%d = %s;\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].is_max ? "-tg_inf()" : "0.0f");
+      if (column)
+        fprintf(out, "      for (tg_idx j = tg_rg; j < %lld; j += %d) {\n", (long long)N->inner_count, TG_COLUMN_TILE);
+      else if (regs) /* the row cache in registers: the walk unrolled, so r<N>[u] are registers */
+        fprintf(out, "      TG_UNROLL for (int u = 0; u < %d; u++) {\n      const tg_idx j = threadIdx.x + (tg_idx)u * %d;\n"
+                     "      if (j < %lld) {\n", c.row_regs, TG_CUDA_BLOCK, (long long)N->inner_count);
+      else fprintf(out, "      for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
+    } else {
+      fprintf(out, "      {\n");
+    }
+    print_code(out, c.inner_coords, "        ");
+    print_code(out, sg->text, "        ");
+    for (int r = 0; r < sg->n_red; r++) {
+      const tg_reduction *R = &sg->red[r];
+      if (R->is_max) fprintf(out, "        acc%d = tg_max2(acc%d, %s);\n", R->node, R->node, R->value);
+      else fprintf(out, "        acc%d += %s;\n", R->node, R->value);
+    }
+    fprintf(out, red && regs ? "      }}\n" : "      }\n");
+    for (int r = 0; r < sg->n_red; r++)
+      fprintf(out, "      const float t%d = %s(tg_%s_%s(acc%d));\n", sg->red[r].node, sg->red[r].round,
+              column ? "column" : "block", sg->red[r].is_max ? "max" : "sum", sg->red[r].node);
+  }
+  if (c.post_only && *c.post_only) {
+    fprintf(out, "      if (%s) {\n", column ? "tg_rg == 0" : red ? "threadIdx.x == 0" : st->kind == TG_STEP_SCATTER ? "true" : "j == 0");
+    print_code(out, c.post_only, "        ");
+    fprintf(out, "      }\n");
+  }
+  fprintf(out, "    }\n");
+  tg_nest_code_free(&c);
+}
+
+
+/* A kernel argument's declaration, for shapes (canon.h). */
+typedef struct arg_ctx {
+  tg_arena *a;
+  const tg_program *p;
+  const tg_lkernel *lk;
+} arg_ctx;
+
+static const char *arg_decl(void *ctx, long node) {
+  const arg_ctx *x = ctx;
+  for (int i = 0; i < x->lk->n_args; i++)
+    if (x->lk->args[i] == node)
+      return tg_sprintf(x->a, "TG_ARG(%s%s)", x->lk->arg_written[i] ? "" : "const ",
+                        tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
+  return NULL;
+}
+
+/* Wave w of lk as one __global__ function named TGSELF: each launched
+ * step's blocks in turn.  Steps of one shape (canon.h: the optimizer's
+ * update of each parameter, the gradient norm's sums of each gradient)
+ * call that shape's __device__ __noinline__ function, written before the
+ * __global__ one: the assembler compiles each shape once instead of once
+ * per tensor, and the launch stays one. */
+static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params) {
+  int n = 0;
+  for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
+  char **body = tg_xcalloc((size_t)n + 1, sizeof *body);
+  char **call = tg_xcalloc((size_t)n + 1, sizeof *call);
+  tg_shape *S = tg_xcalloc((size_t)n + 1, sizeof *S);
+  int *group = tg_xcalloc((size_t)n + 1, sizeof *group);
+  int *step_of = tg_xcalloc((size_t)n + 1, sizeof *step_of);
+  long long *first = tg_xcalloc((size_t)n + 1, sizeof *first), blocks = 0;
+  for (int s = 0, i = 0; s < lk->n_steps; s++) {
+    const tg_step *st = &lk->steps[s];
+    if (st->wave != w || !tg_cuda_step_launched(st)) continue;
+    size_t len = 0;
+    FILE *f = open_memstream(&body[i], &len);
+    if (!f) abort();
+    step_body(f, p, lk, s, blocks);
+    fclose(f);
+    step_of[i] = s, first[i] = blocks, group[i] = -1;
+    blocks += tg_cuda_step_blocks(st);
+    i++;
+  }
+  tg_sbuf out = {0};
+  arg_ctx ax = {a, p, lk};
+  int n_groups = 0;
+  for (int i = 0; i < n && n > 1; i++)
+    if (!tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) group[i] = -2;
+  for (int i = 0; i < n && n > 1; i++) {
+    if (group[i] != -1) continue;
+    int members = 0;
+    for (int j = i + 1; j < n; j++) members += group[j] == -1 && tg_shape_same(&S[i], &S[j]);
+    if (!members) continue;
+    bool *vary = tg_xcalloc((size_t)S[i].n_lits + 1, 1);
+    for (int j = i; j < n; j++)
+      if (group[j] == -1 && tg_shape_same(&S[i], &S[j])) group[j] = n_groups, tg_shape_vary(&S[i], &S[j], vary);
+    tg_sb_printf(&out, "__device__ __noinline__ void TGSELF_s%d(", n_groups);
+    tg_shape_params(&out, &S[i], vary, arg_decl, &ax);
+    tg_sb_puts(&out, ") {\n");
+    tg_shape_body(&out, &S[i], vary);
+    tg_sb_puts(&out, "}\n\n");
+    for (int j = i; j < n; j++)
+      if (group[j] == n_groups) {
+        tg_sbuf c = {0};
+        tg_sb_printf(&c, "    TGSELF_s%d(", n_groups);
+        tg_shape_args(&c, &S[j], vary);
+        tg_sb_puts(&c, ");\n");
+        call[j] = tg_sb_take(&c);
+      }
+    free(vary);
+    n_groups++;
+  }
+  tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK, params);
+  const char *sep = "  ";
+  for (int i = 0; i < n; i++) {
+    long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
+    tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, first[i] + nb, step_of[i], nb,
+                 nb == 1 ? "" : "s");
+    tg_sb_puts(&out, call[i] ? call[i] : body[i]);
+    tg_sb_puts(&out, "  }");
+    sep = " else ";
+  }
+  tg_sb_puts(&out, "\n}\n");
+  for (int i = 0; i < n; i++) {
+    free(body[i]);
+    free(call[i]);
+    tg_shape_free(&S[i]);
+  }
+  free(body), free(call), free(S), free(group), free(step_of), free(first);
+  char *text = tg_strdup(a, tg_sb_text(&out));
+  tg_sb_free(&out);
+  return text;
+}
+
+/* ---- units ------------------------------------------------------------------- */
+
+typedef struct unit_b {
+  char hex[TG_SHA256_HEX];
+  char *key;
+  char *code;          /* canonical, named TGSELF */
+  tg_sbuf places;
+  const char *comment; /* the first place's kernel comment */
+  bool flash;
+  int n_places;
+  const char **globals;
+  int n_globals;
+} unit_b;
+
+typedef struct ubuild {
+  tg_arena *a;
+  unit_b *u;
+  int n, cap;
+} ubuild;
+
+/* The unit of text (named TGSELF), added if new; its index. */
+static int add_unit(ubuild *B, const char *text, bool flash, const char *comment, const char *place) {
+  tg_sbuf out = {0}, key = {0};
+  tg_canonical(text, &out, &key);
+  tg_sha256 h;
+  unsigned char d[32];
+  char hex[TG_SHA256_HEX];
+  tg_sha256_init(&h);
+  tg_sha256_update(&h, key.s ? key.s : "", key.n);
+  tg_sha256_final(&h, d, hex);
+  int u = 0;
+  while (u < B->n && (strcmp(B->u[u].hex, hex) || strcmp(B->u[u].key, tg_sb_text(&key)))) u++;
+  if (u == B->n) {
+    if (B->n == B->cap) B->u = tg_xrealloc(B->u, sizeof *B->u * (size_t)(B->cap = B->cap ? 2 * B->cap : 64));
+    unit_b *n = &B->u[B->n++];
+    memset(n, 0, sizeof *n);
+    memcpy(n->hex, hex, sizeof hex);
+    n->key = tg_sb_take(&key);
+    n->code = tg_sb_take(&out);
+    n->comment = comment;
+    n->flash = flash;
+  } else {
+    tg_sb_free(&key);
+    tg_sb_free(&out);
+  }
+  tg_sb_printf(&B->u[u].places, " *   %s\n", place);
+  B->u[u].n_places++;
+  return u;
+}
+
+tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan) {
+  const tg_graph *g = p->g;
+  ubuild B = {a, NULL, 0, 0};
+  /* the unit of each wave function (by kernel and wave) and flash step */
+  int **wave_unit = tg_alloc(a, sizeof *wave_unit * (size_t)(p->n_kernels + 1));
+  int **step_unit = tg_alloc(a, sizeof *step_unit * (size_t)(p->n_kernels + 1));
+  for (int k = 0; k < p->n_kernels; k++) {
+    const tg_lkernel *lk = &p->kernels[k];
+    const tg_kernel *K = &g->kernels[lk->kernel];
+    wave_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_waves + 1));
+    step_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_steps + 1));
+    tg_sbuf cm = {0}, params = {0};
+    tg_emit_kernel_comment(&cm, p, lk);
+    tg_emit_params(&params, p, lk, TG_DIALECT_CUDA);
+    const char *comment = tg_strdup(a, tg_sb_text(&cm));
+    for (int w = 0; w < lk->n_waves; w++) {
+      wave_unit[k][w] = -1;
+      bool any = false;
+      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
+      if (!any) continue;
+      const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
+                                     plan->where[k]);
+      wave_unit[k][w] = add_unit(&B, wave_text(a, p, lk, w, tg_sb_text(&params)), false, comment, place);
+    }
+    for (int s = 0; s < lk->n_steps; s++) {
+      const tg_step *st = &lk->steps[s];
+      step_unit[k][s] = -1;
+      if (st->kind != TG_STEP_FLASH_FWD && st->kind != TG_STEP_FLASH_BWD) continue;
+      char *text = NULL;
+      size_t len = 0;
+      FILE *f = open_memstream(&text, &len);
+      if (!f) abort();
+      tg_flash_emit_cuda_kernels(f, "TGSELF", &st->flash, st->kind == TG_STEP_FLASH_BWD);
+      fclose(f);
+      const char *place = tg_sprintf(a, "%s: %s \"%s\" (%s)", st->fn, tg_kernel_kind_name(K->kind), K->name,
+                                     plan->where[k]);
+      int u = add_unit(&B, text, true, comment, place);
+      free(text);
+      step_unit[k][s] = u;
+      if (!B.u[u].globals) {
+        tg_flash_launch fl[TG_FLASH_MAX_LAUNCHES];
+        int nl = tg_flash_cuda_launches(&st->flash, "TGSELF", st->kind == TG_STEP_FLASH_BWD, fl);
+        B.u[u].globals = tg_alloc(a, sizeof(char *) * (size_t)(nl + 1));
+        for (int i = 0; i < nl; i++) B.u[u].globals[B.u[u].n_globals++] = tg_strdup(a, fl[i].name + 6);
+      }
+    }
+    tg_sb_free(&cm);
+    tg_sb_free(&params);
+  }
+  tg_cuda_kernels *ks = tg_alloc(a, sizeof *ks);
+  ks->units = tg_alloc(a, sizeof *ks->units * (size_t)(B.n + 1));
+  ks->n_units = B.n;
+  for (int u = 0; u < B.n; u++) {
+    unit_b *b = &B.u[u];
+    tg_cuda_unit *U = &ks->units[u];
+    U->name = tg_sprintf(a, "f_%.10s", b->hex);
+    /* 40 bits of the hash name a unit; two units sharing them (about one
+     * program in 10^9) take all 256 */
+    for (int v = 0; v < u; v++)
+      if (!strcmp(ks->units[v].name, U->name)) U->name = tg_sprintf(a, "f_%s", b->hex);
+    U->n_places = b->n_places;
+    tg_sbuf code = {0};
+    tg_sb_printf(&code, "// tg kernel: %s\n/* launched for %d place%s (the same code up to the buffers it is given):\n%s",
+                 U->name, b->n_places, b->n_places == 1 ? "" : "s", tg_sb_text(&b->places));
+    tg_sb_puts(&code, " * the first place's ops, by its graph numbers:\n */\n");
+    tg_sb_puts(&code, b->comment);
+    tg_sbuf body = {0};
+    tg_sb_printf(&body, "// tg kernel: %s\n", U->name);
+    tg_put_named(&body, b->code, U->name);
+    tg_sb_puts(&code, tg_sb_text(&body) + strlen("// tg kernel: ") + strlen(U->name) + 1);
+    U->code = tg_strdup(a, tg_sb_text(&code));
+    U->body = tg_strdup(a, tg_sb_text(&body));
+    tg_sb_free(&code);
+    tg_sb_free(&body);
+    if (b->flash) {
+      U->n_globals = b->n_globals;
+      U->globals = tg_alloc(a, sizeof(char *) * (size_t)(b->n_globals + 1));
+      for (int i = 0; i < b->n_globals; i++) U->globals[i] = tg_sprintf(a, "%s%s", U->name, b->globals[i]);
+    } else {
+      U->n_globals = 1;
+      U->globals = tg_alloc(a, sizeof(char *) * 2);
+      U->globals[0] = U->name;
+    }
+    free(b->key);
+    free(b->code);
+    tg_sb_free(&b->places);
+  }
+  free(B.u);
+  /* every launch by its unit's function */
+  for (int i = 0; i < plan->n_ops; i++) {
+    tg_cuda_op *op = &plan->ops[i];
+    if (op->kind != TG_CUDA_LAUNCH) continue;
+    if (op->step < 0) {
+      op->launch.function = ks->units[wave_unit[op->lkernel][op->wave]].name;
+    } else {
+      const tg_step *st = &p->kernels[op->lkernel].steps[op->step];
+      const char *suffix = op->launch.function + strlen(st->fn);
+      op->launch.function = tg_sprintf(a, "%s%s", ks->units[step_unit[op->lkernel][op->step]].name, suffix);
+    }
+  }
+  size_t len = 0;
+  char *text = NULL;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) abort();
+  tg_cuda_print_prelude(f);
+  fclose(f);
+  ks->prelude = tg_strdup(a, text);
+  free(text);
+  return ks;
+}
+
+char *tg_cuda_unit_source(const tg_cuda_kernels *ks, int u) {
+  tg_sbuf s = {0};
+  tg_sb_puts(&s, ks->prelude);
+  tg_sb_puts(&s, ks->units[u].body);
+  return tg_sb_take(&s);
+}
