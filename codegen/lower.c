@@ -831,8 +831,9 @@ static void note_load(const lowerer *L, const tg_node *x, int k, int *last) {
 
 /* The arena: one buffer per stored value that another kernel loads or
  * that is needed after the step, live from its kernel to its last loader,
- * placed as the memplan pass places (tg_memplan_place).  Without
- * recomputation this is the memplan pass's own plan. */
+ * placed as the memplan pass places (tg_memplan_place).  Its buffers are
+ * fewer than the pass's: a value only its own kernel reads (a matmul's
+ * epilogue, a recomputed one) needs none. */
 static void replan(lowerer *L) {
   const tg_graph *g = L->g;
   int *last = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *last);
