@@ -27,6 +27,7 @@
 #include "checkpoint.h"
 #include "executor.h"
 #include "executors.h"
+#include "hf.h"
 #include "passes.h"
 #include "prepare.h"
 #include "rng.h"
@@ -122,25 +123,29 @@ static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
   return t;
 }
 
-/* The checkpoint's config ("n_layer=4 n_head=4 ...") as defines, then the
- * caller's -D (the last of a name wins), then B = 1, T = 1 and the
- * tokenizer's vocabulary where nothing else says. */
-static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, const char *config, int vocab, int *n_out) {
-  int cap = o->n_defines + 8 + (config ? (int)strlen(config) / 2 : 0), n = 0;
-  tg_define *d = tg_alloc(ctx->arena, sizeof *d * (size_t)cap);
+/* The model's sizes from the weights file (hf.h: a tg file's recorded
+ * config, or the shapes of Hugging Face's tensors and the config.json
+ * beside them), checked against the caller's -D before anything is
+ * compiled; then the -D (the last of a name wins); then B = 1, T = 1 (the
+ * decode step's) and the tokenizer's vocabulary where nothing else says. */
+static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, int vocab, int *n_out) {
+  tg_hf_dims dims = {0};
+  tg_hf_dims_of_file(ctx, o->weights, &dims);
+  tg_hf_dim *set = tg_alloc(ctx->arena, sizeof *set * (size_t)(o->n_defines + 1));
+  for (int i = 0; i < o->n_defines; i++) {
+    char v[40];
+    set[i] = (tg_hf_dim){o->defines[i].name, o->defines[i].value,
+                         tg_sprintf(ctx->arena, "command line (-D %s=%s)", o->defines[i].name,
+                                    tg_fmt_double(o->defines[i].value, v, sizeof v))};
+  }
+  tg_hf_dims_check(ctx, &dims, set, o->n_defines);
+  int n = 0;
+  tg_define *d = tg_alloc(ctx->arena, sizeof *d * (size_t)(dims.n + o->n_defines + 3));
   bool vocab_given = false;
-  if (config) {
-    char *copy = tg_strdup(ctx->arena, config), *save = NULL;
-    for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-      char *eq = strchr(tok, '=');
-      if (!eq) continue;
-      *eq = 0;
-      char *end;
-      double v = strtod(eq + 1, &end);
-      if (*end) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "the checkpoint's config has '%s=%s', not a number", tok, eq + 1);
-      d[n++] = (tg_define){tok, v, true};
-      vocab_given |= !strcmp(tok, "vocab");
-    }
+  for (int i = 0; i < dims.n; i++) {
+    if (!strcmp(dims.d[i].name, "B") || !strcmp(dims.d[i].name, "T")) continue; /* the training run's */
+    d[n++] = (tg_define){dims.d[i].name, dims.d[i].value, true};
+    vocab_given |= !strcmp(dims.d[i].name, "vocab");
   }
   for (int i = 0; i < o->n_defines; i++) {
     d[n++] = o->defines[i];
@@ -183,9 +188,8 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   if (!is_file(o->weights)) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "--weights %s: no such file", o->weights);
   /* a checkpoint names its model and config */
   tg_st_file *f = tg_st_read(ctx, o->weights);
-  const char *ck_model = tg_st_meta_get(f, "model"), *ck_config = tg_st_meta_get(f, "config");
+  const char *ck_model = tg_st_meta_get(f, "model");
   ck_model = ck_model ? tg_strdup(ctx->arena, ck_model) : NULL;
-  ck_config = ck_config ? tg_strdup(ctx->arena, ck_config) : NULL;
   tg_st_free(f);
   const char *model = o->model ? o->model : ck_model;
   if (!model)
@@ -202,7 +206,7 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   int32_t V = tg_tok_vocab_size(s->tok);
 
   int nd = 0;
-  tg_define *d = defines_for(ctx, o, ck_config, V, &nd);
+  tg_define *d = defines_for(ctx, o, V, &nd);
   tg_compile_opts co = {d, nd, o->include_dirs, o->n_include_dirs};
   s->g = tg_compile_file(ctx, model_path(ctx, model), &co);
   if (!tg_verify(ctx, s->g)) tg_bail(ctx);

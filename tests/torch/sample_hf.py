@@ -148,12 +148,19 @@ def main():
     inv = {v: k for k, v in enc.items()}
     want = PROMPT.encode() + b"".join(bytes(dec[c] for c in inv[i]) for i in ids[len(prompt_ids):])
     fails = 0
-    for backend in a.backends.split(","):
-        r = subprocess.run([a.tgrun, "sample", "--weights", tg_weights, "--model", os.path.join(a.src, "models", "gpt2.tg"),
-                            "-D", f"n_layer={N_LAYER}", "-D", f"n_head={N_HEAD}", "-D", f"n_embd={N_EMBD}",
-                            "-D", f"block_size={CTX}", "--tokenizer", a.gpt2_dir, "--prompt", PROMPT,
+    sizes = ["-D", f"n_layer={N_LAYER}", "-D", f"n_head={N_HEAD}", "-D", f"n_embd={N_EMBD}", "-D", f"block_size={CTX}"]
+    runs = [(backend, tg_weights, sizes) for backend in a.backends.split(",")]
+    if not a.plain:
+        # transformers' own directory as it is: its names, and the sizes from
+        # its shapes and config.json, with no -D
+        runs.append(("cpu", os.path.join(a.work, "hf", "model.safetensors"), []))
+    for backend, weights, defines in runs:
+        r = subprocess.run([a.tgrun, "sample", "--weights", weights, "--model", os.path.join(a.src, "models", "gpt2.tg")]
+                           + defines + ["--tokenizer", a.gpt2_dir, "--prompt", PROMPT,
                             "--max-new-tokens", str(n_new), "--temperature", "0", "--backend", backend],
                            capture_output=True)
+        backend = f"{backend} ({os.path.basename(os.path.dirname(weights))}/{os.path.basename(weights)}" + \
+            (", sizes from the file)" if not defines else ")")
         got = r.stdout.rstrip(b"\n")
         if r.returncode != 0:
             print(f"FAIL: {backend}: tgrun sample exited {r.returncode}:\n{r.stderr.decode(errors='replace')}")
