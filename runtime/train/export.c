@@ -13,26 +13,14 @@
 #include <string.h>
 
 #include "checkpoint.h"
-#include "hf.h"
 #include "hf_export.h"
+#include "model_sizes.h"
 #include "weights.h"
 
 static int run(tg_ctx *ctx, const tg_export_opts *o, tg_graph **gp, tg_weights **wp) {
-  tg_hf_dims dims;
-  tg_hf_dims_of_file(ctx, o->checkpoint, &dims);
-  tg_hf_dim *set = tg_alloc(ctx->arena, sizeof *set * (size_t)(o->n_defines + 1));
-  for (int i = 0; i < o->n_defines; i++) {
-    char v[40];
-    set[i] = (tg_hf_dim){o->defines[i].name, o->defines[i].value,
-                         tg_sprintf(ctx->arena, "command line (-D %s=%s)", o->defines[i].name,
-                                    tg_fmt_double(o->defines[i].value, v, sizeof v))};
-  }
-  tg_hf_dims_check(ctx, &dims, set, o->n_defines);
   /* the file's sizes, then -D (the last of a name wins; they agree) */
-  tg_define *d = tg_alloc(ctx->arena, sizeof *d * (size_t)(dims.n + o->n_defines + 1));
   int n = 0;
-  for (int i = 0; i < dims.n; i++) d[n++] = (tg_define){dims.d[i].name, dims.d[i].value, true};
-  for (int i = 0; i < o->n_defines; i++) d[n++] = o->defines[i];
+  tg_define *d = tg_model_sizes(ctx, o->checkpoint, NULL, 0, o->defines, o->n_defines, 0, &n);
   tg_compile_opts co = {d, n, o->include_dirs, o->n_include_dirs};
   const char *model = o->model ? o->model : tg_sprintf(ctx->arena, "%s/gpt2.tg", TG_TRAIN_MODELS_DIR);
   *gp = tg_compile_file(ctx, model, &co);

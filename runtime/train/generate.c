@@ -27,7 +27,7 @@
 #include "checkpoint.h"
 #include "executor.h"
 #include "executors.h"
-#include "hf.h"
+#include "model_sizes.h"
 #include "passes.h"
 #include "prepare.h"
 #include "rng.h"
@@ -129,28 +129,10 @@ static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
  * compiled; then the -D (the last of a name wins); then B = 1, T = 1 (the
  * decode step's) and the tokenizer's vocabulary where nothing else says. */
 static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, int vocab, int *n_out) {
-  tg_hf_dims dims = {0};
-  tg_hf_dims_of_file(ctx, o->weights, &dims);
-  tg_hf_dim *set = tg_alloc(ctx->arena, sizeof *set * (size_t)(o->n_defines + 1));
-  for (int i = 0; i < o->n_defines; i++) {
-    char v[40];
-    set[i] = (tg_hf_dim){o->defines[i].name, o->defines[i].value,
-                         tg_sprintf(ctx->arena, "command line (-D %s=%s)", o->defines[i].name,
-                                    tg_fmt_double(o->defines[i].value, v, sizeof v))};
-  }
-  tg_hf_dims_check(ctx, &dims, set, o->n_defines);
   int n = 0;
-  tg_define *d = tg_alloc(ctx->arena, sizeof *d * (size_t)(dims.n + o->n_defines + 3));
+  tg_define *d = tg_model_sizes(ctx, o->weights, NULL, 0, o->defines, o->n_defines, 3, &n);
   bool vocab_given = false;
-  for (int i = 0; i < dims.n; i++) {
-    if (!strcmp(dims.d[i].name, "B") || !strcmp(dims.d[i].name, "T")) continue; /* the training run's */
-    d[n++] = (tg_define){dims.d[i].name, dims.d[i].value, true};
-    vocab_given |= !strcmp(dims.d[i].name, "vocab");
-  }
-  for (int i = 0; i < o->n_defines; i++) {
-    d[n++] = o->defines[i];
-    vocab_given |= !strcmp(o->defines[i].name, "vocab");
-  }
+  for (int i = 0; i < n; i++) vocab_given |= !strcmp(d[i].name, "vocab");
   if (!vocab_given) d[n++] = (tg_define){"vocab", (double)vocab, true};
   d[n++] = (tg_define){"B", 1, true};
   d[n++] = (tg_define){"T", 1, true};

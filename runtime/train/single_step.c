@@ -16,7 +16,7 @@
 #include "batch.h"
 #include "checkpoint.h"
 #include "executors.h"
-#include "hf.h"
+#include "model_sizes.h"
 #include "safetensors.h"
 #include "weights.h"
 
@@ -26,31 +26,25 @@
  * given with -D; a -D that contradicts the file is an error here, before
  * anything is compiled. */
 static tg_graph *compile(tg_ctx *ctx, const tg_single_opts *o, const tg_batch *b) {
-  tg_hf_dims dims = {0};
-  if (o->weights) {
-    tg_hf_dims_of_file(ctx, o->weights, &dims);
-    tg_hf_dim *set = tg_alloc(ctx->arena, sizeof *set * (size_t)(o->n_defines + 1));
-    for (int i = 0; i < o->n_defines; i++) {
-      char v[40];
-      set[i] = (tg_hf_dim){o->defines[i].name, o->defines[i].value,
-                           tg_sprintf(ctx->arena, "command line (-D %s=%s)", o->defines[i].name,
-                                      tg_fmt_double(o->defines[i].value, v, sizeof v))};
-    }
-    tg_hf_dims_check(ctx, &dims, set, o->n_defines);
-  }
-  /* The batch's B and T go first, then the file's sizes: the last -D of a
-   * name wins, so an explicit -D B=... still decides (and a mismatch is
-   * then reported).  A model without such constants just does not take
-   * them. */
-  int n = 0;
-  tg_define *all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2 + dims.n));
+  /* the batch's B and T before the -D: an explicit -D B=... still decides
+   * (and a mismatch is then reported); a model without such constants
+   * just does not take them */
+  tg_define bt[2];
+  int n_bt = 0;
   if (b) {
-    all[n++] = (tg_define){"B", (double)b->B, true};
-    all[n++] = (tg_define){"T", (double)b->T, true};
+    bt[n_bt++] = (tg_define){"B", (double)b->B, true};
+    bt[n_bt++] = (tg_define){"T", (double)b->T, true};
   }
-  for (int i = 0; i < dims.n; i++) all[n++] = (tg_define){dims.d[i].name, dims.d[i].value, true};
-  if (o->n_defines) memcpy(all + n, o->defines, sizeof *all * (size_t)o->n_defines);
-  n += o->n_defines;
+  int n = 0;
+  tg_define *all;
+  if (o->weights) {
+    all = tg_model_sizes(ctx, o->weights, bt, n_bt, o->defines, o->n_defines, 0, &n);
+  } else {
+    all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2));
+    if (n_bt) memcpy(all, bt, sizeof bt);
+    if (o->n_defines) memcpy(all + n_bt, o->defines, sizeof *all * (size_t)o->n_defines);
+    n = n_bt + o->n_defines;
+  }
   tg_compile_opts co = {all, n, o->include_dirs, o->n_include_dirs};
   tg_graph *g = tg_compile_file(ctx, o->model, &co);
   if (!tg_verify(ctx, g)) tg_bail(ctx);
