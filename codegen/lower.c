@@ -713,6 +713,16 @@ static const tg_node *gelu_input(const tg_node *h) {
   return h->op == TG_OP_gelu ? h->in[0] : NULL;
 }
 
+/* Per node: how many nodes read it (through views), an output counting
+ * twice (it must stay in memory whoever else reads it); malloc'ed. */
+static int *count_readers(const tg_graph *g) {
+  int *readers = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *readers);
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int j = 0; j < g->nodes[i]->nin; j++) readers[tg_kernel_base(g->nodes[i]->in[j])->id]++;
+  for (int o = 0; o < g->n_outputs; o++) readers[tg_kernel_base(g->outputs[o].node)->id] += 2;
+  return readers;
+}
+
 /* For the GPU: a forward matmul kernel whose only value in memory besides
  * the product is product + bias (a vector over the output's columns), and
  * whose product nothing else reads, is one cuBLASLt call with the BIAS
@@ -722,10 +732,7 @@ static const tg_node *gelu_input(const tg_node *h) {
  * product and then the sum; in bf16 the two differ by at most an ulp. */
 static void fold_bias(lowerer *L) {
   const tg_graph *g = L->g;
-  int *readers = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *readers);
-  for (int i = 0; i < g->n_nodes; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++) readers[tg_kernel_base(g->nodes[i]->in[j])->id]++;
-  for (int o = 0; o < g->n_outputs; o++) readers[tg_kernel_base(g->outputs[o].node)->id] += 2;
+  int *readers = count_readers(g);
   for (int k = 0; k < g->n_kernels; k++) {
     const tg_kernel *K = &g->kernels[k];
     if (K->kind != TG_KERNEL_MATMUL) continue;
@@ -782,10 +789,7 @@ static void fold_bias(lowerer *L) {
  * product and then the multiply: at most an ulp apart in bf16. */
 static void fold_dgelu(lowerer *L) {
   const tg_graph *g = L->g;
-  int *readers = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *readers);
-  for (int i = 0; i < g->n_nodes; i++)
-    for (int j = 0; j < g->nodes[i]->nin; j++) readers[tg_kernel_base(g->nodes[i]->in[j])->id]++;
-  for (int o = 0; o < g->n_outputs; o++) readers[tg_kernel_base(g->outputs[o].node)->id] += 2;
+  int *readers = count_readers(g);
   for (int k = 0; k < g->n_kernels; k++) {
     const tg_kernel *K = &g->kernels[k];
     if (K->kind != TG_KERNEL_MATMUL || L->bias_add[k] >= 0) continue;
