@@ -29,7 +29,7 @@ static tg_graph *compile(tg_ctx *ctx, const tg_single_opts *o, const tg_batch *b
   /* the batch's B and T before the -D: an explicit -D B=... still decides
    * (and a mismatch is then reported); a model without such constants
    * just does not take them */
-  tg_define bt[2];
+  tg_define bt[2] = {{0}};
   int n_bt = 0;
   if (b) {
     bt[n_bt++] = (tg_define){"B", (double)b->B, true};
@@ -41,7 +41,7 @@ static tg_graph *compile(tg_ctx *ctx, const tg_single_opts *o, const tg_batch *b
     all = tg_model_sizes(ctx, o->weights, bt, n_bt, o->defines, o->n_defines, 0, &n);
   } else {
     all = tg_alloc(ctx->arena, sizeof *all * (size_t)(o->n_defines + 2));
-    if (n_bt) memcpy(all, bt, sizeof bt);
+    if (n_bt) memcpy(all, bt, sizeof *bt * (size_t)n_bt);
     if (o->n_defines) memcpy(all + n_bt, o->defines, sizeof *all * (size_t)o->n_defines);
     n = n_bt + o->n_defines;
   }
