@@ -91,21 +91,40 @@ static int numbered(const tok *t, long *num, int *rest) {
   return 0;
 }
 
-/* Graph numbers to positions, by first appearance. */
+/* Graph numbers to positions, by first appearance: a list, and an
+ * open-addressing index over it (a whole-model kernel such as the
+ * optimizer has thousands of names, and a list search per name grew with
+ * depth squared). */
 typedef struct renamer {
   long *from;
   int n, cap;
+  int *slot; /* positions + 1, 0 empty; size n_slots, a power of two */
+  int n_slots;
 } renamer;
 
-static int position(renamer *R, long v) {
-  for (int i = R->n - 1; i >= 0; i--)
-    if (R->from[i] == v) return i;
-  if (R->n == R->cap) R->from = tg_xrealloc(R->from, sizeof *R->from * (size_t)(R->cap = R->cap ? 2 * R->cap : 64));
-  R->from[R->n] = v;
-  return R->n++;
+static unsigned slot_of(long v, int n_slots) { return (unsigned)(((unsigned long)v * 2654435761u) >> 7) & (unsigned)(n_slots - 1); }
+
+static void reindex(renamer *R) {
+  R->n_slots = R->n_slots ? 2 * R->n_slots : 128;
+  free(R->slot);
+  R->slot = tg_xcalloc((size_t)R->n_slots, sizeof *R->slot);
+  for (int i = 0; i < R->n; i++) {
+    unsigned h = slot_of(R->from[i], R->n_slots);
+    while (R->slot[h]) h = (h + 1) & (unsigned)(R->n_slots - 1);
+    R->slot[h] = i + 1;
+  }
 }
 
-/* The renamer is a linear list: units have at most a few hundred names. */
+static int position(renamer *R, long v) {
+  if (2 * (R->n + 1) > R->n_slots) reindex(R);
+  unsigned h = slot_of(v, R->n_slots);
+  for (; R->slot[h]; h = (h + 1) & (unsigned)(R->n_slots - 1))
+    if (R->from[R->slot[h] - 1] == v) return R->slot[h] - 1;
+  if (R->n == R->cap) R->from = tg_xrealloc(R->from, sizeof *R->from * (size_t)(R->cap = R->cap ? 2 * R->cap : 64));
+  R->from[R->n] = v;
+  R->slot[h] = R->n + 1;
+  return R->n++;
+}
 
 /* t's text with its graph number made positional (into out). */
 static void put_renamed(tg_sbuf *out, renamer *R, const tok *t) {
@@ -142,6 +161,7 @@ void tg_canonical(const char *text, tg_sbuf *out, tg_sbuf *key) {
     }
   }
   free(R.from);
+  free(R.slot);
   free(t);
 }
 
@@ -217,7 +237,9 @@ bool tg_shape_analyse(tg_shape *S, const char *body, tg_buf_decl decl, void *ctx
   }
   S->key = tg_sb_take(&key);
   S->bufs = bufs.from, S->n_bufs = bufs.n;
+  free(bufs.slot);
   free(vals.from);
+  free(vals.slot);
   return ok;
 }
 
@@ -266,7 +288,9 @@ void tg_shape_body(tg_sbuf *out, const tg_shape *R, const bool *vary) {
     }
   }
   free(vals.from);
+  free(vals.slot);
   free(bufs.from);
+  free(bufs.slot);
 }
 
 void tg_shape_args(tg_sbuf *out, const tg_shape *m, const bool *vary) {

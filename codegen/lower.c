@@ -1129,6 +1129,16 @@ static void kernel_args(lowerer *L, int k, bool *r, bool *w) {
   free(cand.v);
 }
 
+int tg_lkernel_arg(const tg_lkernel *lk, long node) {
+  int lo = 0, hi = lk->n_args;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (lk->args[mid] < node) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < lk->n_args && lk->args[lo] == node ? lo : -1;
+}
+
 tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g, false); }
 
 tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {

@@ -154,6 +154,11 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat);
  * false when a reshape breaks the strided form. */
 bool tg_layout_of(const tg_program *p, const tg_node *n, tg_layout *out);
 
+/* The index of base value `node` in lk->args (kept in ascending order, so
+ * a binary search: the optimizer's kernel has four arguments per
+ * parameter, looked up for each of its steps), or -1. */
+int tg_lkernel_arg(const tg_lkernel *lk, long node);
+
 /* Does the value vary along domain axis `axis` (its shape broadcast into dom)? */
 bool tg_varies(const tg_type *t, const tg_type *dom, int axis);
 

@@ -394,11 +394,16 @@ typedef struct c_ctx {
 
 static const char *c_decl(void *ctx, long node) {
   const c_ctx *x = ctx;
-  for (int i = 0; i < x->lk->n_args; i++)
-    if (x->lk->args[i] == node)
-      return tg_sprintf(x->a, "%s%s *restrict", x->lk->arg_written[i] ? "" : "const ",
-                        tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
-  return NULL;
+  int i = tg_lkernel_arg(x->lk, node);
+  if (i < 0) return NULL;
+  return tg_sprintf(x->a, "%s%s *restrict", x->lk->arg_written[i] ? "" : "const ",
+                    tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
+}
+
+/* One more place function f is called for (its comment lists them). */
+static void add_place(c_plan *P, int f, const char *place) {
+  tg_sb_printf(&P->fn[f].places, " *   %s\n", place);
+  P->fn[f].n_places++;
 }
 
 /* The function of text (named TGSELF), added if new; its index. */
@@ -426,8 +431,7 @@ static int add_fn(c_plan *P, const char *text, const char *place) {
   } else {
     tg_sb_free(&out);
   }
-  tg_sb_printf(&P->fn[f].places, " *   %s\n", place);
-  P->fn[f].n_places++;
+  add_place(P, f, place);
   return f;
 }
 
@@ -516,13 +520,15 @@ static void plan_functions(c_plan *P, const tg_program *p) {
     tg_sb_puts(&text, ") {\n");
     tg_shape_body(&text, &it[i].S, vary);
     tg_sb_puts(&text, "}\n");
+    /* one text for the whole group: canonicalised and hashed once */
+    int fn = add_fn(P, tg_sb_text(&text), place);
     for (int j = i; j < m; j++) {
       if (it[j].group != i) continue;
       const tg_lkernel *lj = &p->kernels[it[j].k];
-      const char *pj = j == i ? place : tg_sprintf(P->a, "%s (k%d %s \"%s\")", lj->steps[it[j].s].fn, lj->kernel,
-                                                   tg_kernel_kind_name(p->g->kernels[lj->kernel].kind),
-                                                   p->g->kernels[lj->kernel].name);
-      P->fn_of[it[j].k][it[j].s] = add_fn(P, tg_sb_text(&text), pj);
+      if (j != i)
+        add_place(P, fn, tg_sprintf(P->a, "%s (k%d %s \"%s\")", lj->steps[it[j].s].fn, lj->kernel,
+                                    tg_kernel_kind_name(p->g->kernels[lj->kernel].kind), p->g->kernels[lj->kernel].name));
+      P->fn_of[it[j].k][it[j].s] = fn;
       tg_sbuf args = {0};
       tg_shape_args(&args, &it[j].S, vary);
       P->call[it[j].k][it[j].s] = tg_strdup(P->a, tg_sb_text(&args));

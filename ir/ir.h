@@ -204,6 +204,8 @@ typedef struct tg_mem_plan {
   int64_t live_bytes;    /* the most bytes live at one kernel: no plan is smaller */
   int64_t sum_bytes;     /* every buffer its own memory: no reuse */
   int64_t persistent_bytes; /* leaves (params, inputs, state): not planned */
+  bool placed;           /* offsets and arena_bytes are set (passes.h:
+                          * tg_memplan_placed); lifetimes always are */
 } tg_mem_plan;
 
 /* Data-parallel schedule: the schedule pass (passes/schedule.c) groups the

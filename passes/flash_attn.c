@@ -255,12 +255,8 @@ static void replace(fa *F, tg_node *pv, const match *m) {
   o->name = pv->name;
   F->lse[pv->id] = lse;
   F->attn[pv->id] = o;
-  tg_graph *g = F->g;
-  for (int i = 0; i < g->n_nodes; i++)
-    for (int k = 0; k < g->nodes[i]->nin; k++)
-      if (g->nodes[i]->in[k] == pv) g->nodes[i]->in[k] = o;
-  for (int i = 0; i < g->n_outputs; i++)
-    if (g->outputs[i].node == pv) g->outputs[i].node = o;
+  /* pv's users are pointed at o in rebuild, all attentions in one walk
+   * over the graph (a walk per attention grows with depth squared) */
   F->uses[pv->id] = 0;
   /* q, k, v have new users; nodes this pass made (id -1) are not counted */
   const tg_node *qkv[3] = {m->q, m->k, m->v};
@@ -269,12 +265,20 @@ static void replace(fa *F, tg_node *pv, const match *m) {
   for (int i = 0; i < m->nchain; i++) F->candidate[m->chain[i]->id] = true;
 }
 
-/* Removes the candidates nobody uses any more (their inputs may then
- * become unused: walking backwards sees them after), puts each
- * replacement where its P @ v was, and renumbers. */
+/* Points every user of a replaced P @ v at its flash_attention, removes
+ * the candidates nobody uses any more (their inputs may then become
+ * unused: walking backwards sees them after), puts each replacement where
+ * its P @ v was, and renumbers. */
 static void rebuild(fa *F) {
   tg_graph *g = F->g;
   int n = g->n_nodes;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i]->nin; k++) {
+      const tg_node *in = g->nodes[i]->in[k];
+      if (in->id >= 0 && F->attn[in->id]) g->nodes[i]->in[k] = F->attn[in->id];
+    }
+  for (int i = 0; i < g->n_outputs; i++)
+    if (F->attn[g->outputs[i].node->id]) g->outputs[i].node = F->attn[g->outputs[i].node->id];
   bool *dead = tg_alloc(F->ctx->arena, (size_t)n + 1);
   for (int i = n - 1; i >= 0; i--) {
     const tg_node *x = g->nodes[i];

@@ -204,18 +204,26 @@ void tg_memplan_place(tg_mem_plan *p) {
   for (int b = 0; b < p->n_buffers; b++) p->buffers[b].bytes = align_up(p->buffers[b].bytes);
   p->arena_bytes = 0;
   place_all(p);
+  p->placed = true;
 }
 
-tg_mem_plan *tg_memplan_compute(tg_graph *g) {
+/* The buffers and their lifetimes, not yet placed. */
+static tg_mem_plan *plan_lifetimes(tg_graph *g) {
   tg_mem_plan *p = tg_alloc(g->arena, sizeof *p);
   find_buffers(g, p);
-  place_all(p);
   for (int b = 0; b < p->n_buffers; b++) p->sum_bytes += p->buffers[b].bytes;
   p->live_bytes = max_live(g, p);
   for (int i = 0; i < g->n_nodes; i++) {
     tg_op op = g->nodes[i]->op;
     if (op == TG_OP_param || op == TG_OP_input || op == TG_OP_state) p->persistent_bytes += bytes_of(g->nodes[i]);
   }
+  return p;
+}
+
+tg_mem_plan *tg_memplan_compute(tg_graph *g) {
+  tg_mem_plan *p = plan_lifetimes(g);
+  place_all(p);
+  p->placed = true;
   return p;
 }
 
@@ -325,7 +333,7 @@ static bool check_placement(const tg_graph *g, const tg_mem_plan *p, char *why, 
 }
 
 bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t whylen) {
-  return check_lifetimes(g, p, why, whylen) && check_placement(g, p, why, whylen);
+  return check_lifetimes(g, p, why, whylen) && (!p->placed || check_placement(g, p, why, whylen));
 }
 
 /* ---- the report ---------------------------------------------------------- */
@@ -368,11 +376,22 @@ static void report(FILE *out, const tg_graph *g, const tg_mem_plan *p) {
 void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *out) {
   if (!g->n_kernels && g->n_nodes)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan needs a fused graph (run the fuse pass first)");
-  tg_mem_plan *p = tg_memplan_compute(g);
+  tg_mem_plan *p = plan_lifetimes(g);
   char why[256];
   /* cheap next to the rest, and a broken plan is silent corruption later */
   if (!tg_memplan_check(g, p, why, sizeof why))
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan made a broken plan: %s", why);
   g->memplan = p;
-  if (out) report(out, g, p);
+  if (out) report(out, g, tg_memplan_placed(ctx, g));
+}
+
+const tg_mem_plan *tg_memplan_placed(tg_ctx *ctx, tg_graph *g) {
+  tg_mem_plan *p = g->memplan;
+  if (!p || p->placed) return p;
+  place_all(p);
+  p->placed = true;
+  char why[256];
+  if (!check_placement(g, p, why, sizeof why))
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan made a broken plan: %s", why);
+  return p;
 }

@@ -132,10 +132,18 @@ int tg_split_sums(tg_ctx *ctx, tg_graph *g);
 void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *report);
 
 /* memplan.c: plans the memory of the fused step's intermediates (ir.h:
- * tg_mem_plan) and stores the plan in g->memplan.  Runs after fuse.  When
- * report is not NULL, writes one line per buffer and the totals. */
+ * tg_mem_plan) and stores the plan in g->memplan.  Runs after fuse.  The
+ * lifetimes are found and checked here; the placement (offsets, arena
+ * size), which costs buffers squared, is made when asked for
+ * (tg_memplan_placed): the generated code places its own buffers
+ * (codegen's lowering), so emitting code never needs this one's offsets.
+ * When report is not NULL, places, and writes one line per buffer and the
+ * totals. */
 void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *report);
-/* The plan of a fused graph, made in g's arena; deterministic. */
+/* g->memplan placed (once) and its placement checked: the planned peak of
+ * g's intermediates, for the memory check before a run. */
+const tg_mem_plan *tg_memplan_placed(tg_ctx *ctx, tg_graph *g);
+/* The plan of a fused graph, placed, made in g's arena; deterministic. */
 tg_mem_plan *tg_memplan_compute(tg_graph *g);
 /* Places buffers whose node, lifetime and bytes are given (bytes rounded
  * up to the alignment here), by the same best fit: sets each offset and
@@ -143,9 +151,9 @@ tg_mem_plan *tg_memplan_compute(tg_graph *g);
  * it has chosen which values are recomputed). */
 void tg_memplan_place(tg_mem_plan *p);
 /* Whether a plan is sound for g: one buffer per kernel output, lifetimes
- * as the kernels say, every buffer aligned and inside the arena, and no two
- * buffers with overlapping lifetimes overlapping in memory.  On failure
- * writes why and returns false. */
+ * as the kernels say, and, once placed, every buffer aligned and inside the
+ * arena, and no two buffers with overlapping lifetimes overlapping in
+ * memory.  On failure writes why and returns false. */
 bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t whylen);
 /* "peak memory X (intermediates, planned) vs Y without reuse; parameters
  * and state Z", for reports (the fusion report's totals). */

@@ -326,7 +326,12 @@ static int64_t available_memory(const char **what) {
   return avail;
 }
 
-static int64_t arena_of(const tg_graph *g) { return g && g->memplan ? g->memplan->arena_bytes : 0; }
+/* The planned peak of g's intermediates (placed here: nothing before the
+ * memory check needs the offsets). */
+static int64_t arena_of(tg_ctx *ctx, tg_graph *g) {
+  const tg_mem_plan *p = g ? tg_memplan_placed(ctx, g) : NULL;
+  return p ? p->arena_bytes : 0;
+}
 
 /* The planned peak (the four graphs' arenas, and each parameter's value,
  * gradient accumulator, two moments and bf16 copy) against the memory the
@@ -335,9 +340,9 @@ static int64_t arena_of(const tg_graph *g) { return g && g->memplan ? g->memplan
 static void check_memory(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!strcmp(c->backend, "cuda")) return; /* device memory: the CUDA backend's own check */
-  int64_t fixed = arena_of(r->g_opt) + arena_of(r->g_sample);
+  int64_t fixed = arena_of(r->ctx, r->g_opt) + arena_of(r->ctx, r->g_sample);
   for (int i = 0; i < r->n_params; i++) fixed += r->params[i].numel * (int64_t)sizeof(float) * (r->params[i].copy ? 5 : 4);
-  int64_t per_batch = arena_of(r->g_grad) + arena_of(r->g_eval);
+  int64_t per_batch = arena_of(r->ctx, r->g_grad) + arena_of(r->ctx, r->g_eval);
   int64_t peak = fixed + per_batch;
   const char *what;
   int64_t avail = available_memory(&what);

@@ -35,6 +35,12 @@ static tg_graph *compile_step(tg_ctx *ctx, int n_defs, const char *const *defs) 
                          .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(ctx, g, &po);
   ck_assert_ptr_nonnull(g->memplan);
+  /* the pass finds and checks lifetimes; placing (buffers squared) waits
+   * until something asks for the offsets */
+  ck_assert(!g->memplan->placed);
+  ck_assert_int_gt(g->memplan->live_bytes, 0);
+  ck_assert_ptr_eq(tg_memplan_placed(ctx, g), g->memplan);
+  ck_assert(g->memplan->placed);
   ctx->bail = NULL; /* this frame's jmp_buf dies with it */
   return g;
 }
