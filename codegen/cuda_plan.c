@@ -150,11 +150,16 @@ static void matmul(builder *b, int kernel, const tg_gemm *G, int64_t ao, int64_t
   M->batch_count = (int)count;
   M->a_batch_stride = bs, M->b_batch_stride = as, M->c_batch_stride = cs;
   M->alpha = 1, M->beta = 0;
-  M->epilogue = G->gelu    ? "CUBLASLT_EPILOGUE_GELU_AUX_BIAS"
-                : G->dgelu ? "CUBLASLT_EPILOGUE_DGELU"
-                : G->bias >= 0 ? "CUBLASLT_EPILOGUE_BIAS"
-                               : "CUBLASLT_EPILOGUE_DEFAULT";
-  M->bias_node = G->bias;
+  /* a bias gradient summed from tg's a is summed from cuBLASLt's B (one
+   * per column of its D: tg's rows), from tg's b from cuBLASLt's A */
+  M->epilogue = G->gelu           ? "CUBLASLT_EPILOGUE_GELU_AUX_BIAS"
+                : G->dgelu        ? "CUBLASLT_EPILOGUE_DGELU"
+                : G->bias >= 0    ? "CUBLASLT_EPILOGUE_BIAS"
+                : G->bgrad < 0    ? "CUBLASLT_EPILOGUE_DEFAULT"
+                : G->bgrad_of_a   ? "CUBLASLT_EPILOGUE_BGRADB"
+                                  : "CUBLASLT_EPILOGUE_BGRADA";
+  M->bias_node = G->bgrad >= 0 ? G->bgrad : G->bias;
+  M->bias_written = G->bgrad >= 0;
   M->aux_node = G->gelu || G->dgelu ? G->aux : -1;
   M->aux_read = G->dgelu;
   M->aux_ld = G->gelu || G->dgelu ? G->ldc : 0;

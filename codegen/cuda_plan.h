@@ -51,9 +51,14 @@ typedef struct tg_cuda_matmul {
   int batch_count;          /* products in one call (1: none) */
   int64_t a_batch_stride, b_batch_stride, c_batch_stride; /* elements */
   double alpha, beta;       /* D = alpha op(A) op(B) + beta C; C is D */
-  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT", "..._BIAS", "..._GELU_AUX_BIAS" or "..._DGELU" */
+  const char *epilogue;     /* "CUBLASLT_EPILOGUE_DEFAULT", "..._BIAS", "..._GELU_AUX_BIAS",
+                             * "..._DGELU", "..._BGRADA" or "..._BGRADB" */
   int bias_node;            /* BIAS: the vector added to each column of tg's
-                             * C (each row of cuBLASLt's D), D's type; else -1 */
+                             * C (each row of cuBLASLt's D), D's type;
+                             * BGRADA/BGRADB: where the sums of op(A)'s rows
+                             * (m of them) or op(B)'s columns (n) over k are
+                             * written, D's type; else -1 */
+  bool bias_written;        /* BGRADA/BGRADB: bias_node is written, not read */
   int aux_node;             /* GELU_AUX_BIAS: where the GELU's input (product +
                              * bias) is stored, D's type, leading dim aux_ld;
                              * DGELU: where it is read from; else -1 */

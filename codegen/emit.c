@@ -174,7 +174,7 @@ static bool computed_here(const emitter *e, const tg_node *n) {
   if (e->p->remat[n->id]) return true; /* recomputed by every reader */
   if (n->kernel != e->lk->kernel) return false;
   int s = e->p->step_of[n->id];
-  return s == e->step || s < 0;
+  return s == e->step || s == -1; /* TG_STEP_ELSEWHERE: in memory already */
 }
 
 static bool in_memory(const emitter *e, const tg_node *n) {

@@ -190,6 +190,10 @@ typedef struct lowerer {
   int *bias_add;  /* per kernel: the bias add its GEMM computes (fold_bias), or -1 */
   int *gelu_out;  /* per kernel: the GELU of that add the GEMM computes, or -1 */
   int *dgelu_out; /* per kernel: product * gelu_grad(x) its GEMM computes (fold_dgelu), or -1 */
+  int *bgrad_out; /* per kernel: the bias gradient its GEMM writes (fold_bgrad), or -1 */
+  bool *bgrad_of_a; /* per kernel: ... summed from the GEMM's operand a (else b) */
+  int *writer;    /* per node: the kernel writing it when not its own (fold_bgrad), else -1 */
+  int *folded_into; /* per kernel: the kernel whose GEMM does its work (fold_bgrad), else -1 */
   bool *seen;     /* per node, false between uses (lower_kernel's waves) */
   struct ivec marked; /* the nodes cross_reads marked in seen, to clear */
 } lowerer;
@@ -352,6 +356,7 @@ static void multi_steps(lowerer *L, const tg_kernel *K) {
   int cur = -1;
   for (int i = 0; i < K->n_nodes; i++) {
     const tg_node *n = L->g->nodes[K->nodes[i]];
+    if (L->p->step_of[n->id] == TG_STEP_ELSEWHERE) continue; /* a GEMM wrote it (fold_bgrad) */
     if (is_reduction(n)) {
       int s = new_step(L, TG_STEP_NEST);
       own(L, s, n->id);
@@ -501,8 +506,8 @@ static void gemm_step(lowerer *L, const tg_node *mm) {
   tg_gemm *G = &L->steps[s].gemm;
   G->node = mm->id;
   G->out = mm->id;
-  G->bias = G->aux = -1;
-  G->gelu = G->dgelu = false;
+  G->bias = G->aux = G->bgrad = -1;
+  G->gelu = G->dgelu = G->bgrad_of_a = false;
   G->after = pa > pb ? pa : pb;
   const tg_type *at = &a->type, *bt = &b->type, *ct = &mm->type;
   /* f32, or bf16 operands and result with f32 accumulation (the precision
@@ -576,6 +581,7 @@ static int cross_reads(lowerer *L, int s, const tg_node *n, int kernel, bool *se
   seen[b->id] = true;
   push(&L->marked, b->id);
   int o = L->p->step_of[b->id];
+  if (o == TG_STEP_ELSEWHERE) return wave; /* in memory before the kernel starts */
   if (o >= 0 && o != s) {
     L->stored[b->id] = true;
     return L->steps[o].wave + 1 > wave ? L->steps[o].wave + 1 : wave;
@@ -818,6 +824,86 @@ static void fold_dgelu(lowerer *L) {
   free(readers);
 }
 
+/* Whether operand x of a matmul is the [rows, C] matrix of contiguous
+ * value y ([..., C], its leading axes flattened into rows), or, transposed
+ * (as the operand a), its [C, rows] transpose. */
+static bool rows_of(const lowerer *L, const tg_node *x, const tg_node *y, bool transposed) {
+  tg_layout lay;
+  const tg_type *t = &x->type, *yt = &y->type;
+  if (t->rank != 2 || yt->rank < 2 || !L->stored[y->id] || L->p->remat[y->id] || L->p->order[y->id]) return false;
+  /* y is stored, but replan has not placed it yet: its layout as if it were */
+  tg_storage was = L->p->store[y->id];
+  L->p->store[y->id].place = TG_PLACE_ARENA;
+  bool strided = tg_layout_of(L->p, x, &lay);
+  L->p->store[y->id] = was;
+  if (!strided || lay.base != y->id || lay.offset != 0) return false;
+  int64_t c = yt->dim[yt->rank - 1].size, rows = tg_type_numel(yt) / c;
+  int r = transposed ? 1 : 0; /* the axis of x that runs over y's rows */
+  return t->dim[r].size == rows && t->dim[1 - r].size == c && lay.stride[r] == c && lay.stride[1 - r] == 1;
+}
+
+/* For the GPU: a bias's gradient is the sum of dY over every row, which
+ * split_sums made two sums (over T in a reduce kernel of its own, then over
+ * B among the small sums before the optimizer).  The weight's gradient,
+ * Xᵀ dY, is a GEMM contracting the same dY over the same rows; cuBLASLt's
+ * BGRADA/BGRADB epilogue sums the operand's columns over k as the GEMM
+ * reads them.  So that GEMM writes the bias gradient, the reduce kernel
+ * has nothing left to do (no launch; it read all of dY: 25 to 100 MB a
+ * layer of GPT-2 at B=16), and the stage-2 sum is marked written elsewhere
+ * (TG_STEP_ELSEWHERE): its kernel skips it and reads it from memory.  The
+ * GEMM sums in f32 and rounds once, where the graph rounds the stage-1
+ * sums to dY's type first: closer to the exact sum, a bf16 ulp or so from
+ * the CPU's. */
+static void fold_bgrad(lowerer *L) {
+  const tg_graph *g = L->g;
+  int *readers = count_readers(g);
+  /* per base value: the weight-gradient matmul kernel contracting it over
+   * its rows (as b, or transposed as a), -1 none, -2 more than one */
+  int *wgrad = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *wgrad);
+  bool *as_a = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  for (int i = 0; i < g->n_nodes; i++) wgrad[i] = -1;
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    if (K->kind != TG_KERNEL_MATMUL || K->n_nodes != 1 || L->bias_add[k] >= 0 || L->dgelu_out[k] >= 0) continue;
+    const tg_node *mm = g->nodes[K->nodes[0]];
+    if (mm->op != TG_OP_matmul || mm->phase == TG_PHASE_FORWARD || mm->type.rank != 2) continue;
+    for (int j = 0; j < 2; j++) {
+      const tg_node *y = tg_kernel_base(mm->in[j]);
+      if (tg_ops[y->op].kind == TG_KIND_LEAF || !rows_of(L, mm->in[j], y, j == 0)) continue;
+      wgrad[y->id] = wgrad[y->id] == -1 ? k : -2;
+      as_a[y->id] = j == 0;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *s2 = g->nodes[i];
+    if (s2->op != TG_OP_sum || s2->kernel < 0 || g->kernels[s2->kernel].kind != TG_KERNEL_MULTI) continue;
+    const tg_node *s1 = s2->in[0];
+    if (s1->op != TG_OP_sum || s1->kernel < 0 || readers[s1->id] != 1) continue;
+    const tg_kernel *R = &g->kernels[s1->kernel];
+    if (R->kind != TG_KERNEL_REDUCE || R->n_nodes != 1) continue;
+    const tg_node *y = s1->in[0];
+    const tg_type *yt = &y->type;
+    if (tg_is_view(y) || yt->rank < 2 || wgrad[y->id] < 0 || y->type.dtype != s2->type.dtype) continue;
+    /* together the two sums cover every axis of y but the last */
+    uint32_t all = (1u << (yt->rank - 1)) - 1;
+    if ((s1->axes | s2->axes) != all || (s1->axes & s2->axes)) continue;
+    const tg_node *mm = g->nodes[g->kernels[wgrad[y->id]].nodes[0]];
+    if (mm->type.dtype != y->type.dtype || L->bgrad_out[wgrad[y->id]] >= 0) continue;
+    /* the GEMM runs before anything reads the gradient: the stage-2 sum's
+     * kernel comes after it (split_sums moves it to the backward's end) */
+    if (wgrad[y->id] >= s2->kernel) continue;
+    L->bgrad_out[wgrad[y->id]] = s2->id;
+    L->bgrad_of_a[wgrad[y->id]] = as_a[y->id];
+    L->writer[s2->id] = wgrad[y->id];
+    L->p->step_of[s2->id] = TG_STEP_ELSEWHERE;
+    L->stored[s1->id] = false;
+    L->folded_into[s1->kernel] = wgrad[y->id];
+  }
+  free(readers);
+  free(wgrad);
+  free(as_a);
+}
+
 /* ---- the arena ----------------------------------------------------------- */
 
 /* Notes that kernel k loads what x stands for: x itself when it is in
@@ -844,7 +930,7 @@ static void replan(lowerer *L) {
   for (int i = 0; i < g->n_nodes; i++) last[i] = -1;
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *r = g->nodes[i];
-    if (r->kernel < 0) continue;
+    if (r->kernel < 0 || L->writer[i] >= 0) continue; /* a GEMM's epilogue loads nothing */
     for (int j = 0; j < r->nin; j++) note_load(L, r->in[j], r->kernel, last);
   }
   for (int o = 0; o < g->n_outputs; o++) last[tg_kernel_base(g->outputs[o].node)->id] = g->n_kernels;
@@ -853,7 +939,8 @@ static void replan(lowerer *L) {
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
     if (n->kernel < 0 || !L->stored[i] || n->op == TG_OP_assign || last[i] < 0) continue;
-    plan->buffers[plan->n_buffers++] = (tg_buffer){.node = i, .first = n->kernel, .last = last[i], .bytes = value_bytes(n)};
+    int first = L->writer[i] >= 0 ? L->writer[i] : n->kernel;
+    plan->buffers[plan->n_buffers++] = (tg_buffer){.node = i, .first = first, .last = last[i], .bytes = value_bytes(n)};
   }
   tg_memplan_place(plan);
   for (int b = 0; b < plan->n_buffers; b++) plan->sum_bytes += plan->buffers[b].bytes;
@@ -875,6 +962,11 @@ static void lower_kernel(lowerer *L, int k) {
     for (int i = 0; i < K->n_nodes && !mm; i++)
       if (g->nodes[K->nodes[i]]->op == TG_OP_matmul) mm = g->nodes[K->nodes[i]];
     gemm_step(L, mm);
+    if (L->bgrad_out[k] >= 0) {
+      /* the bias gradient is the GEMM's too (fold_bgrad) */
+      L->steps[L->n_steps - 1].gemm.bgrad = L->bgrad_out[k];
+      L->steps[L->n_steps - 1].gemm.bgrad_of_a = L->bgrad_of_a[k];
+    }
     if (L->bias_add[k] >= 0) {
       /* product + bias is the GEMM's (fold_bias): no epilogue */
       tg_step *st = &L->steps[L->n_steps - 1];
@@ -967,6 +1059,7 @@ static void lower_kernel(lowerer *L, int k) {
   }
   tg_lkernel *lk = &L->p->kernels[k];
   lk->kernel = k;
+  lk->folded_into = L->folded_into[k];
   lk->n_steps = L->n_steps;
   lk->n_waves = n_waves;
   lk->steps = tg_alloc(L->arena, sizeof(tg_step) * (size_t)L->n_steps);
@@ -1100,9 +1193,12 @@ static void kernel_args(lowerer *L, int k, bool *r, bool *w) {
   const tg_kernel *K = &g->kernels[k];
   for (int j = 0; j < K->n_nodes; j++) {
     const tg_node *n = g->nodes[K->nodes[j]];
+    if (L->writer[n->id] >= 0) continue; /* another kernel's GEMM writes it */
     if (L->stored[n->id]) w[n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id] = true;
     for (int x = 0; x < n->nin; x++) arg_of(L, n->in[x], r);
   }
+  for (int s = 0; s < lk->n_steps; s++)
+    if (lk->steps[s].kind == TG_STEP_GEMM && lk->steps[s].gemm.bgrad >= 0) w[lk->steps[s].gemm.bgrad] = true;
   /* a copy of a view for a matmul: written by its nest, read by the gemm */
   for (int s = 0; s < lk->n_steps; s++)
     if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) r[lk->steps[s].node] = w[lk->steps[s].node] = true;
@@ -1113,8 +1209,10 @@ static void kernel_args(lowerer *L, int k, bool *r, bool *w) {
     push(&cand, n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id);
     for (int x = 0; x < n->nin; x++) arg_candidates(L, n->in[x], &cand);
   }
-  for (int s = 0; s < lk->n_steps; s++)
+  for (int s = 0; s < lk->n_steps; s++) {
     if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) push(&cand, lk->steps[s].node);
+    if (lk->steps[s].kind == TG_STEP_GEMM && lk->steps[s].gemm.bgrad >= 0) push(&cand, lk->steps[s].gemm.bgrad);
+  }
   if (cand.n) qsort(cand.v, (size_t)cand.n, sizeof *cand.v, by_int);
   ivec args = {0};
   for (int c = 0; c < cand.n; c++)
@@ -1180,12 +1278,18 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   L.bias_add = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.bias_add);
   L.gelu_out = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.gelu_out);
   L.dgelu_out = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.dgelu_out);
-  for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = L.dgelu_out[k] = -1;
+  L.bgrad_out = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.bgrad_out);
+  L.bgrad_of_a = tg_xcalloc((size_t)g->n_kernels + 1, 1);
+  L.writer = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *L.writer);
+  L.folded_into = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.folded_into);
+  for (int k = 0; k < g->n_kernels; k++) L.folded_into[k] = -1;
+  for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = L.dgelu_out[k] = L.bgrad_out[k] = -1;
+  for (int i = 0; i < g->n_nodes; i++) L.writer[i] = -1;
   if (remat) find_remat(&L);
   /* leaves' places, for fold_bias's layouts (set again below) */
   for (int i = 0; i < g->n_nodes; i++)
     if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
-  if (remat) fold_bias(&L), fold_dgelu(&L);
+  if (remat) fold_bias(&L), fold_dgelu(&L), fold_bgrad(&L);
   replan(&L);
   /* leaves first: flash and gemm steps read their layouts while lowering */
   for (int i = 0; i < g->n_nodes; i++)
@@ -1207,6 +1311,10 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.bias_add);
   free(L.gelu_out);
   free(L.dgelu_out);
+  free(L.bgrad_out);
+  free(L.bgrad_of_a);
+  free(L.writer);
+  free(L.folded_into);
   free(L.sweep_of);
   return p;
 }

@@ -83,6 +83,12 @@ typedef struct tg_gemm {
   bool gelu;              /* out = GELU(product + bias), tanh form (GELU_AUX_BIAS) */
   bool dgelu;             /* out = product * gelu_grad(aux), GELU's backward (DGELU);
                            * aux is read, the output's shape and leading dim */
+  int bgrad;              /* where the GEMM also writes the sums over k of one
+                           * operand's columns (a bias's gradient: cuBLASLt's
+                           * BGRADA or BGRADB; lower.c, fold_bgrad), or -1 */
+  bool bgrad_of_a;        /* that operand is a (summed over its columns k, one
+                           * sum per row of the product); else b (one sum per
+                           * column) */
   int after;              /* the last step copying an operand to scratch, or -1 */
   int64_t m, n, k;        /* per product */
   int64_t batch;          /* products (1 when the batch folds into m) */
@@ -96,6 +102,9 @@ typedef struct tg_gemm {
   int64_t batch_dims[TG_MAX_RANK];
   int64_t a_bstride[TG_MAX_RANK], b_bstride[TG_MAX_RANK], c_bstride[TG_MAX_RANK];
 } tg_gemm;
+
+/* tg_program.step_of of a value an earlier kernel's GEMM writes. */
+enum { TG_STEP_ELSEWHERE = -2 };
 
 typedef enum tg_step_kind { TG_STEP_NEST, TG_STEP_GEMM, TG_STEP_FLASH_FWD, TG_STEP_FLASH_BWD, TG_STEP_SCATTER } tg_step_kind;
 
@@ -119,6 +128,9 @@ typedef struct tg_lkernel {
   int *args, n_args;      /* every base value the kernel reads or writes, in order */
   bool *arg_read;         /* per arg: the kernel reads it */
   bool *arg_written;      /* per arg: the kernel writes it */
+  int folded_into;        /* -1, or the kernel whose GEMM computes what this
+                           * one's ops did (a bias gradient's sum: lower.c,
+                           * fold_bgrad); this one then has no steps */
 } tg_lkernel;
 
 typedef struct tg_program {
@@ -133,7 +145,9 @@ typedef struct tg_program {
                            * for a [B, H, T, D] value, so that the heads side
                            * by side are a plain [B·T, C] matrix) */
   int *step_of;           /* per graph position: the step computing it in its
-                           * kernel, or -1 (leaves, views, inlined values) */
+                           * kernel, or -1 (leaves, views, inlined values), or
+                           * TG_STEP_ELSEWHERE: in memory, written by an
+                           * earlier kernel's GEMM (tg_gemm.bgrad) */
   tg_lkernel *kernels;
   int n_kernels;
   int *leaves, n_leaves;  /* graph positions of input/param/state leaves */

@@ -302,6 +302,36 @@ static void epilogue_code(FILE *out, const tg_program *p, const tg_gemm *G, cons
   fprintf(out, "        (%s)[i * %lld + j] = %s;\n      }\n", c, (long long)G->ldc, bf16 ? "tg_bf16_store(u)" : "u");
 }
 
+/* BGRADA/BGRADB (lower.c, fold_bgrad): the bias gradient, the summed
+ * operand's sums over k (a's per row, b's per column), accumulated in f32
+ * in order of k and rounded once, as the GPU's GEMM writes it.  Only a
+ * GPU's lowering folds these; the CPU backend runs it in a test of that
+ * lowering. */
+static void bgrad_code(FILE *out, const tg_program *p, const tg_gemm *G, const char *a, const char *b) {
+  const tg_graph *g = p->g;
+  bool of_a = G->bgrad_of_a;
+  long long sums = of_a ? G->m : G->n, ld = of_a ? G->lda : G->ldb;
+  bool trans = of_a ? G->trans_a : G->trans_b;
+  /* a is [m, k] row-major (k along a row) unless stored transposed; b is
+   * [k, n] (k down a column) unless stored transposed */
+  bool k_inner = of_a != trans;
+  const char *operand = of_a ? a : b;
+  bool in_bf16 = g->nodes[of_a ? G->a.base : G->b.base]->type.dtype == TG_BF16;
+  bool out_bf16 = g->nodes[G->bgrad]->type.dtype == TG_BF16;
+  char at[64];
+  if (k_inner) snprintf(at, sizeof at, "s * %lld + k", ld);
+  else snprintf(at, sizeof at, "k * %lld + s", ld);
+  fprintf(out, "    /* %%%d: the bias gradient, the sums over k of %s's %s */\n", G->bgrad, of_a ? "a" : "b",
+          of_a ? "rows" : "columns");
+  fprintf(out, "    float *const sums = tg_scratch_floats(%lld);\n", sums);
+  fprintf(out, "    for (tg_idx s = 0; s < %lld; s++) sums[s] = 0;\n", sums);
+  fprintf(out, "    for (tg_idx k = 0; k < %lld; k++)\n      for (tg_idx s = 0; s < %lld; s++)\n", (long long)G->k, sums);
+  fprintf(out, "        sums[s] += %s((%s)[%s]);\n", in_bf16 ? "tg_bf16_load" : "", operand, at);
+  fprintf(out, "    for (tg_idx s = 0; s < %lld; s++) b%d[s] = %s;\n", sums, G->bgrad,
+          out_bf16 ? "tg_bf16_store(sums[s])" : "sums[s]");
+  fprintf(out, "    free(sums);\n");
+}
+
 /* A matmul: one BLAS call per product (the batch, when it does not fold
  * into m, is a loop over the products' offsets).  bf16 operands go to
  * OpenBLAS's bf16 GEMM where the library has one (cblas_sbgemm, linked
@@ -326,6 +356,7 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   snprintf(a, sizeof a, "b%d + ao", G->a.base);
   snprintf(b, sizeof b, "b%d + bo", G->b.base);
   snprintf(c, sizeof c, "b%d + co", G->out);
+  if (G->bgrad >= 0) bgrad_code(out, p, G, a, b);
   bool epilogue = G->bias >= 0 || G->dgelu;
   if (!bf16 && !epilogue) {
     fprintf(out, "    {\n");

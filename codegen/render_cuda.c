@@ -113,7 +113,8 @@ static void cublaslt_json(FILE *out, const tg_cuda_matmul *M) {
           (long long)M->n, (long long)M->ldc, (long long)M->a_offset, (long long)M->b_offset, (long long)M->c_offset,
           M->batch_count, (long long)M->a_batch_stride, (long long)M->b_batch_stride, (long long)M->c_batch_stride,
           M->alpha, M->beta, M->epilogue, (long long)M->workspace_bytes);
-  if (M->bias_node >= 0) fprintf(out, ", \"bias\": \"b%d\"", M->bias_node);
+  if (M->bias_node >= 0)
+    fprintf(out, ", \"bias\": \"b%d\"%s", M->bias_node, M->bias_written ? ", \"bias_written\": true" : "");
   if (M->aux_node >= 0) fprintf(out, ", \"aux\": \"b%d\", \"aux_ld\": %lld", M->aux_node, (long long)M->aux_ld);
   fprintf(out, "}}");
 }
@@ -138,6 +139,7 @@ static void kernel_head(FILE *out, const tg_program *p, const tg_lkernel *lk, co
   fprintf(out, "%s\n    {\"kernel\": \"k%d\", \"name\": ", lk->kernel ? "," : "", lk->kernel);
   json_str(out, K->name);
   fprintf(out, ", \"kind\": \"%s\"", tg_kernel_kind_name(K->kind));
+  if (lk->folded_into >= 0) fprintf(out, ", \"folded_into\": \"k%d\"", lk->folded_into);
   if (where) {
     fprintf(out, ", \"where\": ");
     json_str(out, where);

@@ -112,7 +112,9 @@ static void matmul(const tg_cuda_op *op, tg_launch_traffic *L) {
                   operand_bytes(M->b_rows, M->b_cols, M->b_type, batch, M->b_batch_stride);
   int64_t c = M->m * M->n * tg_dtype_size(M->c_type) * batch;
   L->bytes_written = c;
-  if (M->bias_node >= 0) L->bytes_read += M->m * tg_dtype_size(M->c_type); /* the bias vector, once */
+  if (M->bias_written) /* BGRADA/BGRADB: a sum per row of cuBLASLt's D (A's) or per column (B's) */
+    L->bytes_written += (strcmp(M->epilogue, "CUBLASLT_EPILOGUE_BGRADB") ? M->m : M->n) * tg_dtype_size(M->c_type);
+  else if (M->bias_node >= 0) L->bytes_read += M->m * tg_dtype_size(M->c_type); /* the bias vector, once */
   if (M->aux_node >= 0 && M->aux_read) L->bytes_read += c;                  /* DGELU: the GELU's input */
   else if (M->aux_node >= 0) L->bytes_written += c;                          /* GELU_AUX_BIAS: the GELU's input */
   if (M->beta != 0) L->bytes_read += c;

@@ -236,6 +236,67 @@ START_TEST(test_gelu_backward_in_the_gemm) {
 }
 END_TEST
 
+/* A bias's gradient in the GEMM of its weight's: y = x @ w + b over
+ * x [4, 64, 64] (B, T, C), z = y @ w2, loss = sum(z * z * t).  dy = dz
+ * w2ᵀ is a GEMM's; the bias gradient is dy summed over B and T
+ * (split_sums: over T in a reduce kernel of its own, then over B before
+ * the end); the weight's gradient xᵀ dy contracts the same dy over the
+ * same 256 rows, so that GEMM writes the bias gradient too
+ * (BGRADA: dy is cuBLASLt's A, one sum per row of its D): it reads x
+ * (256·64·4 = 65536 B) and dy (256·32·4 = 32768 B) and writes dw
+ * (64·32·4 = 8192 B) and db (32·4 = 128 B); no launch writes db or sums
+ * dy over T. */
+START_TEST(test_bias_gradient_in_the_gemm) {
+  static const char *const model = "config {\n  B = 4\n  T = 64\n  C = 64\n  K = 32\n}\n"
+                                   "input x: f32[B, T, C]\n"
+                                   "input t: f32[B, T, 16]\n"
+                                   "param w: [C, K] = normal(0.02)\n"
+                                   "param b: [K] = zeros\n"
+                                   "param w2: [K, 16] = normal(0.02)\n"
+                                   "z = (x @ w + b) @ w2\n"
+                                   "output loss = sum(z * z * t)\n";
+  tg_ctx *c = tu_ctx();
+  tg_traffic *t = count_ex(c, model, TG_PRECISION_F32, true, true);
+  int bgrad = -1;
+  for (int i = 0; i < t->n; i++) {
+    const tg_cuda_op *op = op_of(t, i);
+    if (op->kind == TG_CUDA_MATMUL && op->matmul.bias_written) {
+      ck_assert_int_eq(bgrad, -1);
+      bgrad = i;
+    }
+  }
+  ck_assert_int_ge(bgrad, 0);
+  const tg_cuda_matmul *M = &op_of(t, bgrad)->matmul;
+  ck_assert_str_eq(M->epilogue, "CUBLASLT_EPILOGUE_BGRADA");
+  ck_assert_int_eq(M->m, 32); /* one sum per output column of tg's product */
+  ck_assert_int_eq(M->k, 256);
+  ck_assert_int_eq(t->launch[bgrad].bytes_read, 65536 + 32768);
+  ck_assert_int_eq(t->launch[bgrad].bytes_written, 8192 + 128);
+  const tg_graph *g = t->plan->p->g;
+  ck_assert_int_eq(g->nodes[M->bias_node]->type.rank, 3); /* the [1, 1, K] stage-2 sum */
+  for (int i = 0; i < t->n; i++) {
+    const tg_cuda_op *op = op_of(t, i);
+    if (op->kind != TG_CUDA_LAUNCH) continue;
+    for (int a = 0; a < op->launch.n_args; a++) {
+      const tg_cuda_arg *arg = &op->launch.args[a];
+      const tg_node *n = g->nodes[arg->node];
+      ck_assert_msg(!(arg->written && arg->node == M->bias_node), "%s writes the bias gradient", op->launch.function);
+      /* the stage-1 sum, [B, 1, K], is not made */
+      ck_assert_msg(!(arg->written && n->op == TG_OP_sum && n->type.rank == 3 && n->type.dim[0].size == 4 &&
+                      n->type.dim[1].size == 1),
+                    "%s still sums dy over T", op->launch.function);
+    }
+  }
+  tu_ctx_free(c);
+  /* the CPU's lowering keeps the two sums */
+  c = tu_ctx();
+  t = count_ex(c, model, TG_PRECISION_F32, false, true);
+  for (int i = 0; i < t->n; i++)
+    if (op_of(t, i)->kind == TG_CUDA_MATMUL) ck_assert(!op_of(t, i)->matmul.bias_written);
+  tu_ctx_free(c);
+}
+END_TEST
+
 static tg_traffic *layernorm(tg_ctx *c, int rows, int cols) {
   char text[512];
   snprintf(text, sizeof text,
@@ -338,6 +399,7 @@ int main(void) {
   tcase_add_test(t, test_bias_in_the_gemm);
   tcase_add_test(t, test_gelu_in_the_gemm);
   tcase_add_test(t, test_gelu_backward_in_the_gemm);
+  tcase_add_test(t, test_bias_gradient_in_the_gemm);
   tcase_add_test(t, test_gpt2_step);
   tcase_add_test(t, test_serial_sum_is_flagged);
   tcase_add_test(t, test_report_lines);

@@ -470,6 +470,8 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   int32_t ta = M->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = M->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   uint32_t epi = M->aux_node >= 0 && M->aux_read ? CUBLASLT_EPILOGUE_DGELU
                  : M->aux_node >= 0             ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                 : M->bias_written              ? (strcmp(M->epilogue, "CUBLASLT_EPILOGUE_BGRADB") ? CUBLASLT_EPILOGUE_BGRADA
+                                                                                                   : CUBLASLT_EPILOGUE_BGRADB)
                  : M->bias_node >= 0            ? CUBLASLT_EPILOGUE_BIAS
                                                 : CUBLASLT_EPILOGUE_DEFAULT;
   LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
