@@ -24,6 +24,12 @@
  *                on [rows..., C] or [rows..., 1] (layernorm, softmax,
  *                cross-entropy and their backward); an elementwise kernel
  *                becomes a row kernel when such a reduction reads its domain.
+ *                It also takes column sums over groups of its rows (a sum
+ *                over axis 1 of [rows/G, G, C], a reshape of a value of its
+ *                domain: split_sums.c's row groups, layernorm's dγ and dβ),
+ *                which make it a row-group kernel (a GPU block walks G rows
+ *                and keeps each column's running sum); nothing in it may
+ *                read those sums.
  *   reduce       reductions over leading axes (bias and layernorm weight
  *                gradients) with their elementwise prologue; nothing may
  *                read the sums in the same kernel (they are complete only
@@ -209,8 +215,19 @@ static const char *elementwise_join(fuser *f, const tg_node *n, int k) {
   return "a different kind of op";
 }
 
+/* A column sum over groups of a row kernel's rows: a sum over axis 1 of a
+ * reshape of a [R0, R1, C] value of the domain to [R0·R1/G, G, C]. */
+static bool group_sum(const tg_node *n, const tg_type *dom) {
+  if (n->op != TG_OP_sum || n->axes != 2u || n->in[0]->op != TG_OP_reshape) return false;
+  const tg_type *g = &n->in[0]->type, *x = &n->in[0]->in[0]->type;
+  if (!tg_type_same_shape(x, dom) || x->rank != 3 || g->rank != 3) return false; /* rows [R0, R1]: the outer points */
+  return g->dim[2].size == x->dim[2].size && g->dim[0].size * g->dim[1].size == x->dim[0].size * x->dim[1].size;
+}
+
 static const char *row_join(const fuser *f, const tg_node *n, int k) {
   const kstate *K = &f->ks[k];
+  if (reads_barrier(f, n, k)) return "it reads the kernel's column sums, complete only when the kernel ends";
+  if (group_sum(n, &K->dom)) return NULL;
   if (is_elementwise(n))
     return fits(&n->type, &K->dom) ? NULL : "its shape is not [rows..., C] or [rows..., 1] of the row kernel";
   if (n->op == TG_OP_sum || n->op == TG_OP_max) {
@@ -395,7 +412,8 @@ static void place_free(fuser *f) {
 static void mark_barrier(fuser *f, const tg_node *n) {
   tg_kernel_kind kind = f->g->kernels[n->kernel].kind;
   bool across = (n->op == TG_OP_sum || n->op == TG_OP_max) &&
-                (kind == TG_KERNEL_REDUCE || kind == TG_KERNEL_MULTI);
+                (kind == TG_KERNEL_REDUCE || kind == TG_KERNEL_MULTI ||
+                 (kind == TG_KERNEL_ROW && group_sum(n, &f->ks[n->kernel].dom)));
   f->barrier[n->id] = across || reads_barrier(f, n, n->kernel);
 }
 
