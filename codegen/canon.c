@@ -70,11 +70,11 @@ static bool tok_is(const tok *t, const char *s) { return (int)strlen(s) == t->n 
 
 /* A name made from a graph number: b<N> (a buffer), t<N> and t<N>_<L> (a
  * value, a lane of it), r<N> (a row cache register array), acc<N> (a
- * sum).  Returns the prefix's length and sets *num and *rest (what follows
+ * sum), col<N> (a row-group nest's column sums).  Returns the prefix's length and sets *num and *rest (what follows
  * the number), or 0. */
 static int numbered(const tok *t, long *num, int *rest) {
-  static const char *const prefixes[] = {"acc", "b", "t", "r"};
-  for (int i = 0; i < 4; i++) {
+  static const char *const prefixes[] = {"acc", "col", "b", "t", "r"};
+  for (int i = 0; i < 5; i++) {
     int pl = (int)strlen(prefixes[i]);
     if (t->n <= pl || strncmp(t->s, prefixes[i], (size_t)pl) || !isdigit((unsigned char)t->s[pl])) continue;
     int e = pl;

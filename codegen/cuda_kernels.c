@@ -211,6 +211,18 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu) * %d + (threadIdx.x %% %d);\n"
                  "    const int tg_rg = threadIdx.x / %d;\n    {\n      (void)o;\n",
             first, TG_COLUMN_TILE, TG_COLUMN_TILE, TG_COLUMN_TILE);
+  } else if (tg_cuda_is_reduction_nest(st) && N->group > 1) {
+    /* a row group: the block walks N->group rows; each thread keeps the
+     * running column sums of the points j it owns in every row (shared
+     * memory, indexed by j: no other thread touches them) */
+    fprintf(out, "    const tg_idx tg_g = (tg_idx)(blockIdx.x - %lldu);\n", first);
+    for (int k = 0; k < N->n_colsum; k++)
+      fprintf(out, "    TG_SHARED(float, col%d, %lld);\n"
+                   "    for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) col%d[j] = 0.0f;\n",
+              N->colsum[k], (long long)N->inner_count, (long long)N->inner_count, N->colsum[k]);
+    fprintf(out, "    for (tg_idx tg_r = 0; tg_r < %lld; tg_r++) {\n"
+                 "    const tg_idx o = tg_g * %lld + tg_r;\n    {\n      (void)o;\n",
+            (long long)N->group, (long long)N->group);
   } else if (tg_cuda_is_reduction_nest(st)) {
     fprintf(out, "    const tg_idx o = (tg_idx)(blockIdx.x - %lldu);\n    {\n      (void)o;\n", first);
   } else {
@@ -252,6 +264,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
       if (R->is_max) fprintf(out, "        acc%d = tg_max2(acc%d, %s);\n", R->node, R->node, R->value);
       else fprintf(out, "        acc%d += %s;\n", R->node, R->value);
     }
+    for (int r = 0; r < sg->n_col; r++) fprintf(out, "        col%d[j] += %s;\n", sg->col[r].node, sg->col[r].value);
     fprintf(out, red && regs ? "      }}\n" : "      }\n");
     for (int r = 0; r < sg->n_red; r++)
       fprintf(out, "      const float t%d = %s(tg_%s_%s(acc%d));\n", sg->red[r].node, sg->red[r].round,
@@ -263,6 +276,11 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     fprintf(out, "      }\n");
   }
   fprintf(out, "    }\n");
+  if (N->group > 1 && red) {
+    fprintf(out, "    }\n    for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
+    print_code(out, c.col_store, "      ");
+    fprintf(out, "    }\n");
+  }
   tg_nest_code_free(&c);
 }
 

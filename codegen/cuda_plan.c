@@ -32,7 +32,7 @@ long long tg_cuda_step_blocks(const tg_step *st) {
     return (st->table_rows + rows - 1) / rows;
   }
   if (tg_cuda_column_nest(st)) return N->outer_count / TG_COLUMN_TILE;
-  if (tg_cuda_is_reduction_nest(st)) return N->outer_count;
+  if (tg_cuda_is_reduction_nest(st)) return N->group > 1 ? N->outer_count / N->group : N->outer_count;
   long long points = N->outer_count * N->inner_count / tg_nest_vec_width(st, TG_DIALECT_CUDA);
   return (points + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
 }

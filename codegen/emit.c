@@ -828,6 +828,16 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
         tg_sb_free(&g);
         red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype), narrow_round(rn->type.dtype)};
       }
+      /* a row-group nest's column sums folded in this sweep (lower.h) */
+      int n_col = 0;
+      for (int k = 0; k < N->n_colsum; k++) n_col += N->colsum_sweep[k] == w + 1;
+      tg_reduction *col = n_col ? calloc((size_t)n_col, sizeof *col) : NULL;
+      for (int k = 0, m = 0; k < N->n_colsum; k++) {
+        if (N->colsum_sweep[k] != w + 1) continue;
+        const tg_node *cn = p->g->nodes[N->colsum[k]], *x = cn->in[0]->in[0];
+        val v = value_at(&e, x, canon(&e, &x->type), 2);
+        col[m++] = (tg_reduction){cn->id, false, v.s, tg_compute_ctype(cn->type.dtype), narrow_round(cn->type.dtype)};
+      }
       for (e.lane = 0; e.lane < e.vec; e.lane++) {
         if (e.lane) memo_clear(&e, 2);
         for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2, &e.buf[2]);
@@ -839,7 +849,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
       char *body = tg_sb_take(&e.buf[2]);
       flush_outer(&e, out);
       e.seg_of_sweep[w + 1] = out->n_seg;
-      push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce});
+      push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce, .col = col, .n_col = n_col});
       for (int r = 0; r < S->n_reduce; r++) memo_set(&e, 1, S->reduce[r], tg_sprintf(e.arena, "t%d", S->reduce[r]));
     }
     e.in_loop = false;
@@ -849,6 +859,15 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
     for (int k = 0; k < N->n_post; k++) store(&e, p->g->nodes[N->post[k]], 1, &post);
     flush_outer(&e, out);
     out->post_only = tg_sb_take(&post);
+    /* a row-group nest's column sums, once per group at [tg_g, j] */
+    tg_sbuf cs = {0};
+    for (int k = 0; k < N->n_colsum; k++) {
+      const tg_node *cn = p->g->nodes[N->colsum[k]];
+      tg_sb_printf(&cs, "b%d[(tg_idx)tg_g * %lld + j] = %s;\n", cn->id, (long long)N->inner_count,
+                   store_conv(&e, cn->type.dtype, tg_sprintf(e.arena, "col%d[j]", cn->id)));
+      note_elements(&e, cn->id, 0, tg_type_numel(&cn->type), 0, true);
+    }
+    out->col_store = tg_sb_take(&cs);
   }
   out->uniform = tg_sb_take(&e.buf[0]);
   out->cache_decl = tg_sb_take(&e.decl);
@@ -890,9 +909,11 @@ void tg_nest_code_free(tg_nest_code *c) {
   for (int i = 0; i < c->n_seg; i++) {
     free(c->seg[i].text);
     free(c->seg[i].red);
+    free(c->seg[i].col);
   }
   free(c->seg);
   free(c->post_only);
+  free(c->col_store);
   free(c->access);
   free(c->cache_decl);
   free(c->index_code);

@@ -41,6 +41,11 @@ typedef struct tg_segment {
                         * reduced value */
   int n_red;
   bool ordered;        /* loop: iterations must run in order (a scatter) */
+  tg_reduction *col;   /* loop: column sums of a row-group nest (lower.h)
+                        * folded in each iteration: the renderer adds value
+                        * to col<node>[j], its running sum over the
+                        * group's rows */
+  int n_col;
 } tg_segment;
 
 /* A base value in memory that the statements read or write, for the
@@ -64,6 +69,9 @@ typedef struct tg_nest_code {
   tg_segment *seg;
   int n_seg;
   char *post_only;     /* stores once per outer point (one thread does them) */
+  char *col_store;     /* a row-group nest's column sums stored, after its
+                        * rows: the body of a loop over the inner points j,
+                        * with tg_g the group's index */
   int vec;             /* points of the inner axis one loop body computes
                         * (4 in CUDA elementwise nests: float4 loads) */
   tg_access *access;   /* every load and store of the statements, once per

@@ -246,12 +246,29 @@ static int sweep_level(lowerer *L, const tg_node *n, int step) {
   return level;
 }
 
+/* A column sum over groups of a row kernel's rows (the fuse pass's
+ * row-group kernels, lower.h): not a reduction of the sweeps. */
+static bool is_group_sum(const lowerer *L, const tg_node *n) {
+  return n->op == TG_OP_sum && n->axes == 2u && n->in[0]->op == TG_OP_reshape &&
+         L->g->kernels[n->kernel].kind == TG_KERNEL_ROW;
+}
+
 /* Fills a nest's sweeps and post-stores from the reductions and stored
  * values of `step` (the nodes given, in graph order). */
 static void fill_nest(lowerer *L, tg_nest *nest, const ivec *nodes, int step) {
   int n_sweeps = 0;
+  ivec col = {0}, col_sweep = {0};
   for (int i = 0; i < nodes->n; i++) {
     const tg_node *n = L->g->nodes[nodes->v[i]];
+    if (is_group_sum(L, n)) {
+      /* accumulated in the first sweep that has its input */
+      int l = sweep_level(L, n->in[0], step) + 1;
+      push(&col, n->id);
+      push(&col_sweep, l);
+      if (l > n_sweeps) n_sweeps = l;
+      nest->group = n->in[0]->type.dim[1].size;
+      continue;
+    }
     int l = sweep_level(L, n, step);
     if (is_reduction(n) && l > n_sweeps) n_sweeps = l;
     if (!is_reduction(n) && L->stored[n->id] && varies_inner(nest, &n->type) && l + 1 > n_sweeps) n_sweeps = l + 1;
@@ -260,6 +277,7 @@ static void fill_nest(lowerer *L, tg_nest *nest, const ivec *nodes, int step) {
   ivec post = {0};
   for (int i = 0; i < nodes->n; i++) {
     const tg_node *n = L->g->nodes[nodes->v[i]];
+    if (is_group_sum(L, n)) continue;
     int l = sweep_level(L, n, step);
     if (is_reduction(n)) push(&red[l - 1], n->id);
     if (is_reduction(n) ? L->stored[n->id] : L->stored[n->id] && !varies_inner(nest, &n->type)) push(&post, n->id);
@@ -279,6 +297,11 @@ static void fill_nest(lowerer *L, tg_nest *nest, const ivec *nodes, int step) {
   nest->post = arena_ints(L->arena, &post);
   nest->n_post = post.n;
   free(post.v);
+  nest->colsum = arena_ints(L->arena, &col);
+  nest->colsum_sweep = arena_ints(L->arena, &col_sweep);
+  nest->n_colsum = col.n;
+  free(col.v);
+  free(col_sweep.v);
 }
 
 /* The iteration domain of a single-nest kernel: its largest shape among
@@ -287,6 +310,7 @@ static tg_type kernel_domain(const lowerer *L, const ivec *nodes) {
   tg_type dom = L->g->nodes[nodes->v[0]]->type;
   for (int i = 0; i < nodes->n; i++) {
     const tg_node *n = L->g->nodes[nodes->v[i]];
+    if (is_group_sum(L, n)) continue; /* a reshape of the domain */
     const tg_type *t = is_reduction(n) ? &n->in[0]->type : &n->type;
     if (tg_type_numel(t) > tg_type_numel(&dom)) dom = *t;
   }
@@ -296,7 +320,7 @@ static tg_type kernel_domain(const lowerer *L, const ivec *nodes) {
 static void check_fit(lowerer *L, const tg_nest *nest, const ivec *nodes) {
   for (int i = 0; i < nodes->n; i++) {
     const tg_node *n = L->g->nodes[nodes->v[i]];
-    const tg_type *t = is_reduction(n) ? &n->in[0]->type : &n->type;
+    const tg_type *t = is_group_sum(L, n) ? &n->in[0]->in[0]->type : is_reduction(n) ? &n->in[0]->type : &n->type;
     if (!fits(t, &nest->dom) && (L->stored[n->id] || is_reduction(n)))
       tg_error(L->ctx, n->loc, "cannot lower %%%d %s: its shape does not fit its kernel's domain", n->id,
                tg_ops[n->op].name);

@@ -69,6 +69,16 @@ typedef struct tg_nest {
   tg_sweep *sweeps;
   int n_sweeps;
   int *post, n_post;      /* stores once per outer point, after the sweeps */
+  /* Row groups (a row kernel that also sums columns over its rows: the
+   * fuse pass's row-group kernels, layernorm's backward with dγ and dβ):
+   * the outer points are walked `group` consecutive ones at a time, by one
+   * CUDA block or one OpenMP iteration, and each column sum colsum[i] (a
+   * sum over axis 1 of a [outer/group, group, inner] reshape of a value of
+   * the domain) is accumulated per inner point over the group's rows, in
+   * row order, inside sweep colsum_sweep[i] (from 1), and stored once per
+   * group at [group index, inner point].  group is 0 in other nests. */
+  int64_t group;
+  int *colsum, *colsum_sweep, n_colsum;
 } tg_nest;
 
 typedef struct tg_gemm {

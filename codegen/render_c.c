@@ -129,7 +129,7 @@ enum { COLUMN_BLOCK = 64, COLUMN_MAX = 1 << 20 };
 
 static bool column_form(const tg_step *st, const tg_nest_code *c) {
   const tg_nest *N = &st->nest;
-  if (st->kind != TG_STEP_NEST || N->n_sweeps != 1 || !N->n_inner || !N->n_outer) return false;
+  if (st->kind != TG_STEP_NEST || N->n_sweeps != 1 || !N->n_inner || !N->n_outer || N->group > 1) return false;
   if (N->outer_count > COLUMN_MAX || N->outer_count < 8) return false;
   for (int i = 0; i < N->n_inner; i++)
     for (int o = 0; o < N->n_outer; o++)
@@ -190,9 +190,21 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   }
   print_code(out, c.uniform, "  ");
   int64_t work = N->outer_count * N->inner_count;
-  bool par = N->outer_count > 1 && work >= PARALLEL_MIN_WORK;
+  bool group = N->group > 1;
+  bool par = N->outer_count / (group ? N->group : 1) > 1 && work >= PARALLEL_MIN_WORK;
   if (par) fprintf(out, "  #pragma omp parallel for schedule(static)\n");
-  fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n    (void)o;\n", (long long)N->outer_count);
+  if (group) {
+    /* a row group (lower.h): an iteration walks N->group rows in order,
+     * each column's sum over them in its own accumulator */
+    fprintf(out, "  for (tg_idx tg_g = 0; tg_g < %lld; tg_g++) {\n", (long long)(N->outer_count / N->group));
+    for (int k = 0; k < N->n_colsum; k++)
+      fprintf(out, "  float col%d[%lld];\n  for (tg_idx j = 0; j < %lld; j++) col%d[j] = 0.0f;\n", N->colsum[k],
+              (long long)N->inner_count, (long long)N->inner_count, N->colsum[k]);
+    fprintf(out, "  for (tg_idx tg_r = 0; tg_r < %lld; tg_r++) {\n    const tg_idx o = tg_g * %lld + tg_r;\n    (void)o;\n",
+            (long long)N->group, (long long)N->group);
+  } else {
+    fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n    (void)o;\n", (long long)N->outer_count);
+  }
   print_code(out, c.outer_coords, "    ");
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
@@ -219,12 +231,18 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
         fprintf(out, "      { const float x = %s; if (x > acc%d || x != x) acc%d = x; }\n", R->value, R->node, R->node);
       else fprintf(out, "      acc%d += %s;\n", R->node, R->value);
     }
+    for (int r = 0; r < sg->n_col; r++) fprintf(out, "      col%d[j] += %s;\n", sg->col[r].node, sg->col[r].value);
     fprintf(out, "    }\n");
     for (int r = 0; r < sg->n_red; r++)
       fprintf(out, "    const %s t%d = %s(acc%d);\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].round, sg->red[r].node);
   }
   print_code(out, c.post_only, "    ");
   fprintf(out, "  }\n");
+  if (group) {
+    fprintf(out, "  for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
+    print_code(out, c.col_store, "    ");
+    fprintf(out, "  }\n  }\n");
+  }
   tg_nest_code_free(&c);
 }
 

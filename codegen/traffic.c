@@ -73,6 +73,9 @@ static int64_t nest_chain(const tg_step *st) {
     return hits > walk ? hits : walk;
   }
   if (tg_cuda_column_nest(st)) return (N->inner_count + TG_COLUMN_TILE - 1) / TG_COLUMN_TILE;
+  /* a row group: a thread's column sums add one point of each of its rows */
+  if (tg_cuda_is_reduction_nest(st) && N->group > 1)
+    return (N->inner_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK * N->group;
   if (tg_cuda_is_reduction_nest(st)) return (N->inner_count + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
   return tg_nest_vec_width(st, TG_DIALECT_CUDA);
 }

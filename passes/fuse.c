@@ -24,6 +24,12 @@
  *                on [rows..., C] or [rows..., 1] (layernorm, softmax,
  *                cross-entropy and their backward); an elementwise kernel
  *                becomes a row kernel when such a reduction reads its domain.
+ *                It also takes column sums over groups of its rows (a sum
+ *                over axis 1 of [rows/G, G, C], a reshape of a value of its
+ *                domain: split_sums.c's row groups, layernorm's dγ and dβ),
+ *                which make it a row-group kernel (a GPU block walks G rows
+ *                and keeps each column's running sum); nothing in it may
+ *                read those sums.
  *   reduce       reductions over leading axes (bias and layernorm weight
  *                gradients) with their elementwise prologue; nothing may
  *                read the sums in the same kernel (they are complete only
@@ -112,6 +118,15 @@ static bool is_loose(const tg_node *n) {
 }
 
 /* ---- joining a kernel --------------------------------------------------- */
+
+/* A column sum over groups of a row kernel's rows: a sum over axis 1 of a
+ * reshape of a [R0, R1, C] value of the domain to [R0·R1/G, G, C]. */
+static bool group_sum(const tg_node *n, const tg_type *dom) {
+  if (n->op != TG_OP_sum || n->axes != 2u || n->in[0]->op != TG_OP_reshape) return false;
+  const tg_type *g = &n->in[0]->type, *x = &n->in[0]->in[0]->type;
+  if (!tg_type_same_shape(x, dom) || x->rank != 3 || g->rank != 3) return false; /* rows [R0, R1]: the outer points */
+  return g->dim[2].size == x->dim[2].size && g->dim[0].size * g->dim[1].size == x->dim[0].size * x->dim[1].size;
+}
 
 /* Does n read a value of kernel k that is complete only when k ends? */
 static bool reads_barrier(const fuser *f, const tg_node *n, int k) {
@@ -211,6 +226,8 @@ static const char *elementwise_join(fuser *f, const tg_node *n, int k) {
 
 static const char *row_join(const fuser *f, const tg_node *n, int k) {
   const kstate *K = &f->ks[k];
+  if (reads_barrier(f, n, k)) return "it reads the kernel's column sums, complete only when the kernel ends";
+  if (group_sum(n, &K->dom)) return NULL;
   if (is_elementwise(n))
     return fits(&n->type, &K->dom) ? NULL : "its shape is not [rows..., C] or [rows..., 1] of the row kernel";
   if (n->op == TG_OP_sum || n->op == TG_OP_max) {
@@ -249,6 +266,9 @@ static const char *phase_why(const fuser *f, const tg_node *n, int k) {
   const kstate *K = &f->ks[k];
   if (n->phase == K->phase) return NULL;
   if (n->phase != TG_PHASE_BACKWARD || K->phase != TG_PHASE_FORWARD) return "the phase changes";
+  /* a column sum over the rows a forward row kernel that the backward
+   * joined already walks costs no other walk */
+  if (f->g->kernels[k].kind == TG_KERNEL_ROW && group_sum(n, &K->dom)) return NULL;
   for (int i = 0; i < n->nin; i++) {
     const tg_node *b = source(f, n->in[i]);
     if (b->kernel == k && !f->outside[b->id]) return NULL;
@@ -353,12 +373,26 @@ static bool is_free(const fuser *f, const tg_node *n) {
   return true;
 }
 
+/* For a column sum over row groups (split_sums.c placed it just after the
+ * row reduction it goes with): the kernel of that reduction, or -1.  A
+ * kernel made since (the loss's sum) may stand between them. */
+static int row_kernel_before(const fuser *f, const tg_node *n) {
+  if (n->op != TG_OP_sum || n->axes != 2u || n->in[0]->op != TG_OP_reshape) return -1;
+  for (int i = n->id - 1; i >= 0 && i >= n->id - 4; i--) {
+    const tg_node *m = f->g->nodes[i];
+    if (m->op == TG_OP_sum && last_axis_only(m) && m->kernel >= 0 &&
+        tg_type_same_shape(&m->in[0]->type, &n->in[0]->in[0]->type))
+      return m->kernel;
+  }
+  return -1;
+}
+
 static void place(fuser *f, tg_node *n) {
-  int p = producer_kernel(f, n), last = f->g->n_kernels - 1;
-  int cand[2] = {p, last > p ? last : -1};
+  int p = producer_kernel(f, n), last = f->g->n_kernels - 1, row = row_kernel_before(f, n);
+  int cand[3] = {p, last > p ? last : -1, row >= p && row != last ? row : -1};
   const char *first_why = NULL;
   int first_k = -1;
-  for (int c = 0; c < 2; c++) {
+  for (int c = 0; c < 3; c++) {
     if (cand[c] < 0) continue;
     const char *why = why_not(f, n, cand[c]);
     if (!why) {
@@ -395,7 +429,8 @@ static void place_free(fuser *f) {
 static void mark_barrier(fuser *f, const tg_node *n) {
   tg_kernel_kind kind = f->g->kernels[n->kernel].kind;
   bool across = (n->op == TG_OP_sum || n->op == TG_OP_max) &&
-                (kind == TG_KERNEL_REDUCE || kind == TG_KERNEL_MULTI);
+                (kind == TG_KERNEL_REDUCE || kind == TG_KERNEL_MULTI ||
+                 (kind == TG_KERNEL_ROW && group_sum(n, &f->ks[n->kernel].dom)));
   f->barrier[n->id] = across || reads_barrier(f, n, n->kernel);
 }
 

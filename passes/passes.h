@@ -120,7 +120,12 @@ tg_node *tg_param_copy_of(const tg_graph *g, const tg_node *param);
  * over all but its first, then a sum over that one, so that GPU kernels
  * have parallelism (a bias gradient: over T, then over B); the second
  * stages move down to just before their first reader, together.  Returns
- * how many sums it split.  Runs before fuse. */
+ * how many sums it split.  Runs before fuse.  A column sum of a value a
+ * backward row reduction also walks (layernorm's dγ, dβ) is split into
+ * groups of TG_ROW_GROUP rows instead, for the fuse pass's row-group
+ * kernels: 16 rows a group keeps GPT-2's B·T = 16,384 rows on 1,024 GPU
+ * blocks (at least 4 per SM of an H100's 132). */
+enum { TG_ROW_GROUP = 16 };
 int tg_split_sums(tg_ctx *ctx, tg_graph *g);
 
 /* fuse.c: groups the training step's ops into kernels (node->kernel and
