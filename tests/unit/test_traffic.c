@@ -27,11 +27,12 @@
  * GPT-2 124M's step at B=16, T=1024 (what `tgc --report traffic` counts):
  * no launch is flagged (the gradient norm, the bias and layernorm weight
  * gradients and the embedding's backward all run on at least 4 x 132
- * blocks with short chains), and the step moves at most 47.7 GB (63.3
+ * blocks with short chains), and the step moves at most 46.8 GB (63.3
  * before the row cache, the bias and GELU epilogues and flash attention's
  * output laid out as the projection reads it, 48.9 before GELU's backward
- * became a DGELU epilogue; a budget that a change moving more bytes must
- * answer for).
+ * became a DGELU epilogue, 47.7 while each flash backward launch was
+ * counted as writing all of dq, dk and dv; a budget that a change moving
+ * more bytes must answer for).
  * A whole-tensor sum of 16.8 MB on one block is flagged twice over (too
  * few blocks for its bytes, a 16384-element chain per thread).  And the
  * roofline time of a launch is its bytes over the bandwidth or its FLOPs
@@ -282,7 +283,7 @@ START_TEST(test_gpt2_step) {
   ck_assert_int_eq(t->n_flagged, 0);
   double gb = (double)(t->bytes_read + t->bytes_written) / 1e9;
   printf("GPT-2 124M, B=16: %d launches, none flagged, %.2f GB a step\n", t->n, gb);
-  ck_assert_msg(gb <= 47.7, "the step moves %.2f GB (budget 47.7)", gb);
+  ck_assert_msg(gb <= 46.8, "the step moves %.2f GB (budget 46.8)", gb);
   tu_ctx_free(c);
 }
 END_TEST
