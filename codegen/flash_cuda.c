@@ -30,9 +30,55 @@
  * backward.  Rows past T are staged as zeros, which keeps everything
  * computed from them finite, and are never stored.
  *
- * The streamed tile (keys in dq, queries in dkdv) is 64 rows when shared
- * memory allows and 32 or 16 for larger D, so that every kernel's static
- * shared memory stays within the 48 KiB that needs no opt-in. */
+ * Streaming.  The streamed tiles (K and V in the forward and in dq, Q and
+ * dO in dkdv) are loaded with cp.async.cg (16 bytes a copy, global to shared
+ * without registers) when the operand is bf16 with contiguous rows that
+ * are 16-byte aligned (GPT-2's q, k, v views of the [B, T, 3C] buffer and
+ * its dO); f32 or oddly strided operands go through registers ($P_stage),
+ * as before.  With two stages the copies of tile j+1 are issued and
+ * committed before tile j's mma, and cp.async.wait_group 1 plus a barrier
+ * publish tile j: the loads of the next tile overlap this one's tensor-core
+ * work.  A barrier after the mma keeps a stage from being refilled while
+ * another warp still reads it.  Each stage is bn rows: the first tiling,
+ * two stages before one and 64, 32, 16 rows, whose static shared memory
+ * fits the 48 KiB that needs no opt-in (the forward also stages Q, BM rows,
+ * through its K stages).  D = 64: forward 64 x 2 (36.9 KB), backward
+ * 32 x 2 (37.4 and 37.1 KB); D = 128: forward 32 x 2, backward 16 x 1.
+ *
+ * Occupancy.  __launch_bounds__(128, 4) for D <= 64 caps registers at 128 a
+ * thread, so 4 blocks (16 warps) fit an SM's 65536 registers; 4 x 37 KB of
+ * shared memory fits its 228 KB.  ptxas (CUDA 13.0, sm_90) gives forward
+ * 126, dkdv 128, dq 122 registers with no spills (test_flash_occupancy.c
+ * checks it).  The dkdv kernel was at 170 registers (8 warps an SM) with
+ * 64-row query tiles; halving the streamed tile halves S^T and dP^T (32
+ * registers) and makes the bound reachable without spilling.  Larger D
+ * keeps its accumulators in registers instead (D = 128: 8 to 12 warps).
+ *
+ * Recomputation.  dq recomputes S = QK^T and dP = dO V^T, which dkdv has
+ * computed too: 2 of the backward's 7 products.  GPT-2 at B=16, T=1024,
+ * 12 heads of 64, per layer: one causal product is 192 heads x T^2 D =
+ * 12.9 GFLOP, so the recomputation is 25.8 GFLOP, 33 us at 790 TFLOP/s
+ * (bf16 dense; 65 us at half of it).  The alternatives:
+ *   - dq accumulated by dkdv with atomics (FlashAttention-2): no second
+ *     kernel, but float atomics sum in whatever order blocks arrive, so dq
+ *     differs from run to run; tg's kernels are deterministic (the same
+ *     inputs give the same bits), so this is out whatever it saves.  It is
+ *     not free either: (T/64)(T/64+1)/2 = 136 tile pairs a head each add
+ *     64 x 64 f32, 428 MB of atomic traffic a layer into an f32 dq, and a
+ *     pass to round it to bf16.
+ *   - dS stored by dkdv, read by dq (dq = scale dS K): B H T^2 bf16 is 402
+ *     MB a layer (201 MB keeping only the causal half), written and read
+ *     once: 804 MB (402 MB) = 240 us (120 us) at 3.35 TB/s, against the
+ *     33 us of recomputing S and dP, plus that much memory at the backward's
+ *     peak.  Recomputing is 4 to 7 times cheaper at the roofline.
+ *   - one kernel for dq, dk and dv: dq for a query row sums over all key
+ *     tiles, dk and dv for a key over all query tiles; one block owning a
+ *     head would hold a [T, D] f32 dq (256 KB at T = 1024: more than an
+ *     SM's shared memory) and leave 192 blocks for 132 SMs.
+ * So the backward keeps two kernels, and the second's recomputation is the
+ * cheapest deterministic way to dq.  What it could still save: Di is
+ * computed in both kernels from o and dO (o read twice, 25 MB, 7.5 us a
+ * layer), which a third output of dkdv could carry. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
