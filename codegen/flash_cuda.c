@@ -30,9 +30,55 @@
  * backward.  Rows past T are staged as zeros, which keeps everything
  * computed from them finite, and are never stored.
  *
- * The streamed tile (keys in dq, queries in dkdv) is 64 rows when shared
- * memory allows and 32 or 16 for larger D, so that every kernel's static
- * shared memory stays within the 48 KiB that needs no opt-in. */
+ * Streaming.  The streamed tiles (K and V in the forward and in dq, Q and
+ * dO in dkdv) are loaded with cp.async.cg (16 bytes a copy, global to shared
+ * without registers) when the operand is bf16 with contiguous rows that
+ * are 16-byte aligned (GPT-2's q, k, v views of the [B, T, 3C] buffer and
+ * its dO); f32 or oddly strided operands go through registers ($P_stage),
+ * as before.  With two stages the copies of tile j+1 are issued and
+ * committed before tile j's mma, and cp.async.wait_group 1 plus a barrier
+ * publish tile j: the loads of the next tile overlap this one's tensor-core
+ * work.  A barrier after the mma keeps a stage from being refilled while
+ * another warp still reads it.  Each stage is bn rows: the first tiling,
+ * two stages before one and 64, 32, 16 rows, whose static shared memory
+ * fits the 48 KiB that needs no opt-in (the forward also stages Q, BM rows,
+ * through its K stages).  D = 64: forward 64 x 2 (36.9 KB), backward
+ * 32 x 2 (37.4 and 37.1 KB); D = 128: forward 32 x 2, backward 16 x 1.
+ *
+ * Occupancy.  __launch_bounds__(128, 4) for D <= 64 caps registers at 128 a
+ * thread, so 4 blocks (16 warps) fit an SM's 65536 registers; 4 x 37 KB of
+ * shared memory fits its 228 KB.  ptxas (CUDA 13.0, sm_90) gives forward
+ * 126, dkdv 128, dq 122 registers with no spills (test_flash_occupancy.c
+ * checks it).  The dkdv kernel was at 170 registers (8 warps an SM) with
+ * 64-row query tiles; halving the streamed tile halves S^T and dP^T (32
+ * registers) and makes the bound reachable without spilling.  Larger D
+ * keeps its accumulators in registers instead (D = 128: 8 to 12 warps).
+ *
+ * Recomputation.  dq recomputes S = QK^T and dP = dO V^T, which dkdv has
+ * computed too: 2 of the backward's 7 products.  GPT-2 at B=16, T=1024,
+ * 12 heads of 64, per layer: one causal product is 192 heads x T^2 D =
+ * 12.9 GFLOP, so the recomputation is 25.8 GFLOP, 33 us at 790 TFLOP/s
+ * (bf16 dense; 65 us at half of it).  The alternatives:
+ *   - dq accumulated by dkdv with atomics (FlashAttention-2): no second
+ *     kernel, but float atomics sum in whatever order blocks arrive, so dq
+ *     differs from run to run; tg's kernels are deterministic (the same
+ *     inputs give the same bits), so this is out whatever it saves.  It is
+ *     not free either: (T/64)(T/64+1)/2 = 136 tile pairs a head each add
+ *     64 x 64 f32, 428 MB of atomic traffic a layer into an f32 dq, and a
+ *     pass to round it to bf16.
+ *   - dS stored by dkdv, read by dq (dq = scale dS K): B H T^2 bf16 is 402
+ *     MB a layer (201 MB keeping only the causal half), written and read
+ *     once: 804 MB (402 MB) = 240 us (120 us) at 3.35 TB/s, against the
+ *     33 us of recomputing S and dP, plus that much memory at the backward's
+ *     peak.  Recomputing is 4 to 7 times cheaper at the roofline.
+ *   - one kernel for dq, dk and dv: dq for a query row sums over all key
+ *     tiles, dk and dv for a key over all query tiles; one block owning a
+ *     head would hold a [T, D] f32 dq (256 KB at T = 1024: more than an
+ *     SM's shared memory) and leave 192 blocks for 132 SMs.
+ * So the backward keeps two kernels, and the second's recomputation is the
+ * cheapest deterministic way to dq.  What it could still save: Di is
+ * computed in both kernels from o and dO (o read twice, 25 MB, 7.5 us a
+ * layer), which a third output of dkdv could carry. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -43,20 +89,29 @@ enum { BM = 64, THREADS = 128, SMEM_LIMIT = 48 * 1024 };
 
 static int words(int64_t D) { return (int)(D / 2 + 4); }
 
-static int64_t fwd_smem(int64_t D) { return 2 * BM * words(D) * 4; }
+/* How a kernel streams its tiles: bn rows a tile, ns stages (2: the next
+ * tile's cp.async runs during this tile's mma; 1: load, then compute). */
+typedef struct tiling {
+  int bn, ns;
+} tiling;
 
-/* The larger of the two backward kernels' static shared memory. */
-static int64_t bwd_smem(int64_t D, int bn) {
-  int64_t tiles = (2 * BM + 2 * bn) * (int64_t)words(D) * 4;
-  int64_t dkdv = tiles + 2 * bn * 4, dq = tiles + BM * 4;
-  return dkdv > dq ? dkdv : dq;
+/* Static shared bytes of each kernel for a tiling. */
+static int64_t fwd_smem(int64_t D, tiling t) { return 2 * t.ns * t.bn * (int64_t)words(D) * 4; }
+static int64_t dkdv_smem(int64_t D, tiling t) {
+  return (2 * BM + 2 * t.ns * t.bn) * (int64_t)words(D) * 4 + 2 * t.ns * t.bn * 4;
 }
+static int64_t dq_smem(int64_t D, tiling t) { return (2 * BM + 2 * t.ns * t.bn) * (int64_t)words(D) * 4 + BM * 4; }
 
-static int bwd_bn(int64_t D) {
-  int bn = 64;
-  while (bn > 16 && bwd_smem(D, bn) > SMEM_LIMIT) bn /= 2;
-  return bn;
-}
+/* The first tiling, two stages before one and larger tiles before smaller,
+ * whose static shared memory fits 48 KiB (the forward also stages Q, BM
+ * rows, through its K tiles).  D <= 64: 64 x 2 forward, 32 x 2 backward. */
+static tiling choose(int kind, int64_t D);
+
+/* Blocks a multiprocessor should hold (__launch_bounds__'s second number):
+ * 4 blocks of 4 warps, 16 warps an SM, for D <= 64, which caps registers at
+ * 128 a thread (65536 / (4 * 128)); larger D keeps its registers unspilled
+ * instead (tests/unit/test_flash_occupancy.c checks both on sm_90). */
+static int min_blocks(int64_t D) { return D <= 64 ? 4 : 1; }
 
 bool tg_flash_supported(const tg_flash_shape *s, char *why, size_t n) {
   const char *msg = NULL;
@@ -75,7 +130,7 @@ bool tg_flash_supported(const tg_flash_shape *s, char *why, size_t n) {
     msg = "flash attention (CUDA): T must be below 2^31 - 128 (rows are counted in int)";
   else if (!isfinite(s->scale))
     msg = "flash attention: the scale is not finite";
-  else if (bwd_smem(s->D, bwd_bn(s->D)) > SMEM_LIMIT || fwd_smem(s->D) > SMEM_LIMIT)
+  else if (!choose(0, s->D).bn || !choose(1, s->D).bn || !choose(2, s->D).bn)
     msg = "flash attention (CUDA): tiles do not fit in 48 KiB of shared memory"; /* not for D <= 128 */
   if (why && n) snprintf(why, n, "%s", msg ? msg : "");
   return !msg;
@@ -232,13 +287,18 @@ static const char *helpers =
     "__device__ __forceinline__ void $P_cp_async_commit() {\n"
     "#ifdef __CUDA_ARCH__\n"
     "  asm volatile(\"cp.async.commit_group;\" : : : \"memory\");\n"
+    "#else\n"
+    "  tg_emu::cp_async_commit();\n"
     "#endif\n"
     "}\n"
-    "// Waits until at most N committed groups are still in flight.\n"
+    "// Waits until at most N of this thread's committed groups are still in flight (the\n"
+    "// other threads' copies need a __syncthreads after their own waits).\n"
     "template <int N>\n"
     "__device__ __forceinline__ void $P_cp_async_wait() {\n"
     "#ifdef __CUDA_ARCH__\n"
     "  asm volatile(\"cp.async.wait_group %0;\" : : \"n\"(N) : \"memory\");\n"
+    "#else\n"
+    "  tg_emu::cp_async_wait(N, __LINE__);\n"
     "#endif\n"
     "}\n"
     "\n"
@@ -268,6 +328,31 @@ static const char *helpers =
     "  }\n"
     "}\n"
     "\n"
+    "// The same as $P_stage, but when A (the operand is bf16 with contiguous rows and every\n"
+    "// row 16-byte aligned) as 16-byte cp.async copies that complete in the background:\n"
+    "// the caller commits them as a group and waits for it before the barrier that\n"
+    "// publishes the tile.  Rows at or past T are zeroed by plain stores.\n"
+    "template <bool A, typename X>\n"
+    "__device__ __forceinline__ void $P_load(TG_PTR(unsigned) dst, TG_PTR(const X) src, long long st, long long sd,\n"
+    "                                        int r0, int R, int T, int D, int W) {\n"
+    "  if (A) {\n"
+    "    for (int e = threadIdx.x; e < R * (D / 8); e += blockDim.x) {\n"
+    "      const int r = e / (D / 8), c = 8 * (e - r * (D / 8)), i = r0 + r;\n"
+    "      TG_PTR(unsigned) d = dst + r * W + c / 2;\n"
+    "      if (i < T) {\n"
+    "        $P_cp_async16($P_smem(d), src + (i * st + c));\n"
+    "      } else {\n"
+    "        d[0] = 0u;\n"
+    "        d[1] = 0u;\n"
+    "        d[2] = 0u;\n"
+    "        d[3] = 0u;\n"
+    "      }\n"
+    "    }\n"
+    "  } else {\n"
+    "    $P_stage(dst, src, st, sd, r0, R, T, D, W);\n"
+    "  }\n"
+    "}\n"
+    "\n"
     "// di[r] = do_i . o_i in f32 for rows i = r0 + r, r < R (0 at or past T), a warp a row.\n"
     "template <typename X, typename Y>\n"
     "__device__ __forceinline__ void $P_rowdot(TG_PTR(float) di, TG_PTR(const X) dout, long long dst, long long dsd,\n"
@@ -287,15 +372,17 @@ static const char *helpers =
     "\n";
 
 static const char *fwd_body =
-    "  TG_SHARED(__align__(16) unsigned, ks, BN * W);\n"
-    "  TG_SHARED(__align__(16) unsigned, vs, BN * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, ks, NS * BN * W);  // NS stages of BN keys\n"
+    "  TG_SHARED(__align__(16) unsigned, vs, NS * BN * W);\n"
     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
     "  // the last rows see the most keys: their blocks go first\n"
     "  const int r0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BM;\n"
     "  const int ra = r0 + warp * 16 + g, rb = ra + 8;  // this lane's two rows\n"
     "\n"
-    "  // Q passes through ks into registers, where it stays.\n"
-    "  $P_stage(ks, qp, Q_ST, Q_SD, r0, BM, T, D, W);\n"
+    "  // Q passes through ks (NS * BN >= BM rows) into registers, where it stays.\n"
+    "  $P_load<AQ>(ks, qp, Q_ST, Q_SD, r0, BM, T, D, W);\n"
+    "  $P_cp_async_commit();\n"
+    "  $P_cp_async_wait<0>();\n"
     "  __syncthreads();\n"
     "  unsigned qf[D / 16][4];\n"
     "#pragma unroll\n"
@@ -305,12 +392,23 @@ static const char *fwd_body =
     "  for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;\n"
     "  float ma = $P_ninf(), mb = $P_ninf(), la = 0.0f, lb = 0.0f;  // running max and sum, log2 units\n"
     "  const int last = (r0 + BM < T ? r0 + BM : T) - 1;  // the block's last row: no key past it is needed\n"
+    "  const int ntiles = last / BN + 1;\n"
+    "  __syncthreads();  // every warp has its Q fragments before the first tile lands on them\n"
+    "  $P_load<AK>(ks, kp, K_ST, K_SD, 0, BN, T, D, W);\n"
+    "  $P_load<AV>(vs, vp, V_ST, V_SD, 0, BN, T, D, W);\n"
+    "  $P_cp_async_commit();  // tile 0's group: the loop's wait counts groups\n"
     "\n"
-    "  for (int j0 = 0; j0 <= last; j0 += BN) {\n"
-    "    __syncthreads();  // all warps are done with the previous tile (or with Q)\n"
-    "    $P_stage(ks, kp, K_ST, K_SD, j0, BN, T, D, W);\n"
-    "    $P_stage(vs, vp, V_ST, V_SD, j0, BN, T, D, W);\n"
-    "    __syncthreads();\n"
+    "  for (int it = 0; it < ntiles; it++) {\n"
+    "    const int j0 = it * BN;\n"
+    "    TG_PTR(const unsigned) kt = ks + (it % NS) * (BN * W);\n"
+    "    TG_PTR(const unsigned) vt = vs + (it % NS) * (BN * W);\n"
+    "    if (NS == 2 && it + 1 < ntiles) {  // the next tile streams in while this one is used\n"
+    "      $P_load<AK>(ks + ((it + 1) % NS) * (BN * W), kp, K_ST, K_SD, j0 + BN, BN, T, D, W);\n"
+    "      $P_load<AV>(vs + ((it + 1) % NS) * (BN * W), vp, V_ST, V_SD, j0 + BN, BN, T, D, W);\n"
+    "    }\n"
+    "    $P_cp_async_commit();\n"
+    "    $P_cp_async_wait<NS - 1>();  // this thread's copies of tile it have landed\n"
+    "    __syncthreads();             // and every thread's\n"
     "    float s[BN / 8][4];\n"
     "#pragma unroll\n"
     "    for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;\n"
@@ -318,7 +416,7 @@ static const char *fwd_body =
     "    for (int kk = 0; kk < D / 16; kk++)\n"
     "#pragma unroll\n"
     "      for (int n = 0; n < BN / 8; n++) {\n"
-    "        TG_PTR(const unsigned) p = ks + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) p = kt + (n * 8 + g) * W + kk * 8 + t;\n"
     "        $P_mma(s[n], qf[kk], p[0], p[4]);\n"
     "      }\n"
     "    // only a tile reaching past the block's first row has keys to mask\n"
@@ -372,9 +470,14 @@ static const char *fwd_body =
     "#pragma unroll\n"
     "      for (int n = 0; n < D / 8; n++) {\n"
     "        unsigned b[2];\n"
-    "        $P_ldsm_t(vs + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_ldsm_t(vt + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
     "        $P_mma(acc[n], a, b[0], b[1]);\n"
     "      }\n"
+    "    }\n"
+    "    __syncthreads();  // every warp is done with this stage before it is refilled\n"
+    "    if (NS == 1 && it + 1 < ntiles) {\n"
+    "      $P_load<AK>(ks, kp, K_ST, K_SD, j0 + BN, BN, T, D, W);\n"
+    "      $P_load<AV>(vs, vp, V_ST, V_SD, j0 + BN, BN, T, D, W);\n"
     "    }\n"
     "  }\n"
     "\n"
@@ -402,31 +505,41 @@ static const char *fwd_body =
 static const char *dq_body =
     "  TG_SHARED(__align__(16) unsigned, qs, BM * W);\n"
     "  TG_SHARED(__align__(16) unsigned, dos, BM * W);\n"
-    "  TG_SHARED(__align__(16) unsigned, ks, BN * W);\n"
-    "  TG_SHARED(__align__(16) unsigned, vs, BN * W);\n"
+    "  TG_SHARED(__align__(16) unsigned, ks, NS * BN * W);  // NS stages of BN keys\n"
+    "  TG_SHARED(__align__(16) unsigned, vs, NS * BN * W);\n"
     "  TG_SHARED(float, dis, BM);\n"
     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
     "  const int r0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BM;  // longest rows first\n"
     "  const int ra = r0 + warp * 16 + g, rb = ra + 8;\n"
     "\n"
-    "  $P_stage(qs, qp, Q_ST, Q_SD, r0, BM, T, D, W);\n"
-    "  $P_stage(dos, doutp, DO_ST, DO_SD, r0, BM, T, D, W);\n"
+    "  // Q, dO and the first key tile go in one group of copies; Di's loads overlap them\n"
+    "  $P_load<AQ>(qs, qp, Q_ST, Q_SD, r0, BM, T, D, W);\n"
+    "  $P_load<ADO>(dos, doutp, DO_ST, DO_SD, r0, BM, T, D, W);\n"
+    "  $P_load<AK>(ks, kp, K_ST, K_SD, 0, BN, T, D, W);\n"
+    "  $P_load<AV>(vs, vp, V_ST, V_SD, 0, BN, T, D, W);\n"
+    "  $P_cp_async_commit();  // the first group: the loop's wait counts groups\n"
     "  $P_rowdot(dis, doutp, DO_ST, DO_SD, op, O_ST, O_SD, r0, BM, T, D);\n"
     "  // lse in log2 units, like the scores\n"
     "  const float lsa = ra < T ? $P_ld(lsep, ra * L_ST) * LOG2E : 0.0f;\n"
     "  const float lsb = rb < T ? $P_ld(lsep, rb * L_ST) * LOG2E : 0.0f;\n"
-    "  __syncthreads();\n"
-    "  const float da = dis[warp * 16 + g], db = dis[warp * 16 + g + 8];\n"
     "  float acc[D / 8][4];\n"
     "#pragma unroll\n"
     "  for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;\n"
     "  const int last = (r0 + BM < T ? r0 + BM : T) - 1;\n"
+    "  const int ntiles = last / BN + 1;\n"
     "\n"
-    "  for (int j0 = 0; j0 <= last; j0 += BN) {\n"
-    "    __syncthreads();\n"
-    "    $P_stage(ks, kp, K_ST, K_SD, j0, BN, T, D, W);\n"
-    "    $P_stage(vs, vp, V_ST, V_SD, j0, BN, T, D, W);\n"
-    "    __syncthreads();\n"
+    "  for (int it = 0; it < ntiles; it++) {\n"
+    "    const int j0 = it * BN;\n"
+    "    TG_PTR(const unsigned) kt = ks + (it % NS) * (BN * W);\n"
+    "    TG_PTR(const unsigned) vt = vs + (it % NS) * (BN * W);\n"
+    "    if (NS == 2 && it + 1 < ntiles) {  // the next tile streams in while this one is used\n"
+    "      $P_load<AK>(ks + ((it + 1) % NS) * (BN * W), kp, K_ST, K_SD, j0 + BN, BN, T, D, W);\n"
+    "      $P_load<AV>(vs + ((it + 1) % NS) * (BN * W), vp, V_ST, V_SD, j0 + BN, BN, T, D, W);\n"
+    "    }\n"
+    "    $P_cp_async_commit();\n"
+    "    $P_cp_async_wait<NS - 1>();  // this thread's copies of tile it (and Q, dO) have landed\n"
+    "    __syncthreads();             // and every thread's, and Di\n"
+    "    const float da = dis[warp * 16 + g], db = dis[warp * 16 + g + 8];\n"
     "    float s[BN / 8][4], dp[BN / 8][4];\n"
     "#pragma unroll\n"
     "    for (int n = 0; n < BN / 8; n++)\n"
@@ -439,8 +552,8 @@ static const char *dq_body =
     "      $P_frag_a(ad, dos, W, warp * 16, kk);\n"
     "#pragma unroll\n"
     "      for (int n = 0; n < BN / 8; n++) {\n"
-    "        TG_PTR(const unsigned) pk = ks + (n * 8 + g) * W + kk * 8 + t;\n"
-    "        TG_PTR(const unsigned) pv = vs + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pk = kt + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pv = vt + (n * 8 + g) * W + kk * 8 + t;\n"
     "        $P_mma(s[n], a, pk[0], pk[4]);\n"
     "        $P_mma(dp[n], ad, pv[0], pv[4]);\n"
     "      }\n"
@@ -463,9 +576,14 @@ static const char *dq_body =
     "#pragma unroll\n"
     "      for (int n = 0; n < D / 8; n++) {\n"
     "        unsigned b[2];\n"
-    "        $P_ldsm_t(ks + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_ldsm_t(kt + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
     "        $P_mma(acc[n], a, b[0], b[1]);\n"
     "      }\n"
+    "    }\n"
+    "    __syncthreads();  // every warp is done with this stage before it is refilled\n"
+    "    if (NS == 1 && it + 1 < ntiles) {\n"
+    "      $P_load<AK>(ks, kp, K_ST, K_SD, j0 + BN, BN, T, D, W);\n"
+    "      $P_load<AV>(vs, vp, V_ST, V_SD, j0 + BN, BN, T, D, W);\n"
     "    }\n"
     "  }\n"
     "\n"
@@ -486,16 +604,16 @@ static const char *dq_body =
 static const char *dkdv_body =
     "  TG_SHARED(__align__(16) unsigned, ks, BM * W);\n"
     "  TG_SHARED(__align__(16) unsigned, vs, BM * W);\n"
-    "  TG_SHARED(__align__(16) unsigned, qs, BN * W);\n"
-    "  TG_SHARED(__align__(16) unsigned, dos, BN * W);\n"
-    "  TG_SHARED(float, lss, BN);\n"
-    "  TG_SHARED(float, dis, BN);\n"
+    "  TG_SHARED(__align__(16) unsigned, qs, NS * BN * W);  // NS stages of BN queries\n"
+    "  TG_SHARED(__align__(16) unsigned, dos, NS * BN * W);\n"
+    "  TG_SHARED(float, lss, NS * BN);\n"
+    "  TG_SHARED(float, dis, NS * BN);\n"
     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
     "  const int r0 = (int)blockIdx.x * BM;  // the first keys are seen by the most queries: first\n"
     "  const int ja = r0 + warp * 16 + g, jb = ja + 8;  // this lane's two keys\n"
     "\n"
-    "  $P_stage(ks, kp, K_ST, K_SD, r0, BM, T, D, W);\n"
-    "  $P_stage(vs, vp, V_ST, V_SD, r0, BM, T, D, W);\n"
+    "  $P_load<AK>(ks, kp, K_ST, K_SD, r0, BM, T, D, W);\n"
+    "  $P_load<AV>(vs, vp, V_ST, V_SD, r0, BM, T, D, W);\n"
     "  float dka[D / 8][4], dva[D / 8][4];\n"
     "#pragma unroll\n"
     "  for (int n = 0; n < D / 8; n++)\n"
@@ -503,14 +621,33 @@ static const char *dkdv_body =
     "    for (int e = 0; e < 4; e++) dka[n][e] = dva[n][e] = 0.0f;\n"
     "\n"
     "  // queries before r0 see none of these keys; BN divides BM, so r0 starts a query tile\n"
-    "  for (int i0 = r0; i0 < T; i0 += BN) {\n"
-    "    __syncthreads();\n"
-    "    $P_stage(qs, qp, Q_ST, Q_SD, i0, BN, T, D, W);\n"
-    "    $P_stage(dos, doutp, DO_ST, DO_SD, i0, BN, T, D, W);\n"
-    "    $P_rowdot(dis, doutp, DO_ST, DO_SD, op, O_ST, O_SD, i0, BN, T, D);\n"
-    "    for (int c = threadIdx.x; c < BN; c += blockDim.x)\n"
-    "      lss[c] = i0 + c < T ? $P_ld(lsep, (i0 + c) * L_ST) * LOG2E : 0.0f;  // log2 units\n"
-    "    __syncthreads();\n"
+    "  const int ntiles = (T - r0 + BN - 1) / BN;\n"
+    "  {  // the first query tile joins K and V's group of copies\n"
+    "    const int i1 = r0, sn = 0;\n"
+    "      $P_load<AQ>(qs + sn * (BN * W), qp, Q_ST, Q_SD, i1, BN, T, D, W);\n"
+    "      $P_load<ADO>(dos + sn * (BN * W), doutp, DO_ST, DO_SD, i1, BN, T, D, W);\n"
+    "      $P_rowdot(dis + sn * BN, doutp, DO_ST, DO_SD, op, O_ST, O_SD, i1, BN, T, D);\n"
+    "      for (int c = threadIdx.x; c < BN; c += blockDim.x)  // lse in log2 units\n"
+    "        lss[sn * BN + c] = i1 + c < T ? $P_ld(lsep, (i1 + c) * L_ST) * LOG2E : 0.0f;\n"
+    "  }\n"
+    "  $P_cp_async_commit();  // the first group: the loop's wait counts groups\n"
+    "  for (int it = 0; it < ntiles; it++) {\n"
+    "    const int i0 = r0 + it * BN, cur = it % NS;\n"
+    "    TG_PTR(const unsigned) qt = qs + cur * (BN * W);\n"
+    "    TG_PTR(const unsigned) dot = dos + cur * (BN * W);\n"
+    "    TG_PTR(const float) lt = lss + cur * BN;\n"
+    "    TG_PTR(const float) dt = dis + cur * BN;\n"
+    "    if (NS == 2 && it + 1 < ntiles) {  // the next tile streams in while this one is used\n"
+    "      const int i1 = i0 + BN, sn = (it + 1) % NS;\n"
+    "      $P_load<AQ>(qs + sn * (BN * W), qp, Q_ST, Q_SD, i1, BN, T, D, W);\n"
+    "      $P_load<ADO>(dos + sn * (BN * W), doutp, DO_ST, DO_SD, i1, BN, T, D, W);\n"
+    "      $P_rowdot(dis + sn * BN, doutp, DO_ST, DO_SD, op, O_ST, O_SD, i1, BN, T, D);\n"
+    "      for (int c = threadIdx.x; c < BN; c += blockDim.x)  // lse in log2 units\n"
+    "        lss[sn * BN + c] = i1 + c < T ? $P_ld(lsep, (i1 + c) * L_ST) * LOG2E : 0.0f;\n"
+    "    }\n"
+    "    $P_cp_async_commit();\n"
+    "    $P_cp_async_wait<NS - 1>();  // this thread's copies of tile it (and K, V) have landed\n"
+    "    __syncthreads();             // and every thread's\n"
     "    float s[BN / 8][4], dp[BN / 8][4];  // S^T and dP^T: this warp's 16 keys x BN queries\n"
     "#pragma unroll\n"
     "    for (int n = 0; n < BN / 8; n++)\n"
@@ -523,8 +660,8 @@ static const char *dkdv_body =
     "      $P_frag_a(av, vs, W, warp * 16, kk);\n"
     "#pragma unroll\n"
     "      for (int n = 0; n < BN / 8; n++) {\n"
-    "        TG_PTR(const unsigned) pq = qs + (n * 8 + g) * W + kk * 8 + t;\n"
-    "        TG_PTR(const unsigned) pd = dos + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pq = qt + (n * 8 + g) * W + kk * 8 + t;\n"
+    "        TG_PTR(const unsigned) pd = dot + (n * 8 + g) * W + kk * 8 + t;\n"
     "        $P_mma(s[n], a, pq[0], pq[4]);\n"
     "        $P_mma(dp[n], av, pd[0], pd[4]);\n"
     "      }\n"
@@ -536,10 +673,10 @@ static const char *dkdv_body =
     "#pragma unroll\n"
     "      for (int e = 0; e < 4; e++) {\n"
     "        const int c = n * 8 + 2 * t + (e & 1), i = i0 + c, j = e < 2 ? ja : jb;\n"
-    "        float p = $P_ex2(s[n][e] * SL2 - lss[c]);\n"
+    "        float p = $P_ex2(s[n][e] * SL2 - lt[c]);\n"
     "        if (mask && (j > i || i >= T)) p = 0.0f;\n"
     "        s[n][e] = p;\n"
-    "        dp[n][e] = p * (dp[n][e] - dis[c]);  // dS^T\n"
+    "        dp[n][e] = p * (dp[n][e] - dt[c]);  // dS^T\n"
     "      }\n"
     "#pragma unroll\n"
     "    for (int kk = 0; kk < BN / 16; kk++) {\n"
@@ -552,11 +689,20 @@ static const char *dkdv_body =
     "#pragma unroll\n"
     "      for (int n = 0; n < D / 8; n++) {\n"
     "        unsigned b[2];\n"
-    "        $P_ldsm_t(dos + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_ldsm_t(dot + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
     "        $P_mma(dva[n], a, b[0], b[1]);\n"
-    "        $P_ldsm_t(qs + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
+    "        $P_ldsm_t(qt + (kk * 16 + (lane & 15)) * W + n * 4, b);\n"
     "        $P_mma(dka[n], ad, b[0], b[1]);\n"
     "      }\n"
+    "    }\n"
+    "    __syncthreads();  // every warp is done with this stage before it is refilled\n"
+    "    if (NS == 1 && it + 1 < ntiles) {\n"
+    "      const int i1 = i0 + BN, sn = 0;\n"
+    "      $P_load<AQ>(qs + sn * (BN * W), qp, Q_ST, Q_SD, i1, BN, T, D, W);\n"
+    "      $P_load<ADO>(dos + sn * (BN * W), doutp, DO_ST, DO_SD, i1, BN, T, D, W);\n"
+    "      $P_rowdot(dis + sn * BN, doutp, DO_ST, DO_SD, op, O_ST, O_SD, i1, BN, T, D);\n"
+    "      for (int c = threadIdx.x; c < BN; c += blockDim.x)  // lse in log2 units\n"
+    "        lss[sn * BN + c] = i1 + c < T ? $P_ld(lsep, (i1 + c) * L_ST) * LOG2E : 0.0f;\n"
     "    }\n"
     "  }\n"
     "\n"
@@ -583,8 +729,28 @@ static const char *dkdv_body =
 enum { K_FWD, K_DKDV, K_DQ };
 static const char *const kernel_suffix[] = {"_fwd", "_bwd_dkdv", "_bwd_dq"};
 
+static tiling choose(int kind, int64_t D) {
+  static const int bns[] = {64, 32, 16};
+  for (int ns = 2; ns >= 1; ns--)
+    for (int i = 0; i < 3; i++) {
+      tiling t = {bns[i], ns};
+      int64_t bytes = kind == K_FWD ? fwd_smem(D, t) : kind == K_DKDV ? dkdv_smem(D, t) : dq_smem(D, t);
+      if (bytes <= SMEM_LIMIT && (kind != K_FWD || ns * t.bn >= BM)) return t;
+    }
+  return (tiling){0, 0};
+}
+
+/* An operand cp.async can stage: bf16 with contiguous rows, each 16-byte
+ * aligned (every stride and the offset a multiple of 8 elements; the
+ * buffers themselves are TG_MEMPLAN_ALIGN-aligned). */
+static bool async_ok(const tg_flash_operand *o) {
+  return o->bf16 && o->stride[3] == 1 && o->offset % 8 == 0 && o->stride[0] % 8 == 0 && o->stride[1] % 8 == 0 &&
+         o->stride[2] % 8 == 0;
+}
+
 static void signature(FILE *f, const char *prefix, int kind, const tg_flash_shape *s) {
-  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d) %s%s(\n", THREADS, prefix, kernel_suffix[kind]);
+  fprintf(f, "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s%s(\n", THREADS, min_blocks(s->D), prefix,
+          kernel_suffix[kind]);
   fprintf(f, "    TG_ARG(const %s) q, TG_ARG(const %s) k, TG_ARG(const %s) v,\n", ptype(&s->q), ptype(&s->k),
           ptype(&s->v));
   if (kind == K_FWD) {
@@ -597,10 +763,17 @@ static void signature(FILE *f, const char *prefix, int kind, const tg_flash_shap
           ptype(&s->dv));
 }
 
-static void consts(FILE *f, const tg_flash_shape *s, int bn) {
+static void consts(FILE *f, const tg_flash_shape *s, int kind) {
+  tiling t = choose(kind, s->D);
   fprintf(f, "  const int T = %" PRId64 ", D = %" PRId64 ", W = %d;  // W: words a shared row (D/2 + 4)\n", s->T,
           s->D, words(s->D));
-  fprintf(f, "  const int BM = %d, BN = %d;  // rows a block owns, rows a streamed tile has\n", BM, bn);
+  fprintf(f, "  const int BM = %d, BN = %d, NS = %d;  // rows a block owns, rows a streamed tile has, its stages\n",
+          BM, t.bn, t.ns);
+  fprintf(f, "  // staged with cp.async (bf16, contiguous aligned rows) or through registers\n");
+  fprintf(f, "  const bool AQ = %s, AK = %s, AV = %s", async_ok(&s->q) ? "true" : "false",
+          async_ok(&s->k) ? "true" : "false", async_ok(&s->v) ? "true" : "false");
+  if (kind != K_FWD) fprintf(f, ", ADO = %s", async_ok(&s->dout) ? "true" : "false");
+  fprintf(f, ";\n");
 }
 
 static void emit_kernel(FILE *f, const char *prefix, int kind, const tg_flash_shape *s) {
@@ -618,10 +791,9 @@ static void emit_kernel(FILE *f, const char *prefix, int kind, const tg_flash_sh
       "// P = exp(S - lse) and dS = P (dP - Di) in f32, dQ += dS K.  dq = scale dQ.\n"
       "// One thread sums each element: deterministic.\n",
   };
-  int bn = kind == K_FWD ? BM : bwd_bn(s->D);
   fprintf(f, "// tg kernel: %s%s\n%s", prefix, kernel_suffix[kind], what[kind]);
   signature(f, prefix, kind, s);
-  consts(f, s, bn);
+  consts(f, s, kind);
   flt(f, "SL2", s->scale * 1.4426950408889634, "scale * log2(e): scores in log2 units");
   if (kind == K_FWD) {
     flt(f, "LN2", 0.69314718055994531, NULL);

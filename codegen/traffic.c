@@ -125,9 +125,15 @@ static void matmul(const tg_cuda_op *op, tg_launch_traffic *L) {
   L->tensor_cores = M->a_type == TG_BF16 || M->a_type == TG_F16;
 }
 
-/* A flash launch reads and writes whole operands; its FLOPs are the causal
- * half of its products: the forward 2 (S = QKᵀ, PV), the backward's dk/dv
- * launch 4 (S, dP, dV, dK) and dq launch 3 (S, dP, dQ), each T²D per head. */
+/* A flash launch reads and writes whole operands (each tile of K, V or Q,
+ * dO it streams again comes from L2, not HBM), each as its dtype: the
+ * forward reads q, k, v and writes o, lse; both backward launches read q,
+ * k, v, o, lse and do (o for Di), dkdv writes dk and dv, dq writes dq.  Its
+ * FLOPs are the causal half of its products: the forward 2 (S = QKᵀ, PV),
+ * the backward's dk/dv launch 4 (S, dP, dV, dK) and dq launch 3 (S, dP,
+ * dQ), each T²D per head. */
+static int64_t flash_bytes(const tg_flash_operand *o, int64_t n) { return n * (o->bf16 ? 2 : 4); }
+
 static void flash(const tg_cuda_plan *plan, const tg_cuda_op *op, tg_launch_traffic *L) {
   const tg_program *p = plan->p;
   const tg_step *st = &p->kernels[op->lkernel].steps[op->step];
@@ -135,18 +141,17 @@ static void flash(const tg_cuda_plan *plan, const tg_cuda_op *op, tg_launch_traf
   const tg_cuda_launch *l = &op->launch;
   L->category = TG_TRAFFIC_ATTENTION;
   int64_t heads = f->nb * f->nh, rows = heads * f->T, elems = rows * f->D;
-  for (int a = 0; a < l->n_args; a++) {
-    const tg_node *n = p->g->nodes[l->args[a].node];
-    bool lse = a == 4; /* q k v o lse, then do dq dk dv */
-    int64_t bytes = (lse ? rows : elems) * tg_dtype_size(n->type.dtype);
-    if (l->args[a].written) L->bytes_written += bytes;
-    if (l->args[a].read) L->bytes_read += bytes;
+  const char *name = l->function;
+  size_t nlen = strlen(name);
+  bool dkdv = nlen >= 5 && !strcmp(name + nlen - 5, "_dkdv"), dq = nlen >= 3 && !strcmp(name + nlen - 3, "_dq");
+  L->bytes_read = flash_bytes(&f->q, elems) + flash_bytes(&f->k, elems) + flash_bytes(&f->v, elems);
+  if (dkdv || dq) {
+    L->bytes_read += flash_bytes(&f->o, elems) + flash_bytes(&f->lse, rows) + flash_bytes(&f->dout, elems);
+    L->bytes_written = dq ? flash_bytes(&f->dq, elems) : flash_bytes(&f->dk, elems) + flash_bytes(&f->dv, elems);
+  } else {
+    L->bytes_written = flash_bytes(&f->o, elems) + flash_bytes(&f->lse, rows);
   }
-  const char *fn = l->function;
-  size_t len = strlen(fn);
-  double products = 2;
-  if (len >= 5 && !strcmp(fn + len - 5, "_dkdv")) products = 4;
-  else if (len >= 3 && !strcmp(fn + len - 3, "_dq")) products = 3;
+  double products = dkdv ? 4 : dq ? 3 : 2;
   L->flops = products * (double)heads * (double)f->T * (double)f->T * (double)f->D;
   L->tensor_cores = f->q.bf16;
   L->chain = f->T;

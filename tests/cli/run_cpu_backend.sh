@@ -103,7 +103,7 @@ contains "$tmp/cu/gpt2.cu" " *   k0_w0: "   # kernel k0's wave 0, a place of the
 # and there are fewer functions than launches (the layers share theirs)
 $py - "$tmp/cu/manifest.json" "$tmp/cu/gpt2.cu" "$tmp/c/manifest.json" "$tmp/c/gpt2.c" <<'PY' && ok || bad "a launch's or step's function is not defined once"
 import json, re, sys
-for man, code, pat in ((sys.argv[1], sys.argv[2], r'__global__ void __launch_bounds__\(\d+\) {}\('),
+for man, code, pat in ((sys.argv[1], sys.argv[2], r'__global__ void __launch_bounds__\(\d+(?:, \d+)?\) {}\('),
                        (sys.argv[3], sys.argv[4], r'\n(?:static )?void {}\(')):
     m = json.load(open(man))
     text = open(code).read()

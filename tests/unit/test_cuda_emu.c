@@ -323,13 +323,19 @@ static const char mma_kernels[] =
 static const char ptx_kernels[] =
     "// tg kernel: async_copy\n"
     "// Each thread copies 16 bytes into a shared tile with cp.async (at an offset of\n"
-    "// `shift` floats), waits, and reads its neighbour's after a barrier.\n"
-    "extern \"C\" __global__ void async_copy(TG_ARG(const float) x, TG_ARG(float) y, int shift) {\n"
+    "// `shift` floats), waits, and reads its neighbour's after a barrier.  skip 1 leaves\n"
+    "// out the wait, skip 2 the wait for the second of two groups.\n"
+    "extern \"C\" __global__ void async_copy(TG_ARG(const float) x, TG_ARG(float) y, int shift, int skip) {\n"
     "  TG_SHARED(__align__(16) float, tile, 4 * 64 + 4);\n"
+    "  TG_SHARED(__align__(16) float, other, 4 * 64);\n"
     "  fa_cp_async16(fa_smem(tile + 4 * threadIdx.x + shift), x + 4 * threadIdx.x);\n"
     "  fa_cp_async_commit();\n"
-    "  fa_cp_async_wait<0>();\n"
+    "  fa_cp_async16(fa_smem(other + 4 * threadIdx.x), x + 4 * threadIdx.x);\n"
+    "  fa_cp_async_commit();\n"
+    "  if (skip == 0) fa_cp_async_wait<0>();\n"
+    "  if (skip == 2) fa_cp_async_wait<1>();  // the first group only\n"
     "  __syncthreads();\n"
+    "  if (skip == 2) y[threadIdx.x] = other[4 * ((threadIdx.x + 1) % 64)];\n"
     "  for (int i = 0; i < 4; i++) y[4 * threadIdx.x + i] = tile[4 * ((threadIdx.x + 1) % 64) + i + shift];\n"
     "}\n"
     "\n"
@@ -723,11 +729,24 @@ START_TEST(test_cp_async_and_approximations) {
   float x[256], y[256];
   for (int i = 0; i < 256; i++) x[i] = (float)i;
   CUdeviceptr dx = upload(x, sizeof x), dy = upload(NULL, sizeof y);
-  int shift = 0;
-  void *args[] = {&dx, &dy, &shift};
+  int shift = 0, skip = 0;
+  void *args[] = {&dx, &dy, &shift, &skip};
   launch(function(m, "async_copy"), 1, 1, 1, 64, 1, 1, args, CUDA_SUCCESS);
   CK(api.cuMemcpyDtoH(y, dy, sizeof y));
   for (int i = 0; i < 256; i++) ck_assert(y[i] == x[(i + 4) % 256]);
+  /* a tile read before the cp.async.wait_group that completes its copy: with no wait,
+   * and with a wait that leaves the second group in flight */
+  for (skip = 1; skip <= 2; skip++) {
+    const char *msg = launch(function(m, "async_copy"), 1, 1, 1, 64, 1, 1, args, CUDA_ERROR_LAUNCH_FAILED);
+    ck_assert_msg(strstr(msg, skip == 1 ? "tile[" : "other[") && strstr(msg, "which a cp.async by thread") &&
+                      strstr(msg, "no cp.async.wait_group has completed that copy"),
+                  "%s", msg);
+    CK(api.cuDevicePrimaryCtxRelease(0)); /* the error is sticky */
+    CK(api.cuDevicePrimaryCtxRetain(&ctx, 0));
+    m = module();
+    dx = upload(x, sizeof x), dy = upload(NULL, sizeof y);
+  }
+  skip = 0;
   /* cp.async of 16 bytes to a shared address that is not 16-byte aligned */
   shift = 1;
   const char *msg = launch(function(m, "async_copy"), 1, 1, 1, 64, 1, 1, args, 716);

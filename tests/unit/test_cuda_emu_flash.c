@@ -3,7 +3,10 @@
  * flash_ref.h, on GPT-2's layout (q, k, v strided views of one qkv buffer)
  * and an odd one, f32 and bf16, T = 1 (one row), 37 (not a multiple of the
  * tile), 64 (whole tiles), 100 with D = 128 (the smaller backward tile,
- * several tiles).
+ * several tiles), and in bf16 200 with D = 64 and 100 with D = 128: bf16
+ * operands in GPT-2's layout are staged with cp.async, two stages deep, and
+ * these go through several tiles of each kernel (the emulator fails a
+ * launch that touches a tile before the cp.async.wait_group covering it).
  *
  * Every case's kernels go into one module (a prefix each), launched as
  * tg_flash_cuda_launches says, each argument described with its extent so
@@ -71,6 +74,11 @@ static const ecase cases[] = {
     {2, 3, 1, 16, 0.25, 1.0, true, false, 1.5e-2},
     {2, 3, 64, 16, 0.25, 1.0, true, false, 1.5e-2},
     {1, 2, 100, 128, 0.088, 1.0, false, false, 1e-2}, /* D > 64: the smaller tile, several tiles */
+    /* bf16 in GPT-2's layout is staged with cp.async: several tiles through both stages, the
+     * last one partial (T not a multiple of 64) and the diagonal; D = 128 has one stage in the
+     * backward (two do not fit 48 KiB) */
+    {1, 2, 200, 64, 0.125, 1.0, true, false, 1.5e-2},
+    {1, 2, 100, 128, 0.088, 1.0, true, false, 1.5e-2},
     {2, 3, 37, 16, 0.25, 1.0, false, true, 1e-2},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };

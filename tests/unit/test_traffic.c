@@ -28,10 +28,12 @@
  * no launch is flagged (the gradient norm, the bias and layernorm weight
  * gradients and the embedding's backward all run on at least 4 x 132
  * blocks with short chains), each layernorm's backward is one row-group
- * launch, and the step moves at most 46.7 GB (63.3 before the row cache,
+ * launch, and the step moves at most BUDGET_GB (63.3 before the row cache,
  * the bias and GELU epilogues and flash attention's output laid out as the
  * projection reads it, 48.9 before GELU's backward became a DGELU
- * epilogue, 47.7 before layernorm's backward became one kernel; a budget
+ * epilogue, 47.7 before layernorm's backward became one kernel, the bias
+ * gradients moved into the weight-gradient GEMMs and each flash backward
+ * launch stopped being counted as writing all of dq, dk and dv; a budget
  * that a change moving more bytes must answer for).
  * A whole-tensor sum of 16.8 MB on one block is flagged twice over (too
  * few blocks for its bytes, a 16384-element chain per thread).  And the
@@ -45,6 +47,9 @@
 #include "passes.h"
 #include "testutil.h"
 #include "traffic.h"
+
+/* GPT-2 124M's step at B=16 in GB (the comment above) */
+#define BUDGET_GB 44.0
 
 static const char *const linear = "config {\n"
                                   "  N = 256\n"
@@ -393,7 +398,7 @@ START_TEST(test_gpt2_step) {
   ck_assert_int_eq(groups, 25);
   double gb = (double)(t->bytes_read + t->bytes_written) / 1e9;
   printf("GPT-2 124M, B=16: %d launches, none flagged, %.2f GB a step\n", t->n, gb);
-  ck_assert_msg(gb <= 46.7, "the step moves %.2f GB (budget 46.7)", gb);
+  ck_assert_msg(gb <= BUDGET_GB, "the step moves %.2f GB (budget %.1f)", gb, BUDGET_GB);
   tu_ctx_free(c);
 }
 END_TEST

@@ -51,7 +51,7 @@ extern "C" {
 #endif
 
 enum {
-  TG_EMU_ABI_VERSION = 1,
+  TG_EMU_ABI_VERSION = 2,
   TG_EMU_WARP_SIZE = 32,
   TG_EMU_SLOT_BYTES = 32, /* operands one lane hands a warp collective */
 };
@@ -81,6 +81,7 @@ typedef struct tg_emu_shadow {
   int reader_warp;           /* the warp of every such reader, -1 if they span warps */
   unsigned read_epoch;       /* barrier count at the last read */
   unsigned read_warp_epoch;  /* that reader's warp's sync count at the last read */
+  int pending;               /* a cp.async writing it has not been waited for */
 } tg_emu_shadow;
 
 /* A buffer the checks know: a kernel's pointer argument or a shared array. */
@@ -94,6 +95,15 @@ typedef struct tg_emu_region {
 
 struct tg_emu_block;
 
+/* A cp.async copy in flight: issued, not yet completed by a wait_group. */
+typedef struct tg_emu_async {
+  const tg_emu_region *r;    /* the shared array it writes */
+  uintptr_t dst, src;        /* host addresses */
+  unsigned bytes, group;     /* the commit group it belongs to */
+} tg_emu_async;
+
+enum { TG_EMU_ASYNC_MAX = 64 }; /* copies one thread may have in flight */
+
 /* One CUDA thread of the running block. */
 typedef struct tg_emu_thread {
   tg_emu_uint3 idx;          /* threadIdx */
@@ -101,6 +111,11 @@ typedef struct tg_emu_thread {
   int warp, lane;            /* linear / 32, linear % 32 */
   struct tg_emu_block *block;
   void *runtime;             /* the emulator's own state for it */
+  /* cp.async: copies in flight, and the groups committed so far (the
+   * number of the group a new copy joins) */
+  int n_async;
+  unsigned async_group;
+  tg_emu_async async[TG_EMU_ASYNC_MAX];
 } tg_emu_thread;
 
 typedef struct tg_emu_block {
@@ -330,6 +345,18 @@ inline bool ordered(const tg_emu_thread *t, int other, unsigned oe, unsigned owe
        describe_access(kind), r->name, (long long)((a - r->lo) / elem), tn, (long long)(word * 4));
 }
 
+[[noreturn]] __attribute__((noinline)) inline void in_flight(const tg_emu_region *r, uintptr_t a, size_t elem,
+                                                              const char *tn, int kind, int other) {
+  const tg_emu_thread *t = cur;
+  char who[64] = "this thread";
+  if (other != t->linear) snprintf(who, sizeof who, "thread %s", coords(t->block, other).s);
+  fail(TG_EMU_LAUNCH_FAILED,
+       "this thread %s %s[%lld] (%s, byte %lld of the array), which a cp.async by %s still writes: no "
+       "cp.async.wait_group has completed that copy yet (wait for its group, then __syncthreads, before the "
+       "tile is touched)",
+       describe_access(kind), r->name, (long long)((a - r->lo) / elem), tn, (long long)(a - r->lo), who);
+}
+
 /* Checks and records an access of n bytes at a in shared array r. */
 inline void shared_access(const tg_emu_region *r, uintptr_t a, size_t n, size_t elem, const char *tn, int kind) {
   const tg_emu_thread *t = cur;
@@ -338,6 +365,7 @@ inline void shared_access(const tg_emu_region *r, uintptr_t a, size_t n, size_t 
   const unsigned e = b->barrier_epoch, we = b->warp_epoch[t->warp];
   for (uintptr_t w = (a - r->lo) >> 2, last = (a + n - 1 - r->lo) >> 2; w <= last; w++) {
     tg_emu_shadow *s = &r->shadow[w];
+    if (s->pending) in_flight(r, a, elem, tn, kind, s->writer - 1);
     if (kind != WRITE) {
       if (!s->writer) uninitialised(r, a, elem, tn, kind, w);
       if (s->writer != me && !(kind == ATOMIC && s->atomic) && !ordered(t, s->writer - 1, s->write_epoch, s->write_warp_epoch))
@@ -922,20 +950,61 @@ inline void mma_m16n8k16_bf16(float *c, const unsigned *a, unsigned b0, unsigned
   }
 }
 
-/* cp.async.{ca,cg}.shared.global [dst], [src], bytes: copied at once.  The
- * GPU completes it by cp.async.wait_group; a kernel correct there reads the
- * destination only after that and a barrier, so copying early changes
- * nothing it can see (and a missing wait is not caught). */
+/* cp.async.{ca,cg}.shared.global [dst], [src], bytes, as the GPU does it:
+ * the copy joins this thread's open group (cp.async.commit_group closes it)
+ * and lands when cp.async.wait_group completes its group.  Until then its
+ * words are marked in flight: any access to them (a read of the tile before
+ * its wait, a store into it) fails the launch.  The wait records the copy
+ * as this thread's write at that moment, so another thread must still pass
+ * a __syncthreads after the wait before reading it (the race checks).
+ * Copies still in flight when the thread exits land then. */
 template <typename T> inline void cp_async(unsigned dst, const ptr<T> &src, int bytes, int line) {
   (void)line;
+  tg_emu_thread *t = cur;
   if (bytes != 4 && bytes != 8 && bytes != 16) fail(TG_EMU_LAUNCH_FAILED, "cp.async of %d bytes (4, 8 or 16)", bytes);
   check(src.r, src.a, (size_t)bytes, (size_t)bytes, sizeof(T), type_name<std::remove_cv_t<T>>());
   if (src.r->space != TG_EMU_GLOBAL) fail(TG_EMU_ILLEGAL_ADDRESS, "cp.async from %s, which is not global memory", src.r->name);
   if (dst % (unsigned)bytes) fail(TG_EMU_MISALIGNED_ADDRESS, "cp.async to shared address %#x, not %d-byte aligned", dst, bytes);
-  const tg_emu_region *r = shared_at(dst, (size_t)bytes, "cp.async", cur->lane);
-  uintptr_t a = cur->block->shared_base + dst;
+  const tg_emu_region *r = shared_at(dst, (size_t)bytes, "cp.async", t->lane);
+  uintptr_t a = t->block->shared_base + dst;
+  if (t->n_async == TG_EMU_ASYNC_MAX)
+    fail(TG_EMU_LAUNCH_FAILED, "more than %d cp.async copies in flight in one thread (the emulator's limit)",
+         TG_EMU_ASYNC_MAX);
   shared_access(r, a, (size_t)bytes, 1, "byte", WRITE);
-  memcpy((void *)a, (const void *)src.a, (size_t)bytes);
+  for (uintptr_t w = (a - r->lo) >> 2, last = (a + (size_t)bytes - 1 - r->lo) >> 2; w <= last; w++) r->shadow[w].pending = 1;
+  t->async[t->n_async++] = {r, a, src.a, (unsigned)bytes, t->async_group};
+}
+
+/* Lands copy c: its bytes, and its words as written by this thread now. */
+inline void cp_async_land(const tg_emu_async *c) {
+  const tg_emu_thread *t = cur;
+  memcpy((void *)c->dst, (const void *)c->src, c->bytes);
+  for (uintptr_t w = (c->dst - c->r->lo) >> 2, last = (c->dst + c->bytes - 1 - c->r->lo) >> 2; w <= last; w++) {
+    tg_emu_shadow *s = &c->r->shadow[w];
+    s->pending = 0;
+    s->writer = t->linear + 1;
+    s->write_epoch = t->block->barrier_epoch;
+    s->write_warp_epoch = t->block->warp_epoch[t->warp];
+    s->atomic = 0;
+    s->reader = 0;
+  }
+}
+
+/* cp.async.commit_group: later copies join a new group. */
+inline void cp_async_commit() { cur->async_group++; }
+
+/* cp.async.wait_group n: lands every copy but those of the n most recently
+ * committed groups (and of the open one, which a wait never covers). */
+inline void cp_async_wait(int n, int line) {
+  (void)line;
+  tg_emu_thread *t = cur;
+  int kept = 0;
+  for (int i = 0; i < t->n_async; i++) {
+    const tg_emu_async c = t->async[i];
+    if (c.group + (unsigned)n < t->async_group) cp_async_land(&c);
+    else t->async[kept++] = c;
+  }
+  t->n_async = kept;
 }
 
 }  // namespace tg_emu
@@ -992,7 +1061,12 @@ template <typename... P, void (*f)(P...)> struct kernel_entry<void (*)(P...), f>
 inline void attach(const tg_emu_rt *r) { rt = r; }
 inline void thread_main(tg_emu_thread *t, const tg_emu_kernel *k, void *const *args, const tg_emu_region *regions) {
   cur = t;
+  t->n_async = 0;
+  t->async_group = 0;
   k->run(args, regions);
+  cur = t;
+  for (int i = 0; i < t->n_async; i++) cp_async_land(&t->async[i]);
+  t->n_async = 0;
 }
 
 }  // namespace tg_emu
