@@ -194,6 +194,9 @@ typedef struct lowerer {
   bool *bgrad_of_a; /* per kernel: ... summed from the GEMM's operand a (else b) */
   int *writer;    /* per node: the kernel writing it when not its own (fold_bgrad), else -1 */
   int *folded_into; /* per kernel: the kernel whose GEMM does its work (fold_bgrad), else -1 */
+  int *grad_into; /* per node: a flash backward output's place, the [B, T, 3C] sum it is
+                   * padded into (fold_flash_grads), else -1 */
+  int64_t *grad_col; /* ... and its first column there */
   bool *seen;     /* per node, false between uses (lower_kernel's waves) */
   struct ivec marked; /* the nodes cross_reads marked in seen, to clear */
 } lowerer;
@@ -420,6 +423,24 @@ static void flash_operand(lowerer *L, const tg_node *n, tg_flash_operand *op, in
   *arg = lay.base;
 }
 
+/* A flash backward output: its own buffer, or (fold_flash_grads) its
+ * columns of the [B, T, 3C] gradient it is padded into: o[b, h, t, d] at
+ * [b, t, col + h·D + d]. */
+static void flash_grad_operand(lowerer *L, const tg_node *o, tg_flash_operand *op, int *arg) {
+  int G = L->grad_into[o->id];
+  if (G < 0) {
+    flash_operand(L, o, op, arg, true);
+    return;
+  }
+  const tg_type *t = &o->type, *gt = &L->g->nodes[G]->type;
+  int64_t row = gt->dim[2].size, T = t->dim[2].size, D = t->dim[3].size;
+  memset(op, 0, sizeof *op);
+  op->offset = L->grad_col[o->id];
+  op->stride[0] = T * row, op->stride[1] = D, op->stride[2] = row, op->stride[3] = 1;
+  op->bf16 = t->dtype == TG_BF16;
+  *arg = G;
+}
+
 static void flash_step(lowerer *L, const tg_kernel *K) {
   const tg_node *fwd = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
   for (int i = 0; i < K->n_nodes; i++) {
@@ -454,9 +475,9 @@ static void flash_step(lowerer *L, const tg_kernel *K) {
     flash_operand(L, any->in[3], &f->o, &st->flash_args[3], false);
     flash_operand(L, any->in[4], &f->lse, &st->flash_args[4], false);
     flash_operand(L, any->in[5], &f->dout, &st->flash_args[5], false);
-    flash_operand(L, dq, &f->dq, &st->flash_args[6], true);
-    flash_operand(L, dk, &f->dk, &st->flash_args[7], true);
-    flash_operand(L, dv, &f->dv, &st->flash_args[8], true);
+    flash_grad_operand(L, dq, &f->dq, &st->flash_args[6]);
+    flash_grad_operand(L, dk, &f->dk, &st->flash_args[7]);
+    flash_grad_operand(L, dv, &f->dv, &st->flash_args[8]);
   } else {
     flash_operand(L, fwd, &f->o, &st->flash_args[3], true);
     flash_operand(L, lse, &f->lse, &st->flash_args[4], true);
@@ -848,6 +869,92 @@ static void fold_dgelu(lowerer *L) {
   free(readers);
 }
 
+/* The flash backward output that x is the heads-merged [B, T, C] view of
+ * (transpose [0, 2, 1, 3] of [B, H, T, D], then reshape), or NULL. */
+static const tg_node *merged_heads_of(const tg_node *x) {
+  if (x->op != TG_OP_reshape || x->type.rank != 3) return NULL;
+  const tg_node *t = x->in[0];
+  static const int perm[4] = {0, 2, 1, 3};
+  if (t->op != TG_OP_transpose || t->type.rank != 4 || memcmp(t->perm, perm, sizeof perm)) return NULL;
+  const tg_node *o = t->in[0];
+  if (o->op != TG_OP_flash_attention_dq && o->op != TG_OP_flash_attention_dk && o->op != TG_OP_flash_attention_dv)
+    return NULL;
+  const tg_type *ot = &o->type, *xt = &x->type;
+  bool same = ot->dim[0].size == xt->dim[0].size && ot->dim[2].size == xt->dim[1].size &&
+              ot->dim[1].size * ot->dim[3].size == xt->dim[2].size;
+  return same ? o : NULL;
+}
+
+/* For the GPU: the attention's backward gives dq, dk and dv, which the
+ * graph pads into the [B, T, 3C] gradient of the qkv projection's output
+ * and adds (the backward of its split into q, k, v): a kernel reading
+ * 75 MB and writing 75 MB a layer of GPT-2 at B=16 only to move them.
+ * When the three pads fill disjoint column blocks of one sum, each a
+ * heads-merged view of one flash output read by nothing else, the flash
+ * kernels write their outputs straight into those columns (the flash
+ * kernels take any strides), the sum is written elsewhere
+ * (TG_STEP_ELSEWHERE: its kernel reads it from memory, and keeps only
+ * what else it computes, the qkv bias's first sum, which fold_bgrad may
+ * then take too), and the pads and adds are not computed. */
+static void fold_flash_grads(lowerer *L) {
+  const tg_graph *g = L->g;
+  int *readers = count_readers(g);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *G = g->nodes[i];
+    if (G->op != TG_OP_add || G->kernel < 0 || G->type.rank != 3 || !L->stored[G->id] || readers[G->id] < 1) continue;
+    /* the add tree under G: adds of G's kernel read only inside it, and
+     * pads at its leaves */
+    const tg_node *stack[8], *pads[3], *adds[3];
+    int n_stack = 0, n_pads = 0, n_adds = 0;
+    bool ok = true;
+    stack[n_stack++] = G;
+    while (n_stack && ok) {
+      const tg_node *x = stack[--n_stack];
+      if (x->op == TG_OP_add && x->kernel == G->kernel && (x == G || readers[x->id] == 1) && n_adds < 3) {
+        adds[n_adds++] = x;
+        for (int j = 0; j < 2 && ok; j++) {
+          ok = n_stack < 8;
+          if (ok) stack[n_stack++] = x->in[j];
+        }
+      } else if (x->op == TG_OP_pad && x->kernel == G->kernel && readers[x->id] == 1 && n_pads < 3 &&
+                 x->axis == 2 && x->len == G->type.dim[2].size) {
+        pads[n_pads++] = x;
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok || n_pads != 3 || n_adds != 2) continue;
+    /* three heads-merged flash outputs of one kernel, each read only by
+     * its view, in disjoint column blocks covering the row */
+    const tg_node *o[3];
+    int64_t width = 0;
+    for (int j = 0; j < 3 && ok; j++) {
+      o[j] = merged_heads_of(pads[j]->in[0]);
+      /* readers count views too: the transpose, the reshape and the pad */
+      ok = o[j] && readers[o[j]->id] == 3 && o[j]->kernel == o[0]->kernel && o[j]->type.dtype == G->type.dtype && L->grad_into[o[j]->id] < 0;
+      if (ok) width += pads[j]->in[0]->type.dim[2].size;
+    }
+    if (!ok || width != G->type.dim[2].size || L->p->order[G->id]) continue;
+    for (int j = 0; j < 3 && ok; j++)
+      for (int k = j + 1; k < 3; k++) {
+        int64_t a0 = pads[j]->start, a1 = a0 + pads[j]->in[0]->type.dim[2].size;
+        int64_t b0 = pads[k]->start, b1 = b0 + pads[k]->in[0]->type.dim[2].size;
+        ok = ok && (a1 <= b0 || b1 <= a0);
+      }
+    /* G's whole kernel, but G, its adds and pads, and what reads G, stays */
+    if (!ok || o[0]->kernel >= G->kernel) continue;
+    for (int j = 0; j < 3; j++) {
+      L->grad_into[o[j]->id] = G->id;
+      L->grad_col[o[j]->id] = pads[j]->start;
+      L->stored[o[j]->id] = false;
+      L->writer[pads[j]->id] = o[0]->kernel;
+    }
+    for (int j = 0; j < 2; j++) L->writer[adds[j]->id] = o[0]->kernel;
+    L->p->step_of[G->id] = TG_STEP_ELSEWHERE;
+  }
+  free(readers);
+}
+
 /* Whether operand x of a matmul is the [rows, C] matrix of contiguous
  * value y ([..., C], its leading axes flattened into rows), or, transposed
  * (as the operand a), its [C, rows] transpose. */
@@ -904,7 +1011,11 @@ static void fold_bgrad(lowerer *L) {
     const tg_node *s1 = s2->in[0];
     if (s1->op != TG_OP_sum || s1->kernel < 0 || readers[s1->id] != 1) continue;
     const tg_kernel *R = &g->kernels[s1->kernel];
-    if (R->kind != TG_KERNEL_REDUCE || R->n_nodes != 1) continue;
+    /* the sum is all its kernel computes (what else is there another
+     * kernel writes: fold_flash_grads) */
+    bool alone = R->kind == TG_KERNEL_REDUCE;
+    for (int j = 0; j < R->n_nodes && alone; j++) alone = R->nodes[j] == s1->id || L->writer[R->nodes[j]] >= 0;
+    if (!alone) continue;
     const tg_node *y = s1->in[0];
     const tg_type *yt = &y->type;
     if (tg_is_view(y) || yt->rank < 2 || wgrad[y->id] < 0 || y->type.dtype != s2->type.dtype) continue;
@@ -1046,11 +1157,13 @@ static void lower_kernel(lowerer *L, int k) {
   case TG_KERNEL_MULTI: multi_steps(L, K); break;
   default: {
     /* a kernel whose every output its readers recompute has no launch */
+    /* (nor does one whose outputs another kernel writes: fold_flash_grads) */
     bool any = false;
-    for (int i = 0; i < K->n_nodes; i++) any |= L->stored[K->nodes[i]];
+    for (int i = 0; i < K->n_nodes; i++) any |= L->stored[K->nodes[i]] && L->writer[K->nodes[i]] < 0;
     if (!any) break;
     int s = new_step(L, TG_STEP_NEST);
-    for (int i = 0; i < K->n_nodes; i++) own(L, s, K->nodes[i]);
+    for (int i = 0; i < K->n_nodes; i++)
+      if (L->writer[K->nodes[i]] < 0) own(L, s, K->nodes[i]);
     single_nest(L, s, K->kind);
   }
   }
@@ -1221,8 +1334,11 @@ static void kernel_args(lowerer *L, int k, bool *r, bool *w) {
     if (L->stored[n->id]) w[n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id] = true;
     for (int x = 0; x < n->nin; x++) arg_of(L, n->in[x], r);
   }
-  for (int s = 0; s < lk->n_steps; s++)
+  for (int s = 0; s < lk->n_steps; s++) {
     if (lk->steps[s].kind == TG_STEP_GEMM && lk->steps[s].gemm.bgrad >= 0) w[lk->steps[s].gemm.bgrad] = true;
+    if (lk->steps[s].kind == TG_STEP_FLASH_BWD) /* dq, dk, dv: maybe columns of another value (fold_flash_grads) */
+      for (int a = 6; a < 9; a++) w[lk->steps[s].flash_args[a]] = true;
+  }
   /* a copy of a view for a matmul: written by its nest, read by the gemm */
   for (int s = 0; s < lk->n_steps; s++)
     if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) r[lk->steps[s].node] = w[lk->steps[s].node] = true;
@@ -1236,6 +1352,8 @@ static void kernel_args(lowerer *L, int k, bool *r, bool *w) {
   for (int s = 0; s < lk->n_steps; s++) {
     if (lk->steps[s].kind == TG_STEP_NEST && lk->steps[s].node >= 0) push(&cand, lk->steps[s].node);
     if (lk->steps[s].kind == TG_STEP_GEMM && lk->steps[s].gemm.bgrad >= 0) push(&cand, lk->steps[s].gemm.bgrad);
+    if (lk->steps[s].kind == TG_STEP_FLASH_BWD)
+      for (int a = 6; a < 9; a++) push(&cand, lk->steps[s].flash_args[a]);
   }
   if (cand.n) qsort(cand.v, (size_t)cand.n, sizeof *cand.v, by_int);
   ivec args = {0};
@@ -1306,6 +1424,9 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   L.bgrad_of_a = tg_xcalloc((size_t)g->n_kernels + 1, 1);
   L.writer = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *L.writer);
   L.folded_into = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *L.folded_into);
+  L.grad_into = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *L.grad_into);
+  L.grad_col = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *L.grad_col);
+  for (int i = 0; i < g->n_nodes; i++) L.grad_into[i] = -1;
   for (int k = 0; k < g->n_kernels; k++) L.folded_into[k] = -1;
   for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = L.dgelu_out[k] = L.bgrad_out[k] = -1;
   for (int i = 0; i < g->n_nodes; i++) L.writer[i] = -1;
@@ -1313,7 +1434,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   /* leaves' places, for fold_bias's layouts (set again below) */
   for (int i = 0; i < g->n_nodes; i++)
     if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
-  if (remat) fold_bias(&L), fold_dgelu(&L), fold_bgrad(&L);
+  if (remat) fold_bias(&L), fold_dgelu(&L), fold_flash_grads(&L), fold_bgrad(&L);
   replan(&L);
   /* leaves first: flash and gemm steps read their layouts while lowering */
   for (int i = 0; i < g->n_nodes; i++)
@@ -1339,6 +1460,8 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.bgrad_of_a);
   free(L.writer);
   free(L.folded_into);
+  free(L.grad_into);
+  free(L.grad_col);
   free(L.sweep_of);
   return p;
 }

@@ -138,12 +138,15 @@ START_TEST(gpt2_cuda_compiles_for_sm80_and_sm90) {
     char mark[64];
     snprintf(mark, sizeof mark, "// tg kernel: %s\n", ks->units[u].name);
     ck_assert_msg(strstr(src, mark), "no '%s' in the CUDA", mark);
-    twelve += ks->units[u].n_places % 12 == 0;
+    twelve += ks->units[u].n_places >= 12; /* (layernorm's backward runs 25 times: 2 a layer and the last) */
   }
   printf("GPT-2's step: %d launches of %d distinct functions, %d of them once per layer or more\n", launched,
          ks->n_units, twelve);
   ck_assert_int_lt(ks->n_units * 4, launched);
-  ck_assert_int_ge(twelve, 5); /* the layer's forward and backward kernels, flash attention's */
+  /* the layer's kernels of its own (its other work is in cuBLASLt's
+   * epilogues): layernorm forward and backward, flash attention's forward
+   * and backward */
+  ck_assert_int_ge(twelve, 4);
   /* the whole file (what the emulated device compiles) and each unit alone
    * (what a GPU runs: one NVRTC program a unit, in parallel), for both
    * architectures, with nothing in the logs */
