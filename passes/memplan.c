@@ -144,6 +144,8 @@ static int64_t best_fit(const placed_list *pl, const tg_buffer *x) {
     if (gap >= x->bytes && (best < 0 || gap < best_gap)) {
       best = cursor;
       best_gap = gap;
+      /* an exact fit: no later gap is smaller, and ties keep the first */
+      if (gap == x->bytes) break;
     }
     if (pl->end[a] > cursor) cursor = pl->end[a];
   }
