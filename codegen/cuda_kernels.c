@@ -318,13 +318,34 @@ static const char *any_decl(void *ctx, long node) {
 static void render_bodies(const tg_program *p, const tg_lkernel *lk, const int *step_of, const long long *first, int n,
                           char **body) {
   for (int i = 0; i < n; i++) {
-    free(body[i]);
     size_t len = 0;
     FILE *f = open_memstream(&body[i], &len);
     if (!f) abort();
     step_body(f, p, lk, step_of[i], first[i]);
     fclose(f);
   }
+}
+
+/* body with its first block moved from `from` to `to`: step_body writes it
+ * only as "blockIdx.x - <first>u" (rendering the step again would cost the
+ * front end as much as the first time). */
+static char *move_blocks(char *body, long long from, long long to) {
+  char old[48], new[48];
+  snprintf(old, sizeof old, "blockIdx.x - %lldu)", from);
+  snprintf(new, sizeof new, "blockIdx.x - %lldu)", to);
+  tg_sbuf out = {0};
+  for (const char *s = body;;) {
+    const char *hit = strstr(s, old);
+    if (!hit) {
+      tg_sb_puts(&out, s);
+      break;
+    }
+    tg_sb_put(&out, s, (size_t)(hit - s));
+    tg_sb_puts(&out, new);
+    s = hit + strlen(old);
+  }
+  free(body);
+  return tg_sb_take(&out);
 }
 
 /* Wave w of lk as one __global__ function named TGSELF: each launched
@@ -392,9 +413,12 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
       for (int i = 0; i < n; i++)
         if (group[i] == g) order[m++] = i;
     blocks = 0;
-    for (int k = 0; k < n; k++) first[order[k]] = blocks, blocks += tg_cuda_step_blocks(&lk->steps[step_of[order[k]]]);
+    for (int k = 0; k < n; k++) {
+      int i = order[k];
+      body[i] = move_blocks(body[i], first[i], blocks);
+      first[i] = blocks, blocks += tg_cuda_step_blocks(&lk->steps[step_of[i]]);
+    }
     /* again, with those blocks: a table step's first block is one of its literals */
-    render_bodies(p, lk, step_of, first, n, body);
     for (int i = 0; i < n; i++) {
       tg_shape_free(&S[i]);
       if (group[i] >= 0 && !tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) abort(); /* analysed before */
