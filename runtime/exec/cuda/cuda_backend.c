@@ -12,7 +12,10 @@
  * order, exactly what the manifest shows.  The graph's intermediates live
  * in one device allocation laid out by memplan (the arena, then the
  * scratch); leaves are tensors, the graph's own (made when first needed)
- * or bound ones shared with other graphs.
+ * or bound ones shared with other graphs.  A multi-tensor launch (the
+ * optimizer) reads its steps' buffers from tables in device memory
+ * (tg_cuda_table), which are written before a run whenever a leaf has been
+ * bound or made since the last write.
  *
  * Running: the plan's launches go to one compute stream.  Each matmul is a
  * cublasLtMatmul with fp32 accumulation and an algorithm chosen once per
@@ -864,8 +867,10 @@ static uint64_t table_where(void *ctx, int node, uint64_t *bytes) {
 }
 
 /* Writes every table where the buffers are now (cuda_plan.h), once per
- * generation.  After what was queued reads the old tables, and finished
- * before anything reads the new ones: rebinding is rare. */
+ * generation: before the first run (leaves are made when first needed, so
+ * not at load), and after a bind.  It waits for what is queued (which may
+ * read the old tables) and for the copy to land before anything can read
+ * the new ones: rebinding is rare. */
 static void write_tables(cuda_exec *e, tg_ctx *ctx) {
   cuda_device *d = dev_of(&e->base);
   if (!e->table_bytes || (e->tables_written && e->tables_generation == e->generation)) return;
