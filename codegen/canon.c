@@ -302,6 +302,13 @@ void tg_shape_args(tg_sbuf *out, const tg_shape *m, const bool *vary) {
     }
 }
 
+long long tg_shape_lit(const tg_shape *m, int l) {
+  const tok *y = &m->t[m->lits[l]];
+  long long v = 0;
+  for (int i = 0; i < y->n && isdigit((unsigned char)y->s[i]); i++) v = v * 10 + (y->s[i] - '0');
+  return v;
+}
+
 void tg_put_named(tg_sbuf *out, const char *text, const char *name) {
   for (const char *s = text; *s;) {
     const char *hit = strstr(s, "TGSELF");

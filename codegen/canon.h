@@ -18,6 +18,7 @@
 #define TG_CANON_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "sbuf.h"
 
@@ -59,5 +60,7 @@ void tg_shape_vary(const tg_shape *rep, const tg_shape *m, bool *vary);
 void tg_shape_params(tg_sbuf *out, const tg_shape *R, const bool *vary, tg_buf_decl decl, void *ctx);
 void tg_shape_body(tg_sbuf *out, const tg_shape *R, const bool *vary);
 void tg_shape_args(tg_sbuf *out, const tg_shape *m, const bool *vary);
+/* The value of m's l-th free literal (768, 48u: 48). */
+long long tg_shape_lit(const tg_shape *m, int l);
 
 #endif

@@ -118,6 +118,22 @@ void tg_cuda_print_prelude(FILE *out) {
         "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
         "  return v;\n"
         "}\n"
+        "// A multi-tensor kernel's table (codegen/cuda_plan.h: tg_cuda_table): a buffer is its\n"
+        "// address and its bytes (the emulated device checks accesses against them; a GPU never\n"
+        "// reads them), 8-byte fields as the runtime writes them.\n"
+        "struct tg_table_buf { unsigned long long addr, bytes; };\n"
+        "static_assert(sizeof(tg_table_buf) == 16, \"the runtime writes two 8-byte fields\");\n"
+        "// The entry of block b in a table of n entries in block order: the last whose first\n"
+        "// block is at most b, in log2(n) probes (every thread of a block reads the same ones).\n"
+        "template <typename P> __device__ __forceinline__ int tg_table_find(P t, int n, unsigned b) {\n"
+        "  int lo = 0, hi = n - 1;\n"
+        "  while (lo < hi) {\n"
+        "    const int mid = (lo + hi + 1) >> 1;\n"
+        "    if (t[mid].first <= b) lo = mid;\n"
+        "    else hi = mid - 1;\n"
+        "  }\n"
+        "  return lo;\n"
+        "}\n"
         "// Column reductions: thread t holds column t % 16's partial over row group t / 16;\n"
         "// each column's 16 partials are added in row-group order through shared memory\n"
         "// (rows of 17: no bank conflicts), and every thread of the column gets the result.\n"
@@ -301,34 +317,85 @@ static const char *arg_decl(void *ctx, long node) {
   return NULL;
 }
 
+/* What a wave's function takes, when it has tables (else NULL, 0: the
+ * kernel's arguments, as the plan has them). */
+typedef struct wave_info {
+  tg_cuda_arg *args;
+  int n_args;
+  tg_cuda_table *tables;
+  int n_tables;
+} wave_info;
+
+/* Any b<N> is a buffer: to list the buffers a body names. */
+static const char *any_decl(void *ctx, long node) {
+  (void)ctx, (void)node;
+  return "?";
+}
+
+/* The wave's launched steps, each body rendered with blocks from first[i]. */
+static void render_bodies(const tg_program *p, const tg_lkernel *lk, const int *step_of, const long long *first, int n,
+                          char **body) {
+  for (int i = 0; i < n; i++) {
+    size_t len = 0;
+    FILE *f = open_memstream(&body[i], &len);
+    if (!f) abort();
+    step_body(f, p, lk, step_of[i], first[i]);
+    fclose(f);
+  }
+}
+
+/* body with its first block moved from `from` to `to`: step_body writes it
+ * only as "blockIdx.x - <first>u" (rendering the step again would cost the
+ * front end as much as the first time). */
+static char *move_blocks(char *body, long long from, long long to) {
+  char old[48], new[48];
+  snprintf(old, sizeof old, "blockIdx.x - %lldu)", from);
+  snprintf(new, sizeof new, "blockIdx.x - %lldu)", to);
+  tg_sbuf out = {0};
+  for (const char *s = body;;) {
+    const char *hit = strstr(s, old);
+    if (!hit) {
+      tg_sb_puts(&out, s);
+      break;
+    }
+    tg_sb_put(&out, s, (size_t)(hit - s));
+    tg_sb_puts(&out, new);
+    s = hit + strlen(old);
+  }
+  free(body);
+  return tg_sb_take(&out);
+}
+
 /* Wave w of lk as one __global__ function named TGSELF: each launched
  * step's blocks in turn.  Steps of one shape (canon.h: the optimizer's
  * update of each parameter, the gradient norm's sums of each gradient)
- * call that shape's __device__ __noinline__ function, written before the
- * __global__ one: the assembler compiles each shape once instead of once
- * per tensor, and the launch stays one. */
-static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params) {
+ * are a *table*: the shape's body is one __device__ function TGSELF_s<g>,
+ * and one branch, for all of them, finds its step's entry in the table
+ * tg_table<g> (a parameter; cuda_plan.h: tg_cuda_table) from blockIdx.x
+ * and calls it with the entry's buffers and sizes.  The branches do not
+ * grow with the number of tensors, the assembler compiles each shape once,
+ * the launch stays one, and the buffers that only tables name are not
+ * parameters (GPT-2's optimizer would pass 750 pointers, past the 4 KB of
+ * parameters older drivers take).  Steps of a shape of their own keep a
+ * branch each, first; then each table's steps, in step order. */
+static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params, wave_info *wi) {
+  memset(wi, 0, sizeof *wi);
   int n = 0;
   for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
   char **body = tg_xcalloc((size_t)n + 1, sizeof *body);
-  char **call = tg_xcalloc((size_t)n + 1, sizeof *call);
   tg_shape *S = tg_xcalloc((size_t)n + 1, sizeof *S);
   int *group = tg_xcalloc((size_t)n + 1, sizeof *group);
   int *step_of = tg_xcalloc((size_t)n + 1, sizeof *step_of);
+  int *order = tg_xcalloc((size_t)n + 1, sizeof *order);
   long long *first = tg_xcalloc((size_t)n + 1, sizeof *first), blocks = 0;
   for (int s = 0, i = 0; s < lk->n_steps; s++) {
     const tg_step *st = &lk->steps[s];
     if (st->wave != w || !tg_cuda_step_launched(st)) continue;
-    size_t len = 0;
-    FILE *f = open_memstream(&body[i], &len);
-    if (!f) abort();
-    step_body(f, p, lk, s, blocks);
-    fclose(f);
     step_of[i] = s, first[i] = blocks, group[i] = -1;
     blocks += tg_cuda_step_blocks(st);
     i++;
   }
-  tg_sbuf out = {0};
+  render_bodies(p, lk, step_of, first, n, body);
   arg_ctx ax = {a, p, lk};
   int n_groups = 0;
   for (int i = 0; i < n && n > 1; i++)
@@ -338,42 +405,157 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
     int members = 0;
     for (int j = i + 1; j < n; j++) members += group[j] == -1 && tg_shape_same(&S[i], &S[j]);
     if (!members) continue;
-    bool *vary = tg_xcalloc((size_t)S[i].n_lits + 1, 1);
     for (int j = i; j < n; j++)
-      if (group[j] == -1 && tg_shape_same(&S[i], &S[j])) group[j] = n_groups, tg_shape_vary(&S[i], &S[j], vary);
-    tg_sb_printf(&out, "__device__ __noinline__ void TGSELF_s%d(", n_groups);
-    tg_shape_params(&out, &S[i], vary, arg_decl, &ax);
-    tg_sb_puts(&out, ") {\n");
-    tg_shape_body(&out, &S[i], vary);
-    tg_sb_puts(&out, "}\n\n");
-    for (int j = i; j < n; j++)
-      if (group[j] == n_groups) {
-        tg_sbuf c = {0};
-        tg_sb_printf(&c, "    TGSELF_s%d(", n_groups);
-        tg_shape_args(&c, &S[j], vary);
-        tg_sb_puts(&c, ");\n");
-        call[j] = tg_sb_take(&c);
-      }
-    free(vary);
+      if (group[j] == -1 && tg_shape_same(&S[i], &S[j])) group[j] = n_groups;
     n_groups++;
   }
-  tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK, params);
-  const char *sep = "  ";
-  for (int i = 0; i < n; i++) {
-    long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
-    tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, first[i] + nb, step_of[i], nb,
-                 nb == 1 ? "" : "s");
-    tg_sb_puts(&out, call[i] ? call[i] : body[i]);
-    tg_sb_puts(&out, "  }");
-    sep = " else ";
+  tg_sbuf out = {0};
+  if (!n_groups) {
+    tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK, params);
+    const char *sep = "  ";
+    for (int i = 0; i < n; i++) {
+      long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
+      tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, first[i] + nb, step_of[i], nb,
+                   nb == 1 ? "" : "s");
+      tg_sb_puts(&out, body[i]);
+      tg_sb_puts(&out, "  }");
+      sep = " else ";
+    }
+    tg_sb_puts(&out, "\n}\n");
+  } else {
+    /* the block order: steps of their own shape, then each table's steps */
+    int m = 0;
+    for (int i = 0; i < n; i++)
+      if (group[i] < 0) order[m++] = i;
+    for (int g = 0; g < n_groups; g++)
+      for (int i = 0; i < n; i++)
+        if (group[i] == g) order[m++] = i;
+    blocks = 0;
+    for (int k = 0; k < n; k++) {
+      int i = order[k];
+      body[i] = move_blocks(body[i], first[i], blocks);
+      first[i] = blocks, blocks += tg_cuda_step_blocks(&lk->steps[step_of[i]]);
+    }
+    /* again, with those blocks: a table step's first block is one of its literals */
+    for (int i = 0; i < n; i++) {
+      tg_shape_free(&S[i]);
+      if (group[i] >= 0 && !tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) abort(); /* analysed before */
+    }
+    /* the buffers the inline steps name stay parameters */
+    bool *keep = tg_xcalloc((size_t)lk->n_args + 1, 1);
+    for (int i = 0; i < n; i++) {
+      if (group[i] >= 0) continue;
+      tg_shape any;
+      tg_shape_analyse(&any, body[i], any_decl, NULL);
+      for (int b = 0; b < any.n_bufs; b++)
+        for (int x = 0; x < lk->n_args; x++) keep[x] |= lk->args[x] == any.bufs[b];
+      tg_shape_free(&any);
+    }
+    wi->args = tg_alloc(a, sizeof *wi->args * (size_t)(lk->n_args + 1));
+    wi->tables = tg_alloc(a, sizeof *wi->tables * (size_t)n_groups);
+    wi->n_tables = n_groups;
+    tg_sbuf sig = {0};
+    for (int x = 0; x < lk->n_args; x++) {
+      if (!keep[x]) continue;
+      wi->args[wi->n_args++] = (tg_cuda_arg){lk->args[x], lk->arg_read[x], lk->arg_written[x]};
+      tg_sb_printf(&sig, "%s%s b%d", sig.n ? ", " : "", arg_decl(&ax, lk->args[x]), lk->args[x]);
+    }
+    free(keep);
+    for (int g = 0; g < n_groups; g++) {
+      int rep = -1, count = 0;
+      for (int i = 0; i < n; i++)
+        if (group[i] == g) count++, rep = rep < 0 ? i : rep;
+      const tg_shape *R = &S[rep];
+      bool *vary = tg_xcalloc((size_t)R->n_lits + 1, 1);
+      for (int i = 0; i < n; i++)
+        if (group[i] == g) tg_shape_vary(R, &S[i], vary);
+      int nl = 0;
+      for (int l = 0; l < R->n_lits; l++) nl += vary[l];
+      /* the table, as the runtime will fill it */
+      tg_cuda_table *T = &wi->tables[g];
+      T->param = tg_sprintf(a, "tg_table%d", g);
+      T->n_bufs = R->n_bufs, T->n_lits = nl, T->n_entries = count;
+      bool *rd = tg_alloc(a, (size_t)R->n_bufs + 1), *wr = tg_alloc(a, (size_t)R->n_bufs + 1);
+      for (int b = 0; b < R->n_bufs; b++)
+        for (int x = 0; x < lk->n_args; x++)
+          if (lk->args[x] == R->bufs[b]) rd[b] = lk->arg_read[x], wr[b] = lk->arg_written[x];
+      T->buf_read = rd, T->buf_written = wr;
+      T->entries = tg_alloc(a, sizeof *T->entries * (size_t)count);
+      tg_sbuf steps = {0};
+      for (int k = 0, e = 0; k < n; k++) {
+        int i = order[k];
+        if (group[i] != g) continue;
+        tg_cuda_table_entry *E = &T->entries[e++];
+        int *bufs = tg_alloc(a, sizeof(int) * (size_t)(S[i].n_bufs + 1));
+        int64_t *lits = tg_alloc(a, sizeof(int64_t) * (size_t)(nl + 1));
+        for (int b = 0; b < S[i].n_bufs; b++) bufs[b] = (int)S[i].bufs[b];
+        for (int l = 0, v = 0; l < S[i].n_lits; l++)
+          if (vary[l]) lits[v++] = tg_shape_lit(&S[i], l);
+        *E = (tg_cuda_table_entry){step_of[i], first[i], bufs, lits};
+        tg_sb_printf(&steps, "%s%d", steps.n ? ", " : "", step_of[i]);
+      }
+      /* its entry, as the kernel reads it: 8-byte fields */
+      tg_sb_printf(&out, "// tg_table%d: one entry per step of shape %d (steps %s), in block order, written by\n"
+                         "// the runtime where the buffers are (the manifest's \"tables\"): its first block, each\n"
+                         "// buffer's address and bytes (b0..), and the sizes that differ between the steps (n0..).\n",
+                   g, g, tg_sb_text(&steps));
+      tg_sb_printf(&out, "struct TGSELF_e%d {\n  unsigned long long first;\n", g);
+      if (R->n_bufs) tg_sb_printf(&out, "  tg_table_buf b[%d];\n", R->n_bufs);
+      if (nl) tg_sb_printf(&out, "  long long n[%d];\n", nl);
+      tg_sb_printf(&out, "};\nstatic_assert(sizeof(TGSELF_e%d) == %zu && alignof(TGSELF_e%d) == 8, "
+                         "\"the runtime writes 8-byte fields (cuda_plan.h: tg_cuda_table)\");\n\n",
+                   g, tg_cuda_table_entry_bytes(T), g);
+      tg_sb_printf(&out, "__device__ void TGSELF_s%d(", g);
+      tg_shape_params(&out, R, vary, arg_decl, &ax);
+      tg_sb_puts(&out, ") {\n");
+      tg_shape_body(&out, R, vary);
+      tg_sb_puts(&out, "}\n\n");
+      tg_sb_printf(&sig, "%sTG_ARG(const TGSELF_e%d) tg_table%d", sig.n ? ", " : "", g, g);
+      tg_sb_free(&steps);
+      free(vary);
+    }
+    tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK,
+                 tg_sb_text(&sig));
+    tg_sb_free(&sig);
+    const char *sep = "  ";
+    for (int k = 0; k < n; k++) {
+      int i = order[k];
+      if (group[i] >= 0) continue;
+      long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
+      tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, first[i] + nb, step_of[i], nb,
+                   nb == 1 ? "" : "s");
+      tg_sb_puts(&out, body[i]);
+      tg_sb_puts(&out, "  }");
+      sep = " else ";
+    }
+    for (int g = 0; g < n_groups; g++) {
+      const tg_cuda_table *T = &wi->tables[g];
+      const tg_cuda_table_entry *last = &T->entries[T->n_entries - 1];
+      long long end = last->first + tg_cuda_step_blocks(&lk->steps[last->step]);
+      tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // %d steps of shape %d, blocks from %lld: tg_table%d's entries\n",
+                   sep, end, T->n_entries, g, T->entries[0].first, g);
+      tg_sb_printf(&out, "    const TGSELF_e%d tg_e = tg_table%d[tg_table_find(tg_table%d, %d, blockIdx.x)];\n", g, g, g,
+                   T->n_entries);
+      const tg_shape *R = NULL;
+      for (int i = 0; i < n && !R; i++)
+        if (group[i] == g) R = &S[i];
+      for (int b = 0; b < T->n_bufs; b++) {
+        const char *d = arg_decl(&ax, R->bufs[b]); /* "TG_ARG(const float)": the element type within */
+        tg_sb_printf(&out, "    TG_TABLE_PTR(%.*s, tg_p%d, tg_e.b[%d]);\n", (int)strlen(d) - 8, d + 7, b, b);
+      }
+      tg_sb_printf(&out, "    TGSELF_s%d(", g);
+      for (int b = 0; b < T->n_bufs; b++) tg_sb_printf(&out, "%stg_p%d", b ? ", " : "", b);
+      for (int l = 0; l < T->n_lits; l++) tg_sb_printf(&out, "%stg_e.n[%d]", T->n_bufs || l ? ", " : "", l);
+      tg_sb_puts(&out, ");\n  }");
+      sep = " else ";
+    }
+    tg_sb_puts(&out, "\n}\n");
   }
-  tg_sb_puts(&out, "\n}\n");
   for (int i = 0; i < n; i++) {
     free(body[i]);
-    free(call[i]);
     tg_shape_free(&S[i]);
   }
-  free(body), free(call), free(S), free(group), free(step_of), free(first);
+  free(body), free(S), free(group), free(step_of), free(first), free(order);
   char *text = tg_strdup(a, tg_sb_text(&out));
   tg_sb_free(&out);
   return text;
@@ -435,10 +617,13 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
   /* the unit of each wave function (by kernel and wave) and flash step */
   int **wave_unit = tg_alloc(a, sizeof *wave_unit * (size_t)(p->n_kernels + 1));
   int **step_unit = tg_alloc(a, sizeof *step_unit * (size_t)(p->n_kernels + 1));
+  wave_info **waves = tg_alloc(a, sizeof *waves * (size_t)(p->n_kernels + 1));
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
     const tg_kernel *K = &g->kernels[lk->kernel];
     wave_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_waves + 1));
+    waves[k] = tg_alloc(a, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
+    memset(waves[k], 0, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
     step_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_steps + 1));
     tg_sbuf cm = {0}, params = {0};
     tg_emit_kernel_comment(&cm, p, lk);
@@ -451,7 +636,7 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
       if (!any) continue;
       const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
                                      plan->where[k]);
-      wave_unit[k][w] = add_unit(&B, wave_text(a, p, lk, w, tg_sb_text(&params)), false, comment, place);
+      wave_unit[k][w] = add_unit(&B, wave_text(a, p, lk, w, tg_sb_text(&params), &waves[k][w]), false, comment, place);
     }
     for (int s = 0; s < lk->n_steps; s++) {
       const tg_step *st = &lk->steps[s];
@@ -522,7 +707,13 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
     tg_cuda_op *op = &plan->ops[i];
     if (op->kind != TG_CUDA_LAUNCH) continue;
     if (op->step < 0) {
+      const wave_info *wi = &waves[op->lkernel][op->wave];
       op->launch.function = ks->units[wave_unit[op->lkernel][op->wave]].name;
+      if (wi->n_tables) {
+        op->launch.args = wi->args, op->launch.n_args = wi->n_args;
+        op->launch.tables = wi->tables, op->launch.n_tables = wi->n_tables;
+        for (int t = 0; t < wi->n_tables; t++) wi->tables[t].shape = tg_sprintf(a, "%s_s%d", op->launch.function, t);
+      }
     } else {
       const tg_step *st = &p->kernels[op->lkernel].steps[op->step];
       const char *suffix = op->launch.function + strlen(st->fn);

@@ -13,10 +13,12 @@
  *
  * Within a wave, steps that differ only in their buffers and integer sizes
  * (the optimizer's update of every parameter, the gradient norm's sums) are
- * one __device__ __noinline__ function each shape of step has, called per
- * step with that step's buffers and sizes: the multi-tensor launch stays
- * one launch, and the assembler sees each shape once instead of ~150
- * inlined copies.
+ * one __device__ function each shape of step has, and a table of those
+ * steps (cuda_plan.h: tg_cuda_table) that the runtime fills with their
+ * buffers' addresses: one branch per shape finds its block's entry and
+ * runs the function once.  The multi-tensor launch stays one launch, its
+ * branches do not grow with the tensors, and the assembler sees each shape
+ * once instead of ~150 inlined copies.
  *
  * Every unit compiles on its own after the prelude (NVRTC: one program per
  * unit, compiled in parallel and cached each under its own hash); the .cu
@@ -48,7 +50,8 @@ typedef struct tg_cuda_kernels {
 } tg_cuda_kernels;
 
 /* The units of p; renames every launch of plan (made from p) to its unit's
- * function.  Allocated in a. */
+ * function, and gives each wave launch with tables its buffer parameters
+ * and its tables (tg_cuda_launch).  Allocated in a. */
 tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan);
 
 /* The source NVRTC compiles for unit u: the prelude, then the unit's

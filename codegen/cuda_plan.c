@@ -37,6 +37,29 @@ long long tg_cuda_step_blocks(const tg_step *st) {
   return (points + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK;
 }
 
+/* ---- tables ------------------------------------------------------------------------ */
+
+_Static_assert(sizeof(uint64_t) == 8 && sizeof(int64_t) == 8, "a table's fields are 8 bytes");
+
+size_t tg_cuda_table_entry_bytes(const tg_cuda_table *t) { return 8 * (size_t)(1 + 2 * t->n_bufs + t->n_lits); }
+
+size_t tg_cuda_table_bytes(const tg_cuda_table *t) { return tg_cuda_table_entry_bytes(t) * (size_t)t->n_entries; }
+
+void tg_cuda_table_fill(const tg_cuda_table *t, uint64_t *out, uint64_t (*where)(void *ctx, int node, uint64_t *bytes),
+                        void *ctx) {
+  for (int e = 0; e < t->n_entries; e++) {
+    const tg_cuda_table_entry *E = &t->entries[e];
+    *out++ = (uint64_t)E->first;
+    for (int b = 0; b < t->n_bufs; b++) {
+      uint64_t bytes = 0;
+      out[0] = where(ctx, E->bufs[b], &bytes);
+      out[1] = bytes;
+      out += 2;
+    }
+    for (int l = 0; l < t->n_lits; l++) memcpy(out++, &E->lits[l], 8); /* int64 as the kernel reads it */
+  }
+}
+
 /* ---- building the list --------------------------------------------------------- */
 
 typedef struct builder {

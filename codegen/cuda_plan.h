@@ -24,12 +24,56 @@ typedef struct tg_cuda_arg {
   bool read, written;
 } tg_cuda_arg;
 
+/* A multi-tensor wave's table (cuda_kernels.c): its steps of one shape run
+ * one body, which finds its step's entry from blockIdx.x (the entries are
+ * in block order) instead of one branch per step.  Its contents depend on
+ * where buffers are, so the runtime writes it into device memory
+ * (tg_cuda_table_fill) before the first run and after every rebinding;
+ * the kernel takes its address as a parameter, so a captured CUDA graph
+ * stays valid when it is rewritten.  An entry is 8-byte fields, exactly as
+ * the kernel's struct TGSELF_e<shape> declares them:
+ *
+ *   uint64 first            the step's first block in the launch
+ *   uint64 addr, bytes      per buffer of the shape's function (b0, b1, ..):
+ *                           where it is, and its extent (the emulated device
+ *                           checks accesses against it; a GPU never reads it)
+ *   int64  n                per literal that differs between the steps (n0,
+ *                           n1, ..: sizes, strides, the first block) */
+typedef struct tg_cuda_table_entry {
+  int step;              /* its step (index into the kernel's steps) */
+  long long first;       /* its first block */
+  const int *bufs;       /* n_bufs base values, the shape function's b0, b1, .. */
+  const int64_t *lits;   /* n_lits values, its n0, n1, .. */
+} tg_cuda_table_entry;
+
+typedef struct tg_cuda_table {
+  const char *param;     /* the kernel's parameter, "tg_table0" */
+  const char *shape;     /* the function it runs, "f_0123456789_s0" (named with the unit) */
+  int n_bufs, n_lits;
+  const bool *buf_read, *buf_written; /* per buffer, by how the kernel uses it */
+  tg_cuda_table_entry *entries;       /* in block order */
+  int n_entries;
+} tg_cuda_table;
+
+enum { TG_CUDA_TABLE_ALIGN = 16 };   /* each table's offset in the runtime's allocation */
+
+/* An entry's bytes; a table's. */
+size_t tg_cuda_table_entry_bytes(const tg_cuda_table *t);
+size_t tg_cuda_table_bytes(const tg_cuda_table *t);
+/* Writes table t as the kernel reads it into out (tg_cuda_table_bytes(t)
+ * bytes, 8-aligned), asking where(ctx, node, &bytes) for each buffer's
+ * address and extent. */
+void tg_cuda_table_fill(const tg_cuda_table *t, uint64_t *out, uint64_t (*where)(void *ctx, int node, uint64_t *bytes),
+                        void *ctx);
+
 typedef struct tg_cuda_launch {
   const char *function;  /* the extern "C" __global__ function */
   unsigned grid[3], block[3];
   size_t shared_bytes;   /* dynamic shared memory */
   tg_cuda_arg *args;     /* in parameter order */
   int n_args;
+  tg_cuda_table *tables; /* parameters after args: each table's address */
+  int n_tables;
 } tg_cuda_launch;
 
 /* A row-major product C = op(A) op(B) (lower.h's tg_gemm) as cuBLASLt

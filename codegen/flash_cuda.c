@@ -835,6 +835,7 @@ void tg_cuda_emit_memory_macros(FILE *f) {
         "#define TG_SHARED(T, name, count) __shared__ T name[count]  // a block's shared array\n"
         "#define TG_SHARED_DYNAMIC(T, name) extern __shared__ __align__(16) T name[]\n"
         "#define TG_LD4(p, i) (*(const float4 *)&(p)[i])    // p[i..i+3] as one 16-byte load\n"
+        "#define TG_TABLE_PTR(T, name, buf) T *__restrict__ const name = (T *)(buf).addr  // a table's buffer\n"
         "#elif !defined(TG_CUDA_EMU_H)\n"
         "#error \"compile this with NVRTC, or for the emulated device after cuda_emu.h\"\n"
         "#endif\n"

@@ -159,6 +159,28 @@ static void allreduce_json(FILE *out, const tg_graph *g, int b) {
   fprintf(out, "]}");
 }
 
+/* A multi-tensor launch's table (cuda_plan.h: tg_cuda_table): the parameter
+ * after the buffers that takes its address, the function each entry runs,
+ * the layout of an entry, and each entry: its step, first block, buffers
+ * (the function's b0, b1, ..) and sizes (n0, n1, ..). */
+static void table_json(FILE *out, const tg_cuda_table *T, bool first) {
+  fprintf(out, "%s\n         {\"param\": \"%s\", \"function\": \"%s\", \"entry_bytes\": %zu, \"fields\": [\"first\"",
+          first ? ", \"tables\": [" : ",", T->param, T->shape, tg_cuda_table_entry_bytes(T));
+  for (int b = 0; b < T->n_bufs; b++) fprintf(out, ", \"b%d.addr\", \"b%d.bytes\"", b, b);
+  for (int l = 0; l < T->n_lits; l++) fprintf(out, ", \"n%d\"", l);
+  fprintf(out, "],\n          \"entries\": [");
+  for (int e = 0; e < T->n_entries; e++) {
+    const tg_cuda_table_entry *E = &T->entries[e];
+    fprintf(out, "%s\n           {\"step\": %d, \"first\": %lld, \"bufs\": [", e ? "," : "", E->step, E->first);
+    for (int b = 0; b < T->n_bufs; b++)
+      fprintf(out, "%s{\"b%d\": \"%s\"}", b ? ", " : "", E->bufs[b], access_of(T->buf_read[b], T->buf_written[b]));
+    fprintf(out, "], \"n\": [");
+    for (int l = 0; l < T->n_lits; l++) fprintf(out, "%s%lld", l ? ", " : "", (long long)E->lits[l]);
+    fprintf(out, "]}");
+  }
+  fprintf(out, "]}");
+}
+
 /* CUDA: the plan (cuda_plan.h), exactly as the CUDA backend runs it. */
 static void manifest_cuda(FILE *out, const tg_program *p) {
   tg_arena *a = tg_arena_new();
@@ -184,7 +206,10 @@ static void manifest_cuda(FILE *out, const tg_program *p) {
         for (int x = 0; x < L->n_args; x++)
           fprintf(out, "%s{\"b%d\": \"%s\"}", x ? ", " : "", L->args[x].node,
                   access_of(L->args[x].read, L->args[x].written));
-        fprintf(out, "]}");
+        fprintf(out, "]");
+        for (int t = 0; t < L->n_tables; t++) table_json(out, &L->tables[t], t == 0);
+        if (L->n_tables) fprintf(out, "]");
+        fprintf(out, "}");
       }
     }
     fprintf(out, "]}");

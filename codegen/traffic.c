@@ -101,6 +101,11 @@ static void wave(const tg_cuda_plan *plan, const tg_cuda_op *op, tg_launch_traff
     if (first) L->category = nest_category(K, st);
     first = false;
   }
+  /* a multi-tensor launch's tables (cuda_plan.h: tg_cuda_table), once from
+   * memory: every block reads its entry and a few firsts of the binary
+   * search, which after the first blocks come from the caches (a plan
+   * whose kernels were not made has none: the steps' own code counts) */
+  for (int t = 0; t < op->launch.n_tables; t++) L->bytes_read += (int64_t)tg_cuda_table_bytes(&op->launch.tables[t]);
 }
 
 static int64_t operand_bytes(int64_t rows, int64_t cols, tg_dtype t, int batch, int64_t batch_stride) {

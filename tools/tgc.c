@@ -230,7 +230,12 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   if (status == 0 && traffic_gpu) {
     /* the CUDA step as the backend would run it */
     const tg_program *p = what == EMIT_CUDA && e.p ? e.p : tg_lower_ex(ctx, g, true);
-    tg_traffic *t = tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, p), traffic_gpu);
+    tg_cuda_plan *plan = e.plan;
+    if (!plan) { /* with its kernels made: the multi-tensor launches' tables are read too */
+      plan = tg_cuda_plan_make(g->arena, p);
+      tg_cuda_kernels_make(g->arena, p, plan);
+    }
+    tg_traffic *t = tg_traffic_count(g->arena, plan, traffic_gpu);
     double B = 0, T = 0;
     int64_t tokens = tg_graph_get_config(g, "B", &B) && tg_graph_get_config(g, "T", &T) ? (int64_t)(B * T) : 0;
     tg_traffic_print(stdout, t, tokens);

@@ -198,6 +198,95 @@ START_TEST(gpt2_cuda_compiles_for_sm80_and_sm90) {
 }
 END_TEST
 
+/* GPT-2's optimizer update (B=16, n_layer layers): its launch, the number
+ * of branches on blockIdx.x in its function, and checks that every
+ * parameter is written by exactly one of its steps (a table's entry or a
+ * step of its own), every step is one of them, and the manifest lists
+ * every table and entry. */
+static int optimizer_branches(const char *n_layer, int *entries) {
+  tg_ctx *ctx = tu_ctx();
+  const char *defs[] = {"B=16", n_layer};
+  cuda_remat = true;
+  tg_program *p = step_program(ctx, 2, defs);
+  cuda_remat = false;
+  const tg_graph *g = p->g;
+  tg_arena *a = tg_arena_new();
+  tg_cuda_plan *plan = tg_cuda_plan_make(a, p);
+  const tg_cuda_kernels *ks = tg_cuda_kernels_make(a, p, plan);
+  int *writes = calloc((size_t)g->n_nodes, sizeof *writes);
+  const tg_cuda_op *opt = NULL;
+  int tables = 0, all_entries = 0;
+  for (int i = 0; i < plan->n_ops; i++) {
+    const tg_cuda_op *op = &plan->ops[i];
+    if (op->kind != TG_CUDA_LAUNCH) continue;
+    for (int t = 0; t < op->launch.n_tables; t++) tables++, all_entries += op->launch.tables[t].n_entries;
+    if (g->kernels[op->kernel].kind != TG_KERNEL_MULTI) continue;
+    bool params = false;
+    for (int t = 0; t < op->launch.n_tables; t++)
+      for (int e = 0; e < op->launch.tables[t].n_entries; e++)
+        for (int b = 0; b < op->launch.tables[t].n_bufs; b++)
+          params |= g->nodes[op->launch.tables[t].entries[e].bufs[b]]->op == TG_OP_param;
+    if (params) opt = op;
+  }
+  ck_assert_msg(opt, "no multi-tensor launch updates the parameters through a table");
+  const tg_cuda_launch *L = &opt->launch;
+  int launched = 0, own = 0;
+  for (int s = 0; s < p->kernels[opt->lkernel].n_steps; s++) {
+    const tg_step *st = &p->kernels[opt->lkernel].steps[s];
+    launched += st->wave == opt->wave && tg_cuda_step_launched(st);
+  }
+  *entries = 0;
+  for (int t = 0; t < L->n_tables; t++) {
+    const tg_cuda_table *T = &L->tables[t];
+    ck_assert_int_gt(T->n_entries, 1);
+    *entries += T->n_entries;
+    for (int e = 0; e < T->n_entries; e++) {
+      if (e) ck_assert_int_gt(T->entries[e].first, T->entries[e - 1].first); /* block order: binary search */
+      for (int b = 0; b < T->n_bufs; b++) writes[T->entries[e].bufs[b]] += T->buf_written[b];
+    }
+  }
+  for (int x = 0; x < L->n_args; x++) writes[L->args[x].node] += L->args[x].written;
+  int params = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i]->op != TG_OP_param) continue;
+    params++;
+    ck_assert_msg(writes[i] == 1, "parameter %s is written %d times by the optimizer", g->nodes[i]->name, writes[i]);
+  }
+  const tg_cuda_unit *U = NULL;
+  for (int u = 0; u < ks->n_units; u++)
+    if (!strcmp(ks->units[u].name, L->function)) U = &ks->units[u];
+  ck_assert_ptr_nonnull(U);
+  int branches = count(U->body, "blockIdx.x <");
+  own = branches - L->n_tables;
+  ck_assert_int_eq(*entries + own, launched);
+  printf("GPT-2 (%s) optimizer %s: %d parameters, %d steps: %d in %d tables, %d of their own; %d branches; "
+         "%d buffer parameters\n",
+         n_layer, L->function, params, launched, *entries, L->n_tables, own, branches, L->n_args);
+  /* the manifest describes every table and entry */
+  char *m = NULL;
+  size_t mn = 0;
+  FILE *f = open_memstream(&m, &mn);
+  tg_render_manifest(f, p, "gpt2.cu", true);
+  fclose(f);
+  ck_assert_int_eq(count(m, "\"param\": \"tg_table"), tables);
+  ck_assert_int_eq(count(m, "{\"step\": "), all_entries);
+  free(m);
+  free(writes);
+  tg_arena_free(a);
+  tu_ctx_free(ctx);
+  return branches;
+}
+
+START_TEST(multi_tensor_kernels_read_tables) {
+  int small, big;
+  int b2 = optimizer_branches("n_layer=2", &small), b12 = optimizer_branches("n_layer=12", &big);
+  /* ten more layers, 120 more parameters: more entries, not more branches */
+  ck_assert_int_gt(big, small);
+  ck_assert_int_eq(b12, b2);
+  ck_assert_int_le(b12, 8);
+}
+END_TEST
+
 START_TEST(output_is_deterministic) {
   const char *defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
   char *first[2];
@@ -397,6 +486,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(t, setup, teardown);
   tcase_set_timeout(t, 600);
   tcase_add_test(t, gpt2_cuda_compiles_for_sm80_and_sm90);
+  tcase_add_test(t, multi_tensor_kernels_read_tables);
   tcase_add_test(t, output_is_deterministic);
   tcase_add_test(t, every_kernel_has_its_ops_comment);
   tcase_add_test(t, c_builds_cleanly);

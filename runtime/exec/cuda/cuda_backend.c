@@ -12,7 +12,10 @@
  * order, exactly what the manifest shows.  The graph's intermediates live
  * in one device allocation laid out by memplan (the arena, then the
  * scratch); leaves are tensors, the graph's own (made when first needed)
- * or bound ones shared with other graphs.
+ * or bound ones shared with other graphs.  A multi-tensor launch (the
+ * optimizer) reads its steps' buffers from tables in device memory
+ * (tg_cuda_table), which are written before a run whenever a leaf has been
+ * bound or made since the last write.
  *
  * Running: the plan's launches go to one compute stream.  Each matmul is a
  * cublasLtMatmul with fp32 accumulation and an algorithm chosen once per
@@ -144,6 +147,18 @@ struct cuda_exec {
   graph_entry *graphs;
   int n_graphs, cap_graphs;
   uint64_t generation; /* bumped by a bind: captured graphs hold pointers */
+  /* The multi-tensor launches' tables (cuda_plan.h: tg_cuda_table), one
+   * allocation: each launch's table t at table_at[op][t].  Their contents
+   * are where the buffers are, so they are written before a run whenever
+   * the generation has changed since (a bind, a leaf made); the kernels
+   * take their addresses, which never change, so a captured graph stays
+   * valid across a rewrite. */
+  CUdeviceptr tables;
+  size_t **table_at;
+  size_t table_bytes;
+  uint64_t *table_host;
+  bool tables_written;
+  uint64_t tables_generation;
   tg_profile_level profile;
   CUevent *op_ev;      /* TG_PROFILE_KERNELS: one before each op and one at the end */
   CUevent phase_ev[TG_NPHASES + 1];
@@ -691,6 +706,23 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
       make_lt_call(d, ctx, &op->matmul, &e->lt[i], op_what(e, i));
     }
   }
+  /* the tables' places; their contents come before the first run */
+  e->table_at = tg_xcalloc((size_t)n_ops + 1, sizeof *e->table_at);
+  for (int i = 0; i < n_ops; i++) {
+    const tg_cuda_launch *L = &e->plan->ops[i].launch;
+    if (e->plan->ops[i].kind != TG_CUDA_LAUNCH || !L->n_tables) continue;
+    e->table_at[i] = tg_xcalloc((size_t)L->n_tables, sizeof **e->table_at);
+    for (int t = 0; t < L->n_tables; t++) {
+      e->table_at[i][t] = e->table_bytes;
+      e->table_bytes += (tg_cuda_table_bytes(&L->tables[t]) + TG_CUDA_TABLE_ALIGN - 1) / TG_CUDA_TABLE_ALIGN *
+                        TG_CUDA_TABLE_ALIGN;
+    }
+  }
+  if (e->table_bytes) {
+    e->table_host = tg_xcalloc(e->table_bytes / 8, 8);
+    CU(d, ctx, A->cuMemAlloc(&e->tables, e->table_bytes),
+       tg_sprintf(e->arena, "the %zu bytes of %s's multi-tensor tables", e->table_bytes, name));
+  }
   /* the arena and the scratch: one allocation, laid out by memplan */
   e->scratch_at = (p->arena_bytes + 255) / 256 * 256;
   size_t bytes = (size_t)(e->scratch_at + p->scratch_bytes);
@@ -755,6 +787,10 @@ static void cuda_free(tg_exec *x) {
   for (int i = 0; i < e->p->n_leaves; i++)
     if (e->own[i]) tensor_release(e->own[i]);
   A->cuMemFree(e->mem);
+  if (e->tables) A->cuMemFree(e->tables);
+  for (int i = 0; i < e->plan->n_ops; i++) free(e->table_at[i]);
+  free(e->table_at);
+  free(e->table_host);
   for (int u = 0; u < e->n_modules; u++) A->cuModuleUnload(e->modules[u]);
   free(e->modules);
   free(e->hooks);
@@ -825,19 +861,54 @@ static CUdeviceptr value_ptr(cuda_exec *e, int node, size_t *bytes) {
 
 /* ---- running ------------------------------------------------------------------------------ */
 
+static uint64_t table_where(void *ctx, int node, uint64_t *bytes) {
+  size_t n = 0;
+  CUdeviceptr p = value_ptr(ctx, node, &n);
+  *bytes = n;
+  return (uint64_t)p;
+}
+
+/* Writes every table where the buffers are now (cuda_plan.h), once per
+ * generation: before the first run (leaves are made when first needed, so
+ * not at load), and after a bind.  It waits for what is queued (which may
+ * read the old tables) and for the copy to land before anything can read
+ * the new ones: rebinding is rare. */
+static void write_tables(cuda_exec *e, tg_ctx *ctx) {
+  cuda_device *d = dev_of(&e->base);
+  if (!e->table_bytes || (e->tables_written && e->tables_generation == e->generation)) return;
+  for (int i = 0; i < e->plan->n_ops; i++) {
+    const tg_cuda_launch *L = &e->plan->ops[i].launch;
+    for (int t = 0; e->plan->ops[i].kind == TG_CUDA_LAUNCH && t < L->n_tables; t++)
+      tg_cuda_table_fill(&L->tables[t], e->table_host + e->table_at[i][t] / 8, table_where, e);
+  }
+  CU(d, ctx, d->api.cuStreamSynchronize(d->stream), "writing the multi-tensor tables");
+  CU(d, ctx, d->api.cuMemcpyHtoDAsync(e->tables, e->table_host, e->table_bytes, d->stream),
+     "writing the multi-tensor tables");
+  CU(d, ctx, d->api.cuStreamSynchronize(d->stream), "writing the multi-tensor tables");
+  e->tables_written = true;
+  e->tables_generation = e->generation;
+}
+
 static void launch(cuda_exec *e, tg_ctx *ctx, int i) {
   cuda_device *d = dev_of(&e->base);
   const tg_cuda_launch *L = &e->plan->ops[i].launch;
-  int n = L->n_args;
+  int n = L->n_args + L->n_tables; /* the buffers, then the tables */
   /* the pointers must stay put until the launch is issued (or captured) */
   CUdeviceptr *ptr = tg_xcalloc((size_t)n + 1, sizeof *ptr);
   void **args = tg_xcalloc((size_t)n + 1, sizeof *args);
   size_t *extent = tg_xcalloc((size_t)n + 1, sizeof *extent);
   const char **names = tg_xcalloc((size_t)n + 1, sizeof *names);
-  for (int a = 0; a < n; a++) {
+  for (int a = 0; a < L->n_args; a++) {
     ptr[a] = value_ptr(e, L->args[a].node, &extent[a]);
     args[a] = &ptr[a];
     names[a] = tg_sprintf(e->arena, "b%d", L->args[a].node);
+  }
+  for (int t = 0; t < L->n_tables; t++) {
+    int a = L->n_args + t;
+    ptr[a] = e->tables + e->table_at[i][t];
+    extent[a] = tg_cuda_table_bytes(&L->tables[t]);
+    args[a] = &ptr[a];
+    names[a] = L->tables[t].param;
   }
   if (d->api.emu_describe_launch)
     d->api.emu_describe_launch(L->function, e->plan->where[e->plan->ops[i].kernel], n, names, extent);
@@ -1011,6 +1082,7 @@ static void cuda_run(tg_ctx *ctx, tg_exec *x) {
   tg_cuda_api *A = &d->api;
   for (int i = 0; i < e->p->n_leaves; i++)
     if (!e->bound[i]) own_leaf(e, i);
+  write_tables(e, ctx);
   uint64_t key = record_hooks(e);
   if (e->profile == TG_PROFILE_KERNELS && !e->op_ev) {
     e->op_ev = tg_xcalloc((size_t)e->plan->n_ops + 1, sizeof *e->op_ev);
