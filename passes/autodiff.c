@@ -294,16 +294,32 @@ static void grad_expand(ad *A, const tg_node *n, const tg_node *g) {
   accumulate(A, IN(0), reduce_to(A, g, &IN(0)->type));
 }
 
-/* table[idx]: each row's gradient is the sum over the places it was picked */
+/* table[idx]: each row's gradient is the sum over the places it was picked.
+ * When the table already has a gradient G of the same type (a tied
+ * embedding: the head's matmul, later in the forward, is differentiated
+ * first), the rows are scattered onto G, scatter_add(g, idx, G), rather
+ * than into a fresh zero table that is then added to G.  That is the same
+ * sum, and it lets lowering update G's buffer in place (lower.c: no table
+ * of zeros, no second pass over [V, C]).  It is done here, where the sum is
+ * born and both terms are known to be read by nothing else, rather than as
+ * a rewrite of add(G, scatter_add(...)) after autodiff, which would have to
+ * prove that. */
 static void grad_gather(ad *A, const tg_node *n, const tg_node *g) {
   if (!WANTED(0)) return;
-  tg_node *s = mk(A, TG_OP_scatter_add, 2, g, IN(1), NULL);
+  tg_node **slot = &A->grad[IN(0)->id];
+  bool onto = *slot && (*slot)->type.dtype == g->type.dtype;
+  tg_node *s = mk(A, TG_OP_scatter_add, onto ? 3 : 2, g, IN(1), onto ? *slot : NULL);
   s->type = IN(0)->type;
-  accumulate(A, IN(0), add(A, s));
+  s->type.dtype = g->type.dtype;
+  if (onto) *slot = add(A, s);
+  else accumulate(A, IN(0), add(A, s));
 }
 
+/* scatter_add(src, idx[, init]): src's gradient is g gathered at idx;
+ * init's, when there is one, is g itself */
 static void grad_scatter_add(ad *A, const tg_node *n, const tg_node *g) {
   if (WANTED(0)) accumulate(A, IN(0), op2(A, TG_OP_gather, g, IN(1)));
+  if (n->nin == 3 && WANTED(2)) accumulate(A, IN(2), (tg_node *)g);
 }
 
 /* c = a @ b, a [..., M, K], b [..., K, N]:  da = g bᵀ,  db = aᵀ g, each
