@@ -256,7 +256,11 @@ static void grad_reshape(ad *A, const tg_node *n, const tg_node *g) {
 static void grad_transpose(ad *A, const tg_node *n, const tg_node *g) {
   int inv[TG_MAX_RANK] = {0};
   for (int i = 0; i < n->type.rank; i++) inv[n->perm[i]] = i;
-  accumulate(A, IN(0), transpose(A, g, inv));
+  /* g a transpose by n's own permutation (weight_grad): its input is the
+   * answer, as it lies in memory */
+  bool undo = g->op == TG_OP_transpose && g->type.rank == n->type.rank;
+  for (int i = 0; undo && i < n->type.rank; i++) undo = g->perm[i] == n->perm[i];
+  accumulate(A, IN(0), undo ? g->in[0] : transpose(A, g, inv));
 }
 
 static void grad_slice(ad *A, const tg_node *n, const tg_node *g) {
@@ -322,6 +326,18 @@ static void grad_scatter_add(ad *A, const tg_node *n, const tg_node *g) {
   if (n->nin == 3 && WANTED(2)) accumulate(A, IN(2), (tg_node *)g);
 }
 
+/* The gradient aᵀ g of a weight b [K, N] (a [R, K], g [R, N]).  When b is
+ * the transpose of a matrix W [N, K] (a tied head, x @ transpose(wte)), it
+ * is made as (gᵀ a)ᵀ: the product lies in memory as W does, so W's
+ * gradient is that product itself (grad_transpose), not a transposed
+ * copy of it, and the embedding's rows can be scattered into it in place
+ * (grad_gather). */
+static tg_node *weight_grad(ad *A, const tg_node *b, tg_node *a, tg_node *g) {
+  if (b->op != TG_OP_transpose || b->type.rank != 2 || a->type.rank != 2 || g->type.rank != 2)
+    return op2(A, TG_OP_matmul, transpose_last2(A, a), g);
+  return transpose_last2(A, op2(A, TG_OP_matmul, transpose_last2(A, g), a));
+}
+
 /* c = a @ b, a [..., M, K], b [..., K, N]:  da = g bᵀ,  db = aᵀ g, each
  * summed over the batch dims its operand was broadcast along.  The common
  * case of a weight matrix b [K, N] applied to a batch a [B, T, K] is done as
@@ -339,8 +355,7 @@ static void grad_matmul(ad *A, const tg_node *n, const tg_node *g) {
     tg_type g2 = {.dtype = g->type.dtype, .rank = 2};
     g2.dim[0] = (tg_dim){rows, NULL};
     g2.dim[1] = g->type.dim[g->type.rank - 1];
-    tg_node *at = transpose_last2(A, reshape(A, a, &a2));
-    accumulate(A, b, op2(A, TG_OP_matmul, at, reshape(A, g, &g2)));
+    accumulate(A, b, weight_grad(A, b, reshape(A, a, &a2), reshape(A, g, &g2)));
     return;
   }
   accumulate(A, b, reduce_to(A, op2(A, TG_OP_matmul, transpose_last2(A, a), g), &b->type));
