@@ -160,7 +160,8 @@ void tg_cuda_print_prelude(FILE *out) {
 }
 
 /* A scatter_add (emit.h: tg_cuda_scatter_rows): block b owns table rows
- * [v0, v0 + rows) and all their columns.  It zeroes them; then, 256
+ * [v0, v0 + rows) and all their columns.  It zeroes them (fills them from
+ * the initial table, or, in place, finds them filled already); then, 256
  * indices at a time, each thread tests one index, the warps' votes give
  * every hit its place in index order (tg_hits), and the threads, one
  * column each, add the hit source rows in that order.  Every element of
@@ -173,9 +174,18 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
   fprintf(out, "    const tg_idx v0 = (tg_idx)(blockIdx.x - %lldu) * %lld;\n", first, rows);
   fprintf(out, "    TG_SHARED(int, tg_hits, 256);  // this chunk's hits, in index order\n"
                "    TG_SHARED(int, tg_warp_hits, 8);\n");
-  fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
-               "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) b%d[v * %lld + o] = 0;\n",
-          rows, V, cols, st->node, cols);
+  if (c->init_value) {
+    /* onto a copy of the initial table: the block fills its rows from it */
+    fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
+                 "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n",
+            rows, V, cols);
+    print_code(out, c->outer_coords, "        ");
+    fprintf(out, "        b%d[v * %lld + o] = %s;\n      }\n", st->node, cols, c->init_value);
+  } else if (!st->in_place) {
+    fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
+                 "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) b%d[v * %lld + o] = 0;\n",
+            rows, V, cols, st->node, cols);
+  } /* in place: the rows already hold the initial table (lower.c) */
   fprintf(out, "    for (tg_idx base = 0; base < %lld; base += 256) {\n", n);
   fprintf(out, "      bool hit = false;\n"
                "      {\n"

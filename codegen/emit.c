@@ -736,8 +736,17 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
   }
   tg_sb_printf(&e->buf[2], "b%d[%s] += %s;\n", n->id, off.s, sv.s);
   tg_sb_free(&off);
-  /* the table zeroed, then one read and one write of it per source element */
-  note_elements(e, n->id, 0, tg_type_numel(&n->type), 0, true);
+  /* the table zeroed or copied from the initial table (an in-place one is
+   * the initial table: lower.c, find_in_place_scatters), then one read and
+   * one write of it per source element */
+  const char *init = NULL; /* the initial table at (v, the outer point) */
+  if (n->nin == 3 && !e->st->in_place) {
+    const char **tc = tg_alloc(e->arena, sizeof(char *) * (size_t)(n->type.rank + 1));
+    tc[0] = "v";
+    for (int j = 1; j < n->type.rank; j++) tc[j] = sc[ir + j - 1];
+    init = load(e, n->in[2], tc, 1);
+  }
+  if (!e->st->in_place) note_elements(e, n->id, 0, tg_type_numel(&n->type), 0, true);
   note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, false);
   note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, true);
   if (e->d == TG_DIALECT_CUDA) {
@@ -754,22 +763,25 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
     note_elements(e, tg_kernel_base(idx)->id, 0, blocks * tg_type_numel(&idx->type), 1, false);
     tg_sb_printf(&e->buf[2], "%s", body);
     free(body);
-    /* each block zeroes its own rows (render_cuda.c): no zeroing here */
+    /* each block zeroes, or fills, its own rows (cuda_kernels.c): not here */
+    c->init_value = init ? tg_strdup(e->arena, init) : NULL;
     char *body2 = tg_sb_take(&e->buf[2]);
     flush_outer(e, c);
     push_seg(c, (tg_segment){.loop = true, .text = body2, .ordered = true});
     return;
   }
-  /* each outer point owns one column of the table: it zeroes it, then adds
-   * the rows in order, so the sums are deterministic without atomics */
+  /* each outer point owns one column of the table: it zeroes it (or fills
+   * it from the initial table), then adds the rows in order, so the sums
+   * are deterministic without atomics */
   tg_sbuf col = {0};
   s = 1;
   for (int j = src->type.rank - 1; j >= ir; j--) {
     tg_sb_printf(&col, " + i%d * %lld", j, (long long)s);
     s *= src->type.dim[j].size;
   }
-  tg_sb_printf(&e->buf[1], "for (tg_idx v = 0; v < %lld; v++) b%d[v * %lld%s] = 0;\n",
-               (long long)n->type.dim[0].size, n->id, (long long)row, col.s ? col.s : "");
+  if (!e->st->in_place)
+    tg_sb_printf(&e->buf[1], "for (tg_idx v = 0; v < %lld; v++) b%d[v * %lld%s] = %s;\n",
+                 (long long)n->type.dim[0].size, n->id, (long long)row, col.s ? col.s : "", init ? init : "0");
   tg_sb_free(&col);
   char *body = tg_sb_take(&e->buf[2]);
   flush_outer(e, c);

@@ -91,6 +91,9 @@ typedef struct tg_nest_code {
   /* CUDA scatters (tg_cuda_scatter_rows): the statements defining the
    * index of source row j (after the inner coordinates) and its value */
   char *index_code, *index_value;
+  /* ... and the initial table's element (v, the outer point) that a
+   * scatter onto a copy of it starts from; NULL: zeros, or in place */
+  char *init_value;
 } tg_nest_code;
 
 

@@ -198,6 +198,8 @@ typedef struct lowerer {
                    * padded into (fold_flash_grads), else -1 */
   int64_t *grad_col; /* ... and its first column there */
   bool *seen;     /* per node, false between uses (lower_kernel's waves) */
+  bool *in_place; /* per node: a scatter_add that updates its initial table's
+                   * buffer (find_in_place_scatters) */
   struct ivec marked; /* the nodes cross_reads marked in seen, to clear */
 } lowerer;
 
@@ -608,12 +610,40 @@ static void scatter_step(lowerer *L, const tg_node *n) {
   own(L, s, n->id);
   L->stored[n->id] = true;
   L->steps[s].node = n->id;
+  L->steps[s].in_place = L->in_place[n->id];
   L->steps[s].table_rows = n->type.dim[0].size;
   const tg_type *src = &n->in[0]->type;
   int ir = n->in[1]->type.rank;
   uint32_t inner = 0;
   for (int a = 0; a < ir; a++) inner |= 1u << a;
   nest_axes(&L->steps[s].nest, src, inner);
+}
+
+/* A scatter_add onto an initial table G (autodiff's tied embedding: the
+ * head's gradient) adds its rows into G's own buffer, so that the table is
+ * neither zeroed nor copied: its output lives where G lives (replan,
+ * place_values) and the scatter reads and writes only the rows it hits.
+ * That is safe when G is an intermediate in memory in the output's dtype
+ * and shape (G itself, not a view of it), no graph output, and every other
+ * reader of G runs in an earlier kernel (it has read G before the scatter
+ * changes it).  Otherwise the scatter copies G into its own table first
+ * (emit.c). */
+static void find_in_place_scatters(lowerer *L) {
+  const tg_graph *g = L->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op != TG_OP_scatter_add || n->nin != 3 || n->kernel < 0) continue;
+    const tg_node *G = n->in[2];
+    bool ok = tg_kernel_base(G) == G && G->kernel >= 0 && L->stored[G->id] && !L->p->remat[G->id] &&
+              G->op != TG_OP_assign && G->type.dtype == n->type.dtype && tg_type_same_shape(&G->type, &n->type);
+    for (int o = 0; ok && o < g->n_outputs; o++) ok = tg_kernel_base(g->outputs[o].node) != G;
+    for (int j = 0; ok && j < g->n_nodes; j++) {
+      const tg_node *r = g->nodes[j];
+      if (r == n || r->kernel < 0) continue;
+      for (int x = 0; ok && x < r->nin; x++) ok = tg_kernel_base(r->in[x]) != G || r->kernel < n->kernel;
+    }
+    L->in_place[i] = ok;
+  }
 }
 
 /* ---- values crossing steps ----------------------------------------------- */
@@ -1069,6 +1099,14 @@ static void replan(lowerer *L) {
     for (int j = 0; j < r->nin; j++) note_load(L, r->in[j], r->kernel, last);
   }
   for (int o = 0; o < g->n_outputs; o++) last[tg_kernel_base(g->outputs[o].node)->id] = g->n_kernels;
+  /* an in-place scatter's table is its initial table's buffer, live until
+   * the scatter's last reader */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (L->in_place[i]) {
+      int G = g->nodes[i]->in[2]->id;
+      if (last[i] > last[G]) last[G] = last[i];
+      last[i] = -1;
+    }
   tg_mem_plan *plan = tg_alloc(L->arena, sizeof *plan);
   plan->buffers = tg_alloc(L->arena, sizeof *plan->buffers * ((size_t)g->n_nodes + 1));
   for (int i = 0; i < g->n_nodes; i++) {
@@ -1229,6 +1267,7 @@ static void place_values(lowerer *L) {
       const tg_node *leaf = tg_kernel_base(n->in[0]);
       p->store[i] = p->store[leaf->id];
     }
+    if (L->in_place[i]) p->store[i] = p->store[n->in[2]->id];
   }
   p->arena_bytes = L->plan->arena_bytes;
   /* scratch: per kernel, from 0; the runtime gives the largest */
@@ -1332,7 +1371,11 @@ static void kernel_args(lowerer *L, int k, bool *r, bool *w) {
     const tg_node *n = g->nodes[K->nodes[j]];
     if (L->writer[n->id] >= 0) continue; /* another kernel's GEMM writes it */
     if (L->stored[n->id]) w[n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id] = true;
-    for (int x = 0; x < n->nin; x++) arg_of(L, n->in[x], r);
+    /* an in-place scatter reads its initial table through its own output
+     * (the same memory: one pointer, as restrict requires) */
+    int nin = L->in_place[n->id] ? 2 : n->nin;
+    if (L->in_place[n->id]) r[n->id] = true;
+    for (int x = 0; x < nin; x++) arg_of(L, n->in[x], r);
   }
   for (int s = 0; s < lk->n_steps; s++) {
     if (lk->steps[s].kind == TG_STEP_GEMM && lk->steps[s].gemm.bgrad >= 0) w[lk->steps[s].gemm.bgrad] = true;
@@ -1435,6 +1478,8 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   for (int i = 0; i < g->n_nodes; i++)
     if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
   if (remat) fold_bias(&L), fold_dgelu(&L), fold_flash_grads(&L), fold_bgrad(&L);
+  L.in_place = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  find_in_place_scatters(&L);
   replan(&L);
   /* leaves first: flash and gemm steps read their layouts while lowering */
   for (int i = 0; i < g->n_nodes; i++)
@@ -1463,5 +1508,6 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.grad_into);
   free(L.grad_col);
   free(L.sweep_of);
+  free(L.in_place);
   return p;
 }

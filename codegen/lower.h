@@ -20,7 +20,9 @@
  *   gemm      a matmul, as a BLAS/cuBLASLt call with strides; its epilogue
  *             is a nest that follows it.
  *   flash     the flash attention forward or backward (codegen/flash.h).
- *   scatter   scatter_add: zero the table, add rows in a fixed order.
+ *   scatter   scatter_add: zero the table (or copy the initial table into
+ *             it, or update the initial table's buffer in place), add rows
+ *             in a fixed order.
  *
  * Steps of one kernel carry a wave number: steps of a wave are independent
  * of each other (one CUDA launch holds them all: the multi-tensor optimizer),
@@ -129,6 +131,10 @@ typedef struct tg_step {
                            * that copies a view for a matmul: the view; else -1 */
   const char *fn;         /* the generated function's name */
   int64_t table_rows;     /* SCATTER: the table's rows (dim 0) */
+  bool in_place;          /* SCATTER with an initial table: the table is that
+                           * table's buffer, updated in place (lower.c:
+                           * find_in_place_scatters); else it is zeroed, or
+                           * the initial table copied into it */
 } tg_step;
 
 typedef struct tg_lkernel {

@@ -375,10 +375,20 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     out->dim[n->axis] = (tg_dim){n->len, NULL};
     return check_shape(out, why, whylen);
   case TG_OP_scatter_add: {
-    /* src [idx dims..., rest...], idx i32 [idx dims...] -> [V, rest...] */
+    /* src [idx dims..., rest...], idx i32 [idx dims...] -> [V, rest...];
+     * an initial table init, when given, is of the result's type */
+    if (n->nin != 2 && n->nin != 3) FAIL("scatter_add takes 2 or 3 inputs, got %d", n->nin);
     *out = n->type;
     out->dtype = a->dtype;
     if (!check_shape(out, why, whylen)) return false;
+    if (n->nin == 3) {
+      const tg_type *t = &n->in[2]->type;
+      if (t->dtype != out->dtype || !tg_type_same_shape(t, out)) {
+        char sc[TG_TYPE_STR_MAX];
+        FAIL("scatter_add's initial table %s is not of its result's type %s", tg_type_str(t, sa, sizeof sa),
+             tg_type_str(out, sc, sizeof sc));
+      }
+    }
     if (b->dtype != TG_I32) FAIL("scatter_add indices must be i32, not %s", tg_type_str(b, sb, sizeof sb));
     bool ok = out->rank >= 1 && a->rank == b->rank + out->rank - 1;
     for (int i = 0; ok && i < b->rank; i++) ok = a->dim[i].size == b->dim[i].size;

@@ -256,7 +256,11 @@ static void grad_reshape(ad *A, const tg_node *n, const tg_node *g) {
 static void grad_transpose(ad *A, const tg_node *n, const tg_node *g) {
   int inv[TG_MAX_RANK] = {0};
   for (int i = 0; i < n->type.rank; i++) inv[n->perm[i]] = i;
-  accumulate(A, IN(0), transpose(A, g, inv));
+  /* g a transpose by n's own permutation (weight_grad): its input is the
+   * answer, as it lies in memory */
+  bool undo = g->op == TG_OP_transpose && g->type.rank == n->type.rank;
+  for (int i = 0; undo && i < n->type.rank; i++) undo = g->perm[i] == n->perm[i];
+  accumulate(A, IN(0), undo ? g->in[0] : transpose(A, g, inv));
 }
 
 static void grad_slice(ad *A, const tg_node *n, const tg_node *g) {
@@ -294,16 +298,44 @@ static void grad_expand(ad *A, const tg_node *n, const tg_node *g) {
   accumulate(A, IN(0), reduce_to(A, g, &IN(0)->type));
 }
 
-/* table[idx]: each row's gradient is the sum over the places it was picked */
+/* table[idx]: each row's gradient is the sum over the places it was picked.
+ * When the table already has a gradient G of the same type (a tied
+ * embedding: the head's matmul, later in the forward, is differentiated
+ * first), the rows are scattered onto G, scatter_add(g, idx, G), rather
+ * than into a fresh zero table that is then added to G.  That is the same
+ * sum, and it lets lowering update G's buffer in place (lower.c: no table
+ * of zeros, no second pass over [V, C]).  It is done here, where the sum is
+ * born and both terms are known to be read by nothing else, rather than as
+ * a rewrite of add(G, scatter_add(...)) after autodiff, which would have to
+ * prove that. */
 static void grad_gather(ad *A, const tg_node *n, const tg_node *g) {
   if (!WANTED(0)) return;
-  tg_node *s = mk(A, TG_OP_scatter_add, 2, g, IN(1), NULL);
+  tg_node **slot = &A->grad[IN(0)->id];
+  bool onto = *slot && (*slot)->type.dtype == g->type.dtype;
+  tg_node *s = mk(A, TG_OP_scatter_add, onto ? 3 : 2, g, IN(1), onto ? *slot : NULL);
   s->type = IN(0)->type;
-  accumulate(A, IN(0), add(A, s));
+  s->type.dtype = g->type.dtype;
+  if (onto) *slot = add(A, s);
+  else accumulate(A, IN(0), add(A, s));
 }
 
+/* scatter_add(src, idx[, init]): src's gradient is g gathered at idx;
+ * init's, when there is one, is g itself */
 static void grad_scatter_add(ad *A, const tg_node *n, const tg_node *g) {
   if (WANTED(0)) accumulate(A, IN(0), op2(A, TG_OP_gather, g, IN(1)));
+  if (n->nin == 3 && WANTED(2)) accumulate(A, IN(2), (tg_node *)g);
+}
+
+/* The gradient aᵀ g of a weight b [K, N] (a [R, K], g [R, N]).  When b is
+ * the transpose of a matrix W [N, K] (a tied head, x @ transpose(wte)), it
+ * is made as (gᵀ a)ᵀ: the product lies in memory as W does, so W's
+ * gradient is that product itself (grad_transpose), not a transposed
+ * copy of it, and the embedding's rows can be scattered into it in place
+ * (grad_gather). */
+static tg_node *weight_grad(ad *A, const tg_node *b, tg_node *a, tg_node *g) {
+  if (b->op != TG_OP_transpose || b->type.rank != 2 || a->type.rank != 2 || g->type.rank != 2)
+    return op2(A, TG_OP_matmul, transpose_last2(A, a), g);
+  return transpose_last2(A, op2(A, TG_OP_matmul, transpose_last2(A, g), a));
 }
 
 /* c = a @ b, a [..., M, K], b [..., K, N]:  da = g bᵀ,  db = aᵀ g, each
@@ -323,8 +355,7 @@ static void grad_matmul(ad *A, const tg_node *n, const tg_node *g) {
     tg_type g2 = {.dtype = g->type.dtype, .rank = 2};
     g2.dim[0] = (tg_dim){rows, NULL};
     g2.dim[1] = g->type.dim[g->type.rank - 1];
-    tg_node *at = transpose_last2(A, reshape(A, a, &a2));
-    accumulate(A, b, op2(A, TG_OP_matmul, at, reshape(A, g, &g2)));
+    accumulate(A, b, weight_grad(A, b, reshape(A, a, &a2), reshape(A, g, &g2)));
     return;
   }
   accumulate(A, b, reduce_to(A, op2(A, TG_OP_matmul, transpose_last2(A, a), g), &b->type));

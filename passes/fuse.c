@@ -281,7 +281,7 @@ static const char *why_not(fuser *f, const tg_node *n, int k) {
   const char *why = phase_why(f, n, k);
   if (why) return why;
   if (n->op == TG_OP_matmul) return "a matmul is a kernel of its own (with an optional epilogue)";
-  if (n->op == TG_OP_scatter_add) return "scatter_add is a kernel of its own (atomic adds)";
+  if (n->op == TG_OP_scatter_add) return "scatter_add is a kernel of its own (blocks own table rows: no atomics)";
   switch (f->g->kernels[k].kind) {
   case TG_KERNEL_MATMUL: return epilogue_why(f, n, k);
   case TG_KERNEL_SPECIAL:

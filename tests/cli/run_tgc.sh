@@ -95,7 +95,7 @@ if cmp -s "$tmp/out" tests/golden/fusion_2layer.txt; then ok
 else bad "--report fusion differs from tests/golden/fusion_2layer.txt"; diff tests/golden/fusion_2layer.txt "$tmp/out" | head -20; fi
 contains "$tmp/out" "(intermediates, planned) vs "
 expect_status 0 "$tgc" models/gpt2.tg --report fusion
-contains "$tmp/out" "fusion: 280 kernels (147 matmuls)"
+contains "$tmp/out" "fusion: 279 kernels (147 matmuls)"
 
 # --report memplan: a buffer per intermediate, and the totals the fusion
 # report quotes (the plan is checked by the pass and by test_memplan)

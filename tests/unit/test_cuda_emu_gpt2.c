@@ -319,6 +319,70 @@ START_TEST(test_gradients_agree_with_the_cpu) {
 }
 END_TEST
 
+/* A tied embedding alone (x = wte[idx], logits = x wteᵀ): wte's gradient
+ * is the head's product gᵀ x [V, C] with the embedding's rows scattered
+ * into it in place (lower.c: find_in_place_scatters; no zero table, no add
+ * launch).  On the emulated device and on the CPU it must match the
+ * reference interpreter in float64.  Tolerance: each element is an f32 sum
+ * of at most 256 products in the GEMM plus at most 256 / 65 + 1 scattered
+ * rows, each partial sum rounded to 2^-24 of its size, so the error is
+ * bounded by about 256 x 6e-8 = 1.5e-5 of the sum of the terms'
+ * magnitudes, which the gradient's largest element is of the order of;
+ * allowed 2e-5 of that largest magnitude.  Both sides add the rows in
+ * index order: their bits agree with each other's run to run. */
+START_TEST(test_tied_embedding_gradient) {
+  static const char *const tied = "config {\n  B = 4\n  T = 64\n  V = 96\n  C = 32\n}\n"
+                                  "input idx: i32[B, T]\n"
+                                  "param wte: [V, C] = normal(0.02)\n"
+                                  "x = gather(wte, idx)\n"
+                                  "logits = x @ transpose(wte)\n"
+                                  "output loss = sum(logits * logits)\n";
+  tg_ctx *c = tu_ctx();
+  tg_graph *g = tu_compile(c, "tied.tg", tied, 0, NULL);
+  jmp_buf bail;
+  c->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("compiling failed: %s", tu_errors(c));
+  tg_pipeline_opts po = {.precision = TG_PRECISION_F32, .grad = true};
+  tg_run_pipeline(c, g, &po);
+  c->bail = NULL;
+  int scatters = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_scatter_add) {
+      scatters++;
+      ck_assert_int_eq(g->nodes[i]->nin, 3);
+    }
+  ck_assert_int_eq(scatters, 1);
+  side emu, cpu, ref;
+  open_side(&emu, "cuda-emu", g);
+  open_side(&cpu, "cpu", g);
+  ref.ctx = tu_ctx();
+  ref.ctx->bail = &ref.bail;
+  if (setjmp(ref.bail)) ck_abort_msg("ref: %s", tu_errors(ref.ctx));
+  tg_device_opts o = {.precision = TG_PREC_F64};
+  ref.dev = tg_device_open_named(ref.ctx, "ref", &o);
+  tg_exec_opts eo = {.name = "ref", .remat = -1};
+  ref.x = tg_exec_compile(ref.dev, ref.ctx, g, &eo);
+  side *sides[3] = {&emu, &cpu, &ref};
+  for (int k = 0; k < 3; k++) set_leaves(sides[k], g), run(sides[k]);
+  for (int out = 0; out < g->n_outputs; out++) {
+    const tg_node *n = g->outputs[out].node;
+    int64_t numel = tg_type_numel(&n->type);
+    float *want = read_value(&ref, n);
+    for (int k = 0; k < 2; k++) {
+      float *got = read_value(sides[k], n);
+      double d = rel_diff(want, got, numel, 1e-30);
+      printf("tied embedding: %s on %s differs from the interpreter's by %.2e of its scale\n", g->outputs[out].name,
+             k ? "the CPU" : "the emulated device", d);
+      ck_assert_msg(d <= 2e-5, "%s differs by %.3g (allowed 2e-5)", g->outputs[out].name, d);
+      free(got);
+    }
+    free(want);
+  }
+  for (int k = 0; k < 3; k++) close_side(sides[k]);
+  tu_ctx_free(c);
+}
+END_TEST
+
 /* A vocabulary of 2100 (2112 padded): the cross-entropy's rows are longer
  * than the row cache keeps in registers (8 x 256 points), so its kernel
  * keeps them in dynamic shared memory (emit.h); the plan must say so, and
@@ -365,6 +429,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_gradients_agree_with_the_cpu);
   tcase_add_test(t, test_step_after_rebinding_agrees_with_the_cpu);
   tcase_add_test(t, test_long_rows_in_shared_memory);
+  tcase_add_test(t, test_tied_embedding_gradient);
   suite_add_tcase(s, t);
   return s;
 }

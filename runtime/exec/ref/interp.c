@@ -299,12 +299,13 @@ static void gather(tg_ctx *ctx, tg_interp *it, int i) {
   }
 }
 
-/* The reverse of gather: src row j is added to result row idx[j]. */
+/* The reverse of gather: src row j is added to result row idx[j], in
+ * order of j, onto the initial table (zeros when there is none). */
 static void scatter_add(tg_ctx *ctx, tg_interp *it, int i) {
   const tg_node *n = it->g->nodes[i];
   const tg_node *src = n->in[0], *idx = n->in[1];
   int64_t V = n->type.dim[0].size, row = it->numel[i] / V;
-  for (int64_t e = 0; e < it->numel[i]; e++) it->val[i][e] = 0;
+  for (int64_t e = 0; e < it->numel[i]; e++) it->val[i][e] = n->nin == 3 ? it->val[n->in[2]->id][e] : 0;
   for (int64_t j = 0; j < it->numel[idx->id]; j++) {
     int64_t r = row_index(ctx, it, i, it->val[idx->id][j], V);
     for (int64_t k = 0; k < row; k++) it->val[i][r * row + k] += it->val[src->id][j * row + k];
