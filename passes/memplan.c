@@ -23,6 +23,7 @@
  * Leaves (params, inputs, state, including AdamW's moments) are not
  * intermediates: they persist across steps and are counted apart.  The
  * plan is not in the IR text: it is recomputed from the kernels (ir.h). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,70 +122,137 @@ static int by_size(const void *x, const void *y) {
   return (a->node > b->node) - (a->node < b->node);
 }
 
-/* The placed buffers in offset order, as parallel arrays so that the scan
- * over them for each new buffer reads memory in sequence: a 192-layer
- * model has tens of thousands of buffers, and every placement looks at
- * every placed one (best fit among those alive at the same time has no
- * cheaper exact form: at the turn from forward to backward most saved
- * activations are alive together). */
-typedef struct placed_list {
+/* The placed buffers in (offset, node) order, in leaves of up to LEAF
+ * entries, each leaf's lifetimes and places as parallel arrays so that the
+ * scan over them for each new buffer reads memory in sequence.  A 192-layer
+ * model has tens of thousands of buffers, and best fit among those alive at
+ * the same time has no cheaper exact form than looking at each placed one
+ * (at the turn from forward to backward most saved activations are alive
+ * together); the leaves keep that scan from costing more:
+ *   - a leaf none of whose buffers is alive with the new one is skipped
+ *     whole (its earliest first and latest last kernel say so), which
+ *     about half the leaves are at 192 layers;
+ *   - an insertion moves the entries of one leaf, not of the whole list
+ *     (a flat array moved buffers² entries in all). */
+enum { LEAF = 128 };
+
+typedef struct leaf {
   int n;
-  int *first, *last, *index; /* lifetime and buffer index of each */
-  int64_t *offset, *end;     /* bytes [offset, end) */
+  int min_first, max_last;         /* over its entries: the skip test */
+  int first[LEAF], last[LEAF], index[LEAF]; /* lifetime and buffer index of each */
+  int64_t offset[LEAF], end[LEAF]; /* bytes [offset, end) */
+} leaf;
+
+typedef struct placed_list {
+  leaf **leaves;
+  int n_leaves, cap;
 } placed_list;
 
 /* Best fit for x among the placed buffers whose lifetimes overlap its own:
- * the smallest gap between them that holds it, else the top of them. */
+ * the smallest gap between them that holds it, else the top of them.
+ * Leaves and entries are visited in offset order; a skipped leaf or entry
+ * is one whose lifetime misses x's, which the scan ignores anyway. */
 static int64_t best_fit(const placed_list *pl, const tg_buffer *x) {
   int64_t cursor = 0, best = -1, best_gap = 0;
   const int xf = x->first, xl = x->last;
-  for (int a = 0; a < pl->n; a++) {
-    if (pl->first[a] > xl || xf > pl->last[a]) continue;
-    int64_t gap = pl->offset[a] - cursor;
-    if (gap >= x->bytes && (best < 0 || gap < best_gap)) {
-      best = cursor;
-      best_gap = gap;
-      /* an exact fit: no later gap is smaller, and ties keep the first */
-      if (gap == x->bytes) break;
+  for (int l = 0; l < pl->n_leaves; l++) {
+    const leaf *L = pl->leaves[l];
+    if (L->min_first > xl || xf > L->max_last) continue;
+    for (int a = 0; a < L->n; a++) {
+      if (L->first[a] > xl || xf > L->last[a]) continue;
+      int64_t gap = L->offset[a] - cursor;
+      if (gap >= x->bytes && (best < 0 || gap < best_gap)) {
+        best = cursor;
+        best_gap = gap;
+        /* an exact fit: no later gap is smaller, and ties keep the first */
+        if (gap == x->bytes) return best;
+      }
+      if (L->end[a] > cursor) cursor = L->end[a];
     }
-    if (pl->end[a] > cursor) cursor = pl->end[a];
   }
   return best >= 0 ? best : cursor;
 }
 
+/* Whether placed entry (offset, node) comes before buffer x. */
+static bool before(int64_t offset, int node, const tg_buffer *x) {
+  return offset < x->offset || (offset == x->offset && node < x->node);
+}
+
+static void summarise(leaf *L) {
+  L->min_first = INT_MAX, L->max_last = INT_MIN;
+  for (int a = 0; a < L->n; a++) {
+    if (L->first[a] < L->min_first) L->min_first = L->first[a];
+    if (L->last[a] > L->max_last) L->max_last = L->last[a];
+  }
+}
+
+/* Splits full leaf l in two halves. */
+static void split_leaf(placed_list *pl, int l) {
+  if (pl->n_leaves == pl->cap)
+    pl->leaves = tg_xrealloc(pl->leaves, sizeof *pl->leaves * (size_t)(pl->cap = pl->cap ? 2 * pl->cap : 16));
+  leaf *L = pl->leaves[l], *R = tg_xcalloc(1, sizeof *R);
+  int h = L->n / 2, m = L->n - h;
+  memcpy(R->first, L->first + h, sizeof *R->first * (size_t)m);
+  memcpy(R->last, L->last + h, sizeof *R->last * (size_t)m);
+  memcpy(R->index, L->index + h, sizeof *R->index * (size_t)m);
+  memcpy(R->offset, L->offset + h, sizeof *R->offset * (size_t)m);
+  memcpy(R->end, L->end + h, sizeof *R->end * (size_t)m);
+  R->n = m, L->n = h;
+  summarise(L), summarise(R);
+  memmove(pl->leaves + l + 2, pl->leaves + l + 1, sizeof *pl->leaves * (size_t)(pl->n_leaves - l - 1));
+  pl->leaves[l + 1] = R;
+  pl->n_leaves++;
+}
+
 /* Inserts buffer b (placed) where (offset, node) order puts it, as
- * is the order best_fit's scan relies on. */
+ * best_fit's scan relies on. */
 static void insert_placed(placed_list *pl, const tg_buffer *bufs, int b) {
   const tg_buffer *x = &bufs[b];
-  int lo = 0, hi = pl->n; /* binary search on (offset, node) */
+  if (!pl->n_leaves) {
+    pl->leaves = tg_xcalloc((size_t)(pl->cap = 16), sizeof *pl->leaves);
+    pl->leaves[pl->n_leaves++] = tg_xcalloc(1, sizeof(leaf));
+  }
+  /* the first leaf whose last entry is not before x (or the last leaf) */
+  int lo = 0, hi = pl->n_leaves - 1;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    const tg_buffer *m = &bufs[pl->index[mid]];
-    if (m->offset < x->offset || (m->offset == x->offset && m->node < x->node)) lo = mid + 1;
+    const leaf *M = pl->leaves[mid];
+    if (M->n && before(M->offset[M->n - 1], bufs[M->index[M->n - 1]].node, x)) lo = mid + 1;
     else hi = mid;
   }
-  size_t tail = (size_t)(pl->n - lo);
-  memmove(pl->first + lo + 1, pl->first + lo, tail * sizeof *pl->first);
-  memmove(pl->last + lo + 1, pl->last + lo, tail * sizeof *pl->last);
-  memmove(pl->index + lo + 1, pl->index + lo, tail * sizeof *pl->index);
-  memmove(pl->offset + lo + 1, pl->offset + lo, tail * sizeof *pl->offset);
-  memmove(pl->end + lo + 1, pl->end + lo, tail * sizeof *pl->end);
-  pl->first[lo] = x->first;
-  pl->last[lo] = x->last;
-  pl->index[lo] = b;
-  pl->offset[lo] = x->offset;
-  pl->end[lo] = x->offset + x->bytes;
-  pl->n++;
+  if (pl->leaves[lo]->n == LEAF) {
+    split_leaf(pl, lo);
+    const leaf *L = pl->leaves[lo];
+    if (before(L->offset[L->n - 1], bufs[L->index[L->n - 1]].node, x)) lo++;
+  }
+  leaf *L = pl->leaves[lo];
+  int i = 0, j = L->n; /* the position in the leaf, by binary search */
+  while (i < j) {
+    int mid = (i + j) / 2;
+    if (before(L->offset[mid], bufs[L->index[mid]].node, x)) i = mid + 1;
+    else j = mid;
+  }
+  size_t tail = (size_t)(L->n - i);
+  memmove(L->first + i + 1, L->first + i, tail * sizeof *L->first);
+  memmove(L->last + i + 1, L->last + i, tail * sizeof *L->last);
+  memmove(L->index + i + 1, L->index + i, tail * sizeof *L->index);
+  memmove(L->offset + i + 1, L->offset + i, tail * sizeof *L->offset);
+  memmove(L->end + i + 1, L->end + i, tail * sizeof *L->end);
+  L->first[i] = x->first;
+  L->last[i] = x->last;
+  L->index[i] = b;
+  L->offset[i] = x->offset;
+  L->end[i] = x->offset + x->bytes;
+  if (!L->n++ || x->first < L->min_first) L->min_first = x->first;
+  if (L->n == 1 || x->last > L->max_last) L->max_last = x->last;
 }
 
 /* Places the buffers largest first, each at the best fit among those
  * already placed that are alive with it. */
 static void place_all(tg_mem_plan *p) {
   int n = p->n_buffers;
-  size_t cap = (size_t)n + 1;
-  int *order = tg_xcalloc(cap, sizeof *order);
-  placed_list pl = {0, tg_xcalloc(cap, sizeof(int)), tg_xcalloc(cap, sizeof(int)), tg_xcalloc(cap, sizeof(int)),
-                    tg_xcalloc(cap, sizeof(int64_t)), tg_xcalloc(cap, sizeof(int64_t))};
+  int *order = tg_xcalloc((size_t)n + 1, sizeof *order);
+  placed_list pl = {0};
   for (int b = 0; b < n; b++) order[b] = b;
   sort_buffers = p->buffers;
   qsort(order, (size_t)n, sizeof *order, by_size);
@@ -195,11 +263,8 @@ static void place_all(tg_mem_plan *p) {
     if (x->offset + x->bytes > p->arena_bytes) p->arena_bytes = x->offset + x->bytes;
   }
   free(order);
-  free(pl.first);
-  free(pl.last);
-  free(pl.index);
-  free(pl.offset);
-  free(pl.end);
+  for (int l = 0; l < pl.n_leaves; l++) free(pl.leaves[l]);
+  free(pl.leaves);
 }
 
 void tg_memplan_place(tg_mem_plan *p) {
