@@ -226,5 +226,8 @@ for c in cats:
                                    "%.2f" % (a / b) if a and b else "-"))
 ta, tb_ = sum(meas.values()), sum(est.values())
 print("%-12s %12.3f %12.3f %8s" % ("total", ta, tb_, "%.2f" % (ta / tb_) if ta and tb_ else "-"))
+print("summary: tg B=%s %s tok/s, torch %s tok/s, ratio %s, MFU %.1f%%, kernels %.1f ms measured / %.1f ms estimated"
+      % (B, "{:,.0f}".format(tg_tok), "{:,.0f}".format(torch_tok) if t else "FAILED",
+         "%.3f" % (tg_tok / torch_tok) if t else "-", 100 * tg_mfu, ta, tb_))
 EOF
 exit "${PIPESTATUS[0]}"

@@ -130,7 +130,8 @@ row numerics "$( [ $rc -eq 0 ] && echo ok || echo FAIL )" \
   "$( [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "timed out after $lim_num s; " )$(grep -m1 -E '^(PASS|FAIL)' "$logs/numerics.log" | cut -c1-110)"
 env "${bench_env[@]}" OUT="$logs/gpt2-gpu" timeout -k 10 "$lim_bench" bash "$src/bench/gpt2_gpu.sh" > "$logs/gpt2-gpu.log" 2>&1
 rc=$?
-summary="$(grep -m1 '^tg (B=' "$logs/gpt2-gpu.log" | awk '{ print $2, $NF " tok/s" }'); torch $(grep -m1 '^torch ' "$logs/gpt2-gpu.log" | awk '{ print $NF }'); ratio $(grep -m1 '^ratio' "$logs/gpt2-gpu.log" | awk '{ print $NF }'); MFU $(grep -m1 '^tg MFU' "$logs/gpt2-gpu.log" | awk '{ print $NF }')"
+summary="$(grep -m1 '^summary: ' "$logs/gpt2-gpu.log" | cut -c10-130)"
+[ -n "$summary" ] || summary="$(grep -m1 -E 'FAIL|error' "$logs/gpt2-gpu.log" | cut -c1-110)"
 row gpt2-gpu "$( [ $rc -eq 0 ] && echo ok || echo FAIL )" \
   "$( [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "timed out after $lim_bench s; " )$summary"
 if [ "$backend" = cuda ]; then
