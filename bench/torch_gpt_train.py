@@ -29,6 +29,13 @@ ones (which include torch.compile's compilation); evaluation, when asked
 for, is not counted.  Runs with Debian's torch 1.13 on CPU
 (/usr/bin/python3) and with torch 2.x on CUDA (--device cuda --compile).
 
+With --tokens DIR it trains on the token files `tgrun prepare` wrote
+(DIR/train.bin and DIR/val.bin, llm.c's format: a 1024-byte header of
+int32s, magic 20240520, version 1, the count, then uint16 ids) instead of
+characters: GPT-2 BPE for bench/gpt2_gpu.sh, with --vocab-size 50304 (the
+vocabulary padded to a multiple of 64, as nanoGPT does; the extra rows are
+trained like the others) and --grad-accum micro-batches a step.
+
 Examples:
   /usr/bin/python3 bench/torch_gpt_train.py --steps 30
   /usr/bin/python3 bench/torch_gpt_train.py --steps 2000 --eval-interval 250
@@ -193,6 +200,41 @@ def find_data(explicit):
              "char-rnn/master/data/tinyshakespeare/input.txt" % ", ".join(candidates))
 
 
+TOKENS_MAGIC, TOKENS_VERSION, TOKENS_HEADER_BYTES = 20240520, 1, 1024
+
+
+def read_tokens(path):
+    """The ids of one of tg's token files (runtime/data/tokens_file.c), as int64."""
+    import numpy as np
+    try:
+        with open(path, "rb") as f:
+            header = np.frombuffer(f.read(TOKENS_HEADER_BYTES), dtype="<i4")
+            if len(header) < 3 or header[0] != TOKENS_MAGIC or header[1] != TOKENS_VERSION:
+                sys.exit("torch_gpt_train.py: %s is not a tg token file (magic %d, version 1 expected); "
+                         "make it with tgrun prepare" % (path, TOKENS_MAGIC))
+            ids = np.frombuffer(f.read(2 * int(header[2])), dtype="<u2")
+    except OSError as e:
+        sys.exit("torch_gpt_train.py: cannot read %s: %s (make it with tgrun prepare --out DIR)" % (path, e))
+    if len(ids) != header[2]:
+        sys.exit("torch_gpt_train.py: %s holds %d ids, its header says %d" % (path, len(ids), header[2]))
+    return torch.from_numpy(ids.astype(np.int64))
+
+
+def load_tokens(folder):
+    """train.bin and val.bin of a tgrun prepare folder, and the vocabulary
+    size its tokenizer.json states."""
+    vocab = None
+    try:
+        with open(os.path.join(folder, "tokenizer.json")) as f:
+            vocab = int(json.load(f)["vocab_size"])
+    except (OSError, KeyError, ValueError):
+        pass
+    train, val = (read_tokens(os.path.join(folder, n)) for n in ("train.bin", "val.bin"))
+    if vocab is None:
+        vocab = int(max(train.max().item(), val.max().item())) + 1
+    return train, val, vocab
+
+
 def load_data(path):
     with open(path, "r", encoding="utf-8") as f:
         text = f.read()
@@ -243,6 +285,11 @@ def main():
     ap.add_argument("--n-embd", type=int, default=128)
     ap.add_argument("--block-size", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=12)
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches whose gradients make one step")
+    ap.add_argument("--tokens", default=None,
+                    help="train on DIR/train.bin and DIR/val.bin (tgrun prepare's token files) instead of characters")
+    ap.add_argument("--vocab-size", type=int, default=0,
+                    help="the model's vocabulary, at least the data's (50304: GPT-2's padded; default: the data's)")
     ap.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     ap.add_argument("--warmup-steps", type=int, default=100, help="learning-rate warmup steps")
     ap.add_argument("--lr-decay-steps", type=int, default=None,
@@ -271,6 +318,8 @@ def main():
 
     if args.steps < 1:
         ap.error("--steps must be at least 1")
+    if args.grad_accum < 1:
+        ap.error("--grad-accum must be at least 1")
     timing_warmup = min(args.timing_warmup, args.steps - 1)
     decay_steps = args.lr_decay_steps if args.lr_decay_steps is not None else args.steps
     say_to = sys.stderr if args.json else sys.stdout
@@ -296,8 +345,17 @@ def main():
             return contextlib.nullcontext()
         return torch.autocast(device_type="cuda", dtype=autocast_dtype)
 
-    path = find_data(args.data)
-    train_data, val_data, vocab = load_data(path)
+    if args.tokens:
+        path = args.tokens
+        train_data, val_data, vocab = load_tokens(path)
+    else:
+        path = find_data(args.data)
+        train_data, val_data, vocab = load_data(path)
+    data_vocab = vocab
+    if args.vocab_size:
+        if args.vocab_size < vocab:
+            sys.exit("torch_gpt_train.py: --vocab-size %d is below the data's vocabulary %d" % (args.vocab_size, vocab))
+        vocab = args.vocab_size
     train = Batches(train_data, args.batch_size, args.block_size, args.seed, device)
     val = Batches(val_data, args.batch_size, args.block_size, args.seed + 1, device)
     train_eval = Batches(train_data, args.batch_size, args.block_size, args.seed + 2, device)
@@ -348,7 +406,7 @@ def main():
         say("step %d: train loss %.4f, val loss %.4f" % (step, tr, va))
         return time.perf_counter() - t
 
-    tokens_per_step = args.batch_size * args.block_size
+    tokens_per_step = args.batch_size * args.block_size * args.grad_accum
     losses = []
     eval_seconds = 0.0  # spent evaluating inside the timed span
     t_start = t0 = time.perf_counter()
@@ -363,16 +421,21 @@ def main():
         lr = get_lr(it, args.lr, args.min_lr, args.warmup_steps, decay_steps)
         for g in optimizer.param_groups:
             g["lr"] = lr
-        x, y = train.next()
-        with ctx():
-            loss = run_model(x, y)
+        loss = torch.zeros((), device=device)
+        for micro in range(args.grad_accum):
+            x, y = train.next()
+            with ctx():
+                micro_loss = run_model(x, y) / args.grad_accum
+            if scaler is None:
+                micro_loss.backward()
+            else:
+                scaler.scale(micro_loss).backward()
+            loss += micro_loss.detach().float()
         if scaler is None:
-            loss.backward()
             if args.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
             optimizer.step()
         else:
-            scaler.scale(loss).backward()
             if args.grad_clip > 0:
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
@@ -404,9 +467,10 @@ def main():
         how.append(args.dtype)
     if device.type == "cpu":
         how.append("%d thread%s" % (torch.get_num_threads(), "" if torch.get_num_threads() == 1 else "s"))
-    say("torch %s %s: %d layers, %.2fM params, %dx%d tokens/step: %s tok/s (steps %d..%d, %.1f ms/step)"
+    accum = " x %d accumulated" % args.grad_accum if args.grad_accum > 1 else ""
+    say("torch %s %s: %d layers, %.2fM params, %dx%d%s tokens/step: %s tok/s (steps %d..%d, %.1f ms/step)"
         % (torch.__version__, ", ".join(how), args.n_layer, n_params / 1e6, args.batch_size,
-           args.block_size, "{:,.0f}".format(tok_s), timing_warmup, args.steps - 1,
+           args.block_size, accum, "{:,.0f}".format(tok_s), timing_warmup, args.steps - 1,
            1000 * seconds / timed_steps))
     line = "train loss %.4f at step %d (mean of the last %d: %.4f)" % (
         final_loss, args.steps - 1, min(10, args.steps), last10)
@@ -426,6 +490,7 @@ def main():
             "threads": torch.get_num_threads(),
             "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
             "block_size": args.block_size, "batch_size": args.batch_size, "vocab_size": vocab,
+            "data_vocab_size": data_vocab, "grad_accum": args.grad_accum,
             "params": n_params, "params_without_wpe": n_params_no_wpe,
             "tokens_per_step": tokens_per_step,
             "steps": args.steps, "timed_steps": timed_steps, "timing_warmup": timing_warmup,
@@ -439,4 +504,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one (torch 2.x)
+        if "out of memory" not in str(e):
+            raise
+        print("torch_gpt_train.py: CUDA out of memory (%s); try a smaller --batch-size" % str(e).split("\n")[0][:200],
+              file=sys.stderr)
+        sys.exit(3)

@@ -14,6 +14,19 @@
 #
 #   traffic       tgc --report traffic for GPT-2 124M at B=16, T=1024, bf16
 #                 and f32: the bytes a step moves and the roofline estimate
+#   numerics      bench/gpt2_numerics.sh: GPT-2 124M, bf16, 50 steps, tg's
+#                 per-step losses against PyTorch's (bf16 autocast) from
+#                 the same weights and batches (issue 16, item 2)
+#   gpt2-gpu      bench/gpt2_gpu.sh: tg and torch.compile nanoGPT at 2^19
+#                 tokens a step, tokens/s, ratio, MFU, time per kernel
+#                 category beside the traffic estimate (issue 16, item 3)
+#   compile       bench/compile_time.sh: compile time cold and warm (item 4)
+#
+# Each of the last three runs under `timeout` (TG_GPU_CHECK_LIMITS, seconds:
+# "numerics gpt2-gpu compile", default "300 540 180") so that a hang or a
+# slow one cannot eat the others' time; a failure or a timeout is its row's
+# FAIL and the next row still runs.  Their own output goes to
+# $logs/numerics.log, gpt2-gpu.log, compile.log (and subfolders).
 #
 # Logs go to $OUT (the device tool brings them back) or to ./gpu-logs.
 #
@@ -105,6 +118,30 @@ for p in bf16 f32; do
   "$tgc" models/gpt2.tg -D B=16 --precision $p --report traffic > "$logs/traffic-$p.txt" 2>&1
   row "traffic" "$( [ $? -eq 0 ] && echo ok || echo FAIL )" "$p: $(tail -1 "$logs/traffic-$p.txt" | cut -c17-150)"
 done
+
+# issue 16: numerics, throughput and compile time at full size, each with
+# its own time limit (the rehearsal's sizes are tiny: see each script)
+read -r lim_num lim_bench lim_compile <<< "${TG_GPU_CHECK_LIMITS:-300 540 180}"
+bench_env=(TGRUN="$tgrun" TGC="$tgc" TG_NUMERICS_BACKEND="$backend" TG_GPU_BENCH_BACKEND="$backend")
+mkdir -p "$logs/numerics" "$logs/gpt2-gpu"
+env "${bench_env[@]}" OUT="$logs/numerics" timeout -k 10 "$lim_num" bash "$src/bench/gpt2_numerics.sh" > "$logs/numerics.log" 2>&1
+rc=$?
+row numerics "$( [ $rc -eq 0 ] && echo ok || echo FAIL )" \
+  "$( [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "timed out after $lim_num s; " )$(grep -m1 -E '^(PASS|FAIL)' "$logs/numerics.log" | cut -c1-110)"
+env "${bench_env[@]}" OUT="$logs/gpt2-gpu" timeout -k 10 "$lim_bench" bash "$src/bench/gpt2_gpu.sh" > "$logs/gpt2-gpu.log" 2>&1
+rc=$?
+summary="$(grep -m1 '^summary: ' "$logs/gpt2-gpu.log" | cut -c10-130)"
+[ -n "$summary" ] || summary="$(grep -m1 -E 'FAIL|error' "$logs/gpt2-gpu.log" | cut -c1-110)"
+row gpt2-gpu "$( [ $rc -eq 0 ] && echo ok || echo FAIL )" \
+  "$( [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "timed out after $lim_bench s; " )$summary"
+if [ "$backend" = cuda ]; then
+  TG_DATA=$TG_DATA timeout -k 10 "$lim_compile" bash "$src/bench/compile_time.sh" "$(dirname "$tgrun")" > "$logs/compile.log" 2>&1
+  rc=$?
+  row compile "$( [ $rc -eq 0 ] && echo ok || echo FAIL )" \
+    "$( [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "timed out after $lim_compile s; " )$(tail -3 "$logs/compile.log" | tr -s ' \n' ' ' | cut -c1-120)"
+else
+  row compile skip "bench/compile_time.sh compiles for sm_90 with NVRTC: on the GPU machine only"
+fi
 
 echo
 echo "== tg GPU checks, backend $backend ($(head -1 "$logs/device.txt"))"
