@@ -320,11 +320,10 @@ typedef struct arg_ctx {
 
 static const char *arg_decl(void *ctx, long node) {
   const arg_ctx *x = ctx;
-  for (int i = 0; i < x->lk->n_args; i++)
-    if (x->lk->args[i] == node)
-      return tg_sprintf(x->a, "TG_ARG(%s%s)", x->lk->arg_written[i] ? "" : "const ",
-                        tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
-  return NULL;
+  int i = tg_lkernel_arg(x->lk, node);
+  if (i < 0) return NULL;
+  return tg_sprintf(x->a, "TG_ARG(%s%s)", x->lk->arg_written[i] ? "" : "const ",
+                    tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
 }
 
 /* What a wave's function takes, when it has tables (else NULL, 0: the
@@ -376,6 +375,22 @@ static char *move_blocks(char *body, long long from, long long to) {
   return tg_sb_take(&out);
 }
 
+/* The branches of the steps that run inline (no table: group[i] < 0), in
+ * block order; *sep is " else " after the first branch. */
+static void inline_branches(tg_sbuf *out, const tg_lkernel *lk, int n, const int *order, const int *group,
+                            const int *step_of, const long long *first, char **body, const char **sep) {
+  for (int k = 0; k < n; k++) {
+    int i = order[k];
+    if (group[i] >= 0) continue;
+    long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
+    tg_sb_printf(out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", *sep, first[i] + nb, step_of[i], nb,
+                 nb == 1 ? "" : "s");
+    tg_sb_puts(out, body[i]);
+    tg_sb_puts(out, "  }");
+    *sep = " else ";
+  }
+}
+
 /* Wave w of lk as one __global__ function named TGSELF: each launched
  * step's blocks in turn.  Steps of one shape (canon.h: the optimizer's
  * update of each parameter, the gradient norm's sums of each gradient)
@@ -423,14 +438,8 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
   if (!n_groups) {
     tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK, params);
     const char *sep = "  ";
-    for (int i = 0; i < n; i++) {
-      long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
-      tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, first[i] + nb, step_of[i], nb,
-                   nb == 1 ? "" : "s");
-      tg_sb_puts(&out, body[i]);
-      tg_sb_puts(&out, "  }");
-      sep = " else ";
-    }
+    for (int i = 0; i < n; i++) order[i] = i;
+    inline_branches(&out, lk, n, order, group, step_of, first, body, &sep);
     tg_sb_puts(&out, "\n}\n");
   } else {
     /* the block order: steps of their own shape, then each table's steps */
@@ -457,8 +466,10 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
       if (group[i] >= 0) continue;
       tg_shape any;
       tg_shape_analyse(&any, body[i], any_decl, NULL);
-      for (int b = 0; b < any.n_bufs; b++)
-        for (int x = 0; x < lk->n_args; x++) keep[x] |= lk->args[x] == any.bufs[b];
+      for (int b = 0; b < any.n_bufs; b++) {
+        int x = tg_lkernel_arg(lk, any.bufs[b]);
+        if (x >= 0) keep[x] = true;
+      }
       tg_shape_free(&any);
     }
     wi->args = tg_alloc(a, sizeof *wi->args * (size_t)(lk->n_args + 1));
@@ -486,9 +497,10 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
       T->param = tg_sprintf(a, "tg_table%d", g);
       T->n_bufs = R->n_bufs, T->n_lits = nl, T->n_entries = count;
       bool *rd = tg_alloc(a, (size_t)R->n_bufs + 1), *wr = tg_alloc(a, (size_t)R->n_bufs + 1);
-      for (int b = 0; b < R->n_bufs; b++)
-        for (int x = 0; x < lk->n_args; x++)
-          if (lk->args[x] == R->bufs[b]) rd[b] = lk->arg_read[x], wr[b] = lk->arg_written[x];
+      for (int b = 0; b < R->n_bufs; b++) {
+        int x = tg_lkernel_arg(lk, R->bufs[b]);
+        if (x >= 0) rd[b] = lk->arg_read[x], wr[b] = lk->arg_written[x];
+      }
       T->buf_read = rd, T->buf_written = wr;
       T->entries = tg_alloc(a, sizeof *T->entries * (size_t)count);
       tg_sbuf steps = {0};
@@ -528,16 +540,7 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
                  tg_sb_text(&sig));
     tg_sb_free(&sig);
     const char *sep = "  ";
-    for (int k = 0; k < n; k++) {
-      int i = order[k];
-      if (group[i] >= 0) continue;
-      long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
-      tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", sep, first[i] + nb, step_of[i], nb,
-                   nb == 1 ? "" : "s");
-      tg_sb_puts(&out, body[i]);
-      tg_sb_puts(&out, "  }");
-      sep = " else ";
-    }
+    inline_branches(&out, lk, n, order, group, step_of, first, body, &sep);
     for (int g = 0; g < n_groups; g++) {
       const tg_cuda_table *T = &wi->tables[g];
       const tg_cuda_table_entry *last = &T->entries[T->n_entries - 1];

@@ -385,7 +385,7 @@ static void multi_steps(lowerer *L, const tg_kernel *K) {
   int cur = -1;
   for (int i = 0; i < K->n_nodes; i++) {
     const tg_node *n = L->g->nodes[K->nodes[i]];
-    if (L->p->step_of[n->id] == TG_STEP_ELSEWHERE) continue; /* a GEMM wrote it (fold_bgrad) */
+    if (L->writer[n->id] >= 0) continue; /* another kernel's GEMM wrote it (fold_bgrad) */
     if (is_reduction(n)) {
       int s = new_step(L, TG_STEP_NEST);
       own(L, s, n->id);
