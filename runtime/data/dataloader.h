@@ -8,23 +8,25 @@
  * the one after it, both int32 row-major [B, T].
  *
  * Where the offsets come from.  Every batch is a pure function of the seed,
- * its global batch index and the ranks' layout, never of earlier draws:
+ * its step (or evaluation batch) and its slice, never of earlier draws:
  *
- *   - The training loop's micro-step m (0-based, m < grad_accum) of step s
- *     (0-based) is global batch g = s * grad_accum + m.  Each rank draws one
- *     micro-batch per micro-step, so a loader's position (the number of
- *     micro-batches it has drawn) is g, and a loader made with position p
- *     continues exactly where the one that had drawn p batches stopped:
- *     resuming needs only the step number, no generator state.
- *   - For global batch g, the offsets of ALL ranks are drawn from one
- *     stream, tg_rng_seed(seed, g): nranks * B offsets in order, and rank r
- *     takes the slice [r * B, (r + 1) * B).  The ranks' slices are disjoint
- *     parts of one global batch (disjoint as draws; with replacement, the
- *     same offset can still come up in two slices, as it can within one),
- *     and their concatenation in rank order is exactly the batch one rank
- *     with batch size nranks * B draws for the same g.  So R ranks at batch
- *     b train on the same sequences as one rank at batch R * b, which is
- *     what makes a data-parallel run comparable to a single-device one.
+ *   - Training step s (0-based) draws one stream, tg_rng_seed(seed, s):
+ *     slices * B offsets in order, cut into `slices` slices of B.  The
+ *     training loop (train.c) makes one loader per micro-step, each with
+ *     slices = grad_accum * nranks: micro-step m of rank r takes slice
+ *     m * nranks + r (the loader's `rank` and `nranks` are that slice and
+ *     that count).  A loader's position is the number of steps it has
+ *     drawn, so a loader made with position p continues exactly where the
+ *     one that had drawn p stopped: resuming needs only the step number, no
+ *     generator state.
+ *   - The slices are disjoint parts of one global batch (disjoint as
+ *     draws; with replacement, the same offset can still come up in two
+ *     slices, as it can within one), and their concatenation in slice
+ *     order is exactly the batch one loader with batch size slices * B
+ *     draws for the same step.  So R ranks at batch b, or R micro-steps of
+ *     b, train on the same sequences as one rank at batch R * b, which is
+ *     what makes data-parallel and accumulated runs comparable to a single
+ *     device's.
  *   - Evaluation batch k uses its own stream, tg_rng_seed(seed,
  *     TG_LOADER_EVAL_STREAM | k), sliced over ranks the same way, so an
  *     evaluation of K batches sees the same sequences every time it runs
