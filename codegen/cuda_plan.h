@@ -4,7 +4,7 @@
  *
  * One description serves two readers: the manifest that `tgc --emit cuda`
  * writes for a person (render.h) and the CUDA backend that executes it
- * (runtime/exec/cuda), so that what the manifest says is what runs.  The
+ * (runtime/backend/cuda), so that what the manifest says is what runs.  The
  * plan is made from the program alone (lower.h) and is deterministic. */
 #ifndef TG_CUDA_PLAN_H
 #define TG_CUDA_PLAN_H

@@ -1,6 +1,6 @@
 /* step_abi.h: the entry points of the generated C (render_c.c), declared
  * once for both sides: the renderer prints these declarations into the
- * source it writes, and the CPU backend (runtime/exec/cpu) looks the
+ * source it writes, and the CPU backend (runtime/backend/cpu) looks the
  * symbols up with dlsym and calls them through these types.  A change
  * here changes both, so they cannot drift apart.
  *

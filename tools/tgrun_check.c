@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "executors.h"
+#include "backends.h"
 #include "frontend.h"
 #include "nearest.h"
 #include "passes.h"
@@ -108,10 +108,10 @@ static int take_value(opts *o, const char *flag, const char *val) {
       return usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
     o->s.n_defines++;
   } else if (!strcmp(flag, "--backend")) {
-    if (!tg_executor_find(val)) {
-      const char *near = tg_executor_suggest(val);
+    if (!tg_backend_find(val)) {
+      const char *near = tg_backend_suggest(val);
       fprintf(stderr, "tgrun: error: --backend %s: unknown backend%s%s%s (the backends: %s)\n(see tgrun --help)\n",
-              val, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", tg_executor_names_text());
+              val, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", tg_backend_names_text());
       return 2;
     }
     o->s.backend = val;
@@ -237,7 +237,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (o->s.precision == TG_PREC_F64 && strcmp(o->s.backend, "ref"))
     return usage_error("--precision f64 is the ref interpreter's alone (--backend %s computes in f32)", o->s.backend);
   /* the backend's policy unless one is asked for: bf16 on the cuda backends */
-  if (!o->precision_given) tg_precision_parse(tg_executor_default_precision(tg_executor_find(o->s.backend)), &o->s.policy);
+  if (!o->precision_given) tg_precision_parse(tg_backend_default_precision(tg_backend_find(o->s.backend)), &o->s.policy);
   return -1;
 }
 

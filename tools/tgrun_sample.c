@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "executors.h"
+#include "backends.h"
 #include "frontend.h"
 #include "generate.h"
 #include "nearest.h"
@@ -97,10 +97,10 @@ static int take_value(opts *o, const char *flag, const char *val) {
       return usage_error("-D %s: expected NAME=NUMBER, e.g. -D n_layer=2", val);
     o->g.n_defines++;
   } else if (!strcmp(flag, "--backend")) {
-    if (!tg_executor_find(val)) {
-      const char *near = tg_executor_suggest(val);
+    if (!tg_backend_find(val)) {
+      const char *near = tg_backend_suggest(val);
       fprintf(stderr, "tgrun sample: error: --backend %s: unknown backend%s%s%s (the backends: %s)\n", val,
-              near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", tg_executor_names_text());
+              near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", tg_backend_names_text());
       return 2;
     }
     o->g.backend = val;

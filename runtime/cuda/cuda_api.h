@@ -164,10 +164,10 @@ typedef struct tg_cuda_api {
   bool emulated;
 
   /* Source to the image cuModuleLoadData takes: arch is "sm_90" etc.  On
-   * success *image is malloc'ed (the caller frees it); on failure err says
+   * success *image is malloc'ed (the caller frees it); on failure why says
    * why, naming the kernels the compiler's messages point into. */
   bool (*compile)(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
-                  bool *from_cache, char *err, size_t errlen);
+                  bool *from_cache, char *why, size_t whylen);
 
   /* driver */
   CUresult (*cuInit)(unsigned flags);

@@ -15,9 +15,9 @@
 #include "nvrtc.h"
 
 static bool nvrtc_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
-                          bool *from_cache, char *err, size_t errlen) {
+                          bool *from_cache, char *why, size_t whylen) {
   tg_cubin c = {0};
-  if (!tg_nvrtc_compile(src, src_name, arch, NULL, 0, &c, err, errlen)) return false;
+  if (!tg_nvrtc_compile(src, src_name, arch, NULL, 0, &c, why, whylen)) return false;
   *image = c.data;
   *size = c.size;
   *from_cache = c.from_cache;

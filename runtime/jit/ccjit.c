@@ -38,11 +38,11 @@ extern char **environ; /* POSIX defines it; glibc's unistd.h declares it only fo
 enum { MAX_OUTPUT = 1 << 20 };
 
 /* Runs argv[0] (found on PATH) with stdin from /dev/null and stdout and
- * stderr into *output; *status is the wait status.  False (with err) only
+ * stderr into *output; *status is the wait status.  False (with why) only
  * when it could not be started at all. */
 static pthread_mutex_t spawn_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static bool run(char *const argv[], tg_sbuf *output, int *status, char *err, size_t errlen) {
+static bool run(char *const argv[], tg_sbuf *output, int *status, char *why, size_t whylen) {
   int fds[2];
   /* Threads may build at once (the CPU backend's graphs): no other thread
    * may spawn between pipe() and FD_CLOEXEC, or its child would hold this
@@ -50,7 +50,7 @@ static bool run(char *const argv[], tg_sbuf *output, int *status, char *err, siz
   pthread_mutex_lock(&spawn_lock);
   if (pipe(fds) != 0) {
     pthread_mutex_unlock(&spawn_lock);
-    return tg_why(err, errlen, "cannot make a pipe: %s", strerror(errno));
+    return tg_why(why, whylen, "cannot make a pipe: %s", strerror(errno));
   }
   /* Only the dup2'ed copies should reach the child; they lose FD_CLOEXEC. */
   fcntl(fds[0], F_SETFD, FD_CLOEXEC);
@@ -67,7 +67,7 @@ static bool run(char *const argv[], tg_sbuf *output, int *status, char *err, siz
   pthread_mutex_unlock(&spawn_lock);
   if (rc != 0) {
     close(fds[0]);
-    return tg_why(err, errlen, "cannot run the C compiler '%s': %s%s", argv[0], strerror(rc),
+    return tg_why(why, whylen, "cannot run the C compiler '%s': %s%s", argv[0], strerror(rc),
                 getenv("CC") ? " (it comes from $CC)" : "; install one or set CC");
   }
   char buf[4096];
@@ -80,7 +80,7 @@ static bool run(char *const argv[], tg_sbuf *output, int *status, char *err, siz
   close(fds[0]);
   while (waitpid(pid, status, 0) < 0)
     if (errno != EINTR)
-      return tg_why(err, errlen, "cannot wait for '%s': %s", argv[0], strerror(errno));
+      return tg_why(why, whylen, "cannot wait for '%s': %s", argv[0], strerror(errno));
   return true;
 }
 
@@ -123,7 +123,7 @@ static char **compiler_argv(int extra, char **words, int *nwords) {
 static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* `CC --version`, run once per process for each $CC (tests change it). */
-static bool compiler_version(const char *cc, char **version, char *err, size_t errlen) {
+static bool compiler_version(const char *cc, char **version, char *why, size_t whylen) {
   static char *memo_cc, *memo_version;
   pthread_mutex_lock(&memo_lock);
   bool ok = true;
@@ -133,15 +133,15 @@ static bool compiler_version(const char *cc, char **version, char *err, size_t e
     char **argv = compiler_argv(1, &words, &n);
     tg_sbuf out = {0};
     int status = 0;
-    if (!argv) ok = tg_why(err, errlen, "out of memory");
+    if (!argv) ok = tg_why(why, whylen, "out of memory");
     else {
       argv[n] = "--version", argv[n + 1] = NULL;
-      ok = run(argv, &out, &status, err, errlen);
+      ok = run(argv, &out, &status, why, whylen);
     }
     if (ok && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       char st[64];
       describe_status(status, st, sizeof st);
-      ok = tg_why(err, errlen, "the C compiler '%s' fails on --version (%s): %s", cc, st,
+      ok = tg_why(why, whylen, "the C compiler '%s' fails on --version (%s): %s", cc, st,
                 tg_sb_text(&out));
     }
     if (ok) {
@@ -151,14 +151,14 @@ static bool compiler_version(const char *cc, char **version, char *err, size_t e
       if (!memo_cc || !memo_version) {
         free(memo_cc), free(memo_version);
         memo_cc = memo_version = NULL;
-        ok = tg_why(err, errlen, "out of memory");
+        ok = tg_why(why, whylen, "out of memory");
       }
     }
     tg_sb_free(&out);
     free(argv);
     free(words);
   }
-  if (ok && !(*version = strdup(memo_version))) ok = tg_why(err, errlen, "out of memory");
+  if (ok && !(*version = strdup(memo_version))) ok = tg_why(why, whylen, "out of memory");
   pthread_mutex_unlock(&memo_lock);
   return ok;
 }
@@ -214,22 +214,22 @@ static void hash_list(tg_sha256 *s, const char *const *v, int n) {
 /* A hit needs both the object and its log (the log is written first),
  * and the object must match its seal (size and SHA-256, cache.h): a
  * damaged one is built again, never loaded. */
-static bool lookup(const char *key, tg_so *out, char *err, size_t errlen) {
+static bool lookup(const char *key, tg_so *out, char *why, size_t whylen) {
   char path[4096];
-  if (!tg_cache_path(key, ".so", path, sizeof path, err, errlen)) return false;
+  if (!tg_cache_path(key, ".so", path, sizeof path, why, whylen)) return false;
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return true;
   void *log, *so;
   size_t n;
   bool found;
-  if (!tg_cache_get_sealed(key, ".so", &so, &n, &found, NULL, 0, err, errlen)) return false;
+  if (!tg_cache_get_sealed(key, ".so", &so, &n, &found, NULL, 0, why, whylen)) return false;
   free(so);
   if (!found) return true;
-  if (!tg_cache_get(key, ".log", &log, &n, &found, err, errlen)) return false;
+  if (!tg_cache_get(key, ".log", &log, &n, &found, why, whylen)) return false;
   if (!found) return true;
   if (!(out->path = strdup(path))) {
     free(log);
-    return tg_why(err, errlen, "out of memory");
+    return tg_why(why, whylen, "out of memory");
   }
   out->log = log;
   out->from_cache = true;
@@ -238,18 +238,18 @@ static bool lookup(const char *key, tg_so *out, char *err, size_t errlen) {
 
 /* Compiles the saved source into a temporary file, then installs it. */
 static bool compile(const char *key, const char *const *flags, int nflags,
-                    const char *const *libs, int nlibs, tg_so *out, char *err, size_t errlen) {
+                    const char *const *libs, int nlibs, tg_so *out, char *why, size_t whylen) {
   char srcpath[4096], tmp[4096], sopath[4096];
-  if (!tg_cache_path(key, ".c", srcpath, sizeof srcpath, err, errlen) ||
-      !tg_cache_path(key, ".so", sopath, sizeof sopath, err, errlen) ||
-      !tg_cache_tmp(key, ".so", tmp, sizeof tmp, err, errlen))
+  if (!tg_cache_path(key, ".c", srcpath, sizeof srcpath, why, whylen) ||
+      !tg_cache_path(key, ".so", sopath, sizeof sopath, why, whylen) ||
+      !tg_cache_tmp(key, ".so", tmp, sizeof tmp, why, whylen))
     return false;
   char *words;
   int n;
   char **argv = compiler_argv(nflags + nlibs + 5, &words, &n);
   if (!argv) {
     unlink(tmp);
-    return tg_why(err, errlen, "out of memory");
+    return tg_why(why, whylen, "out of memory");
   }
   argv[n++] = "-fPIC", argv[n++] = "-shared";
   for (int i = 0; i < nflags; i++) argv[n++] = (char *)flags[i];
@@ -259,13 +259,13 @@ static bool compile(const char *key, const char *const *flags, int nflags,
 
   tg_sbuf output = {0};
   int status = 0;
-  bool ok = run(argv, &output, &status, err, errlen);
+  bool ok = run(argv, &output, &status, why, whylen);
   if (ok && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     char st[64];
     describe_status(status, st, sizeof st);
     tg_sbuf cmd = {0};
     for (int i = 0; argv[i]; i++) tg_sb_puts(&cmd, i ? " " : ""), tg_sb_puts(&cmd, argv[i]);
-    ok = tg_why(err, errlen,
+    ok = tg_why(why, whylen,
               "the C compiler failed (%s) on %s (the generated source, kept there):\n"
               "%s%scommand: %s",
               st, srcpath, tg_sb_text(&output),
@@ -279,8 +279,8 @@ static bool compile(const char *key, const char *const *flags, int nflags,
     tg_sb_free(&output);
     return false;
   }
-  ok = tg_cache_put(key, ".log", tg_sb_text(&output), output.n, err, errlen) &&
-       tg_cache_install(tmp, key, ".so", err, errlen) && tg_cache_seal(key, ".so", err, errlen);
+  ok = tg_cache_put(key, ".log", tg_sb_text(&output), output.n, why, whylen) &&
+       tg_cache_install(tmp, key, ".so", why, whylen) && tg_cache_seal(key, ".so", why, whylen);
   if (!ok) {
     unlink(tmp);
     tg_sb_free(&output);
@@ -290,28 +290,28 @@ static bool compile(const char *key, const char *const *flags, int nflags,
   out->log = tg_sb_take(&output);
   if (!out->path || !out->log) {
     tg_so_free(out);
-    return tg_why(err, errlen, "out of memory");
+    return tg_why(why, whylen, "out of memory");
   }
   return true;
 }
 
 bool tg_ccjit_build(const char *src, const char *const *flags, int nflags,
-                    const char *const *libs, int nlibs, tg_so *out, char *err, size_t errlen) {
+                    const char *const *libs, int nlibs, tg_so *out, char *why, size_t whylen) {
   *out = (tg_so){0};
-  if (!src) return tg_why(err, errlen, "no C source to compile");
+  if (!src) return tg_why(why, whylen, "no C source to compile");
   if (nflags < 0 || nlibs < 0 || (nflags && !flags) || (nlibs && !libs))
-    return tg_why(err, errlen, "bad flag list for the C compiler");
+    return tg_why(why, whylen, "bad flag list for the C compiler");
   for (int i = 0; i < nflags; i++)
-    if (!flags[i]) return tg_why(err, errlen, "bad flag list for the C compiler");
+    if (!flags[i]) return tg_why(why, whylen, "bad flag list for the C compiler");
   for (int i = 0; i < nlibs; i++)
-    if (!libs[i]) return tg_why(err, errlen, "bad library list for the C compiler");
+    if (!libs[i]) return tg_why(why, whylen, "bad library list for the C compiler");
 
   const char *cc = compiler_name();
   char *version = NULL, *cpu = NULL;
-  if (!compiler_version(cc, &version, err, errlen)) return false;
+  if (!compiler_version(cc, &version, why, whylen)) return false;
   if (!cpu_memo(&cpu)) {
     free(version);
-    return tg_why(err, errlen, "out of memory");
+    return tg_why(why, whylen, "out of memory");
   }
   tg_sha256 s;
   char key[TG_SHA256_HEX];
@@ -327,10 +327,10 @@ bool tg_ccjit_build(const char *src, const char *const *flags, int nflags,
   free(version);
   free(cpu);
 
-  if (!lookup(key, out, err, errlen)) return false;
+  if (!lookup(key, out, why, whylen)) return false;
   if (out->from_cache) return true;
   /* Saved before compiling, so that it is there to read when the compiler
    * fails or crashes. */
-  if (!tg_cache_put(key, ".c", src, strlen(src), err, errlen)) return false;
-  return compile(key, flags, nflags, libs, nlibs, out, err, errlen);
+  if (!tg_cache_put(key, ".c", src, strlen(src), why, whylen)) return false;
+  return compile(key, flags, nflags, libs, nlibs, out, why, whylen);
 }

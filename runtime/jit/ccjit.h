@@ -31,10 +31,10 @@ typedef struct tg_so {
 /* Builds src into a shared object.  flags (nflags) and libs (nlibs) may be
  * NULL when their count is 0.  On success fills *out, which the caller
  * frees with tg_so_free.  On failure *out is left empty (freeing it is
- * harmless) and err holds why: for a failed compile, the compiler's exit
+ * harmless) and why holds why: for a failed compile, the compiler's exit
  * status and output, the path of the saved source and the command line. */
 bool tg_ccjit_build(const char *src, const char *const *flags, int nflags,
-                    const char *const *libs, int nlibs, tg_so *out, char *err, size_t errlen);
+                    const char *const *libs, int nlibs, tg_so *out, char *why, size_t whylen);
 
 void tg_so_free(tg_so *so);
 

@@ -64,7 +64,7 @@ static bool bind(void *lib, tg_sbuf *why) {
   return ok;
 }
 
-static bool load(char *err, size_t errlen) {
+static bool load(char *why, size_t whylen) {
   pthread_mutex_lock(&nv_lock);
   if (nv.loaded) {
     pthread_mutex_unlock(&nv_lock);
@@ -73,23 +73,23 @@ static bool load(char *err, size_t errlen) {
   /* The versioned names first: a bare libnvrtc.so exists only where the
    * development package is installed. */
   static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-  tg_sbuf why = {0};
-  void *lib = tg_dynlib_open(names, 3, true, &why);
-  bool ok = lib && bind(lib, &why);
+  tg_sbuf tried = {0};
+  void *lib = tg_dynlib_open(names, 3, true, &tried);
+  bool ok = lib && bind(lib, &tried);
   if (lib && !ok) dlclose(lib);
   nv.loaded = ok;
   pthread_mutex_unlock(&nv_lock);
   if (!ok)
-    tg_why(err, errlen,
+    tg_why(why, whylen,
          "cannot load NVRTC, the CUDA runtime compiler: tried %s; install NVRTC (CUDA toolkit "
          "12 or 13) or set CUDA_HOME to the toolkit's directory",
-         tg_sb_text(&why));
-  tg_sb_free(&why);
+         tg_sb_text(&tried));
+  tg_sb_free(&tried);
   return ok;
 }
 
-bool tg_nvrtc_version(int *major, int *minor, char *err, size_t errlen) {
-  if (!load(err, errlen)) return false;
+bool tg_nvrtc_version(int *major, int *minor, char *why, size_t whylen) {
+  if (!load(why, whylen)) return false;
   *major = nv.major, *minor = nv.minor;
   return true;
 }
@@ -146,9 +146,9 @@ static int log_lines(const char *log, const char *name, long *lines, int max) {
 
 /* The message for a failed compile: which kernels, the whole log, then
  * where each line the log mentions is.  The kernels come first so that a
- * short err buffer still names them. */
+ * short why buffer still names them. */
 static void compile_error(const char *src, const char *name, const char *arch, int rc,
-                          const char *log, char *err, size_t errlen) {
+                          const char *log, char *why, size_t whylen) {
   enum { MAX_LINES = 64 };
   long lines[MAX_LINES];
   int n = log_lines(log, name, lines, MAX_LINES);
@@ -179,7 +179,7 @@ static void compile_error(const char *src, const char *name, const char *arch, i
       tg_sb_printf(&b, "%s(%ld) is before the first kernel\n", name, lines[i]);
   }
   if (b.n) b.s[--b.n] = 0; /* no final newline, like every other message */
-  tg_why(err, errlen, "%s", b.s);
+  tg_why(why, whylen, "%s", b.s);
   tg_sb_free(&b);
 }
 
@@ -202,7 +202,7 @@ void tg_cubin_free(tg_cubin *c) {
   *c = (tg_cubin){0};
 }
 
-static bool cache_lookup(const char *key, tg_cubin *out, char *err, size_t errlen) {
+static bool cache_lookup(const char *key, tg_cubin *out, char *why, size_t whylen) {
   void *log = NULL, *cubin = NULL;
   size_t nlog, ncubin;
   bool has_log = false, has_cubin = false;
@@ -210,13 +210,13 @@ static bool cache_lookup(const char *key, tg_cubin *out, char *err, size_t errle
    * leftover (or tampering): compile again and overwrite. */
   /* and a cubin must match its seal (size and SHA-256, cache.h): a
    * damaged or emptied one is compiled again */
-  if (!tg_cache_get_sealed(key, ".cubin", &cubin, &ncubin, &has_cubin, NULL, 0, err, errlen)) return false;
+  if (!tg_cache_get_sealed(key, ".cubin", &cubin, &ncubin, &has_cubin, NULL, 0, why, whylen)) return false;
   if (has_cubin && ncubin == 0) {
     free(cubin);
     cubin = NULL;
     has_cubin = false;
   }
-  if (has_cubin && !tg_cache_get(key, ".log", &log, &nlog, &has_log, err, errlen)) {
+  if (has_cubin && !tg_cache_get(key, ".log", &log, &nlog, &has_log, why, whylen)) {
     free(cubin);
     return false;
   }
@@ -230,21 +230,21 @@ static bool cache_lookup(const char *key, tg_cubin *out, char *err, size_t errle
 }
 
 bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
-                      const char *const *opts, int nopts, tg_cubin *out, char *err,
-                      size_t errlen) {
+                      const char *const *opts, int nopts, tg_cubin *out, char *why,
+                      size_t whylen) {
   *out = (tg_cubin){0};
   if (!src_name || !*src_name) src_name = "tg.cu";
-  if (!src) return tg_why(err, errlen, "NVRTC: no source to compile");
+  if (!src) return tg_why(why, whylen, "NVRTC: no source to compile");
   if (!valid_arch(arch))
-    return tg_why(err, errlen, "NVRTC: bad GPU architecture '%s': want sm_XX, as in sm_80 or sm_90",
+    return tg_why(why, whylen, "NVRTC: bad GPU architecture '%s': want sm_XX, as in sm_80 or sm_90",
                 arch ? arch : "(null)");
-  if (nopts < 0 || (nopts > 0 && !opts)) return tg_why(err, errlen, "NVRTC: bad option list");
-  if (!load(err, errlen)) return false;
+  if (nopts < 0 || (nopts > 0 && !opts)) return tg_why(why, whylen, "NVRTC: bad option list");
+  if (!load(why, whylen)) return false;
 
   int nall = nopts + 2;
   const char **all = malloc(sizeof *all * (size_t)nall);
   char archopt[64];
-  if (!all) return tg_why(err, errlen, "out of memory");
+  if (!all) return tg_why(why, whylen, "out of memory");
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
   all[0] = archopt, all[1] = "-std=c++17";
   for (int i = 0; i < nopts; i++) all[2 + i] = opts[i] ? opts[i] : "";
@@ -261,7 +261,7 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   for (int i = 0; i < nall; i++) tg_sha256_field(&s, all[i]);
   tg_sha256_final(&s, NULL, key);
 
-  bool ok = cache_lookup(key, out, err, errlen);
+  bool ok = cache_lookup(key, out, why, whylen);
   if (!ok || out->from_cache) {
     free(all);
     return ok;
@@ -271,7 +271,7 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   int rc = nv.create(&prog, src, src_name, 0, NULL, NULL);
   if (rc != NVRTC_SUCCESS) {
     free(all);
-    return tg_why(err, errlen, "NVRTC cannot create a program for %s: %s", src_name,
+    return tg_why(why, whylen, "NVRTC cannot create a program for %s: %s", src_name,
                 nv.error_string(rc));
   }
   rc = nv.compile(prog, nall, all);
@@ -284,12 +284,12 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   }
   if (!log) {
     nv.destroy(&prog);
-    return tg_why(err, errlen, "NVRTC: cannot get the log of %s", src_name);
+    return tg_why(why, whylen, "NVRTC: cannot get the log of %s", src_name);
   }
   /* nlog counts the NUL; what matters for "no warnings" is the text. */
   nlog = strlen(log);
   if (rc != NVRTC_SUCCESS) {
-    compile_error(src, src_name, arch, rc, log, err, errlen);
+    compile_error(src, src_name, arch, rc, log, why, whylen);
     free(log);
     nv.destroy(&prog);
     return false;
@@ -298,13 +298,13 @@ bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
   char *cubin = NULL;
   if ((rc = nv.cubin_size(prog, &ncubin)) != NVRTC_SUCCESS ||
       !(cubin = malloc(ncubin ? ncubin : 1)) || (rc = nv.cubin(prog, cubin)) != NVRTC_SUCCESS) {
-    ok = tg_why(err, errlen, "NVRTC: cannot get the CUBIN of %s: %s", src_name,
+    ok = tg_why(why, whylen, "NVRTC: cannot get the CUBIN of %s: %s", src_name,
               rc != NVRTC_SUCCESS ? nv.error_string(rc) : "out of memory");
   }
   nv.destroy(&prog);
   if (ok)
-    ok = tg_cache_put(key, ".log", log, nlog, err, errlen) &&
-         tg_cache_put_sealed(key, ".cubin", cubin, ncubin, err, errlen);
+    ok = tg_cache_put(key, ".log", log, nlog, why, whylen) &&
+         tg_cache_put_sealed(key, ".cubin", cubin, ncubin, why, whylen);
   if (!ok) {
     free(cubin);
     free(log);
@@ -336,7 +336,7 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&P->lock);
     if (i >= P->n) return NULL;
     tg_nvrtc_job *J = &P->jobs[i];
-    J->ok = tg_nvrtc_compile(J->src, J->name, P->arch, P->opts, P->nopts, &J->out, J->err, sizeof J->err);
+    J->ok = tg_nvrtc_compile(J->src, J->name, P->arch, P->opts, P->nopts, &J->out, J->why, sizeof J->why);
   }
 }
 
@@ -347,13 +347,13 @@ int tg_nvrtc_threads(void) {
 }
 
 bool tg_nvrtc_compile_all(tg_nvrtc_job *jobs, int n, const char *arch, const char *const *opts, int nopts,
-                          int threads, char *err, size_t errlen) {
-  if (!load(err, errlen)) return false;
+                          int threads, char *why, size_t whylen) {
+  if (!load(why, whylen)) return false;
   pool P = {jobs, n, 0, arch, opts, nopts, PTHREAD_MUTEX_INITIALIZER};
   if (threads <= 0) threads = tg_nvrtc_threads();
   if (threads > n) threads = n;
   pthread_t *t = calloc((size_t)threads + 1, sizeof *t);
-  if (!t) return tg_why(err, errlen, "out of memory");
+  if (!t) return tg_why(why, whylen, "out of memory");
   int started = 0;
   for (int i = 1; i < threads; i++, started++)
     if (pthread_create(&t[i], NULL, worker, &P) != 0) break;
@@ -361,6 +361,6 @@ bool tg_nvrtc_compile_all(tg_nvrtc_job *jobs, int n, const char *arch, const cha
   for (int i = 1; i <= started; i++) pthread_join(t[i], NULL);
   free(t);
   for (int i = 0; i < n; i++)
-    if (!jobs[i].ok) return tg_why(err, errlen, "%s", jobs[i].err);
+    if (!jobs[i].ok) return tg_why(why, whylen, "%s", jobs[i].why);
   return true;
 }

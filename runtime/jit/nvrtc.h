@@ -44,35 +44,35 @@ typedef struct tg_cubin {
  * src_name is the file name NVRTC uses in its messages (NULL: "tg.cu").
  * opts are extra NVRTC options (nopts of them, may be NULL when 0).  On
  * success fills *out, which the caller frees with tg_cubin_free.  On
- * failure *out is left empty (freeing it is harmless) and err holds why:
+ * failure *out is left empty (freeing it is harmless) and why holds why:
  * NVRTC's whole log and the kernels its lines point into, or, when NVRTC
  * cannot be loaded, every place that was tried.  A cache that cannot be
  * read or written is an error too, not a silent recompile. */
 bool tg_nvrtc_compile(const char *src, const char *src_name, const char *arch,
-                      const char *const *opts, int nopts, tg_cubin *out, char *err,
-                      size_t errlen);
+                      const char *const *opts, int nopts, tg_cubin *out, char *why,
+                      size_t whylen);
 
 void tg_cubin_free(tg_cubin *c);
 
 /* Many programs compiled at once, `threads` at a time (<= 0: one per core,
  * tg_nvrtc_threads), each cached under its own key as tg_nvrtc_compile
  * caches one: changing one program recompiles only it.  Every job gets
- * its result (ok, out, err); false with the first failure's message when
+ * its result (ok, out, why); false with the first failure's message when
  * any failed.  The caller frees each job's out. */
 typedef struct tg_nvrtc_job {
   const char *src, *name; /* the source and its name (in messages and the cache key) */
   tg_cubin out;
   bool ok;
-  char err[8192];
+  char why[8192];
 } tg_nvrtc_job;
 
 bool tg_nvrtc_compile_all(tg_nvrtc_job *jobs, int n, const char *arch, const char *const *opts, int nopts,
-                          int threads, char *err, size_t errlen);
+                          int threads, char *why, size_t whylen);
 
 /* The compile threads: $TG_COMPILE_THREADS, else the cores online. */
 int tg_nvrtc_threads(void);
 
 /* NVRTC's version (loading NVRTC if need be). */
-bool tg_nvrtc_version(int *major, int *minor, char *err, size_t errlen);
+bool tg_nvrtc_version(int *major, int *minor, char *why, size_t whylen);
 
 #endif

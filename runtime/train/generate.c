@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "executor.h"
-#include "executors.h"
+#include "backend.h"
+#include "backends.h"
 #include "model_sizes.h"
 #include "passes.h"
 #include "prepare.h"

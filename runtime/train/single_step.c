@@ -4,7 +4,7 @@
  * it, check everything that can be checked before any compiling for a
  * device (token ids against the vocabulary, the batch against the model's
  * inputs, no other input left without a value), run the same pipeline as
- * tgc, load the weights, and run the graph on the executor asked for:
+ * tgc, load the weights, and run the graph on the backend asked for:
  * once for grad, N times for step. */
 #include "single_step.h"
 
@@ -15,7 +15,7 @@
 
 #include "batch.h"
 #include "checkpoint.h"
-#include "executors.h"
+#include "backends.h"
 #include "model_sizes.h"
 #include "safetensors.h"
 #include "weights.h"

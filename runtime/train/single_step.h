@@ -6,7 +6,7 @@
  *   grad  the loss and every parameter's gradient for one batch;
  *   step  AdamW steps on one batch.
  *
- * They run on any executor (runtime/exec: the reference interpreter by
+ * They run on any backend (runtime/backend: the reference interpreter by
  * default, the oracle the compiled backends are held to).  Files keep the
  * model's unpadded shapes.  docs/tgrun.md has the details. */
 #ifndef TG_SINGLE_STEP_H
@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "executor.h"
+#include "backend.h"
 #include "frontend.h"
 #include "passes.h"
 
@@ -27,7 +27,7 @@ typedef struct tg_single_opts {
   int n_include_dirs;
   const char *weights, *batch, *out;
   uint64_t seed;                    /* init */
-  const char *backend;              /* an executor's name: "ref", "cpu" */
+  const char *backend;              /* a backend's name: "ref", "cpu" */
   tg_precision precision;           /* ref's arithmetic: f32 or f64 */
   tg_precision_policy policy;       /* the mixed-precision policy: f32 or bf16 */
   double lr;                        /* step */

@@ -1,14 +1,14 @@
 /* train.c: `tgrun train.cfg`, the training loop (train.h).
  *
- * One run compiles the model four times, each graph run by the executor
- * the config names (runtime/exec: the CPU backend's generated C, or the
+ * One run compiles the model four times, each graph run by the backend
+ * the config names (runtime/backend: the CPU backend's generated C, or the
  * reference interpreter), all four sharing one copy of the parameters
  * (tensors on the device, bound to each graph's parameter leaves):
  *
  *   grad      forward and backward of one micro-batch: the loss and every
  *             parameter's gradient; the schedule pass (passes/schedule.c)
  *             calls back after each bucket of gradients is complete, and
- *             there the executor adds the gradients into the accumulators
+ *             there the backend adds the gradients into the accumulators
  *             and, on a step's last micro-batch, averages them over the
  *             ranks;
  *   optimizer clipping and AdamW on the accumulated gradients (tg's adamw
@@ -35,8 +35,8 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "dataloader.h"
-#include "executor.h"
-#include "executors.h"
+#include "backend.h"
+#include "backends.h"
 #include "file.h"
 #include "frontend.h"
 #include "hf.h"
@@ -243,8 +243,8 @@ static double compile_for_device(run *r, tg_graph *const *gs, const char *const 
 }
 
 /* One line for the four graphs: the front end (parsing, the passes, and
- * the executors' lowering and rendering) and the back end (the compilers:
- * the wall time of compiling less the executors' front ends, the
+ * the backends' lowering and rendering) and the back end (the compilers:
+ * the wall time of compiling less the backends' front ends, the
  * compilers having run in parallel), and whether the compilers' results
  * came from the cache. */
 static void say_compile_time(run *r, double front, double wall) {
@@ -464,7 +464,7 @@ static void build(run *r) {
 /* ---- gradients: accumulated, then averaged over the ranks ------------------------ */
 
 /* Called by the grad graph's step after each bucket of gradients is
- * complete: the executor adds them into the accumulators (the device does
+ * complete: the backend adds them into the accumulators (the device does
  * the work, queued in order with the step), and on a step's last
  * micro-step the bucket is averaged over the ranks in one all-reduce. */
 static void on_bucket(tg_exec *e, int bucket, void *ctx) {

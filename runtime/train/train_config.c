@@ -6,7 +6,7 @@
  * disagree about the set of keys. */
 #include "train_config.h"
 
-#include "executors.h"
+#include "backends.h"
 #include "nearest.h"
 #include "utf8.h"
 
@@ -144,8 +144,8 @@ int64_t tg_train_config_decay_steps(const tg_train_config *cfg) {
 
 static const char *check_nonempty(const char *s) { return *s ? NULL : "must not be empty"; }
 
-/* The backends are the executors' registry's (runtime/exec/registry). */
-static const char *check_backend(const char *s) { return tg_executor_find(s) ? NULL : "must name a backend"; }
+/* The backends are the backends' registry's (runtime/backend/registry). */
+static const char *check_backend(const char *s) { return tg_backend_find(s) ? NULL : "must name a backend"; }
 
 static const char *check_precision(const char *s) {
   tg_precision_policy p;
@@ -156,8 +156,8 @@ static const char *check_precision(const char *s) {
 
 tg_precision_policy tg_train_config_precision(const tg_train_config *cfg) {
   const char *s = cfg->precision;
-  const tg_executor *x = tg_executor_find(cfg->backend);
-  if (!strcmp(s, "auto")) s = x ? tg_executor_default_precision(x) : "f32";
+  const tg_backend *x = tg_backend_find(cfg->backend);
+  if (!strcmp(s, "auto")) s = x ? tg_backend_default_precision(x) : "f32";
   tg_precision_policy p = TG_PRECISION_F32;
   tg_precision_parse(s, &p);
   return p;
@@ -430,12 +430,12 @@ static bool set_key(parser *P, tg_train_config *cfg, int k, const value *v) {
     const char *why = K->check ? K->check(s) : NULL;
     if (why) {
       if (K->check == check_backend) {
-        const char *near = tg_executor_suggest(s);
+        const char *near = tg_backend_suggest(s);
         if (near)
           perr(P, v->col, "unknown backend '%.*s%s'; did you mean '%s'? (%s)", vl, s, more, near,
-               tg_executor_names_text());
+               tg_backend_names_text());
         else
-          perr(P, v->col, "unknown backend '%.*s%s' (%s)", vl, s, more, tg_executor_names_text());
+          perr(P, v->col, "unknown backend '%.*s%s' (%s)", vl, s, more, tg_backend_names_text());
       } else {
         perr(P, v->col, "%s %s", name, why);
       }

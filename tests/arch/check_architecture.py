@@ -6,7 +6,7 @@ draws, checked against the code.
     its folder; LAYERS below says which layers each may use.  An edge is an
     #include "..." of another file's header, or a reference from one
     object file to a symbol another defines (read with nm from BUILDDIR).
-    A backend's folder (runtime/exec/ref, runtime/exec/cpu, ...) may be used
+    A backend's folder (runtime/backend/ref, runtime/backend/cpu, ...) may be used
     by the registry alone: nothing else names a backend's functions.
  2. No circle between files: modules (a .c with its .h and its private
     x_impl.h; Flex's scanner and Bison's parser are one module, the
@@ -34,17 +34,17 @@ LAYERS = {
     'runtime/data': ['runtime/formats', 'base'],
     'runtime/jit': ['base'],
     'runtime/comm': ['base'],
-    'runtime/exec': ['ir', 'base'],
-    'runtime/exec/ref': ['runtime/exec', 'runtime/comm', 'ir', 'base'],
-    'runtime/exec/cpu': ['runtime/exec', 'runtime/comm', 'runtime/jit', 'codegen', 'passes', 'ir', 'base'],
+    'runtime/backend': ['ir', 'base'],
+    'runtime/backend/ref': ['runtime/backend', 'runtime/comm', 'ir', 'base'],
+    'runtime/backend/cpu': ['runtime/backend', 'runtime/comm', 'runtime/jit', 'codegen', 'passes', 'ir', 'base'],
     'runtime/cuda': ['runtime/jit', 'base'],
     'runtime/cuda/emu': ['runtime/cuda', 'runtime/jit', 'runtime/comm', 'base'],
-    'runtime/exec/cuda': ['runtime/exec', 'runtime/cuda', 'runtime/cuda/emu', 'runtime/comm', 'runtime/jit', 'codegen',
+    'runtime/backend/cuda': ['runtime/backend', 'runtime/cuda', 'runtime/cuda/emu', 'runtime/comm', 'runtime/jit', 'codegen',
                           'passes', 'ir', 'base'],
-    'runtime/exec/registry': ['runtime/exec', 'runtime/exec/ref', 'runtime/exec/cpu', 'runtime/exec/cuda', 'base'],
-    'runtime/train': ['runtime/exec/registry', 'runtime/exec', 'runtime/data', 'runtime/formats', 'runtime/comm',
+    'runtime/backend/registry': ['runtime/backend', 'runtime/backend/ref', 'runtime/backend/cpu', 'runtime/backend/cuda', 'base'],
+    'runtime/train': ['runtime/backend/registry', 'runtime/backend', 'runtime/data', 'runtime/formats', 'runtime/comm',
                       'frontend', 'passes', 'ir', 'base'],
-    'tools': ['runtime/train', 'runtime/exec/registry', 'runtime/exec', 'runtime/data', 'runtime/formats', 'runtime/jit',
+    'tools': ['runtime/train', 'runtime/backend/registry', 'runtime/backend', 'runtime/data', 'runtime/formats', 'runtime/jit',
               'runtime/comm', 'codegen', 'frontend', 'passes', 'ir', 'base'],
 }
 SOURCE_EXT = ('.c', '.h', '.l', '.y', '.def', '.cpp', '.hpp')

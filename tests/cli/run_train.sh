@@ -15,7 +15,7 @@
 #   after every step (tgrun checks a hash each step and fails otherwise);
 # - bad configs: an unknown key names the file and line and suggests the
 #   nearest key; missing data says how to make it;
-# - the reference interpreter, through the same executor interface, trains
+# - the reference interpreter, through the same backend interface, trains
 #   like the CPU backend.
 set -u
 src=$(cd "$2" && pwd)
@@ -95,8 +95,8 @@ print([repr(json.loads(l)['val_loss']) for l in open(sys.argv[1]) if 'val_loss' 
 if [ "$(evals "$tmp/a/metrics.jsonl" -1)" = "$(evals "$tmp/i/metrics.jsonl" 0)" ]; then ok; else
   bad "init_from did not start from the checkpoint's weights"; fi
 
-# the same loop on another executor: the reference interpreter trains like
-# the CPU backend (one loop, one executor interface).  Within 1e-4
+# the same loop on another backend: the reference interpreter trains like
+# the CPU backend (one loop, one backend interface).  Within 1e-4
 # relative: the interpreter rounds each value to f32 as the CPU backend
 # does, but sums in another order (an ulp or two per reduction), which
 # AdamW's division by sqrt(v) amplifies in small gradients, as above.

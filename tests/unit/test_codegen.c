@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "ccjit.h"
-#include "executors.h"
+#include "backends.h"
 #include "init.h"
 #include "lower.h"
 #include "cuda_kernels.h"
@@ -355,7 +355,7 @@ END_TEST
  * bias's, a sum of 64 rows that mostly cancel, the most); allowed 3e-2,
  * what run_cuda_backend.sh allows the emulated device against the CPU in
  * bf16 for the same reason. */
-/* The grad graph of a 2-layer GPT on the CPU backend (through the executor
+/* The grad graph of a 2-layer GPT on the CPU backend (through the backend
  * interface), lowered with or without recomputation; its leaves filled
  * deterministically.  *n_remat counts the recomputed values. */
 static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, tg_precision_policy prec, bool remat, int *n_remat) {
@@ -396,7 +396,7 @@ static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, tg_precision_policy pr
 START_TEST(recomputing_changes_nothing) {
   tg_precision_policy prec = _i ? TG_PRECISION_BF16 : TG_PRECISION_F32;
   tg_ctx *ctx[2] = {tu_ctx(), tu_ctx()};
-  tg_device *dev = tg_device_open(ctx[0], tg_executor_find("cpu"), NULL);
+  tg_device *dev = tg_device_open(ctx[0], tg_backend_find("cpu"), NULL);
   int n_remat[2];
   tg_exec *c[2] = {grad_backend(ctx[0], dev, prec, false, &n_remat[0]),
                    grad_backend(ctx[1], dev, prec, true, &n_remat[1])};
@@ -433,7 +433,7 @@ END_TEST
  * computes it again after; the CPU backend agrees with the interpreter,
  * its bf16 matmul through cblas_sbgemm (defined above).  (bf16 rounds x,
  * w and the product: 2^-9 each, so 1e-2 relative.) */
-/* y of the model on the named executor. */
+/* y of the model on the named backend. */
 static void run_lin(const char *text, const char *backend, float *y) {
   tg_ctx *ctx = tu_ctx();
   tg_graph *g = tu_compile(ctx, "t.tg", text, 0, NULL);
@@ -442,7 +442,7 @@ static void run_lin(const char *text, const char *backend, float *y) {
   if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .kernels = true};
   tg_run_pipeline(ctx, g, &po);
-  tg_device *dev = tg_device_open(ctx, tg_executor_find(backend), NULL);
+  tg_device *dev = tg_device_open(ctx, tg_backend_find(backend), NULL);
   tg_exec_opts eo = {.name = "t", .remat = -1};
   tg_exec *e = tg_exec_compile(dev, ctx, g, &eo);
   for (int i = 0; i < g->n_nodes; i++) {

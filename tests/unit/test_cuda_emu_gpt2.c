@@ -1,7 +1,7 @@
 /* test_cuda_emu_gpt2.c: GPT-2's generated CUDA on the emulated device.
  *
  * The small model's training step (2 layers, n_embd 64, T 32, B 2), compiled
- * by the CUDA backend for the emulated device (executor "cuda-emu": every
+ * by the CUDA backend for the emulated device (backend "cuda-emu": every
  * kernel launched as the plan lists it, each argument described with its
  * extent so that any access outside its own buffer fails, every
  * shared-memory access checked for races, the matmuls through the
@@ -17,7 +17,7 @@
  *   launch by launch and in a replayed CUDA graph;
  * - it prints how long the step takes on the emulator.
  *
- * The executor's own behaviour (graph capture, bucket hooks, training over
+ * The backend's own behaviour (graph capture, bucket hooks, training over
  * ranks) is tested from the command line: tests/cli/run_cuda_backend.sh.
  *
  * Tolerances.  The CUDA step differs from the CPU's by the flash attention
@@ -47,9 +47,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "executor.h"
+#include "backend.h"
 #include "cuda_plan.h"
-#include "executors.h"
+#include "backends.h"
 #include "init.h"
 #include "lower.h"
 #include "passes.h"
@@ -231,7 +231,7 @@ START_TEST(test_step_after_rebinding_agrees_with_the_cpu) {
   open_side(&emu, "cuda-emu", g);
   open_side(&cpu, "cpu", g);
   set_leaves(&emu, g);
-  run(&emu); /* the tables written for the executor's own leaves */
+  run(&emu); /* the tables written for the backend's own leaves */
   int rebound = 0;
   tg_tensor **fresh = calloc((size_t)g->n_nodes, sizeof *fresh);
   for (int i = 0; i < g->n_nodes; i++) {

@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "executor.h"
-#include "executors.h"
+#include "backend.h"
+#include "backends.h"
 #include "passes.h"
 #include "testutil.h"
 #include "weights.h"

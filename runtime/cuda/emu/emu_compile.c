@@ -109,7 +109,7 @@ static void sb_add(sbuf *b, const char *fmt, ...) {
 }
 
 /* The compiler's complaint, led by the kernels it is about. */
-static void compile_error(const char *src, const char *name, const char *log, char *err, size_t errlen) {
+static void compile_error(const char *src, const char *name, const char *log, char *why, size_t whylen) {
   enum { MAX_LINES = 64 };
   long lines[MAX_LINES];
   int n = message_lines(log, name, lines, MAX_LINES);
@@ -133,34 +133,34 @@ static void compile_error(const char *src, const char *name, const char *log, ch
     else sb_add(&b, "%s:%ld is before the first kernel\n", name, lines[i]);
   }
   if (b.n) b.p[--b.n] = 0;
-  snprintf(err, errlen, "%s", b.oom || !b.p ? "the host C++ compiler could not compile the module (and out of memory)" : b.p);
+  snprintf(why, whylen, "%s", b.oom || !b.p ? "the host C++ compiler could not compile the module (and out of memory)" : b.p);
   free(b.p);
 }
 
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
-                 bool *from_cache, char *err, size_t errlen) {
+                 bool *from_cache, char *why, size_t whylen) {
   *image = NULL;
   *size = 0;
   if (from_cache) *from_cache = false;
   if (!src_name || !*src_name) src_name = "tg.cu";
   if (!src) {
-    snprintf(err, errlen, "compile: no source");
+    snprintf(why, whylen, "compile: no source");
     return false;
   }
   if (!arch || strncmp(arch, "sm_", 3)) {
-    snprintf(err, errlen, "compile: bad GPU architecture '%s': want sm_XX, as in sm_90", arch ? arch : "(null)");
+    snprintf(why, whylen, "compile: bad GPU architecture '%s': want sm_XX, as in sm_90", arch ? arch : "(null)");
     return false;
   }
   for (const char *p = src_name; *p; p++)
     if (*p == '"' || *p == '\\' || *p == '\n') {
-      snprintf(err, errlen, "compile: the source name '%s' has a character a #line directive cannot hold", src_name);
+      snprintf(why, whylen, "compile: the source name '%s' has a character a #line directive cannot hold", src_name);
       return false;
     }
   sbuf full = {0};
   sb_add(&full, "#line 1 \"cuda_emu.h\"\n%s\n#line 1 \"%s\"\n%s\n", tg_cuda_emu_header, src_name, src);
   if (full.oom) {
     free(full.p);
-    snprintf(err, errlen, "compile: out of memory");
+    snprintf(why, whylen, "compile: out of memory");
     return false;
   }
   static const char *const flags[] = {
@@ -171,21 +171,21 @@ bool emu_compile(const char *src, const char *src_name, const char *arch, void *
   };
   static const char *const libs[] = {"-lstdc++", "-lm"};
   tg_so so = {0};
-  char *why = malloc(65536);
-  if (!why) {
+  char *log = malloc(65536);
+  if (!log) {
     free(full.p);
-    snprintf(err, errlen, "compile: out of memory");
+    snprintf(why, whylen, "compile: out of memory");
     return false;
   }
-  bool ok = tg_ccjit_build(full.p, flags, (int)(sizeof flags / sizeof *flags), libs, 2, &so, why, 65536);
-  if (!ok) compile_error(src, src_name, why, err, errlen);
-  free(why);
+  bool ok = tg_ccjit_build(full.p, flags, (int)(sizeof flags / sizeof *flags), libs, 2, &so, log, 65536);
+  if (!ok) compile_error(src, src_name, log, why, whylen);
+  free(log);
   free(full.p);
   if (!ok) return false;
   *image = strdup(so.path);
   if (!*image) {
     tg_so_free(&so);
-    snprintf(err, errlen, "compile: out of memory");
+    snprintf(why, whylen, "compile: out of memory");
     return false;
   }
   *size = strlen(so.path) + 1;

@@ -632,19 +632,19 @@ static bool run_block(exec *x, unsigned bx, unsigned by, unsigned bz) {
   return !x->failed;
 }
 
-int tg_emu_run(const tg_emu_launch *L, char *err, size_t errlen) {
+int tg_emu_run(const tg_emu_launch *L, char *why, size_t whylen) {
   exec *x = executor();
   if (!x) {
-    snprintf(err, errlen, "out of memory for the emulator's thread state");
+    snprintf(why, whylen, "out of memory for the emulator's thread state");
     return TG_EMU_LAUNCH_FAILED;
   }
   if (x->L) {
-    snprintf(err, errlen, "a kernel launched from inside a kernel (the emulator runs one launch at a time per thread)");
+    snprintf(why, whylen, "a kernel launched from inside a kernel (the emulator runs one launch at a time per thread)");
     return TG_EMU_LAUNCH_FAILED;
   }
   const unsigned n = L->block[0] * L->block[1] * L->block[2];
   if (!n || n > MAX_THREADS || L->dynamic_shared > L->shared_limit) {
-    snprintf(err, errlen, "bad launch: %u threads a block (1 to %d), %zu bytes of dynamic shared memory (at most %zu)",
+    snprintf(why, whylen, "bad launch: %u threads a block (1 to %d), %zu bytes of dynamic shared memory (at most %zu)",
              n, MAX_THREADS, L->dynamic_shared, L->shared_limit);
     return TG_EMU_LAUNCH_FAILED;
   }
@@ -666,6 +666,6 @@ int tg_emu_run(const tg_emu_launch *L, char *err, size_t errlen) {
       for (unsigned xx = 0; ok && xx < L->grid[0]; xx++) ok = run_block(x, xx, y, z);
   x->L = NULL;
   if (ok) return 0;
-  snprintf(err, errlen, "%s", x->msg);
+  snprintf(why, whylen, "%s", x->msg);
   return x->result;
 }

@@ -44,8 +44,8 @@ typedef struct tg_emu_launch {
 enum { TG_EMU_STATIC_SHARED_LIMIT = 48 * 1024 };
 
 /* Runs every block of L.  0 (CUDA_SUCCESS) or the CUresult of the failed
- * check, with the story in err. */
-int tg_emu_run(const tg_emu_launch *L, char *err, size_t errlen);
+ * check, with the story in why. */
+int tg_emu_run(const tg_emu_launch *L, char *why, size_t whylen);
 
 /* The emulator's entry points for modules (tg_emu_module.attach). */
 const tg_emu_rt *tg_emu_runtime(void);

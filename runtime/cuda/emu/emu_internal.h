@@ -112,7 +112,7 @@ void emu_nccl_fill(tg_cuda_api *api);
 /* ---- compiling (emu_compile.c) ------------------------------------------------ */
 
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
-                 bool *from_cache, char *err, size_t errlen);
+                 bool *from_cache, char *why, size_t whylen);
 
 /* cuda_emu.h's text, embedded at build time (emu_header.c, generated). */
 extern const char tg_cuda_emu_header[];

@@ -1,4 +1,4 @@
-/* ref_executor.c: the reference interpreter (interp.h) as an executor.
+/* ref_backend.c: the reference interpreter (interp.h) as a backend.
  *
  * Tensors are arrays of doubles, as the interpreter keeps every value;
  * binding a leaf points the interpreter at the tensor's array.  The graph
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "comm.h"
-#include "executor_impl.h"
+#include "backend_impl.h"
 
 typedef struct ref_device {
   tg_device base;
@@ -168,7 +168,7 @@ static void ref_phase_seconds(const tg_exec *e, double out[TG_NPHASES]) {
   for (int p = 0; p < TG_NPHASES; p++) out[p] = 0;
 }
 
-const tg_executor tg_executor_ref = {
+const tg_backend tg_backend_ref = {
     .name = "ref",
     .summary = "the reference interpreter: op by op, in double precision (or rounding to f32); the oracle",
     .open = ref_open,

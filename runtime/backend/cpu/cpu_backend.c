@@ -1,4 +1,4 @@
-/* cpu_backend.c: the CPU backend, an executor (executor.h) that runs a
+/* cpu_backend.c: the CPU backend (backend.h), which runs a
  * fused, planned graph as generated C.
  *
  * The graph is lowered (codegen/lower.h), rendered as C (codegen/render.h),
@@ -17,7 +17,7 @@
 
 #include "ccjit.h"
 #include "comm.h"
-#include "executor_impl.h"
+#include "backend_impl.h"
 #include "lower.h"
 #include "render.h"
 #include "step_abi.h"
@@ -474,7 +474,7 @@ static void cpu_profile_print(const tg_exec *x, FILE *out, int top) {
   free(order);
 }
 
-const tg_executor tg_executor_cpu = {
+const tg_backend tg_backend_cpu = {
     .name = "cpu",
     .summary = "the fused step as generated C, built with cc -O2 -fopenmp and OpenBLAS (cached)",
     .source_suffix = ".c",

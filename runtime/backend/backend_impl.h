@@ -1,18 +1,18 @@
-/* executor_impl.h: what a backend fills in to be an executor (executor.h).
+/* backend_impl.h: what a backend fills in (backend.h).
  *
  * Like QBE's struct Target: one table of functions per backend, defined in
- * the backend's own file (tg_executor_ref in exec/ref, tg_executor_cpu in
- * exec/cpu) and listed by the registry (exec/registry).  Each backend's
+ * the backend's own file (tg_backend_ref in backend/ref, tg_backend_cpu in
+ * backend/cpu) and listed by the registry (backend/registry).  Each backend's
  * device, exec and tensor structs start with the common part below, so
- * that executor.c can dispatch and keep the bookkeeping every backend
+ * that backend.c can dispatch and keep the bookkeeping every backend
  * would otherwise repeat (types, names, hooks). */
-#ifndef TG_EXECUTOR_IMPL_H
-#define TG_EXECUTOR_IMPL_H
+#ifndef TG_BACKEND_IMPL_H
+#define TG_BACKEND_IMPL_H
 
-#include "executor.h"
+#include "backend.h"
 
 struct tg_device {
-  const tg_executor *x;
+  const tg_backend *x;
 };
 
 struct tg_tensor {
@@ -27,7 +27,7 @@ struct tg_exec {
   void *hook_ctx;
 };
 
-struct tg_executor {
+struct tg_backend {
   const char *name;    /* how users choose it: --backend NAME, backend = "NAME" */
   const char *summary; /* one line for --help */
   const char *source_suffix; /* what tg_exec_opts.source_path receives: ".c", ".cu"; NULL: none */

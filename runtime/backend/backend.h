@@ -1,13 +1,19 @@
-/* executor.h: the one interface every backend implements.
+/* backend.h: the one interface every backend implements.
  *
- * An executor runs IR graphs.  The reference interpreter (exec/ref), the
- * CPU backend (exec/cpu: generated C) and, later, the CUDA backend and its
- * emulated device all implement it; the training loop and every tgrun
- * command use only what is declared here, and choose an executor once, by
- * name (exec/registry/executors.h).  The pieces, as tinygrad's Compiled
+ * Glossary (one word for each, everywhere in tg):
+ *   backend  a way of running graphs, chosen by name (--backend, backend =):
+ *            ref, cpu, cuda, cuda-emu; tg_backend is its table of functions.
+ *   device   a backend opened for use (tg_device): its memory and context.
+ *   exec     one graph compiled for a device (tg_exec), run step by step.
+ *
+ * The reference interpreter (backend/ref), the CPU backend (backend/cpu:
+ * generated C) and the CUDA backend with its emulated device
+ * (backend/cuda) all implement it; the training loop and every tgrun
+ * command use only what is declared here, and choose a backend once, by
+ * name (backend/registry/backends.h).  The pieces, as tinygrad's Compiled
  * device has them (allocator, compiler, runtime):
  *
- *   tg_device  an opened executor: its memory and whatever it keeps for
+ *   tg_device  an opened backend: its memory and whatever it keeps for
  *              all the graphs it runs (a CUDA context, a pack buffer);
  *   tg_exec    one graph compiled for a device, for the shapes in the
  *              graph (B and T are bound when the model is compiled);
@@ -24,8 +30,8 @@
  *
  * Errors in compiling or running are reported through the tg_ctx given
  * (file, place, what to change) and bail, like the rest of tg. */
-#ifndef TG_EXECUTOR_H
-#define TG_EXECUTOR_H
+#ifndef TG_BACKEND_H
+#define TG_BACKEND_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -42,7 +48,7 @@ typedef enum tg_precision { TG_PREC_F64, TG_PREC_F32 } tg_precision;
 /* The element type of a host array given to or taken from a device. */
 typedef enum tg_host_type { TG_HOST_F32, TG_HOST_F64, TG_HOST_I32 } tg_host_type;
 
-typedef struct tg_executor tg_executor; /* a backend: its table of functions */
+typedef struct tg_backend tg_backend; /* a backend: its table of functions */
 typedef struct tg_device tg_device;
 typedef struct tg_exec tg_exec;
 typedef struct tg_tensor tg_tensor;
@@ -61,7 +67,7 @@ typedef struct tg_exec_opts {
 } tg_exec_opts;
 
 /* How long compiling a graph took and what it compiled (for tgrun's
- * "compile:" line): the front end here is the executor's part of it
+ * "compile:" line): the front end here is the backend's part of it
  * (lowering and rendering; parsing and the passes are the caller's), the
  * back end the compiler (NVRTC, cc); kernels distinct kernels, units the
  * programs the compiler ran on (a GPU: one per kernel), cached of them
@@ -74,14 +80,14 @@ typedef struct tg_compile_stats {
 
 /* ---- devices ---------------------------------------------------------------- */
 
-/* Opens executor x; errors (no GPU, a precision it lacks) are reported
+/* Opens backend x; errors (no GPU, a precision it lacks) are reported
  * through ctx and bail. */
-tg_device *tg_device_open(tg_ctx *ctx, const tg_executor *x, const tg_device_opts *o);
+tg_device *tg_device_open(tg_ctx *ctx, const tg_backend *x, const tg_device_opts *o);
 void tg_device_close(tg_device *d);
-const char *tg_device_name(const tg_device *d); /* the executor's name: "cpu" */
+const char *tg_device_name(const tg_device *d); /* the backend's name: "cpu" */
 /* A line saying what runs it: "the reference interpreter, f32" */
 const char *tg_device_describe(const tg_device *d);
-/* The file suffix of the source the executor generates (".c", ".cu"), or
+/* The file suffix of the source the backend generates (".c", ".cu"), or
  * NULL when it generates none: what to name tg_exec_opts.source_path. */
 const char *tg_device_source_suffix(const tg_device *d);
 
@@ -118,7 +124,7 @@ void tg_exec_free(tg_exec *e);
 const tg_graph *tg_exec_graph(const tg_exec *e);
 /* Whether the compiled code came from the on-disk cache (for progress lines). */
 bool tg_exec_from_cache(const tg_exec *e);
-/* What compiling e took (all zero for an executor that compiles nothing). */
+/* What compiling e took (all zero for a backend that compiles nothing). */
 tg_compile_stats tg_exec_compile_stats(const tg_exec *e);
 
 /* The tensor leaf (an input, param or state of the graph) reads and the

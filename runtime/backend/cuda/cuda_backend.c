@@ -1,4 +1,4 @@
-/* cuda_backend.c: the CUDA backend, two executors (executor.h) over one
+/* cuda_backend.c: the CUDA backends (backend.h), two of them over one
  * table of driver, cuBLASLt and NCCL calls (cuda_api.h): "cuda" on a real
  * GPU, through the libraries dlopen'ed, and "cuda-emu" on the emulated
  * device (emu/), which runs the same generated .cu on the CPU so that CI
@@ -48,7 +48,7 @@
 #include "cuda_kernels.h"
 #include "cuda_plan.h"
 #include "emu_api.h"
-#include "executor_impl.h"
+#include "backend_impl.h"
 #include "lower.h"
 #include "nvrtc.h"
 #include "render.h"
@@ -1215,7 +1215,7 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
   free(order);
 }
 
-#define CUDA_EXECUTOR_FUNCTIONS                                                                                     \
+#define CUDA_BACKEND_FUNCTIONS                                                                                     \
   .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .allreduce_average = cuda_allreduce_average, \
   .tensor_new = cuda_tensor_new, .tensor_free = cuda_tensor_free, .tensor_write = cuda_tensor_write,                 \
   .tensor_read = cuda_tensor_read, .tensor_hash = cuda_tensor_hash, .compile = cuda_compile, .free = cuda_free,     \
@@ -1223,16 +1223,16 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
   .accumulate = cuda_accumulate, .profile = cuda_profile, .profile_print = cuda_profile_print,                      \
   .phase_seconds = cuda_phase_seconds
 
-const tg_executor tg_executor_cuda = {
+const tg_backend tg_backend_cuda = {
     .name = "cuda",
     .summary = "the fused step as CUDA on an NVIDIA GPU: NVRTC, cuBLASLt, NCCL, CUDA graphs (dlopen'ed)",
     .open = cuda_open,
-    CUDA_EXECUTOR_FUNCTIONS,
+    CUDA_BACKEND_FUNCTIONS,
 };
 
-const tg_executor tg_executor_cuda_emu = {
+const tg_backend tg_backend_cuda_emu = {
     .name = "cuda-emu",
     .summary = "the same CUDA on the emulated device: every kernel run on the CPU, with bounds and race checks",
     .open = emu_open,
-    CUDA_EXECUTOR_FUNCTIONS,
+    CUDA_BACKEND_FUNCTIONS,
 };

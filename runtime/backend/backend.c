@@ -1,12 +1,12 @@
-/* executor.c: the executor interface's dispatch, and what backends share
- * (executor.h, executor_impl.h).
+/* backend.c: the backend interface's dispatch, and what backends share
+ * (backend.h, backend_impl.h).
  *
  * Every call goes through the backend's table; the checks here (a leaf of
  * the right graph, a tensor of the right type) are made once for all
  * backends, so that a mistake in the caller is reported the same way
- * whichever executor runs. */
-#include "executor.h"
-#include "executor_impl.h"
+ * whichever backend runs. */
+#include "backend.h"
+#include "backend_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +15,7 @@
 
 /* ---- devices ------------------------------------------------------------------ */
 
-tg_device *tg_device_open(tg_ctx *ctx, const tg_executor *x, const tg_device_opts *o) {
+tg_device *tg_device_open(tg_ctx *ctx, const tg_backend *x, const tg_device_opts *o) {
   tg_device_opts def = {.precision = TG_PREC_F32};
   tg_device *d = x->open(ctx, o ? o : &def);
   d->x = x;

@@ -13,7 +13,7 @@
 #ifndef TG_INTERP_H
 #define TG_INTERP_H
 
-#include "executor.h" /* tg_precision */
+#include "backend.h" /* tg_precision */
 #include "ir.h"
 
 typedef struct tg_interp tg_interp;
