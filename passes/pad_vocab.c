@@ -17,7 +17,7 @@
  * (tg_dim_unpadded).
  *
  * Why the loss and the real gradients do not change: the padded rows of the
- * vocab-shaped params start at zero (runtime/weights.c pads on load and
+ * vocab-shaped params start at zero (runtime/formats/weights.c pads on load and
  * init) and get a zero gradient, so AdamW keeps them at zero.  A padded
  * logit is -inf, so it adds exp(-inf) = 0 to the softmax's sum, is never
  * the max, and is never a target (targets are checked against the true

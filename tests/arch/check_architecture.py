@@ -15,6 +15,17 @@ draws, checked against the code.
  3. The map is whole: every source file's path appears in
     docs/architecture.md, and every source path the page names exists.
  4. No folder holds directly more than 30% of the non-test source lines.
+ 5. The map is true in its prose: every pass of the pipeline's table
+    (passes/pipeline.c) and every backend of the registry (the `.name` of
+    each table in runtime/backend/*/) is named, in backquotes, in
+    docs/architecture.md.
+ 6. Every path that a source comment or a doc names exists: a path that
+    starts with one of the tree's top folders (runtime/jit/nvrtc.c) must be
+    a tracked file or folder; a shorter one (emu/emu_driver.c) must be the
+    end of one.  Names of files a run writes (out/..., DIR/...) are not
+    paths of the tree and are skipped.
+ 7. No function outside tests/ is longer than MAX_FUNCTION_LINES lines
+    (from its signature to its closing brace, comments included).
 
 Exit status 0 when all hold; otherwise every violation is printed and the
 status is 1.  Tests are not checked: they test each layer from inside."""
@@ -52,6 +63,11 @@ SOURCE_EXT = ('.c', '.h', '.l', '.y', '.def', '.cpp', '.hpp')
 GENERATED = {'parser.h': 'frontend/parser.y', 'lexer.h': 'frontend/lexer.l'}
 GROUPS = {'frontend/parser': 'frontend/grammar', 'frontend/lexer': 'frontend/grammar'}
 MAX_SHARE = 0.30
+MAX_FUNCTION_LINES = 120
+# the tree's top folders: a path in a comment or doc that starts with one is a path of the tree
+TOP = ('base', 'ir', 'frontend', 'passes', 'codegen', 'runtime', 'tools', 'tests', 'bench', 'docs', 'models', 'configs')
+# the start of a name of something a run writes, not a file of the tree
+WRITTEN = ('out/', 'out_dir/', 'DIR/', 'sys/', 'linux/')
 
 
 def source_files(src):
@@ -217,12 +233,156 @@ def main():
             problems.append('%s holds %d of %d source lines (%.0f%%, more than %.0f%%)' %
                             (d, n, total, 100.0 * n / total, 100 * MAX_SHARE))
 
+    problems += named_in_prose(src, doc)
+    problems += dangling_paths(src)
+    problems += long_functions(src)
+
     for p in problems:
         print('FAIL: ' + p)
     print('architecture: %d source files in %d folders, %d edges between files, %d lines; largest folder %s (%.0f%%)' %
           (len(files), len(lines), len(edges), total, max(lines, key=lines.get), 100.0 * max(lines.values()) / total))
     print('architecture: %s' % ('%d problems' % len(problems) if problems else 'all checks hold'))
     return 1 if problems else 0
+
+
+def named_in_prose(src, doc):
+    """Check 5: the passes and the backends, each named in the map's prose."""
+    out = []
+    text = open(os.path.join(src, 'passes/pipeline.c'), encoding='utf-8').read()
+    table = re.search(r'static const \w+ passes\[\] = \{(.*?)\n\};', text, re.S)
+    names = re.findall(r'^\s*\{"(\w+)"', table.group(1), re.M) if table else []
+    if not names:
+        out.append('cannot read the pass table of passes/pipeline.c (static const ... passes[] = {...})')
+    for name in names:
+        if '`%s`' % name not in doc:
+            out.append('docs/architecture.md does not name the pass `%s` (passes/pipeline.c)' % name)
+    backends = []
+    for root, _, fnames in os.walk(os.path.join(src, 'runtime/backend')):
+        for fn in sorted(fnames):
+            if fn.endswith('.c'):
+                backends += re.findall(r'\.name\s*=\s*"([\w-]+)"', open(os.path.join(root, fn), encoding='utf-8').read())
+    if not backends:
+        out.append('found no backend (.name = "...") under runtime/backend')
+    for name in backends:
+        if '`%s`' % name not in doc:
+            out.append('docs/architecture.md does not name the backend `%s` (runtime/backend)' % name)
+    return out
+
+
+C_COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
+HASH_COMMENT = re.compile(r'(?:^|\s)#[^\n]*')
+
+
+def comment_text(path, text):
+    """The comments of a source file, or the whole of a doc."""
+    if path.endswith('.md'):
+        return text
+    if path.endswith(('.c', '.h', '.l', '.y', '.def', '.cpp', '.hpp', '.cuh')):
+        return '\n'.join(C_COMMENT.findall(text))
+    if path.endswith(('.sh', '.py', '.cmake', '.cfg', '.tg')) or os.path.basename(path) == 'CMakeLists.txt':
+        out = '\n'.join(HASH_COMMENT.findall(text))
+        if path.endswith('.py'):
+            out += '\n'.join(re.findall(r'"""(.*?)"""', text, re.S))
+        return out
+    return ''
+
+
+def tracked_files(src):
+    try:
+        listed = subprocess.run(['git', '-C', src, 'ls-files'], capture_output=True, text=True, check=True).stdout
+        return [f for f in listed.split() if os.path.isfile(os.path.join(src, f))]
+    except (OSError, subprocess.CalledProcessError):  # not a checkout: every file below src
+        return [os.path.relpath(os.path.join(r, f), src) for r, _, fs in os.walk(src) for f in fs
+                if '/.git' not in r and not r.startswith(os.path.join(src, 'build'))]
+
+
+def dangling_paths(src):
+    """Check 6: every path a comment or a doc names exists."""
+    files = tracked_files(src)
+    existing = set(files)
+    ext = r'(?:c|h|l|y|def|cpp|hpp|cuh|sh|py|md|tg|cfg|cmake)'
+    full = re.compile(r'(?<![\w./$-])((?:%s)/(?:[\w-]+/)*[\w.-]+\.%s)(?![\w/])' % ('|'.join(TOP), ext))
+    partial = re.compile(r'(?<![\w./$-])((?:[\w-]+/)+[\w-]+\.(?:c|h|l|y|def|cpp|hpp|cuh))(?![\w/])')
+    out = []
+    for f in files:
+        if f.startswith('tests/golden') or '/corpus' in f:
+            continue
+        text = comment_text(f, open(os.path.join(src, f), encoding='utf-8', errors='replace').read())
+        for p in set(full.findall(text)):
+            if p not in existing and not os.path.isdir(os.path.join(src, p)):
+                out.append('%s names %s, which does not exist' % (f, p))
+        for p in set(partial.findall(text)):
+            if p.split('/')[0] in TOP or p.startswith(WRITTEN):
+                continue
+            if os.path.normpath(os.path.join(os.path.dirname(f), p)) in existing:
+                continue
+            if not any(e.endswith('/' + p) for e in existing):
+                out.append('%s names %s, which is the end of no path in the tree' % (f, p))
+    return sorted(out)
+
+
+def blank_comments_and_strings(text):
+    """C text with comments and string and character literals blanked (their
+    newlines kept), so that braces inside them do not count."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith('/*', i):
+            j = text.find('*/', i + 2)
+            j = n if j < 0 else j + 2
+        elif text.startswith('//', i):
+            j = text.find('\n', i)
+            j = n if j < 0 else j
+        elif text[i] in '"\'':
+            q, j = text[i], i + 1
+            while j < n and text[j] != q:
+                j += 2 if text[j] == '\\' else 1
+            j += 1
+        else:
+            out.append(text[i])
+            i += 1
+            continue
+        out.append(re.sub(r'[^\n]', ' ', text[i:j]))
+        i = j
+    return ''.join(out)
+
+
+def function_lengths(path):
+    """(lines, first line, name) of each function defined at file level."""
+    lines = blank_comments_and_strings(open(path, encoding='utf-8', errors='replace').read()).split('\n')
+    depth, start, found = 0, None, []
+    for ln, line in enumerate(lines):
+        if line.lstrip().startswith('#'):
+            continue
+        for ch in line:
+            if ch == '{':
+                if depth == 0:
+                    k = ln  # the signature starts after the last declaration, brace or blank line
+                    while k > 0 and lines[k - 1].strip() and not lines[k - 1].rstrip().endswith((';', '}')) \
+                            and not lines[k - 1].lstrip().startswith('#'):
+                        k -= 1
+                    head = ' '.join(x.strip() for x in lines[k:ln + 1]).split('{')[0]
+                    is_function = head.rstrip().endswith(')') and '=' not in head.split('(')[0]
+                    start = (k, re.findall(r'(\w+)\s*\(', head)) if is_function else None
+                depth += 1
+            elif ch == '}':
+                depth -= 1
+                if depth == 0 and start:
+                    k, names = start
+                    found.append((ln - k + 1, k + 1, names[0] if names else '?'))
+                    start = None
+    return found
+
+
+def long_functions(src):
+    """Check 7: no function outside tests/ over MAX_FUNCTION_LINES lines."""
+    out = []
+    for f in tracked_files(src):
+        if f.startswith('tests/') or not f.endswith(('.c', '.h', '.cpp', '.hpp', '.cuh')):
+            continue
+        for n, first, name in function_lengths(os.path.join(src, f)):
+            if n > MAX_FUNCTION_LINES:
+                out.append('%s:%d: %s is %d lines long (at most %d): split it' % (f, first, name, n, MAX_FUNCTION_LINES))
+    return out
 
 
 if __name__ == '__main__':

@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char magic[] = "# tg IR ";
   static const char *const include_dirs[] = {TG_SOURCE_DIR "/models"};
   tg_ctx *ctx = tg_ctx_new(null_sink()); /* NULL if /dev/null fails: silent */
-  /* Below tgc's defaults (ir/diag.c), and still far above anything 4 KiB of
+  /* Below tgc's defaults (base/diag.c), and still far above anything 4 KiB of
    * honest source builds, but small enough that a runaway loop such as
    * `for i in 0 .. 1000000000 { x = x + 1 }` fails by its limit in well under
    * a second, even under ASan, instead of tripping libFuzzer's per-input

@@ -1,4 +1,4 @@
-/* test_checkpoint.c: training checkpoints (runtime/checkpoint.c).
+/* test_checkpoint.c: training checkpoints (runtime/formats/checkpoint.c).
  *
  * A one-layer GPT-2 from models/gpt2.tg, through the whole training-step
  * pipeline so that the vocabulary is padded (wte is [64, 16] in the graph,

@@ -1,4 +1,4 @@
-/* test_init.c: parameter initialisation (runtime/init.c): zeros and ones,
+/* test_init.c: parameter initialisation (runtime/formats/init.c): zeros and ones,
  * normal values that depend only on (seed, name, index), their statistics,
  * and a few pinned values so that a change to the generator, which would
  * change every freshly initialised model, cannot pass unnoticed. */

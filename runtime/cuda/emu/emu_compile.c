@@ -2,7 +2,7 @@
  *
  * The source is cuda_emu.h's text (embedded at build time: emu_header.c),
  * a #line directive, then the .cu, compiled as C++17 by the host compiler
- * through the C JIT (runtime/ccjit.h), which caches the shared object
+ * through the C JIT (runtime/jit/ccjit.h), which caches the shared object
  * under $TG_CACHE keyed by all of that text, the flags and the compiler.
  * The image handed back is the object's path; cuModuleLoadData dlopens it.
  *
@@ -12,7 +12,7 @@
  * the header is checked too.
  *
  * A compile error names the kernels its lines are in, as NVRTC's do
- * (runtime/nvrtc.c): the line numbers the compiler gives for the .cu are
+ * (runtime/jit/nvrtc.c): the line numbers the compiler gives for the .cu are
  * its own (thanks to #line), and the kernel holding a line is the last
  * "// tg kernel: NAME" marker at or before it. */
 #define _GNU_SOURCE /* strdup */
