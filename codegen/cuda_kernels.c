@@ -311,21 +311,6 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
 }
 
 
-/* A kernel argument's declaration, for shapes (canon.h). */
-typedef struct arg_ctx {
-  tg_arena *a;
-  const tg_program *p;
-  const tg_lkernel *lk;
-} arg_ctx;
-
-static const char *arg_decl(void *ctx, long node) {
-  const arg_ctx *x = ctx;
-  int i = tg_lkernel_arg(x->lk, node);
-  if (i < 0) return NULL;
-  return tg_sprintf(x->a, "TG_ARG(%s%s)", x->lk->arg_written[i] ? "" : "const ",
-                    tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
-}
-
 /* What a wave's function takes, when it has tables (else NULL, 0: the
  * kernel's arguments, as the plan has them). */
 typedef struct wave_info {
@@ -421,10 +406,10 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
     i++;
   }
   render_bodies(p, lk, step_of, first, n, body);
-  arg_ctx ax = {a, p, lk};
+  tg_param_ctx ax = {a, p, lk, TG_DIALECT_CUDA};
   int n_groups = 0;
   for (int i = 0; i < n && n > 1; i++)
-    if (!tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) group[i] = -2;
+    if (!tg_shape_analyse(&S[i], body[i], tg_emit_param_decl, &ax)) group[i] = -2;
   for (int i = 0; i < n && n > 1; i++) {
     if (group[i] != -1) continue;
     int members = 0;
@@ -458,7 +443,7 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
     /* again, with those blocks: a table step's first block is one of its literals */
     for (int i = 0; i < n; i++) {
       tg_shape_free(&S[i]);
-      if (group[i] >= 0 && !tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) abort(); /* analysed before */
+      if (group[i] >= 0 && !tg_shape_analyse(&S[i], body[i], tg_emit_param_decl, &ax)) abort(); /* analysed before */
     }
     /* the buffers the inline steps name stay parameters */
     bool *keep = tg_xcalloc((size_t)lk->n_args + 1, 1);
@@ -479,7 +464,7 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
     for (int x = 0; x < lk->n_args; x++) {
       if (!keep[x]) continue;
       wi->args[wi->n_args++] = (tg_cuda_arg){lk->args[x], lk->arg_read[x], lk->arg_written[x]};
-      tg_sb_printf(&sig, "%s%s b%d", sig.n ? ", " : "", arg_decl(&ax, lk->args[x]), lk->args[x]);
+      tg_sb_printf(&sig, "%s%s b%d", sig.n ? ", " : "", tg_emit_param_decl(&ax, lk->args[x]), lk->args[x]);
     }
     free(keep);
     for (int g = 0; g < n_groups; g++) {
@@ -528,7 +513,7 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
                          "\"the runtime writes 8-byte fields (cuda_plan.h: tg_cuda_table)\");\n\n",
                    g, tg_cuda_table_entry_bytes(T), g);
       tg_sb_printf(&out, "__device__ void TGSELF_s%d(", g);
-      tg_shape_params(&out, R, vary, arg_decl, &ax);
+      tg_shape_params(&out, R, vary, tg_emit_param_decl, &ax);
       tg_sb_puts(&out, ") {\n");
       tg_shape_body(&out, R, vary);
       tg_sb_puts(&out, "}\n\n");
@@ -553,7 +538,7 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
       for (int i = 0; i < n && !R; i++)
         if (group[i] == g) R = &S[i];
       for (int b = 0; b < T->n_bufs; b++) {
-        const char *d = arg_decl(&ax, R->bufs[b]); /* "TG_ARG(const float)": the element type within */
+        const char *d = tg_emit_param_decl(&ax, R->bufs[b]); /* "TG_ARG(const float)": the element type within */
         tg_sb_printf(&out, "    TG_TABLE_PTR(%.*s, tg_p%d, tg_e.b[%d]);\n", (int)strlen(d) - 8, d + 7, b, b);
       }
       tg_sb_printf(&out, "    TGSELF_s%d(", g);

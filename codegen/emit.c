@@ -934,19 +934,33 @@ void tg_nest_code_free(tg_nest_code *c) {
 
 /* ---- parameters and comments ------------------------------------------------ */
 
+/* The type of a parameter: CUDA's TG_ARG(T) is T *__restrict__ on the GPU
+ * and a checked pointer on the emulated device (flash.h:
+ * tg_cuda_emit_memory_macros); inputs are const. */
+static void put_param_type(tg_sbuf *b, tg_dialect d, bool written, tg_dtype dtype) {
+  if (d == TG_DIALECT_CUDA) tg_sb_printf(b, "TG_ARG(%s%s)", written ? "" : "const ", tg_storage_ctype(dtype));
+  else tg_sb_printf(b, "%s%s *restrict", written ? "" : "const ", tg_storage_ctype(dtype));
+}
+
 void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d) {
   for (int a = 0; a < lk->n_args; a++) {
     const tg_node *n = p->g->nodes[lk->args[a]];
-    /* CUDA: TG_ARG(T) is T *__restrict__ on the GPU and a checked pointer
-     * on the emulated device (flash.h: tg_cuda_emit_memory_macros) */
-    if (d == TG_DIALECT_CUDA)
-      tg_sb_printf(b, "%sTG_ARG(%s%s) b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
-                   tg_storage_ctype(n->type.dtype), n->id);
-    else
-      tg_sb_printf(b, "%s%s%s *restrict b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
-                   tg_storage_ctype(n->type.dtype), n->id);
+    if (a) tg_sb_puts(b, ", ");
+    put_param_type(b, d, lk->arg_written[a], n->type.dtype);
+    tg_sb_printf(b, " b%d", n->id);
   }
   if (!lk->n_args) tg_sb_printf(b, "void");
+}
+
+const char *tg_emit_param_decl(void *ctx, long node) {
+  const tg_param_ctx *x = ctx;
+  int i = tg_lkernel_arg(x->lk, node);
+  if (i < 0) return NULL;
+  tg_sbuf b = {0};
+  put_param_type(&b, x->d, x->lk->arg_written[i], x->p->g->nodes[node]->type.dtype);
+  const char *decl = tg_strdup(x->a, tg_sb_text(&b));
+  tg_sb_free(&b);
+  return decl;
 }
 
 static const char *short_file(const char *f) {

@@ -435,20 +435,6 @@ struct tg_c_functions {
 };
 typedef struct tg_c_functions c_plan;
 
-typedef struct c_ctx {
-  tg_arena *a;
-  const tg_program *p;
-  const tg_lkernel *lk;
-} c_ctx;
-
-static const char *c_decl(void *ctx, long node) {
-  const c_ctx *x = ctx;
-  int i = tg_lkernel_arg(x->lk, node);
-  if (i < 0) return NULL;
-  return tg_sprintf(x->a, "%s%s *restrict", x->lk->arg_written[i] ? "" : "const ",
-                    tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
-}
-
 /* One more place function f is called for (its comment lists them). */
 static void add_place(c_plan *P, int f, const char *place) {
   tg_sb_printf(&P->fn[f].places, " *   %s\n", place);
@@ -526,13 +512,13 @@ static void plan_functions(c_plan *P, const tg_program *p) {
       if (st->kind == TG_STEP_GEMM) gemm_code(f, p, st);
       else nest_body(f, p, lk, s);
       fclose(f);
-      c_ctx cx = {P->a, p, lk};
-      if (!tg_shape_analyse(&I->S, I->body, c_decl, &cx)) I->group = -2;
+      tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
+      if (!tg_shape_analyse(&I->S, I->body, tg_emit_param_decl, &cx)) I->group = -2;
     }
   }
   for (int i = 0; i < m; i++) {
     const tg_lkernel *lk = &p->kernels[it[i].k];
-    c_ctx cx = {P->a, p, lk};
+    tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
     const char *place = tg_sprintf(P->a, "%s (k%d %s \"%s\")", lk->steps[it[i].s].fn, lk->kernel,
                                    tg_kernel_kind_name(p->g->kernels[lk->kernel].kind), p->g->kernels[lk->kernel].name);
     if (it[i].group == -2) {
@@ -565,7 +551,7 @@ static void plan_functions(c_plan *P, const tg_program *p) {
     free(differ);
     tg_sbuf text = {0};
     tg_sb_puts(&text, "static void TGSELF(");
-    tg_shape_params(&text, &it[i].S, vary, c_decl, &cx);
+    tg_shape_params(&text, &it[i].S, vary, tg_emit_param_decl, &cx);
     tg_sb_puts(&text, ") {\n");
     tg_shape_body(&text, &it[i].S, vary);
     tg_sb_puts(&text, "}\n");
