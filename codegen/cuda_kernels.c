@@ -360,20 +360,233 @@ static char *move_blocks(char *body, long long from, long long to) {
   return tg_sb_take(&out);
 }
 
-/* The branches of the steps that run inline (no table: group[i] < 0), in
- * block order; *sep is " else " after the first branch. */
-static void inline_branches(tg_sbuf *out, const tg_lkernel *lk, int n, const int *order, const int *group,
-                            const int *step_of, const long long *first, char **body, const char **sep) {
+/* A wave's launched steps while its function is written, in step order:
+ * each one's step, first block, rendered body, shape and group (its table,
+ * or -1: a branch of its own, -2: no shape to share). */
+typedef struct wave_steps {
+  int n;
+  int *step_of;
+  long long *first;
+  char **body;
+  tg_shape *S;
+  int *group;
+  int *order;   /* the block order, as indexes into the above */
+  int n_groups;
+} wave_steps;
+
+/* The steps of wave w that are launched, their blocks one after another,
+ * each in a group of its own. */
+static void wave_steps_collect(wave_steps *ws, const tg_program *p, const tg_lkernel *lk, int w) {
+  memset(ws, 0, sizeof *ws);
+  int n = 0;
+  for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
+  ws->n = n;
+  ws->body = tg_xcalloc((size_t)n + 1, sizeof *ws->body);
+  ws->S = tg_xcalloc((size_t)n + 1, sizeof *ws->S);
+  ws->group = tg_xcalloc((size_t)n + 1, sizeof *ws->group);
+  ws->step_of = tg_xcalloc((size_t)n + 1, sizeof *ws->step_of);
+  ws->order = tg_xcalloc((size_t)n + 1, sizeof *ws->order);
+  ws->first = tg_xcalloc((size_t)n + 1, sizeof *ws->first);
+  long long blocks = 0;
+  for (int s = 0, i = 0; s < lk->n_steps; s++) {
+    const tg_step *st = &lk->steps[s];
+    if (st->wave != w || !tg_cuda_step_launched(st)) continue;
+    ws->step_of[i] = s, ws->first[i] = blocks, ws->group[i] = -1;
+    blocks += tg_cuda_step_blocks(st);
+    i++;
+  }
+  render_bodies(p, lk, ws->step_of, ws->first, n, ws->body);
+}
+
+static void wave_steps_free(wave_steps *ws) {
+  for (int i = 0; i < ws->n; i++) {
+    free(ws->body[i]);
+    tg_shape_free(&ws->S[i]);
+  }
+  free(ws->body), free(ws->S), free(ws->group), free(ws->step_of), free(ws->first), free(ws->order);
+}
+
+/* Two or more steps of one shape are a group, which becomes a table. */
+static void wave_steps_group(wave_steps *ws, tg_param_ctx *ax) {
+  int n = ws->n;
+  for (int i = 0; i < n && n > 1; i++)
+    if (!tg_shape_analyse(&ws->S[i], ws->body[i], tg_emit_param_decl, ax)) ws->group[i] = -2;
+  for (int i = 0; i < n && n > 1; i++) {
+    if (ws->group[i] != -1) continue;
+    int members = 0;
+    for (int j = i + 1; j < n; j++) members += ws->group[j] == -1 && tg_shape_same(&ws->S[i], &ws->S[j]);
+    if (!members) continue;
+    for (int j = i; j < n; j++)
+      if (ws->group[j] == -1 && tg_shape_same(&ws->S[i], &ws->S[j])) ws->group[j] = ws->n_groups;
+    ws->n_groups++;
+  }
+}
+
+/* The block order when there are tables: the steps of their own shape,
+ * then each table's steps.  Each body's blocks move to match, and the
+ * table steps are analysed again with those blocks: a table step's first
+ * block is one of its literals. */
+static void wave_steps_reorder(wave_steps *ws, const tg_lkernel *lk, tg_param_ctx *ax) {
+  int n = ws->n, m = 0;
+  for (int i = 0; i < n; i++)
+    if (ws->group[i] < 0) ws->order[m++] = i;
+  for (int g = 0; g < ws->n_groups; g++)
+    for (int i = 0; i < n; i++)
+      if (ws->group[i] == g) ws->order[m++] = i;
+  long long blocks = 0;
   for (int k = 0; k < n; k++) {
-    int i = order[k];
-    if (group[i] >= 0) continue;
-    long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
-    tg_sb_printf(out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", *sep, first[i] + nb, step_of[i], nb,
-                 nb == 1 ? "" : "s");
-    tg_sb_puts(out, body[i]);
+    int i = ws->order[k];
+    ws->body[i] = move_blocks(ws->body[i], ws->first[i], blocks);
+    ws->first[i] = blocks, blocks += tg_cuda_step_blocks(&lk->steps[ws->step_of[i]]);
+  }
+  for (int i = 0; i < n; i++) {
+    tg_shape_free(&ws->S[i]);
+    if (ws->group[i] >= 0 && !tg_shape_analyse(&ws->S[i], ws->body[i], tg_emit_param_decl, ax))
+      abort(); /* analysed before */
+  }
+}
+
+/* The buffers the inline steps name stay parameters: wi->args, and their
+ * declarations in sig. */
+static void wave_kept_args(tg_arena *a, const tg_lkernel *lk, const wave_steps *ws, tg_param_ctx *ax, wave_info *wi,
+                           tg_sbuf *sig) {
+  bool *keep = tg_xcalloc((size_t)lk->n_args + 1, 1);
+  for (int i = 0; i < ws->n; i++) {
+    if (ws->group[i] >= 0) continue;
+    tg_shape any;
+    tg_shape_analyse(&any, ws->body[i], any_decl, NULL);
+    for (int b = 0; b < any.n_bufs; b++) {
+      int x = tg_lkernel_arg(lk, any.bufs[b]);
+      if (x >= 0) keep[x] = true;
+    }
+    tg_shape_free(&any);
+  }
+  wi->args = tg_alloc(a, sizeof *wi->args * (size_t)(lk->n_args + 1));
+  for (int x = 0; x < lk->n_args; x++) {
+    if (!keep[x]) continue;
+    wi->args[wi->n_args++] = (tg_cuda_arg){lk->args[x], lk->arg_read[x], lk->arg_written[x]};
+    tg_sb_printf(sig, "%s%s b%d", sig->n ? ", " : "", tg_emit_param_decl(ax, lk->args[x]), lk->args[x]);
+  }
+  free(keep);
+}
+
+/* Group g's representative: its first step's shape. */
+static const tg_shape *group_shape(const wave_steps *ws, int g) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->group[i] == g) return &ws->S[i];
+  abort();
+}
+
+/* Table g as the runtime will fill it: an entry per step of the group, in
+ * block order, with its buffers and the literals of R that vary; the
+ * group's steps listed into steps. */
+static void wave_table_fill(tg_arena *a, const tg_lkernel *lk, const wave_steps *ws, int g, const bool *vary,
+                            tg_cuda_table *T, tg_sbuf *steps) {
+  const tg_shape *R = group_shape(ws, g);
+  int count = 0, nl = 0;
+  for (int i = 0; i < ws->n; i++) count += ws->group[i] == g;
+  for (int l = 0; l < R->n_lits; l++) nl += vary[l];
+  T->param = tg_sprintf(a, "tg_table%d", g);
+  T->n_bufs = R->n_bufs, T->n_lits = nl, T->n_entries = count;
+  bool *rd = tg_alloc(a, (size_t)R->n_bufs + 1), *wr = tg_alloc(a, (size_t)R->n_bufs + 1);
+  for (int b = 0; b < R->n_bufs; b++) {
+    int x = tg_lkernel_arg(lk, R->bufs[b]);
+    if (x >= 0) rd[b] = lk->arg_read[x], wr[b] = lk->arg_written[x];
+  }
+  T->buf_read = rd, T->buf_written = wr;
+  T->entries = tg_alloc(a, sizeof *T->entries * (size_t)count);
+  for (int k = 0, e = 0; k < ws->n; k++) {
+    int i = ws->order[k];
+    if (ws->group[i] != g) continue;
+    const tg_shape *S = &ws->S[i];
+    int *bufs = tg_alloc(a, sizeof(int) * (size_t)(S->n_bufs + 1));
+    int64_t *lits = tg_alloc(a, sizeof(int64_t) * (size_t)(nl + 1));
+    for (int b = 0; b < S->n_bufs; b++) bufs[b] = (int)S->bufs[b];
+    for (int l = 0, v = 0; l < S->n_lits; l++)
+      if (vary[l]) lits[v++] = tg_shape_lit(S, l);
+    T->entries[e++] = (tg_cuda_table_entry){ws->step_of[i], ws->first[i], bufs, lits};
+    tg_sb_printf(steps, "%s%d", steps->n ? ", " : "", ws->step_of[i]);
+  }
+}
+
+/* Table g's entry as the kernel reads it (8-byte fields), and its shape's
+ * __device__ function TGSELF_s<g>. */
+static void wave_table_shape(tg_sbuf *out, const wave_steps *ws, int g, const bool *vary, const tg_cuda_table *T,
+                             const char *steps, tg_param_ctx *ax) {
+  const tg_shape *R = group_shape(ws, g);
+  tg_sb_printf(out, "// tg_table%d: one entry per step of shape %d (steps %s), in block order, written by\n"
+                    "// the runtime where the buffers are (the manifest's \"tables\"): its first block, each\n"
+                    "// buffer's address and bytes (b0..), and the sizes that differ between the steps (n0..).\n",
+               g, g, steps);
+  tg_sb_printf(out, "struct TGSELF_e%d {\n  unsigned long long first;\n", g);
+  if (R->n_bufs) tg_sb_printf(out, "  tg_table_buf b[%d];\n", R->n_bufs);
+  if (T->n_lits) tg_sb_printf(out, "  long long n[%d];\n", T->n_lits);
+  tg_sb_printf(out, "};\nstatic_assert(sizeof(TGSELF_e%d) == %zu && alignof(TGSELF_e%d) == 8, "
+                    "\"the runtime writes 8-byte fields (cuda_plan.h: tg_cuda_table)\");\n\n",
+               g, tg_cuda_table_entry_bytes(T), g);
+  tg_sb_printf(out, "__device__ void TGSELF_s%d(", g);
+  tg_shape_params(out, R, vary, tg_emit_param_decl, ax);
+  tg_sb_puts(out, ") {\n");
+  tg_shape_body(out, R, vary);
+  tg_sb_puts(out, "}\n\n");
+}
+
+/* Every group's table (wi->tables), its shape's text into out, and its
+ * table parameter declared in sig. */
+static void wave_tables(tg_arena *a, const tg_lkernel *lk, const wave_steps *ws, tg_param_ctx *ax, wave_info *wi,
+                        tg_sbuf *out, tg_sbuf *sig) {
+  wi->tables = tg_alloc(a, sizeof *wi->tables * (size_t)ws->n_groups);
+  wi->n_tables = ws->n_groups;
+  for (int g = 0; g < ws->n_groups; g++) {
+    const tg_shape *R = group_shape(ws, g);
+    bool *vary = tg_xcalloc((size_t)R->n_lits + 1, 1);
+    for (int i = 0; i < ws->n; i++)
+      if (ws->group[i] == g) tg_shape_vary(R, &ws->S[i], vary);
+    tg_sbuf steps = {0};
+    wave_table_fill(a, lk, ws, g, vary, &wi->tables[g], &steps);
+    wave_table_shape(out, ws, g, vary, &wi->tables[g], tg_sb_text(&steps), ax);
+    tg_sb_printf(sig, "%sTG_ARG(const TGSELF_e%d) tg_table%d", sig->n ? ", " : "", g, g);
+    tg_sb_free(&steps);
+    free(vary);
+  }
+}
+
+/* The branches of the steps that run inline (no table: group < 0), in
+ * block order; *sep is " else " after the first branch. */
+static void inline_branches(tg_sbuf *out, const tg_lkernel *lk, const wave_steps *ws, const char **sep) {
+  for (int k = 0; k < ws->n; k++) {
+    int i = ws->order[k];
+    if (ws->group[i] >= 0) continue;
+    long long nb = tg_cuda_step_blocks(&lk->steps[ws->step_of[i]]);
+    tg_sb_printf(out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", *sep, ws->first[i] + nb,
+                 ws->step_of[i], nb, nb == 1 ? "" : "s");
+    tg_sb_puts(out, ws->body[i]);
     tg_sb_puts(out, "  }");
     *sep = " else ";
   }
+}
+
+/* The branch of table g's steps: its block's entry, the entry's buffers
+ * as pointers, and the shape's function called with them and the entry's
+ * sizes. */
+static void table_branch(tg_sbuf *out, const tg_lkernel *lk, const wave_steps *ws, int g, const tg_cuda_table *T,
+                         tg_param_ctx *ax, const char **sep) {
+  const tg_cuda_table_entry *last = &T->entries[T->n_entries - 1];
+  long long end = last->first + tg_cuda_step_blocks(&lk->steps[last->step]);
+  tg_sb_printf(out, "%sif (blockIdx.x < %lldu) {  // %d steps of shape %d, blocks from %lld: tg_table%d's entries\n",
+               *sep, end, T->n_entries, g, T->entries[0].first, g);
+  tg_sb_printf(out, "    const TGSELF_e%d tg_e = tg_table%d[tg_table_find(tg_table%d, %d, blockIdx.x)];\n", g, g, g,
+               T->n_entries);
+  const tg_shape *R = group_shape(ws, g);
+  for (int b = 0; b < T->n_bufs; b++) {
+    const char *d = tg_emit_param_decl(ax, R->bufs[b]); /* "TG_ARG(const float)": the element type within */
+    tg_sb_printf(out, "    TG_TABLE_PTR(%.*s, tg_p%d, tg_e.b[%d]);\n", (int)strlen(d) - 8, d + 7, b, b);
+  }
+  tg_sb_printf(out, "    TGSELF_s%d(", g);
+  for (int b = 0; b < T->n_bufs; b++) tg_sb_printf(out, "%stg_p%d", b ? ", " : "", b);
+  for (int l = 0; l < T->n_lits; l++) tg_sb_printf(out, "%stg_e.n[%d]", T->n_bufs || l ? ", " : "", l);
+  tg_sb_puts(out, ");\n  }");
+  *sep = " else ";
 }
 
 /* Wave w of lk as one __global__ function named TGSELF: each launched
@@ -390,170 +603,29 @@ static void inline_branches(tg_sbuf *out, const tg_lkernel *lk, int n, const int
  * branch each, first; then each table's steps, in step order. */
 static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params, wave_info *wi) {
   memset(wi, 0, sizeof *wi);
-  int n = 0;
-  for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
-  char **body = tg_xcalloc((size_t)n + 1, sizeof *body);
-  tg_shape *S = tg_xcalloc((size_t)n + 1, sizeof *S);
-  int *group = tg_xcalloc((size_t)n + 1, sizeof *group);
-  int *step_of = tg_xcalloc((size_t)n + 1, sizeof *step_of);
-  int *order = tg_xcalloc((size_t)n + 1, sizeof *order);
-  long long *first = tg_xcalloc((size_t)n + 1, sizeof *first), blocks = 0;
-  for (int s = 0, i = 0; s < lk->n_steps; s++) {
-    const tg_step *st = &lk->steps[s];
-    if (st->wave != w || !tg_cuda_step_launched(st)) continue;
-    step_of[i] = s, first[i] = blocks, group[i] = -1;
-    blocks += tg_cuda_step_blocks(st);
-    i++;
-  }
-  render_bodies(p, lk, step_of, first, n, body);
+  wave_steps ws;
+  wave_steps_collect(&ws, p, lk, w);
   tg_param_ctx ax = {a, p, lk, TG_DIALECT_CUDA};
-  int n_groups = 0;
-  for (int i = 0; i < n && n > 1; i++)
-    if (!tg_shape_analyse(&S[i], body[i], tg_emit_param_decl, &ax)) group[i] = -2;
-  for (int i = 0; i < n && n > 1; i++) {
-    if (group[i] != -1) continue;
-    int members = 0;
-    for (int j = i + 1; j < n; j++) members += group[j] == -1 && tg_shape_same(&S[i], &S[j]);
-    if (!members) continue;
-    for (int j = i; j < n; j++)
-      if (group[j] == -1 && tg_shape_same(&S[i], &S[j])) group[j] = n_groups;
-    n_groups++;
-  }
+  wave_steps_group(&ws, &ax);
   tg_sbuf out = {0};
-  if (!n_groups) {
+  const char *sep = "  ";
+  if (!ws.n_groups) {
     tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK, params);
-    const char *sep = "  ";
-    for (int i = 0; i < n; i++) order[i] = i;
-    inline_branches(&out, lk, n, order, group, step_of, first, body, &sep);
-    tg_sb_puts(&out, "\n}\n");
+    for (int i = 0; i < ws.n; i++) ws.order[i] = i;
+    inline_branches(&out, lk, &ws, &sep);
   } else {
-    /* the block order: steps of their own shape, then each table's steps */
-    int m = 0;
-    for (int i = 0; i < n; i++)
-      if (group[i] < 0) order[m++] = i;
-    for (int g = 0; g < n_groups; g++)
-      for (int i = 0; i < n; i++)
-        if (group[i] == g) order[m++] = i;
-    blocks = 0;
-    for (int k = 0; k < n; k++) {
-      int i = order[k];
-      body[i] = move_blocks(body[i], first[i], blocks);
-      first[i] = blocks, blocks += tg_cuda_step_blocks(&lk->steps[step_of[i]]);
-    }
-    /* again, with those blocks: a table step's first block is one of its literals */
-    for (int i = 0; i < n; i++) {
-      tg_shape_free(&S[i]);
-      if (group[i] >= 0 && !tg_shape_analyse(&S[i], body[i], tg_emit_param_decl, &ax)) abort(); /* analysed before */
-    }
-    /* the buffers the inline steps name stay parameters */
-    bool *keep = tg_xcalloc((size_t)lk->n_args + 1, 1);
-    for (int i = 0; i < n; i++) {
-      if (group[i] >= 0) continue;
-      tg_shape any;
-      tg_shape_analyse(&any, body[i], any_decl, NULL);
-      for (int b = 0; b < any.n_bufs; b++) {
-        int x = tg_lkernel_arg(lk, any.bufs[b]);
-        if (x >= 0) keep[x] = true;
-      }
-      tg_shape_free(&any);
-    }
-    wi->args = tg_alloc(a, sizeof *wi->args * (size_t)(lk->n_args + 1));
-    wi->tables = tg_alloc(a, sizeof *wi->tables * (size_t)n_groups);
-    wi->n_tables = n_groups;
+    wave_steps_reorder(&ws, lk, &ax);
     tg_sbuf sig = {0};
-    for (int x = 0; x < lk->n_args; x++) {
-      if (!keep[x]) continue;
-      wi->args[wi->n_args++] = (tg_cuda_arg){lk->args[x], lk->arg_read[x], lk->arg_written[x]};
-      tg_sb_printf(&sig, "%s%s b%d", sig.n ? ", " : "", tg_emit_param_decl(&ax, lk->args[x]), lk->args[x]);
-    }
-    free(keep);
-    for (int g = 0; g < n_groups; g++) {
-      int rep = -1, count = 0;
-      for (int i = 0; i < n; i++)
-        if (group[i] == g) count++, rep = rep < 0 ? i : rep;
-      const tg_shape *R = &S[rep];
-      bool *vary = tg_xcalloc((size_t)R->n_lits + 1, 1);
-      for (int i = 0; i < n; i++)
-        if (group[i] == g) tg_shape_vary(R, &S[i], vary);
-      int nl = 0;
-      for (int l = 0; l < R->n_lits; l++) nl += vary[l];
-      /* the table, as the runtime will fill it */
-      tg_cuda_table *T = &wi->tables[g];
-      T->param = tg_sprintf(a, "tg_table%d", g);
-      T->n_bufs = R->n_bufs, T->n_lits = nl, T->n_entries = count;
-      bool *rd = tg_alloc(a, (size_t)R->n_bufs + 1), *wr = tg_alloc(a, (size_t)R->n_bufs + 1);
-      for (int b = 0; b < R->n_bufs; b++) {
-        int x = tg_lkernel_arg(lk, R->bufs[b]);
-        if (x >= 0) rd[b] = lk->arg_read[x], wr[b] = lk->arg_written[x];
-      }
-      T->buf_read = rd, T->buf_written = wr;
-      T->entries = tg_alloc(a, sizeof *T->entries * (size_t)count);
-      tg_sbuf steps = {0};
-      for (int k = 0, e = 0; k < n; k++) {
-        int i = order[k];
-        if (group[i] != g) continue;
-        tg_cuda_table_entry *E = &T->entries[e++];
-        int *bufs = tg_alloc(a, sizeof(int) * (size_t)(S[i].n_bufs + 1));
-        int64_t *lits = tg_alloc(a, sizeof(int64_t) * (size_t)(nl + 1));
-        for (int b = 0; b < S[i].n_bufs; b++) bufs[b] = (int)S[i].bufs[b];
-        for (int l = 0, v = 0; l < S[i].n_lits; l++)
-          if (vary[l]) lits[v++] = tg_shape_lit(&S[i], l);
-        *E = (tg_cuda_table_entry){step_of[i], first[i], bufs, lits};
-        tg_sb_printf(&steps, "%s%d", steps.n ? ", " : "", step_of[i]);
-      }
-      /* its entry, as the kernel reads it: 8-byte fields */
-      tg_sb_printf(&out, "// tg_table%d: one entry per step of shape %d (steps %s), in block order, written by\n"
-                         "// the runtime where the buffers are (the manifest's \"tables\"): its first block, each\n"
-                         "// buffer's address and bytes (b0..), and the sizes that differ between the steps (n0..).\n",
-                   g, g, tg_sb_text(&steps));
-      tg_sb_printf(&out, "struct TGSELF_e%d {\n  unsigned long long first;\n", g);
-      if (R->n_bufs) tg_sb_printf(&out, "  tg_table_buf b[%d];\n", R->n_bufs);
-      if (nl) tg_sb_printf(&out, "  long long n[%d];\n", nl);
-      tg_sb_printf(&out, "};\nstatic_assert(sizeof(TGSELF_e%d) == %zu && alignof(TGSELF_e%d) == 8, "
-                         "\"the runtime writes 8-byte fields (cuda_plan.h: tg_cuda_table)\");\n\n",
-                   g, tg_cuda_table_entry_bytes(T), g);
-      tg_sb_printf(&out, "__device__ void TGSELF_s%d(", g);
-      tg_shape_params(&out, R, vary, tg_emit_param_decl, &ax);
-      tg_sb_puts(&out, ") {\n");
-      tg_shape_body(&out, R, vary);
-      tg_sb_puts(&out, "}\n\n");
-      tg_sb_printf(&sig, "%sTG_ARG(const TGSELF_e%d) tg_table%d", sig.n ? ", " : "", g, g);
-      tg_sb_free(&steps);
-      free(vary);
-    }
+    wave_kept_args(a, lk, &ws, &ax, wi, &sig);
+    wave_tables(a, lk, &ws, &ax, wi, &out, &sig);
     tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK,
                  tg_sb_text(&sig));
     tg_sb_free(&sig);
-    const char *sep = "  ";
-    inline_branches(&out, lk, n, order, group, step_of, first, body, &sep);
-    for (int g = 0; g < n_groups; g++) {
-      const tg_cuda_table *T = &wi->tables[g];
-      const tg_cuda_table_entry *last = &T->entries[T->n_entries - 1];
-      long long end = last->first + tg_cuda_step_blocks(&lk->steps[last->step]);
-      tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // %d steps of shape %d, blocks from %lld: tg_table%d's entries\n",
-                   sep, end, T->n_entries, g, T->entries[0].first, g);
-      tg_sb_printf(&out, "    const TGSELF_e%d tg_e = tg_table%d[tg_table_find(tg_table%d, %d, blockIdx.x)];\n", g, g, g,
-                   T->n_entries);
-      const tg_shape *R = NULL;
-      for (int i = 0; i < n && !R; i++)
-        if (group[i] == g) R = &S[i];
-      for (int b = 0; b < T->n_bufs; b++) {
-        const char *d = tg_emit_param_decl(&ax, R->bufs[b]); /* "TG_ARG(const float)": the element type within */
-        tg_sb_printf(&out, "    TG_TABLE_PTR(%.*s, tg_p%d, tg_e.b[%d]);\n", (int)strlen(d) - 8, d + 7, b, b);
-      }
-      tg_sb_printf(&out, "    TGSELF_s%d(", g);
-      for (int b = 0; b < T->n_bufs; b++) tg_sb_printf(&out, "%stg_p%d", b ? ", " : "", b);
-      for (int l = 0; l < T->n_lits; l++) tg_sb_printf(&out, "%stg_e.n[%d]", T->n_bufs || l ? ", " : "", l);
-      tg_sb_puts(&out, ");\n  }");
-      sep = " else ";
-    }
-    tg_sb_puts(&out, "\n}\n");
+    inline_branches(&out, lk, &ws, &sep);
+    for (int g = 0; g < ws.n_groups; g++) table_branch(&out, lk, &ws, g, &wi->tables[g], &ax, &sep);
   }
-  for (int i = 0; i < n; i++) {
-    free(body[i]);
-    tg_shape_free(&S[i]);
-  }
-  free(body), free(S), free(group), free(step_of), free(first), free(order);
+  tg_sb_puts(&out, "\n}\n");
+  wave_steps_free(&ws);
   char *text = tg_strdup(a, tg_sb_text(&out));
   tg_sb_free(&out);
   return text;
