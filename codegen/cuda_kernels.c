@@ -681,104 +681,133 @@ static int add_unit(ubuild *B, const char *text, bool flash, const char *comment
   return u;
 }
 
-tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan) {
-  const tg_graph *g = p->g;
-  ubuild B = {a, NULL, 0, 0};
-  /* the unit of each wave function (by kernel and wave) and flash step */
-  int **wave_unit = tg_alloc(a, sizeof *wave_unit * (size_t)(p->n_kernels + 1));
-  int **step_unit = tg_alloc(a, sizeof *step_unit * (size_t)(p->n_kernels + 1));
-  wave_info **waves = tg_alloc(a, sizeof *waves * (size_t)(p->n_kernels + 1));
+/* Which unit each launched function of the program is: per kernel, the
+ * unit of each wave's function and of each flash step (-1: none), and
+ * each wave's tables. */
+typedef struct unit_map {
+  int **wave_unit;
+  int **step_unit;
+  wave_info **waves;
+} unit_map;
+
+/* The units of kernel k's waves: one function each wave that launches a step. */
+static void wave_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan, int k, const char *comment,
+                       const char *params, unit_map *M) {
+  tg_arena *a = B->a;
+  const tg_lkernel *lk = &p->kernels[k];
+  const tg_kernel *K = &p->g->kernels[lk->kernel];
+  for (int w = 0; w < lk->n_waves; w++) {
+    M->wave_unit[k][w] = -1;
+    bool any = false;
+    for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
+    if (!any) continue;
+    const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
+                                   plan->where[k]);
+    M->wave_unit[k][w] = add_unit(B, wave_text(a, p, lk, w, params, &M->waves[k][w]), false, comment, place);
+  }
+}
+
+/* The units of kernel k's flash attention steps, and the suffixes of the
+ * __global__ functions each defines (flash.h: tg_flash_cuda_launches). */
+static void flash_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan, int k, const char *comment,
+                        unit_map *M) {
+  tg_arena *a = B->a;
+  const tg_lkernel *lk = &p->kernels[k];
+  const tg_kernel *K = &p->g->kernels[lk->kernel];
+  for (int s = 0; s < lk->n_steps; s++) {
+    const tg_step *st = &lk->steps[s];
+    M->step_unit[k][s] = -1;
+    if (st->kind != TG_STEP_FLASH_FWD && st->kind != TG_STEP_FLASH_BWD) continue;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) abort();
+    tg_flash_emit_cuda_kernels(f, "TGSELF", &st->flash, st->kind == TG_STEP_FLASH_BWD);
+    fclose(f);
+    const char *place = tg_sprintf(a, "%s: %s \"%s\" (%s)", st->fn, tg_kernel_kind_name(K->kind), K->name,
+                                   plan->where[k]);
+    int u = add_unit(B, text, true, comment, place);
+    free(text);
+    M->step_unit[k][s] = u;
+    if (!B->u[u].globals) {
+      tg_flash_launch fl[TG_FLASH_MAX_LAUNCHES];
+      int nl = tg_flash_cuda_launches(&st->flash, "TGSELF", st->kind == TG_STEP_FLASH_BWD, fl);
+      B->u[u].globals = tg_alloc(a, sizeof(char *) * (size_t)(nl + 1));
+      for (int i = 0; i < nl; i++) B->u[u].globals[B->u[u].n_globals++] = tg_strdup(a, fl[i].name + 6);
+    }
+  }
+}
+
+/* Every launched function of the program, as units into B and M. */
+static void collect_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan, unit_map *M) {
+  tg_arena *a = B->a;
+  M->wave_unit = tg_alloc(a, sizeof *M->wave_unit * (size_t)(p->n_kernels + 1));
+  M->step_unit = tg_alloc(a, sizeof *M->step_unit * (size_t)(p->n_kernels + 1));
+  M->waves = tg_alloc(a, sizeof *M->waves * (size_t)(p->n_kernels + 1));
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
-    const tg_kernel *K = &g->kernels[lk->kernel];
-    wave_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_waves + 1));
-    waves[k] = tg_alloc(a, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
-    memset(waves[k], 0, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
-    step_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_steps + 1));
+    M->wave_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_waves + 1));
+    M->waves[k] = tg_alloc(a, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
+    memset(M->waves[k], 0, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
+    M->step_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_steps + 1));
     tg_sbuf cm = {0}, params = {0};
     tg_emit_kernel_comment(&cm, p, lk);
     tg_emit_params(&params, p, lk, TG_DIALECT_CUDA);
     const char *comment = tg_strdup(a, tg_sb_text(&cm));
-    for (int w = 0; w < lk->n_waves; w++) {
-      wave_unit[k][w] = -1;
-      bool any = false;
-      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
-      if (!any) continue;
-      const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
-                                     plan->where[k]);
-      wave_unit[k][w] = add_unit(&B, wave_text(a, p, lk, w, tg_sb_text(&params), &waves[k][w]), false, comment, place);
-    }
-    for (int s = 0; s < lk->n_steps; s++) {
-      const tg_step *st = &lk->steps[s];
-      step_unit[k][s] = -1;
-      if (st->kind != TG_STEP_FLASH_FWD && st->kind != TG_STEP_FLASH_BWD) continue;
-      char *text = NULL;
-      size_t len = 0;
-      FILE *f = open_memstream(&text, &len);
-      if (!f) abort();
-      tg_flash_emit_cuda_kernels(f, "TGSELF", &st->flash, st->kind == TG_STEP_FLASH_BWD);
-      fclose(f);
-      const char *place = tg_sprintf(a, "%s: %s \"%s\" (%s)", st->fn, tg_kernel_kind_name(K->kind), K->name,
-                                     plan->where[k]);
-      int u = add_unit(&B, text, true, comment, place);
-      free(text);
-      step_unit[k][s] = u;
-      if (!B.u[u].globals) {
-        tg_flash_launch fl[TG_FLASH_MAX_LAUNCHES];
-        int nl = tg_flash_cuda_launches(&st->flash, "TGSELF", st->kind == TG_STEP_FLASH_BWD, fl);
-        B.u[u].globals = tg_alloc(a, sizeof(char *) * (size_t)(nl + 1));
-        for (int i = 0; i < nl; i++) B.u[u].globals[B.u[u].n_globals++] = tg_strdup(a, fl[i].name + 6);
-      }
-    }
+    wave_units(B, p, plan, k, comment, tg_sb_text(&params), M);
+    flash_units(B, p, plan, k, comment, M);
     tg_sb_free(&cm);
     tg_sb_free(&params);
   }
-  tg_cuda_kernels *ks = tg_alloc(a, sizeof *ks);
-  ks->units = tg_alloc(a, sizeof *ks->units * (size_t)(B.n + 1));
-  ks->n_units = B.n;
-  for (int u = 0; u < B.n; u++) {
-    unit_b *b = &B.u[u];
-    tg_cuda_unit *U = &ks->units[u];
-    U->name = tg_sprintf(a, "f_%.10s", b->hex);
-    /* 40 bits of the hash name a unit; two units sharing them (about one
-     * program in 10^9) take all 256 */
-    for (int v = 0; v < u; v++)
-      if (!strcmp(ks->units[v].name, U->name)) U->name = tg_sprintf(a, "f_%s", b->hex);
-    U->n_places = b->n_places;
-    tg_sbuf code = {0};
-    tg_sb_printf(&code, "// tg kernel: %s\n/* launched for %d place%s (the same code up to the buffers it is given):\n%s",
-                 U->name, b->n_places, b->n_places == 1 ? "" : "s", tg_sb_text(&b->places));
-    tg_sb_puts(&code, " * the first place's ops, by its graph numbers:\n */\n");
-    tg_sb_puts(&code, b->comment);
-    tg_sbuf body = {0};
-    tg_sb_printf(&body, "// tg kernel: %s\n", U->name);
-    tg_put_named(&body, b->code, U->name);
-    tg_sb_puts(&code, tg_sb_text(&body) + strlen("// tg kernel: ") + strlen(U->name) + 1);
-    U->code = tg_strdup(a, tg_sb_text(&code));
-    U->body = tg_strdup(a, tg_sb_text(&body));
-    tg_sb_free(&code);
-    tg_sb_free(&body);
-    if (b->flash) {
-      U->n_globals = b->n_globals;
-      U->globals = tg_alloc(a, sizeof(char *) * (size_t)(b->n_globals + 1));
-      for (int i = 0; i < b->n_globals; i++) U->globals[i] = tg_sprintf(a, "%s%s", U->name, b->globals[i]);
-    } else {
-      U->n_globals = 1;
-      U->globals = tg_alloc(a, sizeof(char *) * 2);
-      U->globals[0] = U->name;
-    }
-    free(b->key);
-    free(b->code);
-    tg_sb_free(&b->places);
+}
+
+/* Unit u of ks from what B gathered for it (then freed): its name, its
+ * text headed by its places, the body that is compiled, its globals. */
+static void finish_unit(tg_arena *a, unit_b *b, tg_cuda_kernels *ks, int u) {
+  tg_cuda_unit *U = &ks->units[u];
+  U->name = tg_sprintf(a, "f_%.10s", b->hex);
+  /* 40 bits of the hash name a unit; two units sharing them (about one
+   * program in 10^9) take all 256 */
+  for (int v = 0; v < u; v++)
+    if (!strcmp(ks->units[v].name, U->name)) U->name = tg_sprintf(a, "f_%s", b->hex);
+  U->n_places = b->n_places;
+  tg_sbuf code = {0};
+  tg_sb_printf(&code, "// tg kernel: %s\n/* launched for %d place%s (the same code up to the buffers it is given):\n%s",
+               U->name, b->n_places, b->n_places == 1 ? "" : "s", tg_sb_text(&b->places));
+  tg_sb_puts(&code, " * the first place's ops, by its graph numbers:\n */\n");
+  tg_sb_puts(&code, b->comment);
+  tg_sbuf body = {0};
+  tg_sb_printf(&body, "// tg kernel: %s\n", U->name);
+  tg_put_named(&body, b->code, U->name);
+  tg_sb_puts(&code, tg_sb_text(&body) + strlen("// tg kernel: ") + strlen(U->name) + 1);
+  U->code = tg_strdup(a, tg_sb_text(&code));
+  U->body = tg_strdup(a, tg_sb_text(&body));
+  tg_sb_free(&code);
+  tg_sb_free(&body);
+  if (b->flash) {
+    U->n_globals = b->n_globals;
+    U->globals = tg_alloc(a, sizeof(char *) * (size_t)(b->n_globals + 1));
+    for (int i = 0; i < b->n_globals; i++) U->globals[i] = tg_sprintf(a, "%s%s", U->name, b->globals[i]);
+  } else {
+    U->n_globals = 1;
+    U->globals = tg_alloc(a, sizeof(char *) * 2);
+    U->globals[0] = U->name;
   }
-  free(B.u);
-  /* every launch by its unit's function */
+  free(b->key);
+  free(b->code);
+  tg_sb_free(&b->places);
+}
+
+/* Every launch of plan by its unit's function; a wave launch with tables
+ * gets its buffer parameters and its tables. */
+static void name_launches(tg_arena *a, const tg_program *p, tg_cuda_plan *plan, const tg_cuda_kernels *ks,
+                          const unit_map *M) {
   for (int i = 0; i < plan->n_ops; i++) {
     tg_cuda_op *op = &plan->ops[i];
     if (op->kind != TG_CUDA_LAUNCH) continue;
     if (op->step < 0) {
-      const wave_info *wi = &waves[op->lkernel][op->wave];
-      op->launch.function = ks->units[wave_unit[op->lkernel][op->wave]].name;
+      const wave_info *wi = &M->waves[op->lkernel][op->wave];
+      op->launch.function = ks->units[M->wave_unit[op->lkernel][op->wave]].name;
       if (wi->n_tables) {
         op->launch.args = wi->args, op->launch.n_args = wi->n_args;
         op->launch.tables = wi->tables, op->launch.n_tables = wi->n_tables;
@@ -787,9 +816,21 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
     } else {
       const tg_step *st = &p->kernels[op->lkernel].steps[op->step];
       const char *suffix = op->launch.function + strlen(st->fn);
-      op->launch.function = tg_sprintf(a, "%s%s", ks->units[step_unit[op->lkernel][op->step]].name, suffix);
+      op->launch.function = tg_sprintf(a, "%s%s", ks->units[M->step_unit[op->lkernel][op->step]].name, suffix);
     }
   }
+}
+
+tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan) {
+  ubuild B = {a, NULL, 0, 0};
+  unit_map M;
+  collect_units(&B, p, plan, &M);
+  tg_cuda_kernels *ks = tg_alloc(a, sizeof *ks);
+  ks->units = tg_alloc(a, sizeof *ks->units * (size_t)(B.n + 1));
+  ks->n_units = B.n;
+  for (int u = 0; u < B.n; u++) finish_unit(a, &B.u[u], ks, u);
+  free(B.u);
+  name_launches(a, p, plan, ks, &M);
   size_t len = 0;
   char *text = NULL;
   FILE *f = open_memstream(&text, &len);
