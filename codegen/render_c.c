@@ -470,12 +470,59 @@ static int add_fn(c_plan *P, const char *text, const char *place) {
   return f;
 }
 
-static void plan_functions(c_plan *P, const tg_program *p) {
-  int n = 0;
-  for (int k = 0; k < p->n_kernels; k++) n += p->kernels[k].n_steps;
-  /* every nest step's body and shape, program-wide */
-  typedef struct item { int k, s; char *body; tg_shape S; int group; } item;
-  item *it = tg_xcalloc((size_t)n + 1, sizeof *it);
+/* A nest, scatter or GEMM step of the program while the functions are
+ * planned: its body, shape and group (the item whose function it calls;
+ * -1: none yet, -2: no shape to share). */
+typedef struct c_item {
+  int k, s;
+  char *body;
+  tg_shape S;
+  int group;
+} c_item;
+
+/* Where step s of lk is, for a function's list of places. */
+static const char *step_place(c_plan *P, const tg_program *p, const tg_lkernel *lk, int s) {
+  const tg_kernel *K = &p->g->kernels[lk->kernel];
+  return tg_sprintf(P->a, "%s (k%d %s \"%s\")", lk->steps[s].fn, lk->kernel, tg_kernel_kind_name(K->kind), K->name);
+}
+
+/* A flash attention step's function and call (flash.h). */
+static void flash_function(c_plan *P, const tg_step *st, int k, int s) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) abort();
+  if (st->kind == TG_STEP_FLASH_FWD) tg_flash_emit_c_fwd(f, "TGSELF", &st->flash);
+  else tg_flash_emit_c_bwd(f, "TGSELF", &st->flash);
+  fclose(f);
+  P->fn_of[k][s] = add_fn(P, text, st->fn);
+  free(text);
+  tg_sbuf args = {0};
+  for (int i = 0; i < (st->kind == TG_STEP_FLASH_BWD ? 9 : 5); i++)
+    tg_sb_printf(&args, "%sb%d", i ? ", " : "", st->flash_args[i]);
+  P->call[k][s] = tg_strdup(P->a, tg_sb_text(&args));
+  tg_sb_free(&args);
+}
+
+/* Step s of kernel k rendered and analysed as item I. */
+static void step_item(c_plan *P, const tg_program *p, int k, int s, c_item *I) {
+  const tg_lkernel *lk = &p->kernels[k];
+  const tg_step *st = &lk->steps[s];
+  I->k = k, I->s = s, I->group = -1;
+  size_t len = 0;
+  FILE *f = open_memstream(&I->body, &len);
+  if (!f) abort();
+  if (st->kind == TG_STEP_GEMM) gemm_code(f, p, st);
+  else nest_body(f, p, lk, s);
+  fclose(f);
+  tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
+  if (!tg_shape_analyse(&I->S, I->body, tg_emit_param_decl, &cx)) I->group = -2;
+}
+
+/* Every step's entries in P->fn_of and P->call (-1: no function), the
+ * flash steps' functions, and the other steps as items into it; how many
+ * items. */
+static int collect_items(c_plan *P, const tg_program *p, c_item *it) {
   int m = 0;
   P->fn_of = tg_alloc(P->a, sizeof *P->fn_of * (size_t)(p->n_kernels + 1));
   P->call = tg_alloc(P->a, sizeof *P->call * (size_t)(p->n_kernels + 1));
@@ -486,91 +533,85 @@ static void plan_functions(c_plan *P, const tg_program *p) {
     for (int s = 0; s < lk->n_steps; s++) {
       const tg_step *st = &lk->steps[s];
       P->fn_of[k][s] = -1;
-      if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (!f) abort();
-        if (st->kind == TG_STEP_FLASH_FWD) tg_flash_emit_c_fwd(f, "TGSELF", &st->flash);
-        else tg_flash_emit_c_bwd(f, "TGSELF", &st->flash);
-        fclose(f);
-        P->fn_of[k][s] = add_fn(P, text, st->fn);
-        free(text);
-        tg_sbuf args = {0};
-        for (int i = 0; i < (st->kind == TG_STEP_FLASH_BWD ? 9 : 5); i++)
-          tg_sb_printf(&args, "%sb%d", i ? ", " : "", st->flash_args[i]);
-        P->call[k][s] = tg_strdup(P->a, tg_sb_text(&args));
-        tg_sb_free(&args);
-        continue;
-      }
-      if (st->kind != TG_STEP_NEST && st->kind != TG_STEP_SCATTER && st->kind != TG_STEP_GEMM) continue;
-      item *I = &it[m++];
-      I->k = k, I->s = s, I->group = -1;
-      size_t len = 0;
-      FILE *f = open_memstream(&I->body, &len);
-      if (!f) abort();
-      if (st->kind == TG_STEP_GEMM) gemm_code(f, p, st);
-      else nest_body(f, p, lk, s);
-      fclose(f);
-      tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
-      if (!tg_shape_analyse(&I->S, I->body, tg_emit_param_decl, &cx)) I->group = -2;
+      if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) flash_function(P, st, k, s);
+      else if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER || st->kind == TG_STEP_GEMM)
+        step_item(P, p, k, s, &it[m++]);
     }
   }
+  return m;
+}
+
+/* A body naming something other than its kernel's arguments: its own
+ * function, with every argument of the kernel. */
+static void own_function(c_plan *P, const tg_program *p, const c_item *I) {
+  const tg_lkernel *lk = &p->kernels[I->k];
+  tg_sbuf text = {0}, params = {0}, args = {0};
+  tg_emit_params(&params, p, lk, TG_DIALECT_C);
+  tg_sb_printf(&text, "static void TGSELF(%s) {\n%s}\n", tg_sb_text(&params), I->body);
+  for (int x = 0; x < lk->n_args; x++) tg_sb_printf(&args, "%sb%d", x ? ", " : "", lk->args[x]);
+  P->fn_of[I->k][I->s] = add_fn(P, tg_sb_text(&text), step_place(P, p, lk, I->s));
+  P->call[I->k][I->s] = tg_strdup(P->a, tg_sb_text(&args));
+  tg_sb_free(&text), tg_sb_free(&params), tg_sb_free(&args);
+}
+
+/* Puts the items after i of item i's shape into its group, and marks in
+ * vary the literals they differ in.  Steps of other kernels join only when
+ * their sizes are the same too (the layers' copies): sizes stay constants
+ * the compiler sees, except between the steps of one multi-tensor kernel. */
+static void join_group(c_item *it, int m, int i, bool *vary) {
+  bool *differ = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1);
+  for (int j = i; j < m; j++) {
+    if (it[j].group != -1 || !tg_shape_same(&it[i].S, &it[j].S)) continue;
+    bool same_sizes = true;
+    memset(differ, 0, (size_t)it[i].S.n_lits + 1);
+    tg_shape_vary(&it[i].S, &it[j].S, differ);
+    for (int l = 0; l < it[i].S.n_lits; l++) same_sizes = same_sizes && !differ[l];
+    if (it[j].k != it[i].k && !same_sizes) continue;
+    it[j].group = i;
+    tg_shape_vary(&it[i].S, &it[j].S, vary);
+  }
+  free(differ);
+}
+
+/* The function of item i's group, its literals that vary as parameters,
+ * and each member's call. */
+static void shared_function(c_plan *P, const tg_program *p, c_item *it, int m, int i) {
+  const tg_lkernel *lk = &p->kernels[it[i].k];
+  tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
+  bool *vary = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1);
+  join_group(it, m, i, vary);
+  tg_sbuf text = {0};
+  tg_sb_puts(&text, "static void TGSELF(");
+  tg_shape_params(&text, &it[i].S, vary, tg_emit_param_decl, &cx);
+  tg_sb_puts(&text, ") {\n");
+  tg_shape_body(&text, &it[i].S, vary);
+  tg_sb_puts(&text, "}\n");
+  /* one text for the whole group: canonicalised and hashed once */
+  int fn = add_fn(P, tg_sb_text(&text), step_place(P, p, lk, it[i].s));
+  for (int j = i; j < m; j++) {
+    if (it[j].group != i) continue;
+    if (j != i) add_place(P, fn, step_place(P, p, &p->kernels[it[j].k], it[j].s));
+    P->fn_of[it[j].k][it[j].s] = fn;
+    tg_sbuf args = {0};
+    tg_shape_args(&args, &it[j].S, vary);
+    P->call[it[j].k][it[j].s] = tg_strdup(P->a, tg_sb_text(&args));
+    tg_sb_free(&args);
+  }
+  tg_sb_free(&text);
+  free(vary);
+}
+
+/* The functions of p's steps, each distinct one once (P->fn), and which
+ * one each step calls with what arguments. */
+static void plan_functions(c_plan *P, const tg_program *p) {
+  int n = 0;
+  for (int k = 0; k < p->n_kernels; k++) n += p->kernels[k].n_steps;
+  /* every nest step's body and shape, program-wide */
+  c_item *it = tg_xcalloc((size_t)n + 1, sizeof *it);
+  int m = collect_items(P, p, it);
   for (int i = 0; i < m; i++) {
-    const tg_lkernel *lk = &p->kernels[it[i].k];
-    tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
-    const char *place = tg_sprintf(P->a, "%s (k%d %s \"%s\")", lk->steps[it[i].s].fn, lk->kernel,
-                                   tg_kernel_kind_name(p->g->kernels[lk->kernel].kind), p->g->kernels[lk->kernel].name);
-    if (it[i].group == -2) {
-      /* a body naming something other than its kernel's arguments: its own
-       * function, with every argument of the kernel */
-      tg_sbuf text = {0}, params = {0}, args = {0};
-      tg_emit_params(&params, p, lk, TG_DIALECT_C);
-      tg_sb_printf(&text, "static void TGSELF(%s) {\n%s}\n", tg_sb_text(&params), it[i].body);
-      for (int x = 0; x < lk->n_args; x++) tg_sb_printf(&args, "%sb%d", x ? ", " : "", lk->args[x]);
-      P->fn_of[it[i].k][it[i].s] = add_fn(P, tg_sb_text(&text), place);
-      P->call[it[i].k][it[i].s] = tg_strdup(P->a, tg_sb_text(&args));
-      tg_sb_free(&text), tg_sb_free(&params), tg_sb_free(&args);
-      continue;
-    }
-    if (it[i].group != -1) continue;
-    /* steps of other kernels join only when their sizes are the same too
-     * (the layers' copies): sizes stay constants the compiler sees, except
-     * between the steps of one multi-tensor kernel */
-    bool *vary = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1), *differ = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1);
-    for (int j = i; j < m; j++) {
-      if (it[j].group != -1 || !tg_shape_same(&it[i].S, &it[j].S)) continue;
-      bool same_sizes = true;
-      memset(differ, 0, (size_t)it[i].S.n_lits + 1);
-      tg_shape_vary(&it[i].S, &it[j].S, differ);
-      for (int l = 0; l < it[i].S.n_lits; l++) same_sizes = same_sizes && !differ[l];
-      if (it[j].k != it[i].k && !same_sizes) continue;
-      it[j].group = i;
-      tg_shape_vary(&it[i].S, &it[j].S, vary);
-    }
-    free(differ);
-    tg_sbuf text = {0};
-    tg_sb_puts(&text, "static void TGSELF(");
-    tg_shape_params(&text, &it[i].S, vary, tg_emit_param_decl, &cx);
-    tg_sb_puts(&text, ") {\n");
-    tg_shape_body(&text, &it[i].S, vary);
-    tg_sb_puts(&text, "}\n");
-    /* one text for the whole group: canonicalised and hashed once */
-    int fn = add_fn(P, tg_sb_text(&text), place);
-    for (int j = i; j < m; j++) {
-      if (it[j].group != i) continue;
-      const tg_lkernel *lj = &p->kernels[it[j].k];
-      if (j != i)
-        add_place(P, fn, tg_sprintf(P->a, "%s (k%d %s \"%s\")", lj->steps[it[j].s].fn, lj->kernel,
-                                    tg_kernel_kind_name(p->g->kernels[lj->kernel].kind), p->g->kernels[lj->kernel].name));
-      P->fn_of[it[j].k][it[j].s] = fn;
-      tg_sbuf args = {0};
-      tg_shape_args(&args, &it[j].S, vary);
-      P->call[it[j].k][it[j].s] = tg_strdup(P->a, tg_sb_text(&args));
-      tg_sb_free(&args);
-    }
-    tg_sb_free(&text);
-    free(vary);
+    if (it[i].group == -2) own_function(P, p, &it[i]);
+    else if (it[i].group == -1) shared_function(P, p, it, m, i);
   }
   for (int i = 0; i < m; i++) {
     free(it[i].body);
