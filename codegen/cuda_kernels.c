@@ -654,13 +654,8 @@ typedef struct ubuild {
 /* The unit of text (named TGSELF), added if new; its index. */
 static int add_unit(ubuild *B, const char *text, bool flash, const char *comment, const char *place) {
   tg_sbuf out = {0}, key = {0};
-  tg_canonical(text, &out, &key);
-  tg_sha256 h;
-  unsigned char d[32];
   char hex[TG_SHA256_HEX];
-  tg_sha256_init(&h);
-  tg_sha256_update(&h, key.s ? key.s : "", key.n);
-  tg_sha256_final(&h, d, hex);
+  tg_canonical_hash(text, &out, &key, hex);
   int u = 0;
   while (u < B->n && (strcmp(B->u[u].hex, hex) || strcmp(B->u[u].key, tg_sb_text(&key)))) u++;
   if (u == B->n) {

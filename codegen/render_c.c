@@ -444,13 +444,8 @@ static void add_place(c_plan *P, int f, const char *place) {
 /* The function of text (named TGSELF), added if new; its index. */
 static int add_fn(c_plan *P, const char *text, const char *place) {
   tg_sbuf out = {0}, key = {0};
-  tg_canonical(text, &out, &key);
-  tg_sha256 h;
-  unsigned char d[32];
   char hex[TG_SHA256_HEX];
-  tg_sha256_init(&h);
-  tg_sha256_update(&h, key.s ? key.s : "", key.n);
-  tg_sha256_final(&h, d, hex);
+  tg_canonical_hash(text, &out, &key, hex);
   tg_sb_free(&key);
   int f = 0;
   while (f < P->n_fn && strcmp(P->fn[f].hex, hex)) f++;
