@@ -43,15 +43,6 @@
 #include "render.h"
 #include "sha256.h"
 
-static void print_code(FILE *out, const char *text, const char *indent) {
-  for (const char *l = text; l && *l;) {
-    const char *nl = strchr(l, '\n');
-    size_t len = nl ? (size_t)(nl - l) : strlen(l);
-    fprintf(out, "%s%.*s\n", indent, (int)len, l);
-    l = nl ? nl + 1 : NULL;
-  }
-}
-
 void tg_cuda_print_prelude(FILE *out) {
   tg_cuda_emit_memory_macros(out);
   fputs("typedef long long tg_idx;\n"
@@ -179,7 +170,7 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
     fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
                  "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n",
             rows, V, cols);
-    print_code(out, c->outer_coords, "        ");
+    tg_emit_lines(out, c->outer_coords, "        ");
     fprintf(out, "        b%d[v * %lld + o] = %s;\n      }\n", st->node, cols, c->init_value);
   } else if (!st->in_place) {
     fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
@@ -191,8 +182,8 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
                "      {\n"
                "        const tg_idx j = base + threadIdx.x;\n"
                "        if (j < %lld) {\n", n);
-  print_code(out, c->inner_coords, "          ");
-  print_code(out, c->index_code, "          ");
+  tg_emit_lines(out, c->inner_coords, "          ");
+  tg_emit_lines(out, c->index_code, "          ");
   fprintf(out, "          hit = (tg_idx)%s >= v0 && (tg_idx)%s < v0 + %lld;\n", c->index_value, c->index_value, rows);
   fprintf(out, "        }\n      }\n");
   fprintf(out, "      const unsigned votes = __ballot_sync(0xffffffffu, hit);\n"
@@ -209,12 +200,12 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
                "      for (int h = 0; h < hits; h++) {\n"
                "        const tg_idx j = base + tg_hits[h];\n"
                "        for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n", cols);
-  print_code(out, c->outer_coords, "          ");
+  tg_emit_lines(out, c->outer_coords, "          ");
   for (int i = 0; i < c->n_seg; i++)
-    if (!c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
-  print_code(out, c->inner_coords, "          ");
+    if (!c->seg[i].loop) tg_emit_lines(out, c->seg[i].text, "          ");
+  tg_emit_lines(out, c->inner_coords, "          ");
   for (int i = 0; i < c->n_seg; i++)
-    if (c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
+    if (c->seg[i].loop) tg_emit_lines(out, c->seg[i].text, "          ");
   fprintf(out, "        }\n      }\n"
                "      __syncthreads();  // tg_hits is rewritten by the next chunk\n"
                "    }\n");
@@ -227,7 +218,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
   const char *in = "    ";
-  print_code(out, c.uniform, in);
+  tg_emit_lines(out, c.uniform, in);
   if (st->kind == TG_STEP_SCATTER) {
     scatter_body(out, st, &c, first);
     tg_nest_code_free(&c);
@@ -258,15 +249,15 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     fprintf(out, "    if (e < %lld) {\n", (long long)N->outer_count * per);
     fprintf(out, "      const tg_idx o = e / %lld, j = e %% %lld * %d;\n      (void)o, (void)j;\n", per, per, c.vec);
   }
-  print_code(out, c.outer_coords, "      ");
-  print_code(out, c.cache_decl, "      ");
+  tg_emit_lines(out, c.outer_coords, "      ");
+  tg_emit_lines(out, c.cache_decl, "      ");
   bool red = tg_cuda_is_reduction_nest(st);
   bool regs = c.row_cache == TG_ROW_CACHE_REGS;
   bool column = tg_cuda_column_nest(st);
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
     if (!sg->loop) {
-      print_code(out, sg->text, "      ");
+      tg_emit_lines(out, sg->text, "      ");
       continue;
     }
     if (st->kind == TG_STEP_SCATTER) {
@@ -283,8 +274,8 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     } else {
       fprintf(out, "      {\n");
     }
-    print_code(out, c.inner_coords, "        ");
-    print_code(out, sg->text, "        ");
+    tg_emit_lines(out, c.inner_coords, "        ");
+    tg_emit_lines(out, sg->text, "        ");
     for (int r = 0; r < sg->n_red; r++) {
       const tg_reduction *R = &sg->red[r];
       if (R->is_max) fprintf(out, "        acc%d = tg_max2(acc%d, %s);\n", R->node, R->node, R->value);
@@ -298,13 +289,13 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   }
   if (c.post_only && *c.post_only) {
     fprintf(out, "      if (%s) {\n", column ? "tg_rg == 0" : red ? "threadIdx.x == 0" : st->kind == TG_STEP_SCATTER ? "true" : "j == 0");
-    print_code(out, c.post_only, "        ");
+    tg_emit_lines(out, c.post_only, "        ");
     fprintf(out, "      }\n");
   }
   fprintf(out, "    }\n");
   if (N->group > 1 && red) {
     fprintf(out, "    }\n    for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
-    print_code(out, c.col_store, "      ");
+    tg_emit_lines(out, c.col_store, "      ");
     fprintf(out, "    }\n");
   }
   tg_nest_code_free(&c);

@@ -965,6 +965,15 @@ void tg_nest_code_free(tg_nest_code *c) {
   memset(c, 0, sizeof *c);
 }
 
+void tg_emit_lines(FILE *out, const char *text, const char *indent) {
+  for (const char *l = text; l && *l;) {
+    const char *nl = strchr(l, '\n');
+    size_t len = nl ? (size_t)(nl - l) : strlen(l);
+    fprintf(out, "%s%.*s\n", indent, (int)len, l);
+    l = nl ? nl + 1 : NULL;
+  }
+}
+
 /* ---- parameters and comments ------------------------------------------------ */
 
 /* The type of a parameter: CUDA's TG_ARG(T) is T *__restrict__ on the GPU

@@ -20,6 +20,8 @@
 #ifndef TG_EMIT_H
 #define TG_EMIT_H
 
+#include <stdio.h>
+
 #include "lower.h"
 #include "sbuf.h"
 
@@ -151,6 +153,9 @@ const char *tg_emit_param_decl(void *ctx, long node);
 /* A comment naming the kernel, its kind and the ops it fuses with their
  * .tg lines. */
 void tg_emit_kernel_comment(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk);
+/* Each line of text (statements from tg_nest_code) printed with indent
+ * before it; NULL prints nothing. */
+void tg_emit_lines(FILE *out, const char *text, const char *indent);
 /* A float literal that reads back exactly ("0.5f", "-tg_inf()"). */
 void tg_emit_float(tg_sbuf *b, double v);
 

@@ -19,15 +19,6 @@
  * costs more than the loop. */
 enum { PARALLEL_MIN_WORK = 1 << 15 };
 
-static void print_code(FILE *out, const char *text, const char *indent) {
-  for (const char *l = text; l && *l;) {
-    const char *nl = strchr(l, '\n');
-    size_t len = nl ? (size_t)(nl - l) : strlen(l);
-    fprintf(out, "%s%.*s\n", indent, (int)len, l);
-    l = nl ? nl + 1 : NULL;
-  }
-}
-
 static void prelude(FILE *out, const tg_program *p) {
   const tg_graph *g = p->g;
   fprintf(out,
@@ -158,20 +149,20 @@ static void column_nest(FILE *out, const tg_step *st, const tg_nest_code *c) {
   fprintf(out, "    const tg_idx oe = ob + %d < %lld ? ob + %d : %lld;\n", COLUMN_BLOCK, (long long)N->outer_count,
           COLUMN_BLOCK, (long long)N->outer_count);
   fprintf(out, "    for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
-  print_code(out, c->inner_coords, "      ");
+  tg_emit_lines(out, c->inner_coords, "      ");
   fprintf(out, "      #pragma omp simd\n      for (tg_idx o = ob; o < oe; o++) {\n");
-  print_code(out, c->outer_coords, "        ");
-  for (int i = 0; i < at; i++) print_code(out, c->seg[i].text, "        ");
-  print_code(out, loop->text, "        ");
+  tg_emit_lines(out, c->outer_coords, "        ");
+  for (int i = 0; i < at; i++) tg_emit_lines(out, c->seg[i].text, "        ");
+  tg_emit_lines(out, loop->text, "        ");
   for (int r = 0; r < loop->n_red; r++) fprintf(out, "        acc%d[o] += %s;\n", loop->red[r].node, loop->red[r].value);
   fprintf(out, "      }\n    }\n  }\n");
   fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n", (long long)N->outer_count);
-  print_code(out, c->outer_coords, "    ");
-  for (int i = 0; i < at; i++) print_code(out, c->seg[i].text, "    ");
+  tg_emit_lines(out, c->outer_coords, "    ");
+  for (int i = 0; i < at; i++) tg_emit_lines(out, c->seg[i].text, "    ");
   for (int r = 0; r < loop->n_red; r++)
     fprintf(out, "    const float t%d = acc%d[o];\n", loop->red[r].node, loop->red[r].node);
-  for (int i = at + 1; i < c->n_seg; i++) print_code(out, c->seg[i].text, "    ");
-  print_code(out, c->post_only, "    ");
+  for (int i = at + 1; i < c->n_seg; i++) tg_emit_lines(out, c->seg[i].text, "    ");
+  tg_emit_lines(out, c->post_only, "    ");
   fprintf(out, "  }\n");
   for (int r = 0; r < loop->n_red; r++) fprintf(out, "  free(acc%d);\n", loop->red[r].node);
 }
@@ -183,12 +174,12 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_C, &c);
   if (column_form(st, &c)) {
-    print_code(out, c.uniform, "  ");
+    tg_emit_lines(out, c.uniform, "  ");
     column_nest(out, st, &c);
     tg_nest_code_free(&c);
     return;
   }
-  print_code(out, c.uniform, "  ");
+  tg_emit_lines(out, c.uniform, "  ");
   int64_t work = N->outer_count * N->inner_count;
   bool group = N->group > 1;
   bool par = N->outer_count / (group ? N->group : 1) > 1 && work >= PARALLEL_MIN_WORK;
@@ -205,11 +196,11 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   } else {
     fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n    (void)o;\n", (long long)N->outer_count);
   }
-  print_code(out, c.outer_coords, "    ");
+  tg_emit_lines(out, c.outer_coords, "    ");
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
     if (!sg->loop) {
-      print_code(out, sg->text, "    ");
+      tg_emit_lines(out, sg->text, "    ");
       continue;
     }
     bool sums = true;
@@ -223,8 +214,8 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
       fprintf(out, "%s\n", sg->n_red ? ")" : "");
     }
     fprintf(out, "    for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
-    print_code(out, c.inner_coords, "      ");
-    print_code(out, sg->text, "      ");
+    tg_emit_lines(out, c.inner_coords, "      ");
+    tg_emit_lines(out, sg->text, "      ");
     for (int r = 0; r < sg->n_red; r++) {
       const tg_reduction *R = &sg->red[r];
       if (R->is_max)
@@ -236,11 +227,11 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     for (int r = 0; r < sg->n_red; r++)
       fprintf(out, "    const %s t%d = %s(acc%d);\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].round, sg->red[r].node);
   }
-  print_code(out, c.post_only, "    ");
+  tg_emit_lines(out, c.post_only, "    ");
   fprintf(out, "  }\n");
   if (group) {
     fprintf(out, "  for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
-    print_code(out, c.col_store, "    ");
+    tg_emit_lines(out, c.col_store, "    ");
     fprintf(out, "  }\n  }\n");
   }
   tg_nest_code_free(&c);
