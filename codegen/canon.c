@@ -165,6 +165,15 @@ void tg_canonical(const char *text, tg_sbuf *out, tg_sbuf *key) {
   free(t);
 }
 
+void tg_canonical_hash(const char *text, tg_sbuf *out, tg_sbuf *key, char hex[TG_SHA256_HEX]) {
+  tg_canonical(text, out, key);
+  tg_sha256 h;
+  unsigned char d[32];
+  tg_sha256_init(&h);
+  tg_sha256_update(&h, key->s ? key->s : "", key->n);
+  tg_sha256_final(&h, d, hex);
+}
+
 /* ---- steps of one shape as one device function ------------------------------ */
 
 /* Whether the integer literal t[i] may become a parameter: not an array's

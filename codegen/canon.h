@@ -21,12 +21,16 @@
 #include <stdint.h>
 
 #include "sbuf.h"
+#include "sha256.h"
 
 /* text with every numbered name positional, into out (comments kept), and
  * into key (comments dropped, runs of space as one): equal keys, equal code
  * up to names.  tg_row_k<K>_s<S> becomes tg_row_TGSELF_s<S>, TGSELF being
  * the placeholder for the function's own name (tg_put_named). */
 void tg_canonical(const char *text, tg_sbuf *out, tg_sbuf *key);
+/* tg_canonical, and the key's SHA-256 in hex: what names a function that
+ * every text with that key shares. */
+void tg_canonical_hash(const char *text, tg_sbuf *out, tg_sbuf *key, char hex[TG_SHA256_HEX]);
 
 /* text with every TGSELF replaced by name, appended to out. */
 void tg_put_named(tg_sbuf *out, const char *text, const char *name);

@@ -43,15 +43,6 @@
 #include "render.h"
 #include "sha256.h"
 
-static void print_code(FILE *out, const char *text, const char *indent) {
-  for (const char *l = text; l && *l;) {
-    const char *nl = strchr(l, '\n');
-    size_t len = nl ? (size_t)(nl - l) : strlen(l);
-    fprintf(out, "%s%.*s\n", indent, (int)len, l);
-    l = nl ? nl + 1 : NULL;
-  }
-}
-
 void tg_cuda_print_prelude(FILE *out) {
   tg_cuda_emit_memory_macros(out);
   fputs("typedef long long tg_idx;\n"
@@ -179,7 +170,7 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
     fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
                  "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n",
             rows, V, cols);
-    print_code(out, c->outer_coords, "        ");
+    tg_emit_lines(out, c->outer_coords, "        ");
     fprintf(out, "        b%d[v * %lld + o] = %s;\n      }\n", st->node, cols, c->init_value);
   } else if (!st->in_place) {
     fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
@@ -191,8 +182,8 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
                "      {\n"
                "        const tg_idx j = base + threadIdx.x;\n"
                "        if (j < %lld) {\n", n);
-  print_code(out, c->inner_coords, "          ");
-  print_code(out, c->index_code, "          ");
+  tg_emit_lines(out, c->inner_coords, "          ");
+  tg_emit_lines(out, c->index_code, "          ");
   fprintf(out, "          hit = (tg_idx)%s >= v0 && (tg_idx)%s < v0 + %lld;\n", c->index_value, c->index_value, rows);
   fprintf(out, "        }\n      }\n");
   fprintf(out, "      const unsigned votes = __ballot_sync(0xffffffffu, hit);\n"
@@ -209,12 +200,12 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
                "      for (int h = 0; h < hits; h++) {\n"
                "        const tg_idx j = base + tg_hits[h];\n"
                "        for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n", cols);
-  print_code(out, c->outer_coords, "          ");
+  tg_emit_lines(out, c->outer_coords, "          ");
   for (int i = 0; i < c->n_seg; i++)
-    if (!c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
-  print_code(out, c->inner_coords, "          ");
+    if (!c->seg[i].loop) tg_emit_lines(out, c->seg[i].text, "          ");
+  tg_emit_lines(out, c->inner_coords, "          ");
   for (int i = 0; i < c->n_seg; i++)
-    if (c->seg[i].loop) print_code(out, c->seg[i].text, "          ");
+    if (c->seg[i].loop) tg_emit_lines(out, c->seg[i].text, "          ");
   fprintf(out, "        }\n      }\n"
                "      __syncthreads();  // tg_hits is rewritten by the next chunk\n"
                "    }\n");
@@ -227,7 +218,7 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
   const char *in = "    ";
-  print_code(out, c.uniform, in);
+  tg_emit_lines(out, c.uniform, in);
   if (st->kind == TG_STEP_SCATTER) {
     scatter_body(out, st, &c, first);
     tg_nest_code_free(&c);
@@ -258,15 +249,15 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     fprintf(out, "    if (e < %lld) {\n", (long long)N->outer_count * per);
     fprintf(out, "      const tg_idx o = e / %lld, j = e %% %lld * %d;\n      (void)o, (void)j;\n", per, per, c.vec);
   }
-  print_code(out, c.outer_coords, "      ");
-  print_code(out, c.cache_decl, "      ");
+  tg_emit_lines(out, c.outer_coords, "      ");
+  tg_emit_lines(out, c.cache_decl, "      ");
   bool red = tg_cuda_is_reduction_nest(st);
   bool regs = c.row_cache == TG_ROW_CACHE_REGS;
   bool column = tg_cuda_column_nest(st);
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
     if (!sg->loop) {
-      print_code(out, sg->text, "      ");
+      tg_emit_lines(out, sg->text, "      ");
       continue;
     }
     if (st->kind == TG_STEP_SCATTER) {
@@ -283,8 +274,8 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     } else {
       fprintf(out, "      {\n");
     }
-    print_code(out, c.inner_coords, "        ");
-    print_code(out, sg->text, "        ");
+    tg_emit_lines(out, c.inner_coords, "        ");
+    tg_emit_lines(out, sg->text, "        ");
     for (int r = 0; r < sg->n_red; r++) {
       const tg_reduction *R = &sg->red[r];
       if (R->is_max) fprintf(out, "        acc%d = tg_max2(acc%d, %s);\n", R->node, R->node, R->value);
@@ -298,33 +289,18 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   }
   if (c.post_only && *c.post_only) {
     fprintf(out, "      if (%s) {\n", column ? "tg_rg == 0" : red ? "threadIdx.x == 0" : st->kind == TG_STEP_SCATTER ? "true" : "j == 0");
-    print_code(out, c.post_only, "        ");
+    tg_emit_lines(out, c.post_only, "        ");
     fprintf(out, "      }\n");
   }
   fprintf(out, "    }\n");
   if (N->group > 1 && red) {
     fprintf(out, "    }\n    for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
-    print_code(out, c.col_store, "      ");
+    tg_emit_lines(out, c.col_store, "      ");
     fprintf(out, "    }\n");
   }
   tg_nest_code_free(&c);
 }
 
-
-/* A kernel argument's declaration, for shapes (canon.h). */
-typedef struct arg_ctx {
-  tg_arena *a;
-  const tg_program *p;
-  const tg_lkernel *lk;
-} arg_ctx;
-
-static const char *arg_decl(void *ctx, long node) {
-  const arg_ctx *x = ctx;
-  int i = tg_lkernel_arg(x->lk, node);
-  if (i < 0) return NULL;
-  return tg_sprintf(x->a, "TG_ARG(%s%s)", x->lk->arg_written[i] ? "" : "const ",
-                    tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
-}
 
 /* What a wave's function takes, when it has tables (else NULL, 0: the
  * kernel's arguments, as the plan has them). */
@@ -375,20 +351,233 @@ static char *move_blocks(char *body, long long from, long long to) {
   return tg_sb_take(&out);
 }
 
-/* The branches of the steps that run inline (no table: group[i] < 0), in
- * block order; *sep is " else " after the first branch. */
-static void inline_branches(tg_sbuf *out, const tg_lkernel *lk, int n, const int *order, const int *group,
-                            const int *step_of, const long long *first, char **body, const char **sep) {
+/* A wave's launched steps while its function is written, in step order:
+ * each one's step, first block, rendered body, shape and group (its table,
+ * or -1: a branch of its own, -2: no shape to share). */
+typedef struct wave_steps {
+  int n;
+  int *step_of;
+  long long *first;
+  char **body;
+  tg_shape *S;
+  int *group;
+  int *order;   /* the block order, as indexes into the above */
+  int n_groups;
+} wave_steps;
+
+/* The steps of wave w that are launched, their blocks one after another,
+ * each in a group of its own. */
+static void wave_steps_collect(wave_steps *ws, const tg_program *p, const tg_lkernel *lk, int w) {
+  memset(ws, 0, sizeof *ws);
+  int n = 0;
+  for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
+  ws->n = n;
+  ws->body = tg_xcalloc((size_t)n + 1, sizeof *ws->body);
+  ws->S = tg_xcalloc((size_t)n + 1, sizeof *ws->S);
+  ws->group = tg_xcalloc((size_t)n + 1, sizeof *ws->group);
+  ws->step_of = tg_xcalloc((size_t)n + 1, sizeof *ws->step_of);
+  ws->order = tg_xcalloc((size_t)n + 1, sizeof *ws->order);
+  ws->first = tg_xcalloc((size_t)n + 1, sizeof *ws->first);
+  long long blocks = 0;
+  for (int s = 0, i = 0; s < lk->n_steps; s++) {
+    const tg_step *st = &lk->steps[s];
+    if (st->wave != w || !tg_cuda_step_launched(st)) continue;
+    ws->step_of[i] = s, ws->first[i] = blocks, ws->group[i] = -1;
+    blocks += tg_cuda_step_blocks(st);
+    i++;
+  }
+  render_bodies(p, lk, ws->step_of, ws->first, n, ws->body);
+}
+
+static void wave_steps_free(wave_steps *ws) {
+  for (int i = 0; i < ws->n; i++) {
+    free(ws->body[i]);
+    tg_shape_free(&ws->S[i]);
+  }
+  free(ws->body), free(ws->S), free(ws->group), free(ws->step_of), free(ws->first), free(ws->order);
+}
+
+/* Two or more steps of one shape are a group, which becomes a table. */
+static void wave_steps_group(wave_steps *ws, tg_param_ctx *ax) {
+  int n = ws->n;
+  for (int i = 0; i < n && n > 1; i++)
+    if (!tg_shape_analyse(&ws->S[i], ws->body[i], tg_emit_param_decl, ax)) ws->group[i] = -2;
+  for (int i = 0; i < n && n > 1; i++) {
+    if (ws->group[i] != -1) continue;
+    int members = 0;
+    for (int j = i + 1; j < n; j++) members += ws->group[j] == -1 && tg_shape_same(&ws->S[i], &ws->S[j]);
+    if (!members) continue;
+    for (int j = i; j < n; j++)
+      if (ws->group[j] == -1 && tg_shape_same(&ws->S[i], &ws->S[j])) ws->group[j] = ws->n_groups;
+    ws->n_groups++;
+  }
+}
+
+/* The block order when there are tables: the steps of their own shape,
+ * then each table's steps.  Each body's blocks move to match, and the
+ * table steps are analysed again with those blocks: a table step's first
+ * block is one of its literals. */
+static void wave_steps_reorder(wave_steps *ws, const tg_lkernel *lk, tg_param_ctx *ax) {
+  int n = ws->n, m = 0;
+  for (int i = 0; i < n; i++)
+    if (ws->group[i] < 0) ws->order[m++] = i;
+  for (int g = 0; g < ws->n_groups; g++)
+    for (int i = 0; i < n; i++)
+      if (ws->group[i] == g) ws->order[m++] = i;
+  long long blocks = 0;
   for (int k = 0; k < n; k++) {
-    int i = order[k];
-    if (group[i] >= 0) continue;
-    long long nb = tg_cuda_step_blocks(&lk->steps[step_of[i]]);
-    tg_sb_printf(out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", *sep, first[i] + nb, step_of[i], nb,
-                 nb == 1 ? "" : "s");
-    tg_sb_puts(out, body[i]);
+    int i = ws->order[k];
+    ws->body[i] = move_blocks(ws->body[i], ws->first[i], blocks);
+    ws->first[i] = blocks, blocks += tg_cuda_step_blocks(&lk->steps[ws->step_of[i]]);
+  }
+  for (int i = 0; i < n; i++) {
+    tg_shape_free(&ws->S[i]);
+    if (ws->group[i] >= 0 && !tg_shape_analyse(&ws->S[i], ws->body[i], tg_emit_param_decl, ax))
+      abort(); /* analysed before */
+  }
+}
+
+/* The buffers the inline steps name stay parameters: wi->args, and their
+ * declarations in sig. */
+static void wave_kept_args(tg_arena *a, const tg_lkernel *lk, const wave_steps *ws, tg_param_ctx *ax, wave_info *wi,
+                           tg_sbuf *sig) {
+  bool *keep = tg_xcalloc((size_t)lk->n_args + 1, 1);
+  for (int i = 0; i < ws->n; i++) {
+    if (ws->group[i] >= 0) continue;
+    tg_shape any;
+    tg_shape_analyse(&any, ws->body[i], any_decl, NULL);
+    for (int b = 0; b < any.n_bufs; b++) {
+      int x = tg_lkernel_arg(lk, any.bufs[b]);
+      if (x >= 0) keep[x] = true;
+    }
+    tg_shape_free(&any);
+  }
+  wi->args = tg_alloc(a, sizeof *wi->args * (size_t)(lk->n_args + 1));
+  for (int x = 0; x < lk->n_args; x++) {
+    if (!keep[x]) continue;
+    wi->args[wi->n_args++] = (tg_cuda_arg){lk->args[x], lk->arg_read[x], lk->arg_written[x]};
+    tg_sb_printf(sig, "%s%s b%d", sig->n ? ", " : "", tg_emit_param_decl(ax, lk->args[x]), lk->args[x]);
+  }
+  free(keep);
+}
+
+/* Group g's representative: its first step's shape. */
+static const tg_shape *group_shape(const wave_steps *ws, int g) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->group[i] == g) return &ws->S[i];
+  abort();
+}
+
+/* Table g as the runtime will fill it: an entry per step of the group, in
+ * block order, with its buffers and the literals of R that vary; the
+ * group's steps listed into steps. */
+static void wave_table_fill(tg_arena *a, const tg_lkernel *lk, const wave_steps *ws, int g, const bool *vary,
+                            tg_cuda_table *T, tg_sbuf *steps) {
+  const tg_shape *R = group_shape(ws, g);
+  int count = 0, nl = 0;
+  for (int i = 0; i < ws->n; i++) count += ws->group[i] == g;
+  for (int l = 0; l < R->n_lits; l++) nl += vary[l];
+  T->param = tg_sprintf(a, "tg_table%d", g);
+  T->n_bufs = R->n_bufs, T->n_lits = nl, T->n_entries = count;
+  bool *rd = tg_alloc(a, (size_t)R->n_bufs + 1), *wr = tg_alloc(a, (size_t)R->n_bufs + 1);
+  for (int b = 0; b < R->n_bufs; b++) {
+    int x = tg_lkernel_arg(lk, R->bufs[b]);
+    if (x >= 0) rd[b] = lk->arg_read[x], wr[b] = lk->arg_written[x];
+  }
+  T->buf_read = rd, T->buf_written = wr;
+  T->entries = tg_alloc(a, sizeof *T->entries * (size_t)count);
+  for (int k = 0, e = 0; k < ws->n; k++) {
+    int i = ws->order[k];
+    if (ws->group[i] != g) continue;
+    const tg_shape *S = &ws->S[i];
+    int *bufs = tg_alloc(a, sizeof(int) * (size_t)(S->n_bufs + 1));
+    int64_t *lits = tg_alloc(a, sizeof(int64_t) * (size_t)(nl + 1));
+    for (int b = 0; b < S->n_bufs; b++) bufs[b] = (int)S->bufs[b];
+    for (int l = 0, v = 0; l < S->n_lits; l++)
+      if (vary[l]) lits[v++] = tg_shape_lit(S, l);
+    T->entries[e++] = (tg_cuda_table_entry){ws->step_of[i], ws->first[i], bufs, lits};
+    tg_sb_printf(steps, "%s%d", steps->n ? ", " : "", ws->step_of[i]);
+  }
+}
+
+/* Table g's entry as the kernel reads it (8-byte fields), and its shape's
+ * __device__ function TGSELF_s<g>. */
+static void wave_table_shape(tg_sbuf *out, const wave_steps *ws, int g, const bool *vary, const tg_cuda_table *T,
+                             const char *steps, tg_param_ctx *ax) {
+  const tg_shape *R = group_shape(ws, g);
+  tg_sb_printf(out, "// tg_table%d: one entry per step of shape %d (steps %s), in block order, written by\n"
+                    "// the runtime where the buffers are (the manifest's \"tables\"): its first block, each\n"
+                    "// buffer's address and bytes (b0..), and the sizes that differ between the steps (n0..).\n",
+               g, g, steps);
+  tg_sb_printf(out, "struct TGSELF_e%d {\n  unsigned long long first;\n", g);
+  if (R->n_bufs) tg_sb_printf(out, "  tg_table_buf b[%d];\n", R->n_bufs);
+  if (T->n_lits) tg_sb_printf(out, "  long long n[%d];\n", T->n_lits);
+  tg_sb_printf(out, "};\nstatic_assert(sizeof(TGSELF_e%d) == %zu && alignof(TGSELF_e%d) == 8, "
+                    "\"the runtime writes 8-byte fields (cuda_plan.h: tg_cuda_table)\");\n\n",
+               g, tg_cuda_table_entry_bytes(T), g);
+  tg_sb_printf(out, "__device__ void TGSELF_s%d(", g);
+  tg_shape_params(out, R, vary, tg_emit_param_decl, ax);
+  tg_sb_puts(out, ") {\n");
+  tg_shape_body(out, R, vary);
+  tg_sb_puts(out, "}\n\n");
+}
+
+/* Every group's table (wi->tables), its shape's text into out, and its
+ * table parameter declared in sig. */
+static void wave_tables(tg_arena *a, const tg_lkernel *lk, const wave_steps *ws, tg_param_ctx *ax, wave_info *wi,
+                        tg_sbuf *out, tg_sbuf *sig) {
+  wi->tables = tg_alloc(a, sizeof *wi->tables * (size_t)ws->n_groups);
+  wi->n_tables = ws->n_groups;
+  for (int g = 0; g < ws->n_groups; g++) {
+    const tg_shape *R = group_shape(ws, g);
+    bool *vary = tg_xcalloc((size_t)R->n_lits + 1, 1);
+    for (int i = 0; i < ws->n; i++)
+      if (ws->group[i] == g) tg_shape_vary(R, &ws->S[i], vary);
+    tg_sbuf steps = {0};
+    wave_table_fill(a, lk, ws, g, vary, &wi->tables[g], &steps);
+    wave_table_shape(out, ws, g, vary, &wi->tables[g], tg_sb_text(&steps), ax);
+    tg_sb_printf(sig, "%sTG_ARG(const TGSELF_e%d) tg_table%d", sig->n ? ", " : "", g, g);
+    tg_sb_free(&steps);
+    free(vary);
+  }
+}
+
+/* The branches of the steps that run inline (no table: group < 0), in
+ * block order; *sep is " else " after the first branch. */
+static void inline_branches(tg_sbuf *out, const tg_lkernel *lk, const wave_steps *ws, const char **sep) {
+  for (int k = 0; k < ws->n; k++) {
+    int i = ws->order[k];
+    if (ws->group[i] >= 0) continue;
+    long long nb = tg_cuda_step_blocks(&lk->steps[ws->step_of[i]]);
+    tg_sb_printf(out, "%sif (blockIdx.x < %lldu) {  // step %d: %lld block%s\n", *sep, ws->first[i] + nb,
+                 ws->step_of[i], nb, nb == 1 ? "" : "s");
+    tg_sb_puts(out, ws->body[i]);
     tg_sb_puts(out, "  }");
     *sep = " else ";
   }
+}
+
+/* The branch of table g's steps: its block's entry, the entry's buffers
+ * as pointers, and the shape's function called with them and the entry's
+ * sizes. */
+static void table_branch(tg_sbuf *out, const tg_lkernel *lk, const wave_steps *ws, int g, const tg_cuda_table *T,
+                         tg_param_ctx *ax, const char **sep) {
+  const tg_cuda_table_entry *last = &T->entries[T->n_entries - 1];
+  long long end = last->first + tg_cuda_step_blocks(&lk->steps[last->step]);
+  tg_sb_printf(out, "%sif (blockIdx.x < %lldu) {  // %d steps of shape %d, blocks from %lld: tg_table%d's entries\n",
+               *sep, end, T->n_entries, g, T->entries[0].first, g);
+  tg_sb_printf(out, "    const TGSELF_e%d tg_e = tg_table%d[tg_table_find(tg_table%d, %d, blockIdx.x)];\n", g, g, g,
+               T->n_entries);
+  const tg_shape *R = group_shape(ws, g);
+  for (int b = 0; b < T->n_bufs; b++) {
+    const char *d = tg_emit_param_decl(ax, R->bufs[b]); /* "TG_ARG(const float)": the element type within */
+    tg_sb_printf(out, "    TG_TABLE_PTR(%.*s, tg_p%d, tg_e.b[%d]);\n", (int)strlen(d) - 8, d + 7, b, b);
+  }
+  tg_sb_printf(out, "    TGSELF_s%d(", g);
+  for (int b = 0; b < T->n_bufs; b++) tg_sb_printf(out, "%stg_p%d", b ? ", " : "", b);
+  for (int l = 0; l < T->n_lits; l++) tg_sb_printf(out, "%stg_e.n[%d]", T->n_bufs || l ? ", " : "", l);
+  tg_sb_puts(out, ");\n  }");
+  *sep = " else ";
 }
 
 /* Wave w of lk as one __global__ function named TGSELF: each launched
@@ -405,170 +594,29 @@ static void inline_branches(tg_sbuf *out, const tg_lkernel *lk, int n, const int
  * branch each, first; then each table's steps, in step order. */
 static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params, wave_info *wi) {
   memset(wi, 0, sizeof *wi);
-  int n = 0;
-  for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
-  char **body = tg_xcalloc((size_t)n + 1, sizeof *body);
-  tg_shape *S = tg_xcalloc((size_t)n + 1, sizeof *S);
-  int *group = tg_xcalloc((size_t)n + 1, sizeof *group);
-  int *step_of = tg_xcalloc((size_t)n + 1, sizeof *step_of);
-  int *order = tg_xcalloc((size_t)n + 1, sizeof *order);
-  long long *first = tg_xcalloc((size_t)n + 1, sizeof *first), blocks = 0;
-  for (int s = 0, i = 0; s < lk->n_steps; s++) {
-    const tg_step *st = &lk->steps[s];
-    if (st->wave != w || !tg_cuda_step_launched(st)) continue;
-    step_of[i] = s, first[i] = blocks, group[i] = -1;
-    blocks += tg_cuda_step_blocks(st);
-    i++;
-  }
-  render_bodies(p, lk, step_of, first, n, body);
-  arg_ctx ax = {a, p, lk};
-  int n_groups = 0;
-  for (int i = 0; i < n && n > 1; i++)
-    if (!tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) group[i] = -2;
-  for (int i = 0; i < n && n > 1; i++) {
-    if (group[i] != -1) continue;
-    int members = 0;
-    for (int j = i + 1; j < n; j++) members += group[j] == -1 && tg_shape_same(&S[i], &S[j]);
-    if (!members) continue;
-    for (int j = i; j < n; j++)
-      if (group[j] == -1 && tg_shape_same(&S[i], &S[j])) group[j] = n_groups;
-    n_groups++;
-  }
+  wave_steps ws;
+  wave_steps_collect(&ws, p, lk, w);
+  tg_param_ctx ax = {a, p, lk, TG_DIALECT_CUDA};
+  wave_steps_group(&ws, &ax);
   tg_sbuf out = {0};
-  if (!n_groups) {
+  const char *sep = "  ";
+  if (!ws.n_groups) {
     tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK, params);
-    const char *sep = "  ";
-    for (int i = 0; i < n; i++) order[i] = i;
-    inline_branches(&out, lk, n, order, group, step_of, first, body, &sep);
-    tg_sb_puts(&out, "\n}\n");
+    for (int i = 0; i < ws.n; i++) ws.order[i] = i;
+    inline_branches(&out, lk, &ws, &sep);
   } else {
-    /* the block order: steps of their own shape, then each table's steps */
-    int m = 0;
-    for (int i = 0; i < n; i++)
-      if (group[i] < 0) order[m++] = i;
-    for (int g = 0; g < n_groups; g++)
-      for (int i = 0; i < n; i++)
-        if (group[i] == g) order[m++] = i;
-    blocks = 0;
-    for (int k = 0; k < n; k++) {
-      int i = order[k];
-      body[i] = move_blocks(body[i], first[i], blocks);
-      first[i] = blocks, blocks += tg_cuda_step_blocks(&lk->steps[step_of[i]]);
-    }
-    /* again, with those blocks: a table step's first block is one of its literals */
-    for (int i = 0; i < n; i++) {
-      tg_shape_free(&S[i]);
-      if (group[i] >= 0 && !tg_shape_analyse(&S[i], body[i], arg_decl, &ax)) abort(); /* analysed before */
-    }
-    /* the buffers the inline steps name stay parameters */
-    bool *keep = tg_xcalloc((size_t)lk->n_args + 1, 1);
-    for (int i = 0; i < n; i++) {
-      if (group[i] >= 0) continue;
-      tg_shape any;
-      tg_shape_analyse(&any, body[i], any_decl, NULL);
-      for (int b = 0; b < any.n_bufs; b++) {
-        int x = tg_lkernel_arg(lk, any.bufs[b]);
-        if (x >= 0) keep[x] = true;
-      }
-      tg_shape_free(&any);
-    }
-    wi->args = tg_alloc(a, sizeof *wi->args * (size_t)(lk->n_args + 1));
-    wi->tables = tg_alloc(a, sizeof *wi->tables * (size_t)n_groups);
-    wi->n_tables = n_groups;
+    wave_steps_reorder(&ws, lk, &ax);
     tg_sbuf sig = {0};
-    for (int x = 0; x < lk->n_args; x++) {
-      if (!keep[x]) continue;
-      wi->args[wi->n_args++] = (tg_cuda_arg){lk->args[x], lk->arg_read[x], lk->arg_written[x]};
-      tg_sb_printf(&sig, "%s%s b%d", sig.n ? ", " : "", arg_decl(&ax, lk->args[x]), lk->args[x]);
-    }
-    free(keep);
-    for (int g = 0; g < n_groups; g++) {
-      int rep = -1, count = 0;
-      for (int i = 0; i < n; i++)
-        if (group[i] == g) count++, rep = rep < 0 ? i : rep;
-      const tg_shape *R = &S[rep];
-      bool *vary = tg_xcalloc((size_t)R->n_lits + 1, 1);
-      for (int i = 0; i < n; i++)
-        if (group[i] == g) tg_shape_vary(R, &S[i], vary);
-      int nl = 0;
-      for (int l = 0; l < R->n_lits; l++) nl += vary[l];
-      /* the table, as the runtime will fill it */
-      tg_cuda_table *T = &wi->tables[g];
-      T->param = tg_sprintf(a, "tg_table%d", g);
-      T->n_bufs = R->n_bufs, T->n_lits = nl, T->n_entries = count;
-      bool *rd = tg_alloc(a, (size_t)R->n_bufs + 1), *wr = tg_alloc(a, (size_t)R->n_bufs + 1);
-      for (int b = 0; b < R->n_bufs; b++) {
-        int x = tg_lkernel_arg(lk, R->bufs[b]);
-        if (x >= 0) rd[b] = lk->arg_read[x], wr[b] = lk->arg_written[x];
-      }
-      T->buf_read = rd, T->buf_written = wr;
-      T->entries = tg_alloc(a, sizeof *T->entries * (size_t)count);
-      tg_sbuf steps = {0};
-      for (int k = 0, e = 0; k < n; k++) {
-        int i = order[k];
-        if (group[i] != g) continue;
-        tg_cuda_table_entry *E = &T->entries[e++];
-        int *bufs = tg_alloc(a, sizeof(int) * (size_t)(S[i].n_bufs + 1));
-        int64_t *lits = tg_alloc(a, sizeof(int64_t) * (size_t)(nl + 1));
-        for (int b = 0; b < S[i].n_bufs; b++) bufs[b] = (int)S[i].bufs[b];
-        for (int l = 0, v = 0; l < S[i].n_lits; l++)
-          if (vary[l]) lits[v++] = tg_shape_lit(&S[i], l);
-        *E = (tg_cuda_table_entry){step_of[i], first[i], bufs, lits};
-        tg_sb_printf(&steps, "%s%d", steps.n ? ", " : "", step_of[i]);
-      }
-      /* its entry, as the kernel reads it: 8-byte fields */
-      tg_sb_printf(&out, "// tg_table%d: one entry per step of shape %d (steps %s), in block order, written by\n"
-                         "// the runtime where the buffers are (the manifest's \"tables\"): its first block, each\n"
-                         "// buffer's address and bytes (b0..), and the sizes that differ between the steps (n0..).\n",
-                   g, g, tg_sb_text(&steps));
-      tg_sb_printf(&out, "struct TGSELF_e%d {\n  unsigned long long first;\n", g);
-      if (R->n_bufs) tg_sb_printf(&out, "  tg_table_buf b[%d];\n", R->n_bufs);
-      if (nl) tg_sb_printf(&out, "  long long n[%d];\n", nl);
-      tg_sb_printf(&out, "};\nstatic_assert(sizeof(TGSELF_e%d) == %zu && alignof(TGSELF_e%d) == 8, "
-                         "\"the runtime writes 8-byte fields (cuda_plan.h: tg_cuda_table)\");\n\n",
-                   g, tg_cuda_table_entry_bytes(T), g);
-      tg_sb_printf(&out, "__device__ void TGSELF_s%d(", g);
-      tg_shape_params(&out, R, vary, arg_decl, &ax);
-      tg_sb_puts(&out, ") {\n");
-      tg_shape_body(&out, R, vary);
-      tg_sb_puts(&out, "}\n\n");
-      tg_sb_printf(&sig, "%sTG_ARG(const TGSELF_e%d) tg_table%d", sig.n ? ", " : "", g, g);
-      tg_sb_free(&steps);
-      free(vary);
-    }
+    wave_kept_args(a, lk, &ws, &ax, wi, &sig);
+    wave_tables(a, lk, &ws, &ax, wi, &out, &sig);
     tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK,
                  tg_sb_text(&sig));
     tg_sb_free(&sig);
-    const char *sep = "  ";
-    inline_branches(&out, lk, n, order, group, step_of, first, body, &sep);
-    for (int g = 0; g < n_groups; g++) {
-      const tg_cuda_table *T = &wi->tables[g];
-      const tg_cuda_table_entry *last = &T->entries[T->n_entries - 1];
-      long long end = last->first + tg_cuda_step_blocks(&lk->steps[last->step]);
-      tg_sb_printf(&out, "%sif (blockIdx.x < %lldu) {  // %d steps of shape %d, blocks from %lld: tg_table%d's entries\n",
-                   sep, end, T->n_entries, g, T->entries[0].first, g);
-      tg_sb_printf(&out, "    const TGSELF_e%d tg_e = tg_table%d[tg_table_find(tg_table%d, %d, blockIdx.x)];\n", g, g, g,
-                   T->n_entries);
-      const tg_shape *R = NULL;
-      for (int i = 0; i < n && !R; i++)
-        if (group[i] == g) R = &S[i];
-      for (int b = 0; b < T->n_bufs; b++) {
-        const char *d = arg_decl(&ax, R->bufs[b]); /* "TG_ARG(const float)": the element type within */
-        tg_sb_printf(&out, "    TG_TABLE_PTR(%.*s, tg_p%d, tg_e.b[%d]);\n", (int)strlen(d) - 8, d + 7, b, b);
-      }
-      tg_sb_printf(&out, "    TGSELF_s%d(", g);
-      for (int b = 0; b < T->n_bufs; b++) tg_sb_printf(&out, "%stg_p%d", b ? ", " : "", b);
-      for (int l = 0; l < T->n_lits; l++) tg_sb_printf(&out, "%stg_e.n[%d]", T->n_bufs || l ? ", " : "", l);
-      tg_sb_puts(&out, ");\n  }");
-      sep = " else ";
-    }
-    tg_sb_puts(&out, "\n}\n");
+    inline_branches(&out, lk, &ws, &sep);
+    for (int g = 0; g < ws.n_groups; g++) table_branch(&out, lk, &ws, g, &wi->tables[g], &ax, &sep);
   }
-  for (int i = 0; i < n; i++) {
-    free(body[i]);
-    tg_shape_free(&S[i]);
-  }
-  free(body), free(S), free(group), free(step_of), free(first), free(order);
+  tg_sb_puts(&out, "\n}\n");
+  wave_steps_free(&ws);
   char *text = tg_strdup(a, tg_sb_text(&out));
   tg_sb_free(&out);
   return text;
@@ -597,13 +645,8 @@ typedef struct ubuild {
 /* The unit of text (named TGSELF), added if new; its index. */
 static int add_unit(ubuild *B, const char *text, bool flash, const char *comment, const char *place) {
   tg_sbuf out = {0}, key = {0};
-  tg_canonical(text, &out, &key);
-  tg_sha256 h;
-  unsigned char d[32];
   char hex[TG_SHA256_HEX];
-  tg_sha256_init(&h);
-  tg_sha256_update(&h, key.s ? key.s : "", key.n);
-  tg_sha256_final(&h, d, hex);
+  tg_canonical_hash(text, &out, &key, hex);
   int u = 0;
   while (u < B->n && (strcmp(B->u[u].hex, hex) || strcmp(B->u[u].key, tg_sb_text(&key)))) u++;
   if (u == B->n) {
@@ -624,104 +667,133 @@ static int add_unit(ubuild *B, const char *text, bool flash, const char *comment
   return u;
 }
 
-tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan) {
-  const tg_graph *g = p->g;
-  ubuild B = {a, NULL, 0, 0};
-  /* the unit of each wave function (by kernel and wave) and flash step */
-  int **wave_unit = tg_alloc(a, sizeof *wave_unit * (size_t)(p->n_kernels + 1));
-  int **step_unit = tg_alloc(a, sizeof *step_unit * (size_t)(p->n_kernels + 1));
-  wave_info **waves = tg_alloc(a, sizeof *waves * (size_t)(p->n_kernels + 1));
+/* Which unit each launched function of the program is: per kernel, the
+ * unit of each wave's function and of each flash step (-1: none), and
+ * each wave's tables. */
+typedef struct unit_map {
+  int **wave_unit;
+  int **step_unit;
+  wave_info **waves;
+} unit_map;
+
+/* The units of kernel k's waves: one function each wave that launches a step. */
+static void wave_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan, int k, const char *comment,
+                       const char *params, unit_map *M) {
+  tg_arena *a = B->a;
+  const tg_lkernel *lk = &p->kernels[k];
+  const tg_kernel *K = &p->g->kernels[lk->kernel];
+  for (int w = 0; w < lk->n_waves; w++) {
+    M->wave_unit[k][w] = -1;
+    bool any = false;
+    for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
+    if (!any) continue;
+    const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
+                                   plan->where[k]);
+    M->wave_unit[k][w] = add_unit(B, wave_text(a, p, lk, w, params, &M->waves[k][w]), false, comment, place);
+  }
+}
+
+/* The units of kernel k's flash attention steps, and the suffixes of the
+ * __global__ functions each defines (flash.h: tg_flash_cuda_launches). */
+static void flash_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan, int k, const char *comment,
+                        unit_map *M) {
+  tg_arena *a = B->a;
+  const tg_lkernel *lk = &p->kernels[k];
+  const tg_kernel *K = &p->g->kernels[lk->kernel];
+  for (int s = 0; s < lk->n_steps; s++) {
+    const tg_step *st = &lk->steps[s];
+    M->step_unit[k][s] = -1;
+    if (st->kind != TG_STEP_FLASH_FWD && st->kind != TG_STEP_FLASH_BWD) continue;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) abort();
+    tg_flash_emit_cuda_kernels(f, "TGSELF", &st->flash, st->kind == TG_STEP_FLASH_BWD);
+    fclose(f);
+    const char *place = tg_sprintf(a, "%s: %s \"%s\" (%s)", st->fn, tg_kernel_kind_name(K->kind), K->name,
+                                   plan->where[k]);
+    int u = add_unit(B, text, true, comment, place);
+    free(text);
+    M->step_unit[k][s] = u;
+    if (!B->u[u].globals) {
+      tg_flash_launch fl[TG_FLASH_MAX_LAUNCHES];
+      int nl = tg_flash_cuda_launches(&st->flash, "TGSELF", st->kind == TG_STEP_FLASH_BWD, fl);
+      B->u[u].globals = tg_alloc(a, sizeof(char *) * (size_t)(nl + 1));
+      for (int i = 0; i < nl; i++) B->u[u].globals[B->u[u].n_globals++] = tg_strdup(a, fl[i].name + 6);
+    }
+  }
+}
+
+/* Every launched function of the program, as units into B and M. */
+static void collect_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan, unit_map *M) {
+  tg_arena *a = B->a;
+  M->wave_unit = tg_alloc(a, sizeof *M->wave_unit * (size_t)(p->n_kernels + 1));
+  M->step_unit = tg_alloc(a, sizeof *M->step_unit * (size_t)(p->n_kernels + 1));
+  M->waves = tg_alloc(a, sizeof *M->waves * (size_t)(p->n_kernels + 1));
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
-    const tg_kernel *K = &g->kernels[lk->kernel];
-    wave_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_waves + 1));
-    waves[k] = tg_alloc(a, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
-    memset(waves[k], 0, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
-    step_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_steps + 1));
+    M->wave_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_waves + 1));
+    M->waves[k] = tg_alloc(a, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
+    memset(M->waves[k], 0, sizeof(wave_info) * (size_t)(lk->n_waves + 1));
+    M->step_unit[k] = tg_alloc(a, sizeof(int) * (size_t)(lk->n_steps + 1));
     tg_sbuf cm = {0}, params = {0};
     tg_emit_kernel_comment(&cm, p, lk);
     tg_emit_params(&params, p, lk, TG_DIALECT_CUDA);
     const char *comment = tg_strdup(a, tg_sb_text(&cm));
-    for (int w = 0; w < lk->n_waves; w++) {
-      wave_unit[k][w] = -1;
-      bool any = false;
-      for (int s = 0; s < lk->n_steps; s++) any |= lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
-      if (!any) continue;
-      const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
-                                     plan->where[k]);
-      wave_unit[k][w] = add_unit(&B, wave_text(a, p, lk, w, tg_sb_text(&params), &waves[k][w]), false, comment, place);
-    }
-    for (int s = 0; s < lk->n_steps; s++) {
-      const tg_step *st = &lk->steps[s];
-      step_unit[k][s] = -1;
-      if (st->kind != TG_STEP_FLASH_FWD && st->kind != TG_STEP_FLASH_BWD) continue;
-      char *text = NULL;
-      size_t len = 0;
-      FILE *f = open_memstream(&text, &len);
-      if (!f) abort();
-      tg_flash_emit_cuda_kernels(f, "TGSELF", &st->flash, st->kind == TG_STEP_FLASH_BWD);
-      fclose(f);
-      const char *place = tg_sprintf(a, "%s: %s \"%s\" (%s)", st->fn, tg_kernel_kind_name(K->kind), K->name,
-                                     plan->where[k]);
-      int u = add_unit(&B, text, true, comment, place);
-      free(text);
-      step_unit[k][s] = u;
-      if (!B.u[u].globals) {
-        tg_flash_launch fl[TG_FLASH_MAX_LAUNCHES];
-        int nl = tg_flash_cuda_launches(&st->flash, "TGSELF", st->kind == TG_STEP_FLASH_BWD, fl);
-        B.u[u].globals = tg_alloc(a, sizeof(char *) * (size_t)(nl + 1));
-        for (int i = 0; i < nl; i++) B.u[u].globals[B.u[u].n_globals++] = tg_strdup(a, fl[i].name + 6);
-      }
-    }
+    wave_units(B, p, plan, k, comment, tg_sb_text(&params), M);
+    flash_units(B, p, plan, k, comment, M);
     tg_sb_free(&cm);
     tg_sb_free(&params);
   }
-  tg_cuda_kernels *ks = tg_alloc(a, sizeof *ks);
-  ks->units = tg_alloc(a, sizeof *ks->units * (size_t)(B.n + 1));
-  ks->n_units = B.n;
-  for (int u = 0; u < B.n; u++) {
-    unit_b *b = &B.u[u];
-    tg_cuda_unit *U = &ks->units[u];
-    U->name = tg_sprintf(a, "f_%.10s", b->hex);
-    /* 40 bits of the hash name a unit; two units sharing them (about one
-     * program in 10^9) take all 256 */
-    for (int v = 0; v < u; v++)
-      if (!strcmp(ks->units[v].name, U->name)) U->name = tg_sprintf(a, "f_%s", b->hex);
-    U->n_places = b->n_places;
-    tg_sbuf code = {0};
-    tg_sb_printf(&code, "// tg kernel: %s\n/* launched for %d place%s (the same code up to the buffers it is given):\n%s",
-                 U->name, b->n_places, b->n_places == 1 ? "" : "s", tg_sb_text(&b->places));
-    tg_sb_puts(&code, " * the first place's ops, by its graph numbers:\n */\n");
-    tg_sb_puts(&code, b->comment);
-    tg_sbuf body = {0};
-    tg_sb_printf(&body, "// tg kernel: %s\n", U->name);
-    tg_put_named(&body, b->code, U->name);
-    tg_sb_puts(&code, tg_sb_text(&body) + strlen("// tg kernel: ") + strlen(U->name) + 1);
-    U->code = tg_strdup(a, tg_sb_text(&code));
-    U->body = tg_strdup(a, tg_sb_text(&body));
-    tg_sb_free(&code);
-    tg_sb_free(&body);
-    if (b->flash) {
-      U->n_globals = b->n_globals;
-      U->globals = tg_alloc(a, sizeof(char *) * (size_t)(b->n_globals + 1));
-      for (int i = 0; i < b->n_globals; i++) U->globals[i] = tg_sprintf(a, "%s%s", U->name, b->globals[i]);
-    } else {
-      U->n_globals = 1;
-      U->globals = tg_alloc(a, sizeof(char *) * 2);
-      U->globals[0] = U->name;
-    }
-    free(b->key);
-    free(b->code);
-    tg_sb_free(&b->places);
+}
+
+/* Unit u of ks from what B gathered for it (then freed): its name, its
+ * text headed by its places, the body that is compiled, its globals. */
+static void finish_unit(tg_arena *a, unit_b *b, tg_cuda_kernels *ks, int u) {
+  tg_cuda_unit *U = &ks->units[u];
+  U->name = tg_sprintf(a, "f_%.10s", b->hex);
+  /* 40 bits of the hash name a unit; two units sharing them (about one
+   * program in 10^9) take all 256 */
+  for (int v = 0; v < u; v++)
+    if (!strcmp(ks->units[v].name, U->name)) U->name = tg_sprintf(a, "f_%s", b->hex);
+  U->n_places = b->n_places;
+  tg_sbuf code = {0};
+  tg_sb_printf(&code, "// tg kernel: %s\n/* launched for %d place%s (the same code up to the buffers it is given):\n%s",
+               U->name, b->n_places, b->n_places == 1 ? "" : "s", tg_sb_text(&b->places));
+  tg_sb_puts(&code, " * the first place's ops, by its graph numbers:\n */\n");
+  tg_sb_puts(&code, b->comment);
+  tg_sbuf body = {0};
+  tg_sb_printf(&body, "// tg kernel: %s\n", U->name);
+  tg_put_named(&body, b->code, U->name);
+  tg_sb_puts(&code, tg_sb_text(&body) + strlen("// tg kernel: ") + strlen(U->name) + 1);
+  U->code = tg_strdup(a, tg_sb_text(&code));
+  U->body = tg_strdup(a, tg_sb_text(&body));
+  tg_sb_free(&code);
+  tg_sb_free(&body);
+  if (b->flash) {
+    U->n_globals = b->n_globals;
+    U->globals = tg_alloc(a, sizeof(char *) * (size_t)(b->n_globals + 1));
+    for (int i = 0; i < b->n_globals; i++) U->globals[i] = tg_sprintf(a, "%s%s", U->name, b->globals[i]);
+  } else {
+    U->n_globals = 1;
+    U->globals = tg_alloc(a, sizeof(char *) * 2);
+    U->globals[0] = U->name;
   }
-  free(B.u);
-  /* every launch by its unit's function */
+  free(b->key);
+  free(b->code);
+  tg_sb_free(&b->places);
+}
+
+/* Every launch of plan by its unit's function; a wave launch with tables
+ * gets its buffer parameters and its tables. */
+static void name_launches(tg_arena *a, const tg_program *p, tg_cuda_plan *plan, const tg_cuda_kernels *ks,
+                          const unit_map *M) {
   for (int i = 0; i < plan->n_ops; i++) {
     tg_cuda_op *op = &plan->ops[i];
     if (op->kind != TG_CUDA_LAUNCH) continue;
     if (op->step < 0) {
-      const wave_info *wi = &waves[op->lkernel][op->wave];
-      op->launch.function = ks->units[wave_unit[op->lkernel][op->wave]].name;
+      const wave_info *wi = &M->waves[op->lkernel][op->wave];
+      op->launch.function = ks->units[M->wave_unit[op->lkernel][op->wave]].name;
       if (wi->n_tables) {
         op->launch.args = wi->args, op->launch.n_args = wi->n_args;
         op->launch.tables = wi->tables, op->launch.n_tables = wi->n_tables;
@@ -730,9 +802,21 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
     } else {
       const tg_step *st = &p->kernels[op->lkernel].steps[op->step];
       const char *suffix = op->launch.function + strlen(st->fn);
-      op->launch.function = tg_sprintf(a, "%s%s", ks->units[step_unit[op->lkernel][op->step]].name, suffix);
+      op->launch.function = tg_sprintf(a, "%s%s", ks->units[M->step_unit[op->lkernel][op->step]].name, suffix);
     }
   }
+}
+
+tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan) {
+  ubuild B = {a, NULL, 0, 0};
+  unit_map M;
+  collect_units(&B, p, plan, &M);
+  tg_cuda_kernels *ks = tg_alloc(a, sizeof *ks);
+  ks->units = tg_alloc(a, sizeof *ks->units * (size_t)(B.n + 1));
+  ks->n_units = B.n;
+  for (int u = 0; u < B.n; u++) finish_unit(a, &B.u[u], ks, u);
+  free(B.u);
+  name_launches(a, p, plan, ks, &M);
   size_t len = 0;
   char *text = NULL;
   FILE *f = open_memstream(&text, &len);

@@ -788,6 +788,106 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
   push_seg(c, (tg_segment){.loop = true, .text = body, .ordered = true});
 }
 
+/* The row cache: CUDA nests that reduce a row (one block a row) and walk
+ * it more than once keep it in registers, or in shared memory when it is
+ * long. */
+static void choose_row_cache(const emitter *e, tg_nest_code *out) {
+  const tg_nest *N = &e->st->nest;
+  bool reduces = false;
+  for (int w = 0; w < N->n_sweeps; w++) reduces |= N->sweeps[w].n_reduce > 0;
+  if (e->d == TG_DIALECT_CUDA && e->st->kind == TG_STEP_NEST && reduces && N->n_sweeps > 1 &&
+      !tg_cuda_column_nest(e->st)) {
+    int64_t steps = (N->inner_count + 255) / 256;
+    out->row_cache = steps <= TG_ROW_CACHE_MAX_STEPS ? TG_ROW_CACHE_REGS : TG_ROW_CACHE_SHARED;
+    out->row_regs = out->row_cache == TG_ROW_CACHE_REGS ? (int)steps : 0;
+  }
+}
+
+/* The reductions sweep S folds in, each with the value it folds (NULL
+ * when none). */
+static tg_reduction *sweep_reductions(emitter *e, const tg_sweep *S) {
+  const tg_nest *N = &e->st->nest;
+  tg_reduction *red = S->n_reduce ? calloc((size_t)S->n_reduce, sizeof *red) : NULL;
+  for (int r = 0; r < S->n_reduce; r++) {
+    const tg_node *rn = e->g->nodes[S->reduce[r]];
+    const tg_node *in = rn->in[0];
+    val v = value_at(e, in, canon(e, &in->type), 2);
+    /* inner axes along which the input is broadcast: count it once */
+    tg_sbuf g = {0};
+    for (int a = 0; a < N->dom.rank; a++)
+      if ((N->inner >> a & 1) && N->dom.dim[a].size > 1 && !tg_varies(&in->type, &N->dom, a))
+        tg_sb_printf(&g, "%si%d == 0", g.n ? " && " : "", a);
+    bool is_max = rn->op == TG_OP_max;
+    const char *x = v.s;
+    if (g.n) x = tg_sprintf(e->arena, "((%s) ? %s : %s)", g.s, v.s, is_max ? "(-tg_inf())" : "0.0f");
+    tg_sb_free(&g);
+    red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype), narrow_round(rn->type.dtype)};
+  }
+  return red;
+}
+
+/* A row-group nest's column sums folded in sweep w (lower.h), *n_col of
+ * them (NULL when none). */
+static tg_reduction *sweep_column_sums(emitter *e, int w, int *n_col) {
+  const tg_nest *N = &e->st->nest;
+  *n_col = 0;
+  for (int k = 0; k < N->n_colsum; k++) *n_col += N->colsum_sweep[k] == w + 1;
+  tg_reduction *col = *n_col ? calloc((size_t)*n_col, sizeof *col) : NULL;
+  for (int k = 0, m = 0; k < N->n_colsum; k++) {
+    if (N->colsum_sweep[k] != w + 1) continue;
+    const tg_node *cn = e->g->nodes[N->colsum[k]], *x = cn->in[0]->in[0];
+    val v = value_at(e, x, canon(e, &x->type), 2);
+    col[m++] = (tg_reduction){cn->id, false, v.s, tg_compute_ctype(cn->type.dtype), narrow_round(cn->type.dtype)};
+  }
+  return col;
+}
+
+/* Sweep w as a loop segment after the outer statements it needs; its
+ * reductions are then t<N> at the outer level. */
+static void sweep_code(emitter *e, tg_nest_code *out, int w) {
+  const tg_sweep *S = &e->st->nest.sweeps[w];
+  e->in_loop = true;
+  e->sweep = w + 1;
+  memo_clear(e, 2);
+  tg_reduction *red = sweep_reductions(e, S);
+  int n_col;
+  tg_reduction *col = sweep_column_sums(e, w, &n_col);
+  for (e->lane = 0; e->lane < e->vec; e->lane++) {
+    if (e->lane) memo_clear(e, 2);
+    for (int k = 0; k < S->n_store; k++) store(e, e->g->nodes[S->store[k]], 2, &e->buf[2]);
+  }
+  e->lane = 0;
+  e->n_v = 0;
+  e->in_loop = false;
+  e->sweep = 0;
+  char *body = tg_sb_take(&e->buf[2]);
+  flush_outer(e, out);
+  e->seg_of_sweep[w + 1] = out->n_seg;
+  push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce, .col = col, .n_col = n_col});
+  for (int r = 0; r < S->n_reduce; r++) memo_set(e, 1, S->reduce[r], tg_sprintf(e->arena, "t%d", S->reduce[r]));
+}
+
+/* After the sweeps: the post stores, whose values join the outer
+ * statements (every thread computes them) while the stores themselves go
+ * to post_only (one does), and a row-group nest's column sums, stored
+ * once per group at [tg_g, j]. */
+static void post_code(emitter *e, tg_nest_code *out) {
+  const tg_nest *N = &e->st->nest;
+  e->in_loop = false;
+  tg_sbuf post = {0};
+  for (int k = 0; k < N->n_post; k++) store(e, e->g->nodes[N->post[k]], 1, &post);
+  flush_outer(e, out);
+  out->post_only = tg_sb_take(&post);
+  tg_sbuf cs = {0};
+  for (int k = 0; k < N->n_colsum; k++) {
+    const tg_node *cn = e->g->nodes[N->colsum[k]];
+    tg_sb_printf(&cs, "b%d[(tg_idx)tg_g * %lld + j] = %s;\n", cn->id, (long long)N->inner_count,
+                 store_conv(e, cn->type.dtype, tg_sprintf(e->arena, "col%d[j]", cn->id)));
+    note_elements(e, cn->id, 0, tg_type_numel(&cn->type), 0, true);
+  }
+  out->col_store = tg_sb_take(&cs);
+}
+
 void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d, tg_nest_code *out) {
   memset(out, 0, sizeof *out);
   emitter e = {.p = p, .g = p->g, .lk = lk, .st = &lk->steps[s], .step = s, .d = d, .out = out};
@@ -799,15 +899,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   for (int k = 0; k < MAXD; k++) e.memo[k] = scratch.memo[k];
   e.dep_red = scratch.dep_red;
   const tg_nest *N = &e.st->nest;
-  /* the row cache: CUDA nests that reduce a row (one block a row) and walk
-   * it more than once */
-  bool reduces = false;
-  for (int w = 0; w < N->n_sweeps; w++) reduces |= N->sweeps[w].n_reduce > 0;
-  if (d == TG_DIALECT_CUDA && e.st->kind == TG_STEP_NEST && reduces && N->n_sweeps > 1 && !tg_cuda_column_nest(e.st)) {
-    int64_t steps = (N->inner_count + 255) / 256;
-    out->row_cache = steps <= TG_ROW_CACHE_MAX_STEPS ? TG_ROW_CACHE_REGS : TG_ROW_CACHE_SHARED;
-    out->row_regs = out->row_cache == TG_ROW_CACHE_REGS ? (int)steps : 0;
-  }
+  choose_row_cache(&e, out);
   e.def_sweep = scratch.def_sweep;
   e.cache_slot = scratch.cache_slot;
   e.seg_of_sweep = tg_xcalloc((size_t)N->n_sweeps + 2, sizeof *e.seg_of_sweep);
@@ -819,67 +911,8 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   if (e.st->kind == TG_STEP_SCATTER) {
     scatter_code(&e, out);
   } else {
-    for (int w = 0; w < N->n_sweeps; w++) {
-      const tg_sweep *S = &N->sweeps[w];
-      e.in_loop = true;
-      e.sweep = w + 1;
-      memo_clear(&e, 2);
-      tg_reduction *red = S->n_reduce ? calloc((size_t)S->n_reduce, sizeof *red) : NULL;
-      for (int r = 0; r < S->n_reduce; r++) {
-        const tg_node *rn = p->g->nodes[S->reduce[r]];
-        const tg_node *in = rn->in[0];
-        val v = value_at(&e, in, canon(&e, &in->type), 2);
-        /* inner axes along which the input is broadcast: count it once */
-        tg_sbuf g = {0};
-        for (int a = 0; a < N->dom.rank; a++)
-          if ((N->inner >> a & 1) && N->dom.dim[a].size > 1 && !tg_varies(&in->type, &N->dom, a))
-            tg_sb_printf(&g, "%si%d == 0", g.n ? " && " : "", a);
-        bool is_max = rn->op == TG_OP_max;
-        const char *x = v.s;
-        if (g.n) x = tg_sprintf(e.arena, "((%s) ? %s : %s)", g.s, v.s, is_max ? "(-tg_inf())" : "0.0f");
-        tg_sb_free(&g);
-        red[r] = (tg_reduction){rn->id, is_max, x, tg_compute_ctype(rn->type.dtype), narrow_round(rn->type.dtype)};
-      }
-      /* a row-group nest's column sums folded in this sweep (lower.h) */
-      int n_col = 0;
-      for (int k = 0; k < N->n_colsum; k++) n_col += N->colsum_sweep[k] == w + 1;
-      tg_reduction *col = n_col ? calloc((size_t)n_col, sizeof *col) : NULL;
-      for (int k = 0, m = 0; k < N->n_colsum; k++) {
-        if (N->colsum_sweep[k] != w + 1) continue;
-        const tg_node *cn = p->g->nodes[N->colsum[k]], *x = cn->in[0]->in[0];
-        val v = value_at(&e, x, canon(&e, &x->type), 2);
-        col[m++] = (tg_reduction){cn->id, false, v.s, tg_compute_ctype(cn->type.dtype), narrow_round(cn->type.dtype)};
-      }
-      for (e.lane = 0; e.lane < e.vec; e.lane++) {
-        if (e.lane) memo_clear(&e, 2);
-        for (int k = 0; k < S->n_store; k++) store(&e, p->g->nodes[S->store[k]], 2, &e.buf[2]);
-      }
-      e.lane = 0;
-      e.n_v = 0;
-      e.in_loop = false;
-      e.sweep = 0;
-      char *body = tg_sb_take(&e.buf[2]);
-      flush_outer(&e, out);
-      e.seg_of_sweep[w + 1] = out->n_seg;
-      push_seg(out, (tg_segment){.loop = true, .text = body, .red = red, .n_red = S->n_reduce, .col = col, .n_col = n_col});
-      for (int r = 0; r < S->n_reduce; r++) memo_set(&e, 1, S->reduce[r], tg_sprintf(e.arena, "t%d", S->reduce[r]));
-    }
-    e.in_loop = false;
-    /* post stores: their values join the outer statements (every thread
-     * computes them), the stores themselves go to post_only (one does) */
-    tg_sbuf post = {0};
-    for (int k = 0; k < N->n_post; k++) store(&e, p->g->nodes[N->post[k]], 1, &post);
-    flush_outer(&e, out);
-    out->post_only = tg_sb_take(&post);
-    /* a row-group nest's column sums, once per group at [tg_g, j] */
-    tg_sbuf cs = {0};
-    for (int k = 0; k < N->n_colsum; k++) {
-      const tg_node *cn = p->g->nodes[N->colsum[k]];
-      tg_sb_printf(&cs, "b%d[(tg_idx)tg_g * %lld + j] = %s;\n", cn->id, (long long)N->inner_count,
-                   store_conv(&e, cn->type.dtype, tg_sprintf(e.arena, "col%d[j]", cn->id)));
-      note_elements(&e, cn->id, 0, tg_type_numel(&cn->type), 0, true);
-    }
-    out->col_store = tg_sb_take(&cs);
+    for (int w = 0; w < N->n_sweeps; w++) sweep_code(&e, out, w);
+    post_code(&e, out);
   }
   out->uniform = tg_sb_take(&e.buf[0]);
   out->cache_decl = tg_sb_take(&e.decl);
@@ -932,21 +965,44 @@ void tg_nest_code_free(tg_nest_code *c) {
   memset(c, 0, sizeof *c);
 }
 
+void tg_emit_lines(FILE *out, const char *text, const char *indent) {
+  for (const char *l = text; l && *l;) {
+    const char *nl = strchr(l, '\n');
+    size_t len = nl ? (size_t)(nl - l) : strlen(l);
+    fprintf(out, "%s%.*s\n", indent, (int)len, l);
+    l = nl ? nl + 1 : NULL;
+  }
+}
+
 /* ---- parameters and comments ------------------------------------------------ */
+
+/* The type of a parameter: CUDA's TG_ARG(T) is T *__restrict__ on the GPU
+ * and a checked pointer on the emulated device (flash.h:
+ * tg_cuda_emit_memory_macros); inputs are const. */
+static void put_param_type(tg_sbuf *b, tg_dialect d, bool written, tg_dtype dtype) {
+  if (d == TG_DIALECT_CUDA) tg_sb_printf(b, "TG_ARG(%s%s)", written ? "" : "const ", tg_storage_ctype(dtype));
+  else tg_sb_printf(b, "%s%s *restrict", written ? "" : "const ", tg_storage_ctype(dtype));
+}
 
 void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d) {
   for (int a = 0; a < lk->n_args; a++) {
     const tg_node *n = p->g->nodes[lk->args[a]];
-    /* CUDA: TG_ARG(T) is T *__restrict__ on the GPU and a checked pointer
-     * on the emulated device (flash.h: tg_cuda_emit_memory_macros) */
-    if (d == TG_DIALECT_CUDA)
-      tg_sb_printf(b, "%sTG_ARG(%s%s) b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
-                   tg_storage_ctype(n->type.dtype), n->id);
-    else
-      tg_sb_printf(b, "%s%s%s *restrict b%d", a ? ", " : "", lk->arg_written[a] ? "" : "const ",
-                   tg_storage_ctype(n->type.dtype), n->id);
+    if (a) tg_sb_puts(b, ", ");
+    put_param_type(b, d, lk->arg_written[a], n->type.dtype);
+    tg_sb_printf(b, " b%d", n->id);
   }
   if (!lk->n_args) tg_sb_printf(b, "void");
+}
+
+const char *tg_emit_param_decl(void *ctx, long node) {
+  const tg_param_ctx *x = ctx;
+  int i = tg_lkernel_arg(x->lk, node);
+  if (i < 0) return NULL;
+  tg_sbuf b = {0};
+  put_param_type(&b, x->d, x->lk->arg_written[i], x->p->g->nodes[node]->type.dtype);
+  const char *decl = tg_strdup(x->a, tg_sb_text(&b));
+  tg_sb_free(&b);
+  return decl;
 }
 
 static const char *short_file(const char *f) {

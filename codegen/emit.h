@@ -20,6 +20,8 @@
 #ifndef TG_EMIT_H
 #define TG_EMIT_H
 
+#include <stdio.h>
+
 #include "lower.h"
 #include "sbuf.h"
 
@@ -135,9 +137,25 @@ void tg_nest_code_free(tg_nest_code *c);
  * CUDA (flash.h: tg_cuda_emit_memory_macros), "float *restrict b12, ..." in
  * C (pointers to every base value it touches; inputs const). */
 void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d);
+/* What tg_emit_param_decl needs: the kernel whose parameters it declares,
+ * the dialect, and the arena the declarations live in. */
+typedef struct tg_param_ctx {
+  tg_arena *a;
+  const tg_program *p;
+  const tg_lkernel *lk;
+  tg_dialect d;
+} tg_param_ctx;
+/* The type buffer b<node> has as one of lk's parameters, without its name
+ * ("TG_ARG(const float)" in CUDA, "const float *restrict" in C), or NULL
+ * when b<node> is not one: a tg_buf_decl (canon.h) whose ctx is a
+ * tg_param_ctx. */
+const char *tg_emit_param_decl(void *ctx, long node);
 /* A comment naming the kernel, its kind and the ops it fuses with their
  * .tg lines. */
 void tg_emit_kernel_comment(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk);
+/* Each line of text (statements from tg_nest_code) printed with indent
+ * before it; NULL prints nothing. */
+void tg_emit_lines(FILE *out, const char *text, const char *indent);
 /* A float literal that reads back exactly ("0.5f", "-tg_inf()"). */
 void tg_emit_float(tg_sbuf *b, double v);
 

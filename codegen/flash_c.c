@@ -158,6 +158,67 @@ static void emit_exp(FILE *f, const char *fn) {
           fn);
 }
 
+/* ---- loops both directions share -------------------------------------------- */
+
+/* An OpenMP loop over (batch, head, query tile) tasks, the last query
+ * tiles first (they see the most keys); why, a comment line or "", says
+ * so. */
+static void query_tile_tasks(FILE *f, const char *why) {
+  fprintf(f,
+          "#pragma omp parallel for schedule(dynamic, 1)\n"
+          "  for (long long task = 0; task < (long long)NB * NH * NQT; task++) {\n"
+          "%s"
+          "    const long long bh = task %% (NB * NH), b = bh / NH, h = bh %% NH;\n"
+          "    const long long i0 = (NQT - 1 - task / (NB * NH)) * BQ;\n"
+          "    const int nq = T - i0 < BQ ? (int)(T - i0) : BQ;\n",
+          why);
+}
+
+/* The per-head pointers of what a loop reads: q, k, v and, backward, o,
+ * lse and dout. */
+static void input_head_ptrs(FILE *f, const tg_flash_shape *s, bool bwd) {
+  head_ptr(f, "const ", "q", &s->q);
+  head_ptr(f, "const ", "k", &s->k);
+  head_ptr(f, "const ", "v", &s->v);
+  if (!bwd) return;
+  head_ptr(f, "const ", "o", &s->o);
+  head_ptr(f, "const ", "lse", &s->lse);
+  head_ptr(f, "const ", "dout", &s->dout);
+}
+
+/* Inside a query tile task: the key tiles up to its last row, nk keys in each. */
+static void key_tiles_to_diagonal(FILE *f) {
+  fprintf(f, "    for (long long j0 = 0; j0 < i0 + nq; j0 += BK) {\n"
+             "      const int nk = T - j0 < BK ? (int)(T - j0) : BK;\n");
+}
+
+/* Inside a key tile: each row r of the query tile that sees some of its
+ * keys, the first nc of them. */
+static void causal_rows(FILE *f) {
+  fprintf(f, "      for (int r = 0; r < nq; r++) {\n"
+             "        const long long i = i0 + r;\n"
+             "        if (i < j0) continue;\n"
+             "        const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n");
+}
+
+/* The backward's scores s = q_i k^T and dp = do_i v^T of one query row
+ * (q_i[d] is q, do_i[d] is dout) against a key tile, unscaled. */
+static void bwd_scores(FILE *f, const char *in, const char *q, const char *dout) {
+  fprintf(f,
+          "%sfor (int c = 0; c < BK; c++) {\n"
+          "%s  s[c] = 0.0f;\n"
+          "%s  dp[c] = 0.0f;\n"
+          "%s}\n"
+          "%sfor (int d = 0; d < D; d++) {\n"
+          "%s  const float x = %s, y = %s;\n"
+          "%s  for (int c = 0; c < BK; c++) {\n"
+          "%s    s[c] += x * kt[d][c];\n"
+          "%s    dp[c] += y * vt[d][c];\n"
+          "%s  }\n"
+          "%s}\n",
+          in, in, in, in, in, in, q, dout, in, in, in, in, in);
+}
+
 /* ---- forward --------------------------------------------------------------- */
 
 void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
@@ -176,16 +237,8 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   fprintf(f, "void %s(const %s *q, const %s *k, const %s *v, %s *o, %s *lse) {\n", fn, ptype(&s->q),
           ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse));
   emit_consts(f, s, false);
-  fprintf(f,
-          "#pragma omp parallel for schedule(dynamic, 1)\n"
-          "  for (long long task = 0; task < (long long)NB * NH * NQT; task++) {\n"
-          "    /* the last query tiles see the most keys: hand them out first */\n"
-          "    const long long bh = task %% (NB * NH), b = bh / NH, h = bh %% NH;\n"
-          "    const long long i0 = (NQT - 1 - task / (NB * NH)) * BQ;\n"
-          "    const int nq = T - i0 < BQ ? (int)(T - i0) : BQ;\n");
-  head_ptr(f, "const ", "q", &s->q);
-  head_ptr(f, "const ", "k", &s->k);
-  head_ptr(f, "const ", "v", &s->v);
+  query_tile_tasks(f, "    /* the last query tiles see the most keys: hand them out first */\n");
+  input_head_ptrs(f, s, false);
   head_ptr(f, "", "o", &s->o);
   head_ptr(f, "", "lse", &s->lse);
   fprintf(f,
@@ -197,20 +250,17 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "      }\n"
           "      m[r] = -3.402823466e+38f; /* -FLT_MAX: exp(m - max) is 0 on the first tile */\n"
           "      l[r] = 0.0f;\n"
-          "    }\n"
-          "    for (long long j0 = 0; j0 < i0 + nq; j0 += BK) {\n"
-          "      const int nk = T - j0 < BK ? (int)(T - j0) : BK;\n"
+          "    }\n",
+          ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"));
+  key_tiles_to_diagonal(f);
+  fprintf(f,
           "      for (int c = 0; c < BK; c++)\n"
           "        for (int d = 0; d < D; d++) kt[d][c] = c < nk ? %s : 0.0f;\n"
           "      for (int c = 0; c < nk; c++)\n"
           "        for (int d = 0; d < D; d++) vt[c][d] = %s;\n",
-          ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"), ld(b, sizeof b, fn, "k", &s->k, "j0 + c", "d"),
-          ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"));
+          ld(b, sizeof b, fn, "k", &s->k, "j0 + c", "d"), ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"));
+  causal_rows(f);
   fprintf(f,
-          "      for (int r = 0; r < nq; r++) {\n"
-          "        const long long i = i0 + r;\n"
-          "        if (i < j0) continue;\n"
-          "        const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
           "        for (int c = 0; c < BK; c++) s[c] = 0.0f;\n"
           "        for (int d = 0; d < D; d++) {\n"
           "          const float x = qt[r][d];\n"
@@ -249,27 +299,10 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
 
 /* ---- backward -------------------------------------------------------------- */
 
-void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
-  fprintf(f,
-          "/* flash attention backward (tg codegen/flash_c.c): nb=%" PRId64 " nh=%" PRId64
-          " T=%" PRId64 " D=%" PRId64 ".\n"
-          " * With P = exp(scale q k^T - lse) (causal) recomputed and Di = do_i . o_i:\n"
-          " * dS = P .* (do v^T - Di), dq = scale dS k, dk = scale dS^T q, dv = P^T do.\n"
-          " * dk, dv by key tile, then dq by query tile: each element summed by one thread. */\n",
-          s->nb, s->nh, s->T, s->D);
-  if (refuse(f, fn, s)) return;
-  const tg_flash_operand *ops[] = {&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout, &s->dq, &s->dk, &s->dv};
-  emit_helpers(f, fn, ops, 9);
+/* The backward's first loop: dk and dv by key tile, each task visiting
+ * every query row at or after its first key. */
+static void emit_bwd_dk_dv(FILE *f, const char *fn, const tg_flash_shape *s) {
   char a[512], b[512], c[512], d[512];
-  emit_exp(f, fn);
-  fprintf(f,
-          "void %s(const %s *q, const %s *k, const %s *v, const %s *o, const %s *lse, const %s *dout,\n"
-          "        %s *dq, %s *dk, %s *dv) {\n",
-          fn, ptype(&s->q), ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse), ptype(&s->dout),
-          ptype(&s->dq), ptype(&s->dk), ptype(&s->dv));
-  emit_consts(f, s, true);
-
-  /* dk, dv */
   fprintf(f,
           "#pragma omp parallel for schedule(dynamic, 1)\n"
           "  for (long long task = 0; task < (long long)NB * NH * NKT; task++) {\n"
@@ -277,12 +310,7 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "    const long long bh = task %% (NB * NH), b = bh / NH, h = bh %% NH;\n"
           "    const long long j0 = task / (NB * NH) * BK;\n"
           "    const int nk = T - j0 < BK ? (int)(T - j0) : BK;\n");
-  head_ptr(f, "const ", "q", &s->q);
-  head_ptr(f, "const ", "k", &s->k);
-  head_ptr(f, "const ", "v", &s->v);
-  head_ptr(f, "const ", "o", &s->o);
-  head_ptr(f, "const ", "lse", &s->lse);
-  head_ptr(f, "const ", "dout", &s->dout);
+  input_head_ptrs(f, s, true);
   head_ptr(f, "", "dk", &s->dk);
   head_ptr(f, "", "dv", &s->dv);
   fprintf(f,
@@ -306,18 +334,8 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "      const float li = %s;\n",
           ld(a, sizeof a, fn, "q", &s->q, "i", "d"), ld(b, sizeof b, fn, "dout", &s->dout, "i", "d"),
           ld(c, sizeof c, fn, "o", &s->o, "i", "d"), ld(d, sizeof d, fn, "lse", &s->lse, "i", NULL));
+  bwd_scores(f, "      ", "qr[d]", "dr[d]");
   fprintf(f,
-          "      for (int c = 0; c < BK; c++) {\n"
-          "        s[c] = 0.0f;\n"
-          "        dp[c] = 0.0f;\n"
-          "      }\n"
-          "      for (int d = 0; d < D; d++) {\n"
-          "        const float x = qr[d], y = dr[d];\n"
-          "        for (int c = 0; c < BK; c++) {\n"
-          "          s[c] += x * kt[d][c];\n"
-          "          dp[c] += y * vt[d][c];\n"
-          "        }\n"
-          "      }\n"
           "      const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
           "      for (int c = 0; c < nc; c++) s[c] = %s_exp(scale * s[c] - li);\n"
           "      for (int c = 0; c < nc; c++) {\n"
@@ -334,20 +352,14 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   st(f, "        ", fn, "dk", &s->dk, "j0 + c", "d", "scale * dka[c][d]");
   st(f, "        ", fn, "dv", &s->dv, "j0 + c", "d", "dva[c][d]");
   fprintf(f, "      }\n  }\n");
+}
 
-  /* dq */
-  fprintf(f,
-          "#pragma omp parallel for schedule(dynamic, 1)\n"
-          "  for (long long task = 0; task < (long long)NB * NH * NQT; task++) {\n"
-          "    const long long bh = task %% (NB * NH), b = bh / NH, h = bh %% NH;\n"
-          "    const long long i0 = (NQT - 1 - task / (NB * NH)) * BQ;\n"
-          "    const int nq = T - i0 < BQ ? (int)(T - i0) : BQ;\n");
-  head_ptr(f, "const ", "q", &s->q);
-  head_ptr(f, "const ", "k", &s->k);
-  head_ptr(f, "const ", "v", &s->v);
-  head_ptr(f, "const ", "o", &s->o);
-  head_ptr(f, "const ", "lse", &s->lse);
-  head_ptr(f, "const ", "dout", &s->dout);
+/* The backward's second loop: dq by query tile, each task visiting the
+ * key tiles up to its last row. */
+static void emit_bwd_dq(FILE *f, const char *fn, const tg_flash_shape *s) {
+  char a[512], b[512], c[512], d[512];
+  query_tile_tasks(f, "");
+  input_head_ptrs(f, s, true);
   head_ptr(f, "", "dq", &s->dq);
   fprintf(f,
           "    float qt[BQ][D], dt[BQ][D], dqa[BQ][D], di[BQ], li[BQ], kt[D][BK], vt[D][BK], kr[BK][D];\n"
@@ -364,9 +376,8 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "    }\n",
           ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"), ld(b, sizeof b, fn, "dout", &s->dout, "i0 + r", "d"),
           ld(c, sizeof c, fn, "o", &s->o, "i0 + r", "d"), ld(d, sizeof d, fn, "lse", &s->lse, "i0 + r", NULL));
+  key_tiles_to_diagonal(f);
   fprintf(f,
-          "    for (long long j0 = 0; j0 < i0 + nq; j0 += BK) {\n"
-          "      const int nk = T - j0 < BK ? (int)(T - j0) : BK;\n"
           "      for (int c = 0; c < BK; c++)\n"
           "        for (int d = 0; d < D; d++) {\n"
           "          const float x = c < nk ? %s : 0.0f;\n"
@@ -375,22 +386,9 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "          vt[d][c] = c < nk ? %s : 0.0f;\n"
           "        }\n",
           ld(a, sizeof a, fn, "k", &s->k, "j0 + c", "d"), ld(b, sizeof b, fn, "v", &s->v, "j0 + c", "d"));
+  causal_rows(f);
+  bwd_scores(f, "        ", "qt[r][d]", "dt[r][d]");
   fprintf(f,
-          "      for (int r = 0; r < nq; r++) {\n"
-          "        const long long i = i0 + r;\n"
-          "        if (i < j0) continue;\n"
-          "        const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
-          "        for (int c = 0; c < BK; c++) {\n"
-          "          s[c] = 0.0f;\n"
-          "          dp[c] = 0.0f;\n"
-          "        }\n"
-          "        for (int d = 0; d < D; d++) {\n"
-          "          const float x = qt[r][d], y = dt[r][d];\n"
-          "          for (int c = 0; c < BK; c++) {\n"
-          "            s[c] += x * kt[d][c];\n"
-          "            dp[c] += y * vt[d][c];\n"
-          "          }\n"
-          "        }\n"
           "        for (int c = 0; c < nc; c++) s[c] = %s_exp(scale * s[c] - li[r]);\n"
           "        for (int c = 0; c < nc; c++) {\n"
           "          const float p = s[c], ds = p * (dp[c] - di[r]);\n"
@@ -403,4 +401,26 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           fn);
   st(f, "        ", fn, "dq", &s->dq, "i0 + r", "d", "scale * dqa[r][d]");
   fprintf(f, "      }\n  }\n}\n");
+}
+
+void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
+  fprintf(f,
+          "/* flash attention backward (tg codegen/flash_c.c): nb=%" PRId64 " nh=%" PRId64
+          " T=%" PRId64 " D=%" PRId64 ".\n"
+          " * With P = exp(scale q k^T - lse) (causal) recomputed and Di = do_i . o_i:\n"
+          " * dS = P .* (do v^T - Di), dq = scale dS k, dk = scale dS^T q, dv = P^T do.\n"
+          " * dk, dv by key tile, then dq by query tile: each element summed by one thread. */\n",
+          s->nb, s->nh, s->T, s->D);
+  if (refuse(f, fn, s)) return;
+  const tg_flash_operand *ops[] = {&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout, &s->dq, &s->dk, &s->dv};
+  emit_helpers(f, fn, ops, 9);
+  emit_exp(f, fn);
+  fprintf(f,
+          "void %s(const %s *q, const %s *k, const %s *v, const %s *o, const %s *lse, const %s *dout,\n"
+          "        %s *dq, %s *dk, %s *dv) {\n",
+          fn, ptype(&s->q), ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse), ptype(&s->dout),
+          ptype(&s->dq), ptype(&s->dk), ptype(&s->dv));
+  emit_consts(f, s, true);
+  emit_bwd_dk_dv(f, fn, s);
+  emit_bwd_dq(f, fn, s);
 }

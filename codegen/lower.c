@@ -1123,91 +1123,98 @@ static void replan(lowerer *L) {
 
 /* ---- the program --------------------------------------------------------- */
 
-static void lower_kernel(lowerer *L, int k) {
+/* Makes step s own every node of matmul kernel K except the product mm
+ * that no earlier step (its pack step) owns. */
+static void own_all_but_product(lowerer *L, const tg_kernel *K, const tg_node *mm, int s) {
+  for (int i = 0; i < K->n_nodes; i++)
+    if (K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0) own(L, s, K->nodes[i]);
+}
+
+/* product + bias is the GEMM's (fold_bias): no epilogue. */
+static void gemm_takes_bias(lowerer *L, const tg_kernel *K, const tg_node *mm, int k) {
+  tg_step *st = &L->steps[L->n_steps - 1];
+  const tg_node *e = L->g->nodes[L->bias_add[k]];
+  st->gemm.out = e->id;
+  st->gemm.bias = tg_kernel_base(e->in[0] == mm ? e->in[1] : e->in[0])->id;
+  L->stored[mm->id] = false;
+  if (L->gelu_out[k] >= 0) {
+    /* GELU_AUX_BIAS: D is the GELU, aux the add; the GELU's other ops
+     * are the GEMM's too (readers elsewhere recompute them) */
+    st->gemm.gelu = true;
+    st->gemm.aux = e->id;
+    st->gemm.out = L->gelu_out[k];
+    own_all_but_product(L, K, mm, L->n_steps - 1);
+  } else {
+    own(L, L->n_steps - 1, e->id);
+  }
+}
+
+/* DGELU: D is product * gelu_grad(aux) (fold_dgelu). */
+static void gemm_takes_dgelu(lowerer *L, const tg_kernel *K, const tg_node *mm, int k) {
+  tg_step *st = &L->steps[L->n_steps - 1];
+  const tg_node *e = L->g->nodes[L->dgelu_out[k]];
+  const tg_node *d = e->in[0] == mm ? e->in[1] : e->in[0];
+  st->gemm.dgelu = true;
+  st->gemm.aux = d->in[0]->id;
+  st->gemm.out = e->id;
+  L->stored[mm->id] = false;
+  own_all_but_product(L, K, mm, L->n_steps - 1);
+}
+
+/* A matmul kernel's steps: the GEMM, with what the passes folded into it,
+ * and an epilogue for the rest of the kernel. */
+static void matmul_steps(lowerer *L, const tg_kernel *K, int k) {
   const tg_graph *g = L->g;
-  const tg_kernel *K = &g->kernels[k];
-  L->n_steps = 0;
-  L->kernel = k;
-  const tg_node *first = g->nodes[K->nodes[0]];
-  switch (K->kind) {
-  case TG_KERNEL_MATMUL: {
-    const tg_node *mm = NULL;
-    for (int i = 0; i < K->n_nodes && !mm; i++)
-      if (g->nodes[K->nodes[i]]->op == TG_OP_matmul) mm = g->nodes[K->nodes[i]];
-    gemm_step(L, mm);
-    if (L->bgrad_out[k] >= 0) {
-      /* the bias gradient is the GEMM's too (fold_bgrad) */
-      L->steps[L->n_steps - 1].gemm.bgrad = L->bgrad_out[k];
-      L->steps[L->n_steps - 1].gemm.bgrad_of_a = L->bgrad_of_a[k];
-    }
-    if (L->bias_add[k] >= 0) {
-      /* product + bias is the GEMM's (fold_bias): no epilogue */
-      tg_step *st = &L->steps[L->n_steps - 1];
-      const tg_node *e = g->nodes[L->bias_add[k]];
-      st->gemm.out = e->id;
-      st->gemm.bias = tg_kernel_base(e->in[0] == mm ? e->in[1] : e->in[0])->id;
-      L->stored[mm->id] = false;
-      if (L->gelu_out[k] >= 0) {
-        /* GELU_AUX_BIAS: D is the GELU, aux the add; the GELU's other ops
-         * are the GEMM's too (readers elsewhere recompute them) */
-        st->gemm.gelu = true;
-        st->gemm.aux = e->id;
-        st->gemm.out = L->gelu_out[k];
-        for (int i = 0; i < K->n_nodes; i++)
-          if (K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0) own(L, L->n_steps - 1, K->nodes[i]);
-      } else {
-        own(L, L->n_steps - 1, e->id);
-      }
-      break;
-    }
-    if (L->dgelu_out[k] >= 0) {
-      /* DGELU: D is product * gelu_grad(aux) (fold_dgelu) */
-      tg_step *st = &L->steps[L->n_steps - 1];
-      const tg_node *e = g->nodes[L->dgelu_out[k]];
-      const tg_node *d = e->in[0] == mm ? e->in[1] : e->in[0];
-      st->gemm.dgelu = true;
-      st->gemm.aux = d->in[0]->id;
-      st->gemm.out = e->id;
-      L->stored[mm->id] = false;
-      for (int i = 0; i < K->n_nodes; i++)
-        if (K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0) own(L, L->n_steps - 1, K->nodes[i]);
-      break;
-    }
-    /* the epilogue, unless its readers recompute all of it */
-    /* (an operand the gemm's pack step computes is that step's: the
-     * epilogue must not take it over and compute it again after) */
-    bool epilogue = false;
-    for (int i = 0; i < K->n_nodes; i++)
-      epilogue |= K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0 && L->stored[K->nodes[i]];
-    if (epilogue) {
-      int s = new_step(L, TG_STEP_NEST);
-      for (int i = 0; i < K->n_nodes; i++)
-        if (K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0) own(L, s, K->nodes[i]);
-      single_nest(L, s, TG_KERNEL_ELEMENTWISE);
-    }
-    break;
+  const tg_node *mm = NULL;
+  for (int i = 0; i < K->n_nodes && !mm; i++)
+    if (g->nodes[K->nodes[i]]->op == TG_OP_matmul) mm = g->nodes[K->nodes[i]];
+  gemm_step(L, mm);
+  if (L->bgrad_out[k] >= 0) {
+    /* the bias gradient is the GEMM's too (fold_bgrad) */
+    L->steps[L->n_steps - 1].gemm.bgrad = L->bgrad_out[k];
+    L->steps[L->n_steps - 1].gemm.bgrad_of_a = L->bgrad_of_a[k];
   }
-  case TG_KERNEL_SPECIAL:
-    if (first->op == TG_OP_scatter_add) scatter_step(L, first);
-    else if (is_flash(first->op)) flash_step(L, K);
-    else tg_error(L->ctx, first->loc, "cannot lower a special kernel of %s", tg_ops[first->op].name);
-    break;
-  case TG_KERNEL_MULTI: multi_steps(L, K); break;
-  default: {
-    /* a kernel whose every output its readers recompute has no launch */
-    /* (nor does one whose outputs another kernel writes: fold_flash_grads) */
-    bool any = false;
-    for (int i = 0; i < K->n_nodes; i++) any |= L->stored[K->nodes[i]] && L->writer[K->nodes[i]] < 0;
-    if (!any) break;
+  if (L->bias_add[k] >= 0) {
+    gemm_takes_bias(L, K, mm, k);
+    return;
+  }
+  if (L->dgelu_out[k] >= 0) {
+    gemm_takes_dgelu(L, K, mm, k);
+    return;
+  }
+  /* the epilogue, unless its readers recompute all of it */
+  /* (an operand the gemm's pack step computes is that step's: the
+   * epilogue must not take it over and compute it again after) */
+  bool epilogue = false;
+  for (int i = 0; i < K->n_nodes; i++)
+    epilogue |= K->nodes[i] != mm->id && L->p->step_of[K->nodes[i]] < 0 && L->stored[K->nodes[i]];
+  if (epilogue) {
     int s = new_step(L, TG_STEP_NEST);
-    for (int i = 0; i < K->n_nodes; i++)
-      if (L->writer[K->nodes[i]] < 0) own(L, s, K->nodes[i]);
-    single_nest(L, s, K->kind);
+    own_all_but_product(L, K, mm, s);
+    single_nest(L, s, TG_KERNEL_ELEMENTWISE);
   }
-  }
-  /* waves, and what crosses steps (L->seen: every node it marks is the
-   * kernel's own or an input of one, cleared after each step, so a step
-   * costs its own size) */
+}
+
+/* An elementwise or reduction kernel: one nest, or none when no value of
+ * it is stored. */
+static void nest_kernel_step(lowerer *L, const tg_kernel *K) {
+  /* a kernel whose every output its readers recompute has no launch */
+  /* (nor does one whose outputs another kernel writes: fold_flash_grads) */
+  bool any = false;
+  for (int i = 0; i < K->n_nodes; i++) any |= L->stored[K->nodes[i]] && L->writer[K->nodes[i]] < 0;
+  if (!any) return;
+  int s = new_step(L, TG_STEP_NEST);
+  for (int i = 0; i < K->n_nodes; i++)
+    if (L->writer[K->nodes[i]] < 0) own(L, s, K->nodes[i]);
+  single_nest(L, s, K->kind);
+}
+
+/* Each step of kernel k its wave, after the steps whose values it reads;
+ * the number of waves.  L->seen: every node it marks is the kernel's own
+ * or an input of one, cleared after each step, so a step costs its own
+ * size. */
+static int assign_waves(lowerer *L, int k) {
+  const tg_graph *g = L->g;
   bool *seen = L->seen;
   int n_waves = 0;
   for (int s = 0; s < L->n_steps; s++) {
@@ -1227,11 +1234,11 @@ static void lower_kernel(lowerer *L, int k) {
     L->steps[s].wave = wave;
     if (wave + 1 > n_waves) n_waves = wave + 1;
   }
-  for (int s = 0; s < L->n_steps; s++) {
-    if (L->steps[s].kind != TG_STEP_NEST) continue;
-    check_fit(L, &L->steps[s].nest, &L->members[s]);
-    fill_nest(L, &L->steps[s].nest, &L->members[s], s);
-  }
+  return n_waves;
+}
+
+/* The program's kernel k from the steps in L. */
+static void store_lkernel(lowerer *L, int k, int n_waves) {
   tg_lkernel *lk = &L->p->kernels[k];
   lk->kernel = k;
   lk->folded_into = L->folded_into[k];
@@ -1243,6 +1250,31 @@ static void lower_kernel(lowerer *L, int k) {
     lk->steps[s].fn = tg_sprintf(L->arena, "k%d_%d", k, s);
     free(L->members[s].v);
   }
+}
+
+static void lower_kernel(lowerer *L, int k) {
+  const tg_graph *g = L->g;
+  const tg_kernel *K = &g->kernels[k];
+  L->n_steps = 0;
+  L->kernel = k;
+  const tg_node *first = g->nodes[K->nodes[0]];
+  switch (K->kind) {
+  case TG_KERNEL_MATMUL: matmul_steps(L, K, k); break;
+  case TG_KERNEL_SPECIAL:
+    if (first->op == TG_OP_scatter_add) scatter_step(L, first);
+    else if (is_flash(first->op)) flash_step(L, K);
+    else tg_error(L->ctx, first->loc, "cannot lower a special kernel of %s", tg_ops[first->op].name);
+    break;
+  case TG_KERNEL_MULTI: multi_steps(L, K); break;
+  default: nest_kernel_step(L, K);
+  }
+  int n_waves = assign_waves(L, k);
+  for (int s = 0; s < L->n_steps; s++) {
+    if (L->steps[s].kind != TG_STEP_NEST) continue;
+    check_fit(L, &L->steps[s].nest, &L->members[s]);
+    fill_nest(L, &L->steps[s].nest, &L->members[s], s);
+  }
+  store_lkernel(L, k, n_waves);
 }
 
 /* Places every stored value: leaves are the runtime's, what other kernels

@@ -19,15 +19,6 @@
  * costs more than the loop. */
 enum { PARALLEL_MIN_WORK = 1 << 15 };
 
-static void print_code(FILE *out, const char *text, const char *indent) {
-  for (const char *l = text; l && *l;) {
-    const char *nl = strchr(l, '\n');
-    size_t len = nl ? (size_t)(nl - l) : strlen(l);
-    fprintf(out, "%s%.*s\n", indent, (int)len, l);
-    l = nl ? nl + 1 : NULL;
-  }
-}
-
 static void prelude(FILE *out, const tg_program *p) {
   const tg_graph *g = p->g;
   fprintf(out,
@@ -158,20 +149,20 @@ static void column_nest(FILE *out, const tg_step *st, const tg_nest_code *c) {
   fprintf(out, "    const tg_idx oe = ob + %d < %lld ? ob + %d : %lld;\n", COLUMN_BLOCK, (long long)N->outer_count,
           COLUMN_BLOCK, (long long)N->outer_count);
   fprintf(out, "    for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
-  print_code(out, c->inner_coords, "      ");
+  tg_emit_lines(out, c->inner_coords, "      ");
   fprintf(out, "      #pragma omp simd\n      for (tg_idx o = ob; o < oe; o++) {\n");
-  print_code(out, c->outer_coords, "        ");
-  for (int i = 0; i < at; i++) print_code(out, c->seg[i].text, "        ");
-  print_code(out, loop->text, "        ");
+  tg_emit_lines(out, c->outer_coords, "        ");
+  for (int i = 0; i < at; i++) tg_emit_lines(out, c->seg[i].text, "        ");
+  tg_emit_lines(out, loop->text, "        ");
   for (int r = 0; r < loop->n_red; r++) fprintf(out, "        acc%d[o] += %s;\n", loop->red[r].node, loop->red[r].value);
   fprintf(out, "      }\n    }\n  }\n");
   fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n", (long long)N->outer_count);
-  print_code(out, c->outer_coords, "    ");
-  for (int i = 0; i < at; i++) print_code(out, c->seg[i].text, "    ");
+  tg_emit_lines(out, c->outer_coords, "    ");
+  for (int i = 0; i < at; i++) tg_emit_lines(out, c->seg[i].text, "    ");
   for (int r = 0; r < loop->n_red; r++)
     fprintf(out, "    const float t%d = acc%d[o];\n", loop->red[r].node, loop->red[r].node);
-  for (int i = at + 1; i < c->n_seg; i++) print_code(out, c->seg[i].text, "    ");
-  print_code(out, c->post_only, "    ");
+  for (int i = at + 1; i < c->n_seg; i++) tg_emit_lines(out, c->seg[i].text, "    ");
+  tg_emit_lines(out, c->post_only, "    ");
   fprintf(out, "  }\n");
   for (int r = 0; r < loop->n_red; r++) fprintf(out, "  free(acc%d);\n", loop->red[r].node);
 }
@@ -183,12 +174,12 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_C, &c);
   if (column_form(st, &c)) {
-    print_code(out, c.uniform, "  ");
+    tg_emit_lines(out, c.uniform, "  ");
     column_nest(out, st, &c);
     tg_nest_code_free(&c);
     return;
   }
-  print_code(out, c.uniform, "  ");
+  tg_emit_lines(out, c.uniform, "  ");
   int64_t work = N->outer_count * N->inner_count;
   bool group = N->group > 1;
   bool par = N->outer_count / (group ? N->group : 1) > 1 && work >= PARALLEL_MIN_WORK;
@@ -205,11 +196,11 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
   } else {
     fprintf(out, "  for (tg_idx o = 0; o < %lld; o++) {\n    (void)o;\n", (long long)N->outer_count);
   }
-  print_code(out, c.outer_coords, "    ");
+  tg_emit_lines(out, c.outer_coords, "    ");
   for (int i = 0; i < c.n_seg; i++) {
     const tg_segment *sg = &c.seg[i];
     if (!sg->loop) {
-      print_code(out, sg->text, "    ");
+      tg_emit_lines(out, sg->text, "    ");
       continue;
     }
     bool sums = true;
@@ -223,8 +214,8 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
       fprintf(out, "%s\n", sg->n_red ? ")" : "");
     }
     fprintf(out, "    for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
-    print_code(out, c.inner_coords, "      ");
-    print_code(out, sg->text, "      ");
+    tg_emit_lines(out, c.inner_coords, "      ");
+    tg_emit_lines(out, sg->text, "      ");
     for (int r = 0; r < sg->n_red; r++) {
       const tg_reduction *R = &sg->red[r];
       if (R->is_max)
@@ -236,11 +227,11 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
     for (int r = 0; r < sg->n_red; r++)
       fprintf(out, "    const %s t%d = %s(acc%d);\n", sg->red[r].ctype, sg->red[r].node, sg->red[r].round, sg->red[r].node);
   }
-  print_code(out, c.post_only, "    ");
+  tg_emit_lines(out, c.post_only, "    ");
   fprintf(out, "  }\n");
   if (group) {
     fprintf(out, "  for (tg_idx j = 0; j < %lld; j++) {\n", (long long)N->inner_count);
-    print_code(out, c.col_store, "    ");
+    tg_emit_lines(out, c.col_store, "    ");
     fprintf(out, "  }\n  }\n");
   }
   tg_nest_code_free(&c);
@@ -435,20 +426,6 @@ struct tg_c_functions {
 };
 typedef struct tg_c_functions c_plan;
 
-typedef struct c_ctx {
-  tg_arena *a;
-  const tg_program *p;
-  const tg_lkernel *lk;
-} c_ctx;
-
-static const char *c_decl(void *ctx, long node) {
-  const c_ctx *x = ctx;
-  int i = tg_lkernel_arg(x->lk, node);
-  if (i < 0) return NULL;
-  return tg_sprintf(x->a, "%s%s *restrict", x->lk->arg_written[i] ? "" : "const ",
-                    tg_storage_ctype(x->p->g->nodes[node]->type.dtype));
-}
-
 /* One more place function f is called for (its comment lists them). */
 static void add_place(c_plan *P, int f, const char *place) {
   tg_sb_printf(&P->fn[f].places, " *   %s\n", place);
@@ -458,13 +435,8 @@ static void add_place(c_plan *P, int f, const char *place) {
 /* The function of text (named TGSELF), added if new; its index. */
 static int add_fn(c_plan *P, const char *text, const char *place) {
   tg_sbuf out = {0}, key = {0};
-  tg_canonical(text, &out, &key);
-  tg_sha256 h;
-  unsigned char d[32];
   char hex[TG_SHA256_HEX];
-  tg_sha256_init(&h);
-  tg_sha256_update(&h, key.s ? key.s : "", key.n);
-  tg_sha256_final(&h, d, hex);
+  tg_canonical_hash(text, &out, &key, hex);
   tg_sb_free(&key);
   int f = 0;
   while (f < P->n_fn && strcmp(P->fn[f].hex, hex)) f++;
@@ -484,12 +456,59 @@ static int add_fn(c_plan *P, const char *text, const char *place) {
   return f;
 }
 
-static void plan_functions(c_plan *P, const tg_program *p) {
-  int n = 0;
-  for (int k = 0; k < p->n_kernels; k++) n += p->kernels[k].n_steps;
-  /* every nest step's body and shape, program-wide */
-  typedef struct item { int k, s; char *body; tg_shape S; int group; } item;
-  item *it = tg_xcalloc((size_t)n + 1, sizeof *it);
+/* A nest, scatter or GEMM step of the program while the functions are
+ * planned: its body, shape and group (the item whose function it calls;
+ * -1: none yet, -2: no shape to share). */
+typedef struct c_item {
+  int k, s;
+  char *body;
+  tg_shape S;
+  int group;
+} c_item;
+
+/* Where step s of lk is, for a function's list of places. */
+static const char *step_place(c_plan *P, const tg_program *p, const tg_lkernel *lk, int s) {
+  const tg_kernel *K = &p->g->kernels[lk->kernel];
+  return tg_sprintf(P->a, "%s (k%d %s \"%s\")", lk->steps[s].fn, lk->kernel, tg_kernel_kind_name(K->kind), K->name);
+}
+
+/* A flash attention step's function and call (flash.h). */
+static void flash_function(c_plan *P, const tg_step *st, int k, int s) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) abort();
+  if (st->kind == TG_STEP_FLASH_FWD) tg_flash_emit_c_fwd(f, "TGSELF", &st->flash);
+  else tg_flash_emit_c_bwd(f, "TGSELF", &st->flash);
+  fclose(f);
+  P->fn_of[k][s] = add_fn(P, text, st->fn);
+  free(text);
+  tg_sbuf args = {0};
+  for (int i = 0; i < (st->kind == TG_STEP_FLASH_BWD ? 9 : 5); i++)
+    tg_sb_printf(&args, "%sb%d", i ? ", " : "", st->flash_args[i]);
+  P->call[k][s] = tg_strdup(P->a, tg_sb_text(&args));
+  tg_sb_free(&args);
+}
+
+/* Step s of kernel k rendered and analysed as item I. */
+static void step_item(c_plan *P, const tg_program *p, int k, int s, c_item *I) {
+  const tg_lkernel *lk = &p->kernels[k];
+  const tg_step *st = &lk->steps[s];
+  I->k = k, I->s = s, I->group = -1;
+  size_t len = 0;
+  FILE *f = open_memstream(&I->body, &len);
+  if (!f) abort();
+  if (st->kind == TG_STEP_GEMM) gemm_code(f, p, st);
+  else nest_body(f, p, lk, s);
+  fclose(f);
+  tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
+  if (!tg_shape_analyse(&I->S, I->body, tg_emit_param_decl, &cx)) I->group = -2;
+}
+
+/* Every step's entries in P->fn_of and P->call (-1: no function), the
+ * flash steps' functions, and the other steps as items into it; how many
+ * items. */
+static int collect_items(c_plan *P, const tg_program *p, c_item *it) {
   int m = 0;
   P->fn_of = tg_alloc(P->a, sizeof *P->fn_of * (size_t)(p->n_kernels + 1));
   P->call = tg_alloc(P->a, sizeof *P->call * (size_t)(p->n_kernels + 1));
@@ -500,91 +519,85 @@ static void plan_functions(c_plan *P, const tg_program *p) {
     for (int s = 0; s < lk->n_steps; s++) {
       const tg_step *st = &lk->steps[s];
       P->fn_of[k][s] = -1;
-      if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        if (!f) abort();
-        if (st->kind == TG_STEP_FLASH_FWD) tg_flash_emit_c_fwd(f, "TGSELF", &st->flash);
-        else tg_flash_emit_c_bwd(f, "TGSELF", &st->flash);
-        fclose(f);
-        P->fn_of[k][s] = add_fn(P, text, st->fn);
-        free(text);
-        tg_sbuf args = {0};
-        for (int i = 0; i < (st->kind == TG_STEP_FLASH_BWD ? 9 : 5); i++)
-          tg_sb_printf(&args, "%sb%d", i ? ", " : "", st->flash_args[i]);
-        P->call[k][s] = tg_strdup(P->a, tg_sb_text(&args));
-        tg_sb_free(&args);
-        continue;
-      }
-      if (st->kind != TG_STEP_NEST && st->kind != TG_STEP_SCATTER && st->kind != TG_STEP_GEMM) continue;
-      item *I = &it[m++];
-      I->k = k, I->s = s, I->group = -1;
-      size_t len = 0;
-      FILE *f = open_memstream(&I->body, &len);
-      if (!f) abort();
-      if (st->kind == TG_STEP_GEMM) gemm_code(f, p, st);
-      else nest_body(f, p, lk, s);
-      fclose(f);
-      c_ctx cx = {P->a, p, lk};
-      if (!tg_shape_analyse(&I->S, I->body, c_decl, &cx)) I->group = -2;
+      if (st->kind == TG_STEP_FLASH_FWD || st->kind == TG_STEP_FLASH_BWD) flash_function(P, st, k, s);
+      else if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER || st->kind == TG_STEP_GEMM)
+        step_item(P, p, k, s, &it[m++]);
     }
   }
+  return m;
+}
+
+/* A body naming something other than its kernel's arguments: its own
+ * function, with every argument of the kernel. */
+static void own_function(c_plan *P, const tg_program *p, const c_item *I) {
+  const tg_lkernel *lk = &p->kernels[I->k];
+  tg_sbuf text = {0}, params = {0}, args = {0};
+  tg_emit_params(&params, p, lk, TG_DIALECT_C);
+  tg_sb_printf(&text, "static void TGSELF(%s) {\n%s}\n", tg_sb_text(&params), I->body);
+  for (int x = 0; x < lk->n_args; x++) tg_sb_printf(&args, "%sb%d", x ? ", " : "", lk->args[x]);
+  P->fn_of[I->k][I->s] = add_fn(P, tg_sb_text(&text), step_place(P, p, lk, I->s));
+  P->call[I->k][I->s] = tg_strdup(P->a, tg_sb_text(&args));
+  tg_sb_free(&text), tg_sb_free(&params), tg_sb_free(&args);
+}
+
+/* Puts the items after i of item i's shape into its group, and marks in
+ * vary the literals they differ in.  Steps of other kernels join only when
+ * their sizes are the same too (the layers' copies): sizes stay constants
+ * the compiler sees, except between the steps of one multi-tensor kernel. */
+static void join_group(c_item *it, int m, int i, bool *vary) {
+  bool *differ = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1);
+  for (int j = i; j < m; j++) {
+    if (it[j].group != -1 || !tg_shape_same(&it[i].S, &it[j].S)) continue;
+    bool same_sizes = true;
+    memset(differ, 0, (size_t)it[i].S.n_lits + 1);
+    tg_shape_vary(&it[i].S, &it[j].S, differ);
+    for (int l = 0; l < it[i].S.n_lits; l++) same_sizes = same_sizes && !differ[l];
+    if (it[j].k != it[i].k && !same_sizes) continue;
+    it[j].group = i;
+    tg_shape_vary(&it[i].S, &it[j].S, vary);
+  }
+  free(differ);
+}
+
+/* The function of item i's group, its literals that vary as parameters,
+ * and each member's call. */
+static void shared_function(c_plan *P, const tg_program *p, c_item *it, int m, int i) {
+  const tg_lkernel *lk = &p->kernels[it[i].k];
+  tg_param_ctx cx = {P->a, p, lk, TG_DIALECT_C};
+  bool *vary = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1);
+  join_group(it, m, i, vary);
+  tg_sbuf text = {0};
+  tg_sb_puts(&text, "static void TGSELF(");
+  tg_shape_params(&text, &it[i].S, vary, tg_emit_param_decl, &cx);
+  tg_sb_puts(&text, ") {\n");
+  tg_shape_body(&text, &it[i].S, vary);
+  tg_sb_puts(&text, "}\n");
+  /* one text for the whole group: canonicalised and hashed once */
+  int fn = add_fn(P, tg_sb_text(&text), step_place(P, p, lk, it[i].s));
+  for (int j = i; j < m; j++) {
+    if (it[j].group != i) continue;
+    if (j != i) add_place(P, fn, step_place(P, p, &p->kernels[it[j].k], it[j].s));
+    P->fn_of[it[j].k][it[j].s] = fn;
+    tg_sbuf args = {0};
+    tg_shape_args(&args, &it[j].S, vary);
+    P->call[it[j].k][it[j].s] = tg_strdup(P->a, tg_sb_text(&args));
+    tg_sb_free(&args);
+  }
+  tg_sb_free(&text);
+  free(vary);
+}
+
+/* The functions of p's steps, each distinct one once (P->fn), and which
+ * one each step calls with what arguments. */
+static void plan_functions(c_plan *P, const tg_program *p) {
+  int n = 0;
+  for (int k = 0; k < p->n_kernels; k++) n += p->kernels[k].n_steps;
+  /* every nest step's body and shape, program-wide */
+  c_item *it = tg_xcalloc((size_t)n + 1, sizeof *it);
+  int m = collect_items(P, p, it);
   for (int i = 0; i < m; i++) {
-    const tg_lkernel *lk = &p->kernels[it[i].k];
-    c_ctx cx = {P->a, p, lk};
-    const char *place = tg_sprintf(P->a, "%s (k%d %s \"%s\")", lk->steps[it[i].s].fn, lk->kernel,
-                                   tg_kernel_kind_name(p->g->kernels[lk->kernel].kind), p->g->kernels[lk->kernel].name);
-    if (it[i].group == -2) {
-      /* a body naming something other than its kernel's arguments: its own
-       * function, with every argument of the kernel */
-      tg_sbuf text = {0}, params = {0}, args = {0};
-      tg_emit_params(&params, p, lk, TG_DIALECT_C);
-      tg_sb_printf(&text, "static void TGSELF(%s) {\n%s}\n", tg_sb_text(&params), it[i].body);
-      for (int x = 0; x < lk->n_args; x++) tg_sb_printf(&args, "%sb%d", x ? ", " : "", lk->args[x]);
-      P->fn_of[it[i].k][it[i].s] = add_fn(P, tg_sb_text(&text), place);
-      P->call[it[i].k][it[i].s] = tg_strdup(P->a, tg_sb_text(&args));
-      tg_sb_free(&text), tg_sb_free(&params), tg_sb_free(&args);
-      continue;
-    }
-    if (it[i].group != -1) continue;
-    /* steps of other kernels join only when their sizes are the same too
-     * (the layers' copies): sizes stay constants the compiler sees, except
-     * between the steps of one multi-tensor kernel */
-    bool *vary = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1), *differ = tg_xcalloc((size_t)it[i].S.n_lits + 1, 1);
-    for (int j = i; j < m; j++) {
-      if (it[j].group != -1 || !tg_shape_same(&it[i].S, &it[j].S)) continue;
-      bool same_sizes = true;
-      memset(differ, 0, (size_t)it[i].S.n_lits + 1);
-      tg_shape_vary(&it[i].S, &it[j].S, differ);
-      for (int l = 0; l < it[i].S.n_lits; l++) same_sizes = same_sizes && !differ[l];
-      if (it[j].k != it[i].k && !same_sizes) continue;
-      it[j].group = i;
-      tg_shape_vary(&it[i].S, &it[j].S, vary);
-    }
-    free(differ);
-    tg_sbuf text = {0};
-    tg_sb_puts(&text, "static void TGSELF(");
-    tg_shape_params(&text, &it[i].S, vary, c_decl, &cx);
-    tg_sb_puts(&text, ") {\n");
-    tg_shape_body(&text, &it[i].S, vary);
-    tg_sb_puts(&text, "}\n");
-    /* one text for the whole group: canonicalised and hashed once */
-    int fn = add_fn(P, tg_sb_text(&text), place);
-    for (int j = i; j < m; j++) {
-      if (it[j].group != i) continue;
-      const tg_lkernel *lj = &p->kernels[it[j].k];
-      if (j != i)
-        add_place(P, fn, tg_sprintf(P->a, "%s (k%d %s \"%s\")", lj->steps[it[j].s].fn, lj->kernel,
-                                    tg_kernel_kind_name(p->g->kernels[lj->kernel].kind), p->g->kernels[lj->kernel].name));
-      P->fn_of[it[j].k][it[j].s] = fn;
-      tg_sbuf args = {0};
-      tg_shape_args(&args, &it[j].S, vary);
-      P->call[it[j].k][it[j].s] = tg_strdup(P->a, tg_sb_text(&args));
-      tg_sb_free(&args);
-    }
-    tg_sb_free(&text);
-    free(vary);
+    if (it[i].group == -2) own_function(P, p, &it[i]);
+    else if (it[i].group == -1) shared_function(P, p, it, m, i);
   }
   for (int i = 0; i < m; i++) {
     free(it[i].body);
