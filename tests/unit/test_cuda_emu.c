@@ -1088,13 +1088,19 @@ START_TEST(test_capture_and_replay) {
 }
 END_TEST
 
+/* Streams a (with a_flags) and b (non-blocking), and events without
+ * timing (e2 may be NULL). */
+static void two_streams(CUstream *a, unsigned a_flags, CUstream *b, CUevent *e1, CUevent *e2) {
+  CK(api.cuStreamCreate(a, a_flags));
+  CK(api.cuStreamCreate(b, CU_STREAM_NON_BLOCKING));
+  CK(api.cuEventCreate(e1, CU_EVENT_DISABLE_TIMING));
+  if (e2) CK(api.cuEventCreate(e2, CU_EVENT_DISABLE_TIMING));
+}
+
 START_TEST(test_capture_across_streams) {
   CUstream a, b;
   CUevent fork, join;
-  CK(api.cuStreamCreate(&a, 0));
-  CK(api.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
-  CK(api.cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
-  CK(api.cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  two_streams(&a, 0, &b, &fork, &join);
   CUdeviceptr p = upload(NULL, 64);
   unsigned char h[64];
   /* b joins a's capture through an event, works, and a waits for it */
@@ -1275,9 +1281,7 @@ START_TEST(test_stream_order) {
   for (int variant = 0; variant < 4; variant++) {
     CUstream a, b;
     CUevent done;
-    CK(api.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
-    CK(api.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
-    CK(api.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    two_streams(&a, CU_STREAM_NON_BLOCKING, &b, &done, NULL);
     CUdeviceptr p = upload(NULL, 256), q = upload(NULL, 256);
     unsigned char h[256];
     CK(api.cuMemsetD8Async(p, 1, 256, a));
@@ -1328,9 +1332,7 @@ START_TEST(test_stream_order_kernels_and_matmuls) {
     CUfunction rs = function(module(), "row_sums"); /* (a fresh context has no modules) */
     CUstream a, b;
     CUevent done;
-    CK(api.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
-    CK(api.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
-    CK(api.cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    two_streams(&a, CU_STREAM_NON_BLOCKING, &b, &done, NULL);
     CUdeviceptr x = upload(NULL, 256 * 4), y = upload(NULL, 256 * 4);
     CK(api.cuMemsetD8Async(x, 0, 256 * 4, a));
     if (wait) {
@@ -1369,10 +1371,7 @@ START_TEST(test_stream_order_in_graphs) {
   for (int overlap = 0; overlap < 2; overlap++) {
     CUstream a, b;
     CUevent fork, join;
-    CK(api.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
-    CK(api.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
-    CK(api.cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
-    CK(api.cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+    two_streams(&a, CU_STREAM_NON_BLOCKING, &b, &fork, &join);
     CUdeviceptr p = upload(NULL, 64);
     unsigned char h[64];
     CK(api.cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_RELAXED));
