@@ -984,6 +984,23 @@ static int phase_of(cuda_exec *e, int i) {
   return K->n_nodes ? e->base.g->nodes[K->nodes[0]]->phase : TG_PHASE_FORWARD;
 }
 
+/* Records a phase-timing event.  In a capture a plain cuEventRecord makes
+ * no node of the graph: replays would never record the event, and
+ * synchronizing on it fails with CUDA_ERROR_CAPTURED_EVENT.  So in a
+ * capture the record is an event-record node (CU_EVENT_RECORD_EXTERNAL),
+ * which each replay records where it stands in the step, rather than one
+ * record before and one after the graph launch: those would time only the
+ * whole step, and the phases (forward, backward, optimizer) would be lost
+ * under graphs.  A phase's time is then the same thing with and without
+ * graphs: from its first operation's place in stream order to the next
+ * phase's. */
+static void record_phase(cuda_exec *e, tg_ctx *ctx, CUevent ev, bool capturing) {
+  cuda_device *d = dev_of(&e->base);
+  tg_cuda_api *A = &d->api;
+  if (capturing) CU(d, ctx, A->cuEventRecordWithFlags(ev, d->stream, CU_EVENT_RECORD_EXTERNAL), "profiling");
+  else CU(d, ctx, A->cuEventRecord(ev, d->stream), "profiling");
+}
+
 /* Queues the whole step; returns whether communication was queued. */
 static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
   cuda_device *d = dev_of(&e->base);
@@ -998,7 +1015,7 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
     if (phases && op->kind != TG_CUDA_ALLREDUCE) {
       int ph = phase_of(e, i);
       if (ph != last_phase && !e->phase_started[ph]) {
-        CU(d, ctx, A->cuEventRecord(e->phase_ev[ph], d->stream), "profiling");
+        record_phase(e, ctx, e->phase_ev[ph], capturing);
         e->phase_started[ph] = true;
       }
       last_phase = ph;
@@ -1038,7 +1055,7 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
     CU(d, ctx, A->cuStreamWaitEvent(d->stream, e->comm_done, 0), "the end of the step's all-reduces");
   }
   if (kernels) CU(d, ctx, A->cuEventRecord(e->op_ev[e->plan->n_ops], d->stream), "profiling");
-  if (phases) CU(d, ctx, A->cuEventRecord(e->phase_ev[TG_NPHASES], d->stream), "profiling");
+  if (phases) record_phase(e, ctx, e->phase_ev[TG_NPHASES], capturing);
 }
 
 /* Calls the bucket hooks, recording what they ask for; returns the key of

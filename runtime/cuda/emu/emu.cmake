@@ -16,7 +16,8 @@ add_custom_command(
 
 add_library(tg_cuda_emu STATIC
   ${TG_EMU_DIR}/emu_api.c ${TG_EMU_DIR}/emu_driver.c ${TG_EMU_DIR}/emu_exec.c ${TG_EMU_DIR}/emu_fiber.c
-  ${TG_EMU_DIR}/emu_blaslt.c ${TG_EMU_DIR}/emu_compile.c ${TG_EMU_DIR}/emu_nccl.c ${CMAKE_CURRENT_BINARY_DIR}/emu_header.c)
+  ${TG_EMU_DIR}/emu_blaslt.c ${TG_EMU_DIR}/emu_compile.c ${TG_EMU_DIR}/emu_nccl.c ${TG_EMU_DIR}/emu_order.c
+  ${CMAKE_CURRENT_BINARY_DIR}/emu_header.c)
 target_include_directories(tg_cuda_emu PUBLIC ${TG_EMU_DIR})
 target_link_libraries(tg_cuda_emu PUBLIC tg_cuda tg_jit tg_comm tg_base m ${CMAKE_DL_LIBS} Threads::Threads)
 if(TG_SANITIZE)

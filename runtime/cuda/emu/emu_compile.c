@@ -11,6 +11,10 @@
  * with AddressSanitizer and UBSan as well, so that the emulation code in
  * the header is checked too.
  *
+ * The kernels' __launch_bounds__, which the header defines away, are read
+ * from the source into a table appended to it (TG_EMU_LAUNCH_BOUNDS,
+ * emu_internal.h), so that the driver refuses a block over the bound.
+ *
  * A compile error names the kernels its lines are in, as NVRTC's do
  * (runtime/jit/nvrtc.c): the line numbers the compiler gives for the .cu are
  * its own (thanks to #line), and the kernel holding a line is the last
@@ -137,6 +141,34 @@ static void compile_error(const char *src, const char *name, const char *log, ch
   free(b.p);
 }
 
+static bool ident_char(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+
+/* The table of launch bounds (TG_EMU_LAUNCH_BOUNDS) for the source's
+ * kernels, "__launch_bounds__(N[, ...]) NAME(": C++ to append to it.  A
+ * bound that is not a number literal is left out (not enforced). */
+static void launch_bounds_table(const char *src, sbuf *out) {
+  static const char key[] = "__launch_bounds__(";
+  sb_add(out, "\n#line 1 \"the launch bounds (emu_compile.c)\"\nextern \"C\" {\n"
+              "struct tg_emu_launch_bound_ { const char *name; int max_threads; };\n"
+              "__attribute__((visibility(\"default\"))) extern const tg_emu_launch_bound_ " TG_EMU_LAUNCH_BOUNDS "[];\n"
+              "const tg_emu_launch_bound_ " TG_EMU_LAUNCH_BOUNDS "[] = {\n");
+  for (const char *p = strstr(src, key); p; p = strstr(p + 1, key)) {
+    char *end;
+    long n = strtol(p + sizeof key - 1, &end, 10);
+    if (end == p + sizeof key - 1 || n <= 0) continue;
+    const char *q = strchr(end, ')');
+    if (!q) break;
+    q++;
+    while (*q == ' ' || *q == '\t' || *q == '\n') q++;
+    const char *name = q;
+    while (ident_char(*q)) q++;
+    const char *after = q;
+    while (*after == ' ' || *after == '\t') after++;
+    if (q > name && *after == '(') sb_add(out, "  {\"%.*s\", %ld},\n", (int)(q - name), name, n);
+  }
+  sb_add(out, "  {nullptr, 0}};\n}\n");
+}
+
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
                  bool *from_cache, char *why, size_t whylen) {
   *image = NULL;
@@ -158,6 +190,7 @@ bool emu_compile(const char *src, const char *src_name, const char *arch, void *
     }
   sbuf full = {0};
   sb_add(&full, "#line 1 \"cuda_emu.h\"\n%s\n#line 1 \"%s\"\n%s\n", tg_cuda_emu_header, src_name, src);
+  launch_bounds_table(src, &full);
   if (full.oom) {
     free(full.p);
     snprintf(why, whylen, "compile: out of memory");
