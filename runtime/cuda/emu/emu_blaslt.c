@@ -19,7 +19,7 @@
  *
  * Epilogues (cublasLt.h): BIAS adds bias[i] (a vector over D's rows) before
  * GELU; GELU is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
- * 0.044715 x^3))); the _AUX forms store the GELU input (after the bias) in
+ * 0.044715 x^3))), base/gelu.h; the _AUX forms store the GELU input (after the bias) in
  * the aux matrix (D's type, column-major, EPILOGUE_AUX_LD, a multiple of 8
  * and at least m); DGELU multiplies the product by GELU'(aux); DGELU_BGRAD
  * also stores the sums of D's rows (before rounding) in the bias vector;
@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "emu_internal.h"
+#include "gelu.h"
 
 /* ---- handles ------------------------------------------------------------------------ */
 
@@ -655,15 +656,6 @@ static int64_t at(const emu_lt_layout *l, int b, uint64_t r, uint64_t c) {
                                                                    : (int64_t)(r * (uint64_t)l->ld + c));
 }
 
-static const double SQRT_2_OVER_PI = 0.79788456080286535588, GELU_C = 0.044715;
-
-static double gelu(double x) { return 0.5 * x * (1 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))); }
-
-static double gelu_grad(double x) {
-  double t = tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x));
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * GELU_C * x * x);
-}
-
 /* ---- running ---------------------------------------------------------------------------------- */
 
 cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen) {
@@ -700,8 +692,8 @@ cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen) {
         if (c->beta != 0) v += (double)c->beta * load(c->c.type, c->C, at(&c->c, b, i, j));
         if (has_bias(e)) v += load(bt, bias, (int64_t)i);
         if (writes_aux(e)) store(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i), v);
-        if (has_gelu(e)) v = gelu(v);
-        if (reads_aux(e)) v *= gelu_grad(load(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i)));
+        if (has_gelu(e)) v = tg_gelu_tanh(v);
+        if (reads_aux(e)) v *= tg_gelu_tanh_grad(load(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i)));
         rowsum[i] += v;
         store(c->d.type, c->D, at(&c->d, b, i, j), v);
       }
