@@ -51,42 +51,7 @@ struct cublasLtContext {
   int unused;
 };
 
-typedef struct registry {
-  void **v;
-  int n, cap;
-} registry;
-
-static registry handles, descs, layouts, prefs;
-
-static bool reg_add(registry *r, void *p) {
-  if (r->n == r->cap) {
-    int cap = r->cap ? 2 * r->cap : 16;
-    void **v = realloc(r->v, sizeof *v * (size_t)cap);
-    if (!v) return false;
-    r->v = v, r->cap = cap;
-  }
-  r->v[r->n++] = p;
-  return true;
-}
-
-static bool reg_has(const registry *r, const void *p) {
-  for (int i = 0; p && i < r->n; i++)
-    if (r->v[i] == p) return true;
-  return false;
-}
-
-static bool reg_del(registry *r, const void *p) {
-  for (int i = 0; i < r->n; i++)
-    if (r->v[i] == p) {
-      r->v[i] = r->v[--r->n];
-      if (!r->n) {
-        free(r->v);
-        *r = (registry){0};
-      }
-      return true;
-    }
-  return false;
-}
+static emu_registry handles, descs, layouts, prefs;
 
 /* The emulator's state lives inside cuBLASLt's opaque structs. */
 _Static_assert(sizeof(emu_lt_desc) <= sizeof(cublasLtMatmulDescOpaque_t), "desc fits");
@@ -117,7 +82,7 @@ static cublasStatus_t lt_create(cublasLtHandle_t *h) {
   emu_lock();
   struct cublasLtContext *c = calloc(1, sizeof *c);
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!c || !reg_add(&handles, c)) {
+  if (!c || !emu_reg_add(&handles, c)) {
     free(c);
     s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtCreate: out of memory");
   } else {
@@ -129,7 +94,7 @@ static cublasStatus_t lt_create(cublasLtHandle_t *h) {
 
 static cublasStatus_t lt_destroy(cublasLtHandle_t h) {
   emu_lock();
-  cublasStatus_t s = reg_del(&handles, h) ? CUBLAS_STATUS_SUCCESS
+  cublasStatus_t s = emu_reg_del(&handles, h) ? CUBLAS_STATUS_SUCCESS
                                           : lt_fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy: not a live handle");
   if (!s) free(h);
   emu_unlock();
@@ -169,7 +134,7 @@ static cublasStatus_t desc_create(cublasLtMatmulDesc_t *d, cublasComputeType_t c
   emu_lock();
   cublasLtMatmulDescOpaque_t *o = calloc(1, sizeof *o);
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!o || !reg_add(&descs, o)) {
+  if (!o || !emu_reg_add(&descs, o)) {
     free(o);
     s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulDescCreate: out of memory");
   } else {
@@ -184,7 +149,7 @@ static cublasStatus_t desc_create(cublasLtMatmulDesc_t *d, cublasComputeType_t c
 
 static cublasStatus_t desc_destroy(cublasLtMatmulDesc_t d) {
   emu_lock();
-  cublasStatus_t s = reg_del(&descs, d) ? CUBLAS_STATUS_SUCCESS
+  cublasStatus_t s = emu_reg_del(&descs, d) ? CUBLAS_STATUS_SUCCESS
                                         : lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy: not a live descriptor");
   if (!s) free(d);
   emu_unlock();
@@ -203,7 +168,7 @@ static cublasStatus_t attr_copy(void *dst, size_t want, const void *buf, size_t 
 static cublasStatus_t desc_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf, size_t size) {
   static const char call[] = "cublasLtMatmulDescSetAttribute";
   emu_lock();
-  bool live = reg_has(&descs, d);
+  bool live = emu_reg_has(&descs, d);
   emu_unlock();
   if (!live) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live descriptor", call);
   emu_lt_desc v;
@@ -273,7 +238,7 @@ static cublasStatus_t layout_create(cublasLtMatrixLayout_t *l, cudaDataType type
   emu_lock();
   cublasLtMatrixLayoutOpaque_t *o = calloc(1, sizeof *o);
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!o || !reg_add(&layouts, o)) {
+  if (!o || !emu_reg_add(&layouts, o)) {
     free(o);
     s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatrixLayoutCreate: out of memory");
   } else {
@@ -287,7 +252,7 @@ static cublasStatus_t layout_create(cublasLtMatrixLayout_t *l, cudaDataType type
 
 static cublasStatus_t layout_destroy(cublasLtMatrixLayout_t l) {
   emu_lock();
-  cublasStatus_t s = reg_del(&layouts, l) ? CUBLAS_STATUS_SUCCESS
+  cublasStatus_t s = emu_reg_del(&layouts, l) ? CUBLAS_STATUS_SUCCESS
                                           : lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy: not a live layout");
   if (!s) free(l);
   emu_unlock();
@@ -298,7 +263,7 @@ static cublasStatus_t layout_set(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutA
                                  size_t size) {
   static const char call[] = "cublasLtMatrixLayoutSetAttribute";
   emu_lock();
-  bool live = reg_has(&layouts, l);
+  bool live = emu_reg_has(&layouts, l);
   emu_unlock();
   if (!live) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live layout", call);
   emu_lt_layout v;
@@ -346,7 +311,7 @@ static cublasStatus_t pref_create(cublasLtMatmulPreference_t *p) {
   emu_lock();
   cublasLtMatmulPreferenceOpaque_t *o = calloc(1, sizeof *o);
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!o || !reg_add(&prefs, o)) {
+  if (!o || !emu_reg_add(&prefs, o)) {
     free(o);
     s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulPreferenceCreate: out of memory");
   } else {
@@ -358,7 +323,7 @@ static cublasStatus_t pref_create(cublasLtMatmulPreference_t *p) {
 
 static cublasStatus_t pref_destroy(cublasLtMatmulPreference_t p) {
   emu_lock();
-  cublasStatus_t s = reg_del(&prefs, p) ? CUBLAS_STATUS_SUCCESS
+  cublasStatus_t s = emu_reg_del(&prefs, p) ? CUBLAS_STATUS_SUCCESS
                                         : lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy: not live");
   if (!s) free(p);
   emu_unlock();
@@ -369,7 +334,7 @@ static cublasStatus_t pref_set(cublasLtMatmulPreference_t p, cublasLtMatmulPrefe
                                size_t size) {
   static const char call[] = "cublasLtMatmulPreferenceSetAttribute";
   emu_lock();
-  bool live = reg_has(&prefs, p);
+  bool live = emu_reg_has(&prefs, p);
   emu_unlock();
   if (!live) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live preference", call);
   emu_lt_pref v;
@@ -721,8 +686,8 @@ cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen) {
 static bool gather(const char *call, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                    cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, emu_lt_call *out, cublasStatus_t *s) {
   emu_lock();
-  bool live = reg_has(&descs, op), la = reg_has(&layouts, a), lb = reg_has(&layouts, b), lc = reg_has(&layouts, c),
-       ld = reg_has(&layouts, d);
+  bool live = emu_reg_has(&descs, op), la = emu_reg_has(&layouts, a), lb = emu_reg_has(&layouts, b), lc = emu_reg_has(&layouts, c),
+       ld = emu_reg_has(&layouts, d);
   emu_unlock();
   if (!live || !la || !lb || !lc || !ld) {
     *s = lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s is not a live %s", call,
@@ -745,7 +710,7 @@ static cublasStatus_t heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cub
                                 int *returned) {
   static const char call[] = "cublasLtMatmulAlgoGetHeuristic";
   emu_lock();
-  bool live = reg_has(&handles, h), lp = reg_has(&prefs, pref);
+  bool live = emu_reg_has(&handles, h), lp = emu_reg_has(&prefs, pref);
   emu_unlock();
   if (!live) return lt_fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: not a live cublasLt handle", call);
   if (!lp) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live preference", call);
@@ -774,7 +739,7 @@ static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const 
   static const char call[] = "cublasLtMatmul";
   (void)workspace, (void)workspace_bytes; /* the emulator needs none */
   emu_lock();
-  bool live = reg_has(&handles, h);
+  bool live = emu_reg_has(&handles, h);
   emu_unlock();
   if (!live) return lt_fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: not a live cublasLt handle", call);
   emu_lt_call cl;

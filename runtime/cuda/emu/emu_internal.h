@@ -50,6 +50,20 @@ CUresult emu_ctx_check(const char *call);
 /* An error that, as on a GPU, ruins the context: every later call returns it. */
 void emu_set_sticky(CUresult e);
 
+/* The live handles of one kind (streams, events, cuBLASLt descriptors ...):
+ * a call checks the handle it is given is here, so that a destroyed or
+ * made-up one is an error, not a crash.  Defined in emu_driver.c. */
+typedef struct emu_registry {
+  void **v;
+  int n, cap;
+} emu_registry;
+
+/* False when out of memory. */
+bool emu_reg_add(emu_registry *r, void *p);
+bool emu_reg_has(const emu_registry *r, const void *p);
+/* False when p is not there; an emptied registry frees its array. */
+bool emu_reg_del(emu_registry *r, const void *p);
+
 /* ---- cuBLASLt calls (emu_blaslt.c) ---------------------------------------------- */
 
 typedef struct emu_lt_layout {
