@@ -77,28 +77,44 @@ static cublasStatus_t lt_fail(cublasStatus_t s, const char *fmt, ...) {
   return s;
 }
 
-static cublasStatus_t lt_create(cublasLtHandle_t *h) {
-  if (!h) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtCreate: NULL");
+/* The Create calls: a new zeroed object of `size` bytes, registered, with
+ * init_size bytes of init at its start; NULL (and *s saying why) when out
+ * of memory. */
+static void *object_create(emu_registry *r, size_t size, const void *init, size_t init_size, const char *call,
+                           cublasStatus_t *s) {
   emu_lock();
-  struct cublasLtContext *c = calloc(1, sizeof *c);
-  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!c || !emu_reg_add(&handles, c)) {
-    free(c);
-    s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtCreate: out of memory");
-  } else {
-    *h = c;
+  void *o = calloc(1, size);
+  *s = CUBLAS_STATUS_SUCCESS;
+  if (!o || !emu_reg_add(r, o)) {
+    free(o);
+    o = NULL;
+    *s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "%s: out of memory", call);
+  } else if (init_size) {
+    memcpy(o, init, init_size);
   }
+  emu_unlock();
+  return o;
+}
+
+/* The Destroy calls: p must be live in r, else `dead` ("CALL: not a live WHAT"). */
+static cublasStatus_t object_destroy(emu_registry *r, void *p, cublasStatus_t dead, const char *call, const char *what) {
+  emu_lock();
+  cublasStatus_t s = emu_reg_del(r, p) ? CUBLAS_STATUS_SUCCESS : lt_fail(dead, "%s: not a live %s", call, what);
+  if (!s) free(p);
   emu_unlock();
   return s;
 }
 
-static cublasStatus_t lt_destroy(cublasLtHandle_t h) {
-  emu_lock();
-  cublasStatus_t s = emu_reg_del(&handles, h) ? CUBLAS_STATUS_SUCCESS
-                                          : lt_fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy: not a live handle");
-  if (!s) free(h);
-  emu_unlock();
+static cublasStatus_t lt_create(cublasLtHandle_t *h) {
+  if (!h) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtCreate: NULL");
+  cublasStatus_t s;
+  struct cublasLtContext *c = object_create(&handles, sizeof *c, NULL, 0, "cublasLtCreate", &s);
+  if (c) *h = c;
   return s;
+}
+
+static cublasStatus_t lt_destroy(cublasLtHandle_t h) {
+  return object_destroy(&handles, h, CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy", "handle");
 }
 
 static const char *lt_status_string(cublasStatus_t s) {
@@ -131,29 +147,16 @@ static cublasStatus_t desc_create(cublasLtMatmulDesc_t *d, cublasComputeType_t c
   if (scale != CUDA_R_32F)
     return lt_fail(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulDescCreate: scale type %d (the emulator has CUDA_R_32F)",
                    (int)scale);
-  emu_lock();
-  cublasLtMatmulDescOpaque_t *o = calloc(1, sizeof *o);
-  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!o || !emu_reg_add(&descs, o)) {
-    free(o);
-    s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulDescCreate: out of memory");
-  } else {
-    emu_lt_desc v = {.compute = compute, .scale = scale, .transa = CUBLAS_OP_N, .transb = CUBLAS_OP_N,
-                     .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .bias_type = -1};
-    memcpy(o, &v, sizeof v);
-    *d = o;
-  }
-  emu_unlock();
+  emu_lt_desc v = {.compute = compute, .scale = scale, .transa = CUBLAS_OP_N, .transb = CUBLAS_OP_N,
+                   .epilogue = CUBLASLT_EPILOGUE_DEFAULT, .bias_type = -1};
+  cublasStatus_t s;
+  cublasLtMatmulDescOpaque_t *o = object_create(&descs, sizeof *o, &v, sizeof v, "cublasLtMatmulDescCreate", &s);
+  if (o) *d = o;
   return s;
 }
 
 static cublasStatus_t desc_destroy(cublasLtMatmulDesc_t d) {
-  emu_lock();
-  cublasStatus_t s = emu_reg_del(&descs, d) ? CUBLAS_STATUS_SUCCESS
-                                        : lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy: not a live descriptor");
-  if (!s) free(d);
-  emu_unlock();
-  return s;
+  return object_destroy(&descs, d, CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy", "descriptor");
 }
 
 /* Copies an attribute of exactly `want` bytes. */
@@ -235,28 +238,15 @@ static cublasStatus_t layout_create(cublasLtMatrixLayout_t *l, cudaDataType type
   if (!known_type(type))
     return lt_fail(CUBLAS_STATUS_NOT_SUPPORTED,
                    "cublasLtMatrixLayoutCreate: type %d (the emulator has CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F)", (int)type);
-  emu_lock();
-  cublasLtMatrixLayoutOpaque_t *o = calloc(1, sizeof *o);
-  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!o || !emu_reg_add(&layouts, o)) {
-    free(o);
-    s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatrixLayoutCreate: out of memory");
-  } else {
-    emu_lt_layout v = {.type = type, .order = CUBLASLT_ORDER_COL, .rows = rows, .cols = cols, .ld = ld, .batch = 1};
-    memcpy(o, &v, sizeof v);
-    *l = o;
-  }
-  emu_unlock();
+  emu_lt_layout v = {.type = type, .order = CUBLASLT_ORDER_COL, .rows = rows, .cols = cols, .ld = ld, .batch = 1};
+  cublasStatus_t s;
+  cublasLtMatrixLayoutOpaque_t *o = object_create(&layouts, sizeof *o, &v, sizeof v, "cublasLtMatrixLayoutCreate", &s);
+  if (o) *l = o;
   return s;
 }
 
 static cublasStatus_t layout_destroy(cublasLtMatrixLayout_t l) {
-  emu_lock();
-  cublasStatus_t s = emu_reg_del(&layouts, l) ? CUBLAS_STATUS_SUCCESS
-                                          : lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy: not a live layout");
-  if (!s) free(l);
-  emu_unlock();
-  return s;
+  return object_destroy(&layouts, l, CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy", "layout");
 }
 
 static cublasStatus_t layout_set(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, const void *buf,
@@ -308,26 +298,14 @@ static cublasStatus_t layout_set(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutA
 
 static cublasStatus_t pref_create(cublasLtMatmulPreference_t *p) {
   if (!p) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceCreate: NULL");
-  emu_lock();
-  cublasLtMatmulPreferenceOpaque_t *o = calloc(1, sizeof *o);
-  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-  if (!o || !emu_reg_add(&prefs, o)) {
-    free(o);
-    s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulPreferenceCreate: out of memory");
-  } else {
-    *p = o;
-  }
-  emu_unlock();
+  cublasStatus_t s;
+  cublasLtMatmulPreferenceOpaque_t *o = object_create(&prefs, sizeof *o, NULL, 0, "cublasLtMatmulPreferenceCreate", &s);
+  if (o) *p = o;
   return s;
 }
 
 static cublasStatus_t pref_destroy(cublasLtMatmulPreference_t p) {
-  emu_lock();
-  cublasStatus_t s = emu_reg_del(&prefs, p) ? CUBLAS_STATUS_SUCCESS
-                                        : lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy: not live");
-  if (!s) free(p);
-  emu_unlock();
-  return s;
+  return object_destroy(&prefs, p, CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy", "preference");
 }
 
 static cublasStatus_t pref_set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void *buf,
