@@ -77,6 +77,14 @@ static cublasStatus_t lt_fail(cublasStatus_t s, const char *fmt, ...) {
   return s;
 }
 
+/* Whether p is in r, asked under the device lock. */
+static bool is_live(emu_registry *r, const void *p) {
+  emu_lock();
+  bool live = emu_reg_has(r, p);
+  emu_unlock();
+  return live;
+}
+
 /* The Create calls: a new zeroed object of `size` bytes, registered, with
  * init_size bytes of init at its start; NULL (and *s saying why) when out
  * of memory. */
@@ -170,10 +178,7 @@ static cublasStatus_t attr_copy(void *dst, size_t want, const void *buf, size_t 
 
 static cublasStatus_t desc_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf, size_t size) {
   static const char call[] = "cublasLtMatmulDescSetAttribute";
-  emu_lock();
-  bool live = emu_reg_has(&descs, d);
-  emu_unlock();
-  if (!live) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live descriptor", call);
+  if (!is_live(&descs, d)) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live descriptor", call);
   emu_lt_desc v;
   memcpy(&v, d, sizeof v);
   cublasStatus_t s;
@@ -252,10 +257,7 @@ static cublasStatus_t layout_destroy(cublasLtMatrixLayout_t l) {
 static cublasStatus_t layout_set(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, const void *buf,
                                  size_t size) {
   static const char call[] = "cublasLtMatrixLayoutSetAttribute";
-  emu_lock();
-  bool live = emu_reg_has(&layouts, l);
-  emu_unlock();
-  if (!live) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live layout", call);
+  if (!is_live(&layouts, l)) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live layout", call);
   emu_lt_layout v;
   memcpy(&v, l, sizeof v);
   cublasStatus_t s;
@@ -311,10 +313,7 @@ static cublasStatus_t pref_destroy(cublasLtMatmulPreference_t p) {
 static cublasStatus_t pref_set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void *buf,
                                size_t size) {
   static const char call[] = "cublasLtMatmulPreferenceSetAttribute";
-  emu_lock();
-  bool live = emu_reg_has(&prefs, p);
-  emu_unlock();
-  if (!live) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live preference", call);
+  if (!is_live(&prefs, p)) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live preference", call);
   emu_lt_pref v;
   memcpy(&v, p, sizeof v);
   cublasStatus_t s;
@@ -716,10 +715,7 @@ static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const 
                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes, CUstream stream) {
   static const char call[] = "cublasLtMatmul";
   (void)workspace, (void)workspace_bytes; /* the emulator needs none */
-  emu_lock();
-  bool live = emu_reg_has(&handles, h);
-  emu_unlock();
-  if (!live) return lt_fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: not a live cublasLt handle", call);
+  if (!is_live(&handles, h)) return lt_fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: not a live cublasLt handle", call);
   emu_lt_call cl;
   cublasStatus_t s;
   if (!gather(call, op, a, b, c, d, &cl, &s)) return s;
