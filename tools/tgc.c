@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cuda_kernels.h"
+#include "diag.h"
 #include "frontend.h"
 #include "ir.h"
 #include "nearest.h"
@@ -97,12 +98,7 @@ static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--g
                                           "--report", "--precision", "--gpu", "--decode"};
 
 /* Prints a usage error; returns the exit status for it. */
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tgc: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tgc --help)\n");
-  return 2;
-}
+static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgc", fmt, arg); }
 
 static bool has_suffix(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
