@@ -12,6 +12,7 @@
 #include "cuda_kernels.h"
 #include "cuda_plan.h"
 #include "emit.h"
+#include "json_text.h"
 #include "render.h"
 
 /* The list of every __global__ function, for the emulated device (which
@@ -56,16 +57,7 @@ void tg_render_cuda_from(FILE *out, const tg_program *p, const tg_cuda_plan *pla
 
 /* ---- the manifest ------------------------------------------------------------ */
 
-static void json_str(FILE *out, const char *s) {
-  fputc('"', out);
-  for (; s && *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(out, "\\%c", ch);
-    else if (ch < 0x20) fprintf(out, "\\u%04x", ch);
-    else fputc(ch, out);
-  }
-  fputc('"', out);
-}
+static void json_str(FILE *out, const char *s) { tg_json_fquote(out, s); }
 
 static const char *access_of(bool read, bool written) {
   return read && written ? "readwrite" : written ? "write" : "read";

@@ -119,12 +119,7 @@ static CUresult fail(CUresult r, const char *fmt, ...) {
 
 /* ---- registries of live handles --------------------------------------------- */
 
-typedef struct registry {
-  void **v;
-  int n, cap;
-} registry;
-
-static bool reg_add(registry *r, void *p) {
+bool emu_reg_add(emu_registry *r, void *p) {
   if (r->n == r->cap) {
     int cap = r->cap ? 2 * r->cap : 16;
     void **v = realloc(r->v, sizeof *v * (size_t)cap);
@@ -135,18 +130,23 @@ static bool reg_add(registry *r, void *p) {
   return true;
 }
 
-static bool reg_has(const registry *r, const void *p) {
+bool emu_reg_has(const emu_registry *r, const void *p) {
   for (int i = 0; p && i < r->n; i++)
     if (r->v[i] == p) return true;
   return false;
 }
 
-static void reg_del(registry *r, const void *p) {
+bool emu_reg_del(emu_registry *r, const void *p) {
   for (int i = 0; i < r->n; i++)
     if (r->v[i] == p) {
       r->v[i] = r->v[--r->n];
-      return;
+      if (!r->n) {
+        free(r->v);
+        *r = (emu_registry){0};
+      }
+      return true;
     }
+  return false;
 }
 
 /* ---- the state ----------------------------------------------------------------- */
@@ -275,7 +275,7 @@ static struct {
   alloc *allocs; /* sorted by lo */
   int n_allocs, cap_allocs;
   size_t allocated;
-  registry host_allocs, streams, events, graphs, execs, modules, captures;
+  emu_registry host_allocs, streams, events, graphs, execs, modules, captures;
   emu_vclock legacy_vc, host_vc; /* the legacy stream's clock; what the host has waited for */
   int slots_used;
 } dev;
@@ -386,7 +386,7 @@ static bool prohibited(const char *call) {
 static bool is_legacy(CUstream s) { return s == NULL || s == (CUstream)(uintptr_t)1 || s == (CUstream)(uintptr_t)2; }
 
 static CUresult check_stream(CUstream s, const char *call) {
-  if (is_legacy(s) || reg_has(&dev.streams, s)) return CUDA_SUCCESS;
+  if (is_legacy(s) || emu_reg_has(&dev.streams, s)) return CUDA_SUCCESS;
   return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live stream", call, (void *)s);
 }
 
@@ -685,10 +685,10 @@ static void destroy_context(void) {
     free(e);
   }
   for (int i = 0; i < dev.modules.n; i++) module_free(dev.modules.v[i]);
-  registry *regs[] = {&dev.host_allocs, &dev.streams, &dev.events, &dev.graphs, &dev.execs, &dev.modules, &dev.captures};
+  emu_registry *regs[] = {&dev.host_allocs, &dev.streams, &dev.events, &dev.graphs, &dev.execs, &dev.modules, &dev.captures};
   for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) {
     free(regs[i]->v);
-    *regs[i] = (registry){0};
+    *regs[i] = (emu_registry){0};
   }
   dev.sticky = CUDA_SUCCESS;
   emu_order_reset();
@@ -813,7 +813,7 @@ static CUresult emu_cuMemAllocHost(void **p, size_t bytes) {
   if (!r && !bytes) r = fail(CUDA_ERROR_INVALID_VALUE, "cuMemAllocHost: 0 bytes");
   if (!r) {
     void *m = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (!m || !reg_add(&dev.host_allocs, m)) {
+    if (!m || !emu_reg_add(&dev.host_allocs, m)) {
       free(m);
       r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAllocHost: no %zu bytes", bytes);
     } else {
@@ -827,10 +827,10 @@ static CUresult emu_cuMemAllocHost(void **p, size_t bytes) {
 static CUresult emu_cuMemFreeHost(void *p) {
   emu_lock();
   CUresult r = emu_ctx_check("cuMemFreeHost");
-  if (!r && !reg_has(&dev.host_allocs, p))
+  if (!r && !emu_reg_has(&dev.host_allocs, p))
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost: %p did not come from cuMemAllocHost", p);
   if (!r) {
-    reg_del(&dev.host_allocs, p);
+    emu_reg_del(&dev.host_allocs, p);
     free(p);
   }
   emu_unlock();
@@ -994,7 +994,7 @@ static CUresult emu_cuModuleLoadData(CUmodule *out, const void *image) {
                  "sm_70 and later (NVRTC refuses it: \"Formal parameter space overflowed\")",
                  k->name, space, MAX_PARAM_BYTES);
     }
-    if (!r && (!m->funcs || !reg_add(&dev.modules, m)))
+    if (!r && (!m->funcs || !emu_reg_add(&dev.modules, m)))
       r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuModuleLoadData: out of memory");
   }
   if (r && m) module_free(m);
@@ -1006,9 +1006,9 @@ static CUresult emu_cuModuleLoadData(CUmodule *out, const void *image) {
 static CUresult emu_cuModuleUnload(CUmodule m) {
   emu_lock();
   CUresult r = emu_ctx_check("cuModuleUnload");
-  if (!r && !reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload: not a loaded module");
+  if (!r && !emu_reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload: not a loaded module");
   if (!r) {
-    reg_del(&dev.modules, m);
+    emu_reg_del(&dev.modules, m);
     module_free(m);
   }
   emu_unlock();
@@ -1018,7 +1018,7 @@ static CUresult emu_cuModuleUnload(CUmodule m) {
 static CUresult emu_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
   emu_lock();
   CUresult r = emu_ctx_check("cuModuleGetFunction");
-  if (!r && !reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: not a loaded module");
+  if (!r && !emu_reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: not a loaded module");
   if (!r) {
     r = fail(CUDA_ERROR_NOT_FOUND, "cuModuleGetFunction: the module has no kernel %s", name ? name : "(null)");
     for (int i = 0; name && i < m->nfuncs; i++)
@@ -1300,7 +1300,7 @@ static CUresult emu_cuStreamCreate(CUstream *s, unsigned flags) {
   if (!r && flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuStreamCreate: flags %#x", flags);
   struct CUstream_st *st = r ? NULL : calloc(1, sizeof *st);
-  if (!r && (!st || !reg_add(&dev.streams, st))) {
+  if (!r && (!st || !emu_reg_add(&dev.streams, st))) {
     free(st);
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuStreamCreate: out of memory");
   }
@@ -1317,13 +1317,13 @@ static CUresult emu_cuStreamCreate(CUstream *s, unsigned flags) {
 static CUresult emu_cuStreamDestroy(CUstream s) {
   emu_lock();
   CUresult r = emu_ctx_check("cuStreamDestroy");
-  if (!r && !reg_has(&dev.streams, s)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamDestroy: not a live stream");
+  if (!r && !emu_reg_has(&dev.streams, s)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamDestroy: not a live stream");
   if (!r && s->capture) {
     invalidate(s->capture, "a capturing stream was destroyed");
     if (s->capture->origin == s) s->capture->origin = NULL;
   }
   if (!r) {
-    reg_del(&dev.streams, s);
+    emu_reg_del(&dev.streams, s);
     free(s);
   }
   emu_unlock();
@@ -1349,7 +1349,7 @@ static CUresult emu_cuEventCreate(CUevent *e, unsigned flags) {
   CUresult r = emu_ctx_check("cuEventCreate");
   if (!r && flags & ~3u) r = fail(CUDA_ERROR_INVALID_VALUE, "cuEventCreate: flags %#x", flags);
   struct CUevent_st *ev = r ? NULL : calloc(1, sizeof *ev);
-  if (!r && (!ev || !reg_add(&dev.events, ev))) {
+  if (!r && (!ev || !emu_reg_add(&dev.events, ev))) {
     free(ev);
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuEventCreate: out of memory");
   }
@@ -1364,9 +1364,9 @@ static CUresult emu_cuEventCreate(CUevent *e, unsigned flags) {
 static CUresult emu_cuEventDestroy(CUevent e) {
   emu_lock();
   CUresult r = emu_ctx_check("cuEventDestroy");
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventDestroy: not a live event");
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventDestroy: not a live event");
   if (!r) {
-    reg_del(&dev.events, e);
+    emu_reg_del(&dev.events, e);
     free(e);
   }
   emu_unlock();
@@ -1387,7 +1387,7 @@ static CUresult emu_cuEventDestroy(CUevent e) {
 static CUresult record_event(CUevent e, CUstream s, unsigned flags, const char *call) {
   emu_lock();
   CUresult r = emu_ctx_check(call);
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "%s: not a live event", call);
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "%s: not a live event", call);
   if (!r) r = check_stream(s, call);
   if (!r && flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL) r = fail(CUDA_ERROR_INVALID_VALUE, "%s: flags %#x", call, flags);
   struct CUgraph_st *g = r ? NULL : capturing(s);
@@ -1432,12 +1432,12 @@ static CUresult captured_event(const char *call) {
               call);
 }
 
-static bool capture_live(const struct CUgraph_st *g) { return g && reg_has(&dev.captures, g); }
+static bool capture_live(const struct CUgraph_st *g) { return g && emu_reg_has(&dev.captures, g); }
 
 static CUresult emu_cuEventSynchronize(CUevent e) {
   emu_lock();
   CUresult r = emu_ctx_check("cuEventSynchronize");
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventSynchronize: not a live event");
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventSynchronize: not a live event");
   if (!r && capture_live(e->captured)) {
     invalidate(e->captured, "cuEventSynchronize was called on an event recorded in the capture");
     r = fail(EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED,
@@ -1452,7 +1452,7 @@ static CUresult emu_cuEventSynchronize(CUevent e) {
 static CUresult emu_cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
   emu_lock();
   CUresult r = emu_ctx_check("cuEventElapsedTime");
-  if (!r && (!reg_has(&dev.events, a) || !reg_has(&dev.events, b)))
+  if (!r && (!emu_reg_has(&dev.events, a) || !emu_reg_has(&dev.events, b)))
     r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventElapsedTime: not a live event");
   if (!r && ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING))
     r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventElapsedTime: an event was created with CU_EVENT_DISABLE_TIMING");
@@ -1468,7 +1468,7 @@ static CUresult emu_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   emu_lock();
   CUresult r = emu_ctx_check("cuStreamWaitEvent");
   if (!r) r = check_stream(s, "cuStreamWaitEvent");
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent: not a live event");
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent: not a live event");
   if (!r && flags) r = fail(CUDA_ERROR_INVALID_VALUE, "cuStreamWaitEvent: flags must be 0");
   if (!r && capture_live(e->captured)) {
     struct CUgraph_st *g = e->captured;
@@ -1510,7 +1510,7 @@ static CUresult emu_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
       mode != CU_STREAM_CAPTURE_MODE_RELAXED)
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuStreamBeginCapture: mode %d", (int)mode);
   struct CUgraph_st *g = r ? NULL : calloc(1, sizeof *g);
-  if (!r && (!g || !reg_add(&dev.captures, g))) {
+  if (!r && (!g || !emu_reg_add(&dev.captures, g))) {
     free(g);
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuStreamBeginCapture: out of memory");
   }
@@ -1551,13 +1551,13 @@ static CUresult emu_cuStreamEndCapture(CUstream s, CUgraph *out) {
       o->joined = false;
     }
     s->capture = NULL;
-    reg_del(&dev.captures, g);
+    emu_reg_del(&dev.captures, g);
     if (g->invalid) {
       r = fail(strstr(g->why, "never waited") ? EMU_ERROR_STREAM_CAPTURE_UNJOINED : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                "cuStreamEndCapture: the capture is invalid: %s", g->why);
       graph_free(g);
       *out = NULL;
-    } else if (!reg_add(&dev.graphs, g)) {
+    } else if (!emu_reg_add(&dev.graphs, g)) {
       graph_free(g);
       r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuStreamEndCapture: out of memory");
     } else {
@@ -1571,7 +1571,7 @@ static CUresult emu_cuStreamEndCapture(CUstream s, CUgraph *out) {
 static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, unsigned long long flags) {
   emu_lock();
   CUresult r = emu_ctx_check("cuGraphInstantiateWithFlags");
-  if (!r && !reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphInstantiateWithFlags: not a graph");
+  if (!r && !emu_reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphInstantiateWithFlags: not a graph");
   if (!r && flags) r = fail(CUDA_ERROR_NOT_SUPPORTED, "cuGraphInstantiateWithFlags: flags %#llx (the emulator takes 0)", flags);
   struct CUgraphExec_st *e = r ? NULL : calloc(1, sizeof *e);
   if (!r && (!e || !(e->nodes = calloc((size_t)g->n + 1, sizeof *e->nodes)) ||
@@ -1589,7 +1589,7 @@ static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, uns
     e->nbranches = g->nbranches;
     for (int b = 1; b <= e->nbranches; b++) e->slots[b] = new_slot();
   }
-  if (!r && !reg_add(&dev.execs, e)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuGraphInstantiateWithFlags: out of memory");
+  if (!r && !emu_reg_add(&dev.execs, e)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuGraphInstantiateWithFlags: out of memory");
   if (r && e) {
     for (int i = 0; i < e->n; i++) node_free(&e->nodes[i]);
     free(e->nodes);
@@ -1632,7 +1632,7 @@ static CUresult run_node(const node *n, int index) {
     return CUDA_SUCCESS;
   }
   case NODE_EVENT:
-    if (reg_has(&dev.events, n->event)) {
+    if (emu_reg_has(&dev.events, n->event)) {
       n->event->recorded = true;
       n->event->ms = now_ms();
       n->event->captured = NULL;
@@ -1665,7 +1665,7 @@ static CUresult replay_graph(struct CUgraphExec_st *e, CUstream s) {
     emu_vclock *vc = &branch[n->branch];
     if (n->kind == NODE_DEP) at_dep[i] = *vc;
     else if (n->kind == NODE_WAIT) emu_vclock_join(vc, &at_dep[n->dep]);
-    else if (n->kind == NODE_EVENT && reg_has(&dev.events, n->event)) n->event->vc = *vc;
+    else if (n->kind == NODE_EVENT && emu_reg_has(&dev.events, n->event)) n->event->vc = *vc;
     if (n->kind == NODE_DEP || n->kind == NODE_WAIT || n->kind == NODE_EVENT ||
         (n->kind == NODE_KERNEL && !function_ok(n->fn))) {
       r = run_node(n, i);
@@ -1686,7 +1686,7 @@ static CUresult replay_graph(struct CUgraphExec_st *e, CUstream s) {
 static CUresult emu_cuGraphLaunch(CUgraphExec e, CUstream s) {
   emu_lock();
   CUresult r = emu_ctx_check("cuGraphLaunch");
-  if (!r && !reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphLaunch: not an instantiated graph");
+  if (!r && !emu_reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphLaunch: not an instantiated graph");
   if (!r) r = check_stream(s, "cuGraphLaunch");
   if (!r && capturing(s))
     r = fail(CUDA_ERROR_NOT_SUPPORTED, "cuGraphLaunch: the emulator cannot capture a graph launch into another graph");
@@ -1699,9 +1699,9 @@ static CUresult emu_cuGraphLaunch(CUgraphExec e, CUstream s) {
 static CUresult emu_cuGraphExecDestroy(CUgraphExec e) {
   emu_lock();
   CUresult r = CUDA_SUCCESS;
-  if (!reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphExecDestroy: not an instantiated graph");
+  if (!emu_reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphExecDestroy: not an instantiated graph");
   else {
-    reg_del(&dev.execs, e);
+    emu_reg_del(&dev.execs, e);
     for (int i = 0; i < e->n; i++) node_free(&e->nodes[i]);
     free(e->nodes);
     free(e->slots);
@@ -1714,9 +1714,9 @@ static CUresult emu_cuGraphExecDestroy(CUgraphExec e) {
 static CUresult emu_cuGraphDestroy(CUgraph g) {
   emu_lock();
   CUresult r = CUDA_SUCCESS;
-  if (!reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphDestroy: not a graph");
+  if (!emu_reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphDestroy: not a graph");
   else {
-    reg_del(&dev.graphs, g);
+    emu_reg_del(&dev.graphs, g);
     graph_free(g);
   }
   emu_unlock();

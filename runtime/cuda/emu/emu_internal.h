@@ -82,6 +82,20 @@ void emu_order_forget(uintptr_t alloc_lo);
 /* The context destroyed: every record goes. */
 void emu_order_reset(void);
 
+/* The live handles of one kind (streams, events, cuBLASLt descriptors ...):
+ * a call checks the handle it is given is here, so that a destroyed or
+ * made-up one is an error, not a crash.  Defined in emu_driver.c. */
+typedef struct emu_registry {
+  void **v;
+  int n, cap;
+} emu_registry;
+
+/* False when out of memory. */
+bool emu_reg_add(emu_registry *r, void *p);
+bool emu_reg_has(const emu_registry *r, const void *p);
+/* False when p is not there; an emptied registry frees its array. */
+bool emu_reg_del(emu_registry *r, const void *p);
+
 /* ---- cuBLASLt calls (emu_blaslt.c) ---------------------------------------------- */
 
 typedef struct emu_lt_layout {
