@@ -693,6 +693,31 @@ static void compile_modules(cuda_device *d, tg_ctx *ctx, const tg_graph *g, cuda
   unit_jobs_free(&J);
 }
 
+/* The dynamic shared memory each function may take: without the opt-in a
+ * block may use 48 KiB of static and dynamic shared memory together, so a
+ * function that takes any dynamic shared memory opts in to the most that
+ * any of its launches asks (the attribute counts the dynamic part alone;
+ * the driver refuses a value whose sum with the static part passes the
+ * device's per-block limit, and the emulated driver does the same). */
+static void opt_in_shared(cuda_device *d, tg_ctx *ctx, cuda_exec *e) {
+  int n_ops = e->plan->n_ops;
+  for (int i = 0; i < n_ops; i++) {
+    const tg_cuda_op *op = &e->plan->ops[i];
+    if (op->kind != TG_CUDA_LAUNCH || !op->launch.shared_bytes) continue;
+    size_t most = 0;
+    bool first = true;
+    for (int j = 0; j < n_ops; j++) {
+      const tg_cuda_op *o = &e->plan->ops[j];
+      if (o->kind != TG_CUDA_LAUNCH || e->fn[j] != e->fn[i]) continue;
+      if (j < i && o->launch.shared_bytes) first = false; /* set already, at j */
+      if (o->launch.shared_bytes > most) most = o->launch.shared_bytes;
+    }
+    if (first)
+      CU(d, ctx, d->api.cuFuncSetAttribute(e->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)most),
+         op_what(e, i));
+  }
+}
+
 /* Each launch's function (in the module of the unit that defines it) and
  * each matmul's cuBLASLt call. */
 static void resolve_ops(cuda_device *d, tg_ctx *ctx, cuda_exec *e, const tg_cuda_kernels *ks) {
@@ -708,14 +733,11 @@ static void resolve_ops(cuda_device *d, tg_ctx *ctx, cuda_exec *e, const tg_cuda
         for (int f = 0; f < ks->units[u].n_globals; f++)
           if (!strcmp(ks->units[u].globals[f], op->launch.function)) m = e->modules[u];
       CU(d, ctx, A->cuModuleGetFunction(&e->fn[i], m, op->launch.function), op_what(e, i));
-      if (op->launch.shared_bytes > 48 * 1024)
-        CU(d, ctx, A->cuFuncSetAttribute(e->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                         (int)op->launch.shared_bytes),
-           op_what(e, i));
     } else if (op->kind == TG_CUDA_MATMUL) {
       make_lt_call(d, ctx, &op->matmul, &e->lt[i], op_what(e, i));
     }
   }
+  opt_in_shared(d, ctx, e);
 }
 
 /* The tables' places in one device buffer; their contents come before the first run. */
