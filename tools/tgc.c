@@ -476,7 +476,7 @@ int main(int argc, char **argv) {
   return status;
 }
 
-/* --emit cubin: every distinct kernel (codegen/cuda_kernels.h) compiled by
+/* --emit cubin: every distinct kernel (codegen/cuda/cuda_kernels.h) compiled by
  * NVRTC for arch, one job per core, each cached under its own key, and
  * written to DIR/NAME.cubin; prints the time and what was compiled. */
 static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char *arch) {

@@ -94,7 +94,7 @@ static const char kernels[] =
     "  out[10 * g + 9] = __float_as_uint(lane < 16 ? __shfl_down_sync(0x0000ffffu, v, 2) : v);\n"
     "}\n"
     "\n"
-    "// The generated code's block reduction (codegen/render_cuda.c): every thread\n"
+    "// The generated code's block reduction (codegen/cuda/render_cuda.c): every thread\n"
     "// gets the sum.\n"
     "__device__ float block_sum(float v) {\n"
     "  TG_SHARED(float, part, 32);\n"

@@ -4,7 +4,7 @@
  * The graph is lowered (codegen/lower.h), rendered as C (codegen/render.h),
  * built into a shared object with the system compiler (runtime/jit/ccjit.h,
  * cached on disk) and loaded with dlopen; its entry points are those of
- * codegen/step_abi.h.  Memory is host memory: a tensor is one aligned
+ * codegen/c/step_abi.h.  Memory is host memory: a tensor is one aligned
  * buffer of its dtype, each leaf has one (its own, or the tensor bound to
  * it), and each compiled graph has the arena memplan planned and the
  * scratch lowering asked for. */
