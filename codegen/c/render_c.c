@@ -4,14 +4,15 @@
  * enough of them to pay for the threads) with the sweeps inside as plain
  * loops over the inner axes; an elementwise sweep and a sum over a row are
  * `omp simd` loops, so gcc vectorises them.  Matmuls call cblas_sgemm
- * (OpenBLAS); flash attention is codegen/flash_c.c's.  The file declares
+ * (OpenBLAS); flash attention is codegen/c/flash_c.c's.  The file declares
  * what it uses from BLAS itself, so it needs no BLAS header to compile. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "canon.h"
 #include "emit.h"
-#include "render.h"
+#include "flash_c.h"
+#include "render_c.h"
 #include "sha256.h"
 #include "step_abi.h"
 

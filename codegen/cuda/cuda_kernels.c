@@ -21,7 +21,7 @@
  * Values are loaded and stored in their dtype and computed in float (bf16
  * and f16 are converted on load and rounded on store).  Matmuls are not
  * kernels here: the runtime calls cuBLASLt, as the manifest describes;
- * flash attention comes from codegen/flash_cuda.c.  Nothing includes a
+ * flash attention comes from codegen/cuda/flash_cuda.c.  Nothing includes a
  * header, so NVRTC needs no include path.
  *
  * Each function is first written with its own name TGSELF and the graph's
@@ -30,7 +30,7 @@
  * are one unit, named by the hash of that text.  The same text runs on the
  * emulated device (runtime/cuda/emu/): memory is spelled with macros that
  * are plain pointers under __CUDA_ARCH__ and checked pointers behind
- * cuda_emu.h (flash.h: tg_cuda_emit_memory_macros), and each PTX
+ * cuda_emu.h (flash_cuda.h: tg_cuda_emit_memory_macros), and each PTX
  * instruction has the emulator's version beside it. */
 #include "cuda_kernels.h"
 
@@ -40,7 +40,7 @@
 
 #include "canon.h"
 #include "emit.h"
-#include "render.h"
+#include "flash_cuda.h"
 #include "sha256.h"
 
 static void print_code(FILE *out, const char *text, const char *indent) {
@@ -118,7 +118,7 @@ void tg_cuda_print_prelude(FILE *out) {
         "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
         "  return v;\n"
         "}\n"
-        "// A multi-tensor kernel's table (codegen/cuda_plan.h: tg_cuda_table): a buffer is its\n"
+        "// A multi-tensor kernel's table (codegen/cuda/cuda_plan.h: tg_cuda_table): a buffer is its\n"
         "// address and its bytes (the emulated device checks accesses against them; a GPU never\n"
         "// reads them), 8-byte fields as the runtime writes them.\n"
         "struct tg_table_buf { unsigned long long addr, bytes; };\n"

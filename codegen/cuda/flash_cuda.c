@@ -83,7 +83,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "flash.h"
+#include "flash_cuda.h"
 
 enum { BM = 64, THREADS = 128, SMEM_LIMIT = 48 * 1024 };
 
@@ -846,7 +846,7 @@ void tg_cuda_emit_memory_macros(FILE *f) {
 void tg_flash_emit_cuda_kernels(FILE *f, const char *prefix, const tg_flash_shape *s, bool backward) {
   char why[256];
   fprintf(f,
-          "// tg flash attention %s (codegen/flash_cuda.c): nb=%" PRId64 " nh=%" PRId64 " T=%" PRId64
+          "// tg flash attention %s (codegen/cuda/flash_cuda.c): nb=%" PRId64 " nh=%" PRId64 " T=%" PRId64
           " D=%" PRId64 " scale=%.9g\n",
           backward ? "backward" : "forward", s->nb, s->nh, s->T, s->D, s->scale);
   if (!is_ident(prefix)) {

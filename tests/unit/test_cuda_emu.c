@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "emu_api.h"
-#include "flash.h"
+#include "flash_cuda.h"
 #include "nvrtc.h"
 
 static tg_cuda_api api;

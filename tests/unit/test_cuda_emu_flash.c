@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "emu_api.h"
-#include "flash.h"
+#include "flash_cuda.h"
 #include "flash_ref.h"
 
 static tg_cuda_api api;

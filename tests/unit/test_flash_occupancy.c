@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "cache.h"
-#include "flash.h"
+#include "flash_cuda.h"
 #include "flash_ref.h"
 #include "nvrtc.h"
 

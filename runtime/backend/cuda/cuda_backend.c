@@ -51,7 +51,7 @@
 #include "backend_impl.h"
 #include "lower.h"
 #include "nvrtc.h"
-#include "render.h"
+#include "render_cuda.h"
 
 /* ---- the device ------------------------------------------------------------------ */
 
