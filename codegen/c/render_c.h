@@ -37,4 +37,8 @@ void tg_c_functions_free(tg_c_functions *f);
  * it lives. */
 void tg_render_c_manifest(FILE *out, const tg_program *p, const char *file);
 
+/* codegen/c/prelude.h's text, embedded at build time (codegen/embedded.h):
+ * what the file needs before its kernels. */
+extern const char tg_c_prelude_text[];
+
 #endif

@@ -32,8 +32,10 @@ void tg_flash_emit_cuda_kernels(FILE *out, const char *fn_prefix, const tg_flash
  * the GPU (__CUDA_ARCH__) they are plain pointers and arrays, T
  * *__restrict__ for arguments, so NVRTC sees the code it always did; the
  * emulated device (runtime/cuda/emu/cuda_emu.h) defines them as
- * checked pointers.  Each PTX instruction sits in a small device function
- * with the emulator's version under #ifndef __CUDA_ARCH__. */
+ * checked pointers.  The text is codegen/cuda/memory.cuh's.  (Each PTX
+ * instruction is a tg_ wrapper in codegen/cuda/ptx.cuh, with the
+ * emulator's version under #ifndef __CUDA_ARCH__; tg_flash_emit_cuda
+ * prints them, tg_flash_emit_cuda_kernels expects the prelude's.) */
 void tg_cuda_emit_memory_macros(FILE *out);
 
 /* One kernel launch.  The launches of a call site run in the order given,

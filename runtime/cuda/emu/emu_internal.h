@@ -114,7 +114,7 @@ void emu_nccl_fill(tg_cuda_api *api);
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
                  bool *from_cache, char *why, size_t whylen);
 
-/* cuda_emu.h's text, embedded at build time (emu_header.c, generated). */
+/* cuda_emu.h's text, embedded at build time (cmake/embed.cmake). */
 extern const char tg_cuda_emu_header[];
 
 #endif
