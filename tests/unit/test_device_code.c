@@ -5,8 +5,11 @@
  * with a kernel that calls every PTX wrapper (so that each template and
  * asm is instantiated).  The host side (the emulated device, C++17 under
  * -Wall -Wextra -Werror) is tests/unit/device_code_check.cpp, built with
- * the project.  Also: nothing but ptx.cuh's text names the emulator's
- * namespace, and the flash kernels, emitted alone, carry the wrappers. */
+ * the project.  Flash attention's kernels (codegen/cuda/flash_*.cuh, as
+ * tg_flash_emit_cuda fills them in for a shape) compile with NVRTC with
+ * nothing to say and on the host for the emulated device under -Wall
+ * -Wextra -Werror.  Also: nothing but ptx.cuh's text names the emulator's
+ * namespace, and the flash kernels call the wrappers. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -61,6 +64,70 @@ END_TEST
 START_TEST(test_sm90) { compiles_silently("sm_90"); }
 END_TEST
 
+/* A shape with GPT-2's layout (bf16, rows 16-byte aligned: the cp.async
+ * path) or f32 operands (staged through registers). */
+static tg_flash_shape flash_shape(bool bf16) {
+  tg_flash_shape s = {.nb = 2, .nh = 2, .T = 100, .D = 64, .scale = 0.125};
+  tg_flash_operand *ops[] = {&s.q, &s.k, &s.v, &s.o, &s.dout, &s.dq, &s.dk, &s.dv};
+  for (int i = 0; i < 8; i++) {
+    ops[i]->bf16 = bf16;
+    ops[i]->stride[0] = 2 * 100 * 64, ops[i]->stride[1] = 100 * 64, ops[i]->stride[2] = 64, ops[i]->stride[3] = 1;
+  }
+  s.lse.stride[0] = 2 * 100, s.lse.stride[1] = 100, s.lse.stride[2] = 1;
+  return s;
+}
+
+/* Both shapes' forward and backward kernels in one file. */
+static char *flash_source(void) {
+  char *src = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&src, &len);
+  ck_assert_ptr_nonnull(f);
+  tg_flash_shape a = flash_shape(true), b = flash_shape(false);
+  tg_flash_emit_cuda(f, "fa", &a, false);
+  tg_flash_emit_cuda_kernels(f, "fb", &a, true);
+  tg_flash_emit_cuda_kernels(f, "fc", &b, false);
+  tg_flash_emit_cuda_kernels(f, "fd", &b, true);
+  fclose(f);
+  return src;
+}
+
+static void flash_compiles_silently(const char *arch) {
+  char *src = flash_source();
+  tg_cubin cubin = {0};
+  char why[8192];
+  ck_assert_msg(tg_nvrtc_compile(src, "flash.cu", arch, NULL, 0, &cubin, why, sizeof why), "%s: %s", arch, why);
+  ck_assert_msg(cubin.log[0] == '\0', "%s: NVRTC has something to say:\n%s", arch, cubin.log);
+  tg_cubin_free(&cubin);
+  free(src);
+}
+
+START_TEST(test_flash_sm80) { flash_compiles_silently("sm_80"); }
+END_TEST
+
+START_TEST(test_flash_sm90) { flash_compiles_silently("sm_90"); }
+END_TEST
+
+/* The host compiler for the emulated device, under the project's warnings
+ * but two: #pragma unroll is the GPU compiler's, and every backward kernel
+ * takes all nine operands (flash.h), whether it uses them or not. */
+START_TEST(test_flash_host_werror) {
+  char *src = flash_source();
+  char path[128], cmd[1024];
+  snprintf(path, sizeof path, "%s/flash.cu", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(src, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd,
+           "cc -x c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-unused-parameter "
+           "-include %s/runtime/cuda/emu/cuda_emu.h %s",
+           TG_SOURCE_DIR, path);
+  ck_assert_msg(system(cmd) == 0, "the flash kernels do not build cleanly for the emulated device: %s", cmd);
+  free(src);
+}
+END_TEST
+
 /* The emulator's namespace is spelled in ptx.cuh alone: the prelude's other
  * parts, and a flash attention unit, call the tg_ wrappers. */
 START_TEST(test_only_ptx_names_the_emulator) {
@@ -68,13 +135,7 @@ START_TEST(test_only_ptx_names_the_emulator) {
   ck_assert_ptr_null(strstr(tg_cuda_memory_text, "tg_emu"));
   ck_assert_ptr_null(strstr(tg_cuda_prelude_text, "tg_emu"));
   ck_assert_ptr_null(strstr(tg_gelu_text, "tg_emu"));
-  tg_flash_shape s = {.nb = 2, .nh = 2, .T = 64, .D = 64, .scale = 0.125};
-  tg_flash_operand *ops[] = {&s.q, &s.k, &s.v, &s.o, &s.dout, &s.dq, &s.dk, &s.dv};
-  for (int i = 0; i < 8; i++) {
-    ops[i]->bf16 = true;
-    ops[i]->stride[0] = 2 * 64 * 64, ops[i]->stride[1] = 64 * 64, ops[i]->stride[2] = 64, ops[i]->stride[3] = 1;
-  }
-  s.lse.stride[0] = 2 * 64, s.lse.stride[1] = 64, s.lse.stride[2] = 1;
+  tg_flash_shape s = flash_shape(true);
   for (int backward = 0; backward < 2; backward++) {
     char *src = NULL;
     size_t len = 0;
@@ -97,6 +158,9 @@ int main(void) {
   tcase_add_test(t, test_sm80);
   tcase_add_test(t, test_sm90);
   tcase_add_test(t, test_only_ptx_names_the_emulator);
+  tcase_add_test(t, test_flash_sm80);
+  tcase_add_test(t, test_flash_sm90);
+  tcase_add_test(t, test_flash_host_werror);
   suite_add_tcase(s, t);
   return tu_run(s);
 }
