@@ -2,7 +2,7 @@
  *
  * One escaping for every JSON tg writes: safetensors headers and the data
  * directory's tokenizer.json (runtime/formats, runtime/data) and the CUDA
- * manifest (codegen/render_cuda.c).  It escapes as serde_json does, and so
+ * manifest (codegen/manifest.c).  It escapes as serde_json does, and so
  * the safetensors files of other tools: '"' and '\' with a backslash,
  * control characters as \b \f \n \r \t or \u00XX, all else (UTF-8
  * included) as it is.  Reading JSON is runtime/formats/json.h's. */

@@ -17,7 +17,8 @@
 #include "nearest.h"
 #include "nvrtc.h"
 #include "passes.h"
-#include "render.h"
+#include "render_c.h"
+#include "render_cuda.h"
 #include "traffic.h"
 
 #define TG_VERSION "0.1.0"
@@ -122,7 +123,10 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
   case EMIT_DOT: tg_print_dot(out, e->g); break;
   case EMIT_CUDA: tg_render_cuda_from(out, e->p, e->plan, e->ks); break;
   case EMIT_C: tg_render_c(out, e->p); break;
-  case EMIT_MANIFEST: tg_render_manifest(out, e->p, e->code_name, e->cuda); break;
+  case EMIT_MANIFEST:
+    if (e->cuda) tg_render_cuda_manifest(out, e->p, e->code_name);
+    else tg_render_c_manifest(out, e->p, e->code_name);
+    break;
   case EMIT_NONE: break;
   case EMIT_CUBIN: break;
   }
@@ -478,7 +482,7 @@ int main(int argc, char **argv) {
   return status;
 }
 
-/* --emit cubin: every distinct kernel (codegen/cuda_kernels.h) compiled by
+/* --emit cubin: every distinct kernel (codegen/cuda/cuda_kernels.h) compiled by
  * NVRTC for arch, one job per core, each cached under its own key, and
  * written to DIR/NAME.cubin; prints the time and what was compiled. */
 static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char *arch) {

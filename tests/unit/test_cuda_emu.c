@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "emu_api.h"
-#include "flash.h"
+#include "flash_cuda.h"
 #include "nvrtc.h"
 
 static tg_cuda_api api;
@@ -97,7 +97,7 @@ static const char kernels[] =
     "  out[10 * g + 9] = __float_as_uint(lane < 16 ? __shfl_down_sync(0x0000ffffu, v, 2) : v);\n"
     "}\n"
     "\n"
-    "// The generated code's block reduction (codegen/render_cuda.c): every thread\n"
+    "// The generated code's block reduction (codegen/cuda/render_cuda.c): every thread\n"
     "// gets the sum.\n"
     "__device__ float block_sum(float v) {\n"
     "  TG_SHARED(float, part, 32);\n"
@@ -310,12 +310,12 @@ static const char mma_kernels[] =
     "  __syncthreads();\n"
     "  unsigned af[4], ax[4], bf[2];\n"
     "  fa_frag_a(af, as, 8, 0, 0);\n"
-    "  ldsm_x4(fa_smem(as + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 8 + 4 * (lane >> 4)), ax);\n"
+    "  ldsm_x4(tg_smem_addr(as + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 8 + 4 * (lane >> 4)), ax);\n"
     "  fa_ldsm_t(bs + (lane & 15) * 4, bf);\n"
     "  float x[4], y[4];\n"
     "  for (int i = 0; i < 4; i++) x[i] = y[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];\n"
-    "  fa_mma(x, af, bf[0], bf[1]);\n"
-    "  fa_mma(y, ax, bf[0], bf[1]);\n"
+    "  tg_mma_bf16(x, af, bf[0], bf[1]);\n"
+    "  tg_mma_bf16(y, ax, bf[0], bf[1]);\n"
     "  for (int i = 0; i < 4; i++) {\n"
     "    d1[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = x[i];\n"
     "    d2[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = y[i];\n"
@@ -331,12 +331,12 @@ static const char ptx_kernels[] =
     "extern \"C\" __global__ void async_copy(TG_ARG(const float) x, TG_ARG(float) y, int shift, int skip) {\n"
     "  TG_SHARED(__align__(16) float, tile, 4 * 64 + 4);\n"
     "  TG_SHARED(__align__(16) float, other, 4 * 64);\n"
-    "  fa_cp_async16(fa_smem(tile + 4 * threadIdx.x + shift), x + 4 * threadIdx.x);\n"
-    "  fa_cp_async_commit();\n"
-    "  fa_cp_async16(fa_smem(other + 4 * threadIdx.x), x + 4 * threadIdx.x);\n"
-    "  fa_cp_async_commit();\n"
-    "  if (skip == 0) fa_cp_async_wait<0>();\n"
-    "  if (skip == 2) fa_cp_async_wait<1>();  // the first group only\n"
+    "  tg_cp_async16(tg_smem_addr(tile + 4 * threadIdx.x + shift), x + 4 * threadIdx.x);\n"
+    "  tg_cp_async_commit();\n"
+    "  tg_cp_async16(tg_smem_addr(other + 4 * threadIdx.x), x + 4 * threadIdx.x);\n"
+    "  tg_cp_async_commit();\n"
+    "  if (skip == 0) tg_cp_async_wait<0>();\n"
+    "  if (skip == 2) tg_cp_async_wait<1>();  // the first group only\n"
     "  __syncthreads();\n"
     "  if (skip == 2) y[threadIdx.x] = other[4 * ((threadIdx.x + 1) % 64)];\n"
     "  for (int i = 0; i < 4; i++) y[4 * threadIdx.x + i] = tile[4 * ((threadIdx.x + 1) % 64) + i + shift];\n"
@@ -357,8 +357,8 @@ static const char ptx_kernels[] =
     "\n"
     "// tg kernel: approx\n"
     "extern \"C\" __global__ void approx(TG_ARG(const float) x, TG_ARG(float) y) {\n"
-    "  y[2 * threadIdx.x] = fa_ex2(x[threadIdx.x]);\n"
-    "  y[2 * threadIdx.x + 1] = fa_lg2(x[threadIdx.x]);\n"
+    "  y[2 * threadIdx.x] = tg_ex2_approx(x[threadIdx.x]);\n"
+    "  y[2 * threadIdx.x + 1] = tg_lg2_approx(x[threadIdx.x]);\n"
     "}\n";
 
 static const char table[] =

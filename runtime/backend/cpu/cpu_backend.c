@@ -1,10 +1,10 @@
 /* cpu_backend.c: the CPU backend (backend.h), which runs a
  * fused, planned graph as generated C.
  *
- * The graph is lowered (codegen/lower.h), rendered as C (codegen/render.h),
+ * The graph is lowered (codegen/lower.h), rendered as C (codegen/c/render_c.h),
  * built into a shared object with the system compiler (runtime/jit/ccjit.h,
  * cached on disk) and loaded with dlopen; its entry points are those of
- * codegen/step_abi.h.  Memory is host memory: a tensor is one aligned
+ * codegen/c/step_abi.h.  Memory is host memory: a tensor is one aligned
  * buffer of its dtype, each leaf has one (its own, or the tensor bound to
  * it), and each compiled graph has the arena memplan planned and the
  * scratch lowering asked for. */
@@ -19,7 +19,7 @@
 #include "comm.h"
 #include "backend_impl.h"
 #include "lower.h"
-#include "render.h"
+#include "render_c.h"
 #include "step_abi.h"
 
 typedef struct cpu_device {

@@ -8,7 +8,7 @@
  * values: on a GPU the step is memory-bound), render the CUDA (one .cu for
  * the whole step), compile it for the device (NVRTC, cached; or the host
  * compiler for the emulator), load the module, and make the plan
- * (codegen/cuda_plan.h): every launch, matmul and all-reduce point in run
+ * (codegen/cuda/cuda_plan.h): every launch, matmul and all-reduce point in run
  * order, exactly what the manifest shows.  The graph's intermediates live
  * in one device allocation laid out by memplan (the arena, then the
  * scratch); leaves are tensors, the graph's own (made when first needed)
@@ -51,7 +51,7 @@
 #include "backend_impl.h"
 #include "lower.h"
 #include "nvrtc.h"
-#include "render.h"
+#include "render_cuda.h"
 
 /* ---- the device ------------------------------------------------------------------ */
 
@@ -295,7 +295,7 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
   LT(d, ctx, A->cublasLtCreate(&d->lt), "the cuBLASLt handle");
   CU(d, ctx, A->cuMemAlloc(&d->workspace, TG_CUBLASLT_WORKSPACE), "cuBLASLt's workspace");
 
-  /* the backend's own kernels (codegen/render_cuda_runtime.c) */
+  /* the backend's own kernels (codegen/cuda/render_cuda_runtime.c) */
   char *src = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&src, &len);

@@ -1,6 +1,6 @@
 /* emu_compile.c: a generated .cu as a module of the emulated device.
  *
- * The source is cuda_emu.h's text (embedded at build time: emu_header.c),
+ * The source is cuda_emu.h's text (embedded at build time by cmake/embed.cmake),
  * a #line directive, then the .cu, compiled as C++17 by the host compiler
  * through the C JIT (runtime/jit/ccjit.h), which caches the shared object
  * under $TG_CACHE keyed by all of that text, the flags and the compiler.

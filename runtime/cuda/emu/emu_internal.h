@@ -176,7 +176,7 @@ typedef struct tg_emu_launch_bound {
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
                  bool *from_cache, char *why, size_t whylen);
 
-/* cuda_emu.h's text, embedded at build time (emu_header.c, generated). */
+/* cuda_emu.h's text, embedded at build time (cmake/embed.cmake). */
 extern const char tg_cuda_emu_header[];
 
 #endif
