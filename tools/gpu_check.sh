@@ -97,7 +97,7 @@ reserve_after() {
 rows=()
 row() { # NAME STATUS SECONDS DETAIL
   local line
-  line=$(printf '%-10s %-7s %4ss  %s' "$1" "$2" "$3" "$4" | cut -c1-220)
+  line=$(printf '%-10s %-7s %4ss  %s' "$1" "$2" "$3" "$4" | cut -c1-260)
   rows+=("$line")
   echo "$line" | tee -a "$table"
 }
@@ -107,12 +107,12 @@ row() { # NAME STATUS SECONDS DETAIL
 # words a row starts with when it timed out).  Returns 1, with a FAIL row,
 # when too little time is left to start it.
 stage() {
-  local name=$1 log=$2 limit
+  local name=$1 log=$2 limit why
   shift 2
   limit=$(( $(left) - $(reserve_after "$name") - 15 ))
   if [ "$limit" -lt 10 ]; then
-    if [ "$name" = racecheck ]; then row "$name" skip 0 "not run: $(left) s of the deadline left"
-    else row "$name" FAIL 0 "not run: $(left) s of the ${deadline} s deadline left"; fi
+    why="not run: $(left) s of the $deadline s deadline left, $(reserve_after "$name") s of it kept for the later stages"
+    if [ "$name" = racecheck ]; then row "$name" skip 0 "$why"; else row "$name" FAIL 0 "$why"; fi
     return 1
   fi
   printf '\n==== %s (limit %s s, %s s into the check): %s\n' "$name" "$limit" "$(( SECONDS - t0 ))" "$*" >> "$log"
@@ -126,13 +126,16 @@ stage() {
 }
 status() { if [ "$rc" -eq 0 ]; then echo ok; else echo FAIL; fi; }
 
-# fold DIR LOG: each file of DIR appended to LOG under a header (the files
-# that come back are few)
+# fold DIR LOG [SKIP...]: each file of DIR appended to LOG under a header
+# (the files that come back are few), but the SKIP ones, which the bench
+# printed already
 fold() {
-  local f
-  for f in $(cd "$1" && find . -type f | sort); do
-    printf '\n==== %s\n' "${f#./}" >> "$2"
-    cat "$1/$f" >> "$2"
+  local dir=$1 log=$2 f
+  shift 2
+  for f in $(cd "$dir" && find . -type f | sort); do
+    case " $* " in *" ${f#./} "*) continue ;; esac
+    printf '\n==== %s\n' "${f#./}" >> "$log"
+    cat "$dir/$f" >> "$log"
   done
 }
 
@@ -212,25 +215,30 @@ done
 # ---- device
 t=$SECONDS
 if [ "$backend" = cuda ]; then
-  { timeout 60 nvidia-smi -L; timeout 60 nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader
-    [ -n "$nvcc" ] && "$nvcc" --version | tail -1; } > "$work/device" 2>&1
-  cat "$work/device" >> "$setup"
-  if timeout 60 nvidia-smi -L > /dev/null 2>&1; then st=ok; else st=FAIL; fi
-  row device "$st" $(( SECONDS - t )) "$(head -1 "$work/device" | cut -c1-90); driver $(sed -n 2p "$work/device"); $how"
-  [ "$st" = ok ] || finish
+  if timeout 60 nvidia-smi -L > "$work/gpus" 2>&1; then
+    driver=$(timeout 60 nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
+    toolkit=$( [ -n "$nvcc" ] && "$nvcc" --version | grep -o 'release [0-9.]*')
+    { cat "$work/gpus"; echo "driver, memory: $driver"; echo "nvcc: $toolkit"; } >> "$setup"
+    row device ok $(( SECONDS - t )) "$(head -1 "$work/gpus" | cut -c1-90); driver $driver; nvcc ${toolkit:-none}; $how"
+  else
+    cat "$work/gpus" >> "$setup"
+    row device FAIL $(( SECONDS - t )) "no GPU answers nvidia-smi: $(head -1 "$work/gpus")"
+    finish
+  fi
 else
   row device ok $(( SECONDS - t )) "${rehearsal}the emulated device; $how"
 fi
 
 # ---- (a) the 2-layer GPT end to end, a part of run_cuda_backend.sh a row
-result() { # the part's result line, or its first failure
-  local r
-  r=$(grep -m1 '^FAIL' "$work/$1.out" | cut -c1-120)
-  [ -n "$r" ] && r="$r; "
-  if tail -1 "$work/$1.out" | grep -q 'passed,'; then
-    echo "$r$(grep '^result: ' "$work/$1.out" | tail -1 | cut -c9-); $(tail -1 "$work/$1.out")"
-  else # cut short: where it was
-    echo "$r$(grep -v '^$' "$work/$1.out" | tail -1 | cut -c1-100)"
+result() { # the part's result line, or its first failure and error
+  local o=$work/$1.out counts
+  counts=$(tail -1 "$o" | grep 'passed,')
+  if [ -z "$counts" ]; then # cut short: where it was
+    grep -v '^$' "$o" | tail -1 | cut -c1-120
+  elif grep -q '^FAIL' "$o"; then
+    echo "$counts; $(grep -m1 '^FAIL' "$o" | cut -c1-90); $(grep -m1 -E 'error: |^========= (Invalid|Error|Race|Program hit|[A-Z]+ SUMMARY: [1-9])' "$o" | cut -c1-110)"
+  else
+    echo "$(grep '^result: ' "$o" | tail -1 | cut -c9-); $counts"
   fi
 }
 for part in grads steps graphs train; do
@@ -260,20 +268,22 @@ else # the rehearsal: fewer steps than the benches' own (tiny) defaults
 fi
 mkdir -p "$work/numerics" "$work/throughput"
 if stage numerics "$out/numerics.log" env "${bench_env[@]}" OUT="$work/numerics" bash "$src/bench/gpt2_numerics.sh"; then
-  fold "$work/numerics" "$out/numerics.log"
+  fold "$work/numerics" "$out/numerics.log" numerics.log
   note=
   [ "$backend" = cuda ] || note="${rehearsal}tiny sizes, torch on the CPU; "
   row numerics "$(status)" "$secs" \
-    "$late$note$(grep -m1 -E '^(PASS|FAIL)' "$work/numerics.out" || grep -m1 -iE 'fail|error' "$work/numerics.out")"
+    "$late$note$(grep -m1 -E '^(PASS|FAIL)' "$work/numerics.out" || grep -m1 -iE 'fail|error' "$work/numerics.out" ||
+                 grep -v '^$' "$work/numerics.out" | tail -1)"
 fi
 
 # ---- (d) throughput at T = 1024 against torch.compile nanoGPT
 if stage throughput "$out/throughput.log" env "${bench_env[@]}" OUT="$work/throughput" bash "$src/bench/gpt2_gpu.sh"; then
-  fold "$work/throughput" "$out/throughput.log"
+  fold "$work/throughput" "$out/throughput.log" table.txt
   note=
   [ "$backend" = cuda ] || note="${rehearsal}tiny sizes, torch eager on the CPU (no torch.compile on CUDA here); "
   summary=$(grep -m1 '^summary: ' "$work/throughput.out" | cut -c10-)
   [ -n "$summary" ] || summary=$(grep -m1 -iE 'fail|error' "$work/throughput.out")
+  [ -n "$summary" ] || summary=$(grep -v '^$' "$work/throughput.out" | tail -1)
   row throughput "$(status)" "$secs" "$late$note$summary"
 fi
 

@@ -69,6 +69,7 @@ parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(grads steps graphs train)
 py=${TG_PYTHON:-python3}
 "$py" -c 'import numpy' 2> /dev/null || py=/usr/bin/python3
+echo "python (numpy): $py"
 mk=("$py" "$src/tests/cli/make_safetensors.py")
 cmp=("$py" "$src/tests/cli/compare_safetensors.py")
 export TG_CACHE=${TG_CACHE:-$tmp/cache}
