@@ -1,5 +1,5 @@
 /* prelude.cuh: what every unit of the generated CUDA needs before it (after
- * memory.cuh and ptx.cuh, before gelu.h): the index type, conversions,
+ * memory.cuh and ptx.cuh, before gelu_kernel.h): the index type, conversions,
  * block and column reductions, and the multi-tensor tables' entry search.
  *
  * Embedded at build time (cmake/embed.cmake, without this comment) and
