@@ -53,22 +53,7 @@ bool tg_varies(const tg_type *t, const tg_type *dom, int axis) {
   return j >= 0 && j < t->rank && t->dim[j].size > 1;
 }
 
-static bool fits(const tg_type *a, const tg_type *b) {
-  if (a->rank > b->rank) return false;
-  for (int i = 1; i <= a->rank; i++) {
-    int64_t x = a->dim[a->rank - i].size, y = b->dim[b->rank - i].size;
-    if (x != y && x != 1) return false;
-  }
-  return true;
-}
-
 static bool is_reduction(const tg_node *n) { return n->op == TG_OP_sum || n->op == TG_OP_max; }
-
-static bool is_flash(tg_op op) {
-  return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention ||
-         op == TG_OP_flash_attention_dq || op == TG_OP_flash_attention_dk ||
-         op == TG_OP_flash_attention_dv;
-}
 
 static bool is_stored_leaf(const tg_node *n) {
   return n->op == TG_OP_input || n->op == TG_OP_param || n->op == TG_OP_state;
@@ -326,7 +311,7 @@ static void check_fit(lowerer *L, const tg_nest *nest, const ivec *nodes) {
   for (int i = 0; i < nodes->n; i++) {
     const tg_node *n = L->g->nodes[nodes->v[i]];
     const tg_type *t = is_group_sum(L, n) ? &n->in[0]->in[0]->type : is_reduction(n) ? &n->in[0]->type : &n->type;
-    if (!fits(t, &nest->dom) && (L->stored[n->id] || is_reduction(n)))
+    if (!tg_type_fits(t, &nest->dom) && (L->stored[n->id] || is_reduction(n)))
       tg_error(L->ctx, n->loc, "cannot lower %%%d %s: its shape does not fit its kernel's domain", n->id,
                tg_ops[n->op].name);
   }
@@ -1262,7 +1247,7 @@ static void lower_kernel(lowerer *L, int k) {
   case TG_KERNEL_MATMUL: matmul_steps(L, K, k); break;
   case TG_KERNEL_SPECIAL:
     if (first->op == TG_OP_scatter_add) scatter_step(L, first);
-    else if (is_flash(first->op)) flash_step(L, K);
+    else if (tg_op_is_flash_attention(first->op)) flash_step(L, K);
     else tg_error(L->ctx, first->loc, "cannot lower a special kernel of %s", tg_ops[first->op].name);
     break;
   case TG_KERNEL_MULTI: multi_steps(L, K); break;

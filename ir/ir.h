@@ -46,6 +46,10 @@ bool tg_dtype_is_float(tg_dtype t);
 int64_t tg_type_numel(const tg_type *t);
 bool tg_type_same_shape(const tg_type *a, const tg_type *b); /* sizes only */
 bool tg_type_equal(const tg_type *a, const tg_type *b);      /* dtype + sizes */
+/* Whether a value of shape a broadcasts into shape b (numpy rules, dims
+ * aligned from the right, a dim of 1 stretches): what fusion and lowering
+ * ask of a value read inside a kernel's domain. */
+bool tg_type_fits(const tg_type *a, const tg_type *b);
 /* Writes "f32[B=8, T=1024, 768]"; returns buf. */
 char *tg_type_str(const tg_type *t, char *buf, size_t n);
 enum { TG_TYPE_STR_MAX = 512 };
@@ -92,6 +96,10 @@ typedef struct tg_op_info {
 extern const tg_op_info tg_ops[TG_NOPS];
 const char *tg_kind_name(tg_kind k);
 bool tg_op_lookup(const char *name, size_t n, tg_op *out);
+/* Op groups (as tinygrad's GroupOp): the flash_attention family (the
+ * forward, its saved lse, the three backward ops), one special kernel each
+ * in fusion and code generation, and bf16 throughout under precision. */
+bool tg_op_is_flash_attention(tg_op op);
 
 /* ---- nodes and graphs ------------------------------------------------- */
 

@@ -42,6 +42,11 @@ bool tg_op_lookup(const char *name, size_t n, tg_op *out) {
   return false;
 }
 
+bool tg_op_is_flash_attention(tg_op op) {
+  return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention || op == TG_OP_flash_attention_dq ||
+         op == TG_OP_flash_attention_dk || op == TG_OP_flash_attention_dv;
+}
+
 static const struct {
   const char *name;
   int size;
@@ -79,6 +84,15 @@ bool tg_type_same_shape(const tg_type *a, const tg_type *b) {
 
 bool tg_type_equal(const tg_type *a, const tg_type *b) {
   return a->dtype == b->dtype && tg_type_same_shape(a, b);
+}
+
+bool tg_type_fits(const tg_type *a, const tg_type *b) {
+  if (a->rank > b->rank) return false;
+  for (int i = 1; i <= a->rank; i++) {
+    int64_t x = a->dim[a->rank - i].size, y = b->dim[b->rank - i].size;
+    if (x != y && x != 1) return false;
+  }
+  return true;
 }
 
 char *tg_type_str(const tg_type *t, char *buf, size_t n) {

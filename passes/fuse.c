@@ -84,16 +84,6 @@ typedef struct fuser {
 
 /* ---- shapes ------------------------------------------------------------- */
 
-/* Does a broadcast into b (numpy rules, aligned from the right)? */
-static bool fits(const tg_type *a, const tg_type *b) {
-  if (a->rank > b->rank) return false;
-  for (int i = 1; i <= a->rank; i++) {
-    int64_t x = a->dim[a->rank - i].size, y = b->dim[b->rank - i].size;
-    if (x != y && x != 1) return false;
-  }
-  return true;
-}
-
 static bool last_axis_only(const tg_node *n) {
   const tg_type *t = &n->in[0]->type;
   return t->rank >= 1 && n->axes == 1u << (t->rank - 1);
@@ -105,12 +95,6 @@ static bool is_indexing(tg_op op) { /* elementwise over their result's shape */
 
 static bool is_elementwise(const tg_node *n) {
   return tg_ops[n->op].kind == TG_KIND_ELEMENTWISE || is_indexing(n->op);
-}
-
-static bool is_flash(tg_op op) {
-  return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention ||
-         op == TG_OP_flash_attention_dq || op == TG_OP_flash_attention_dk ||
-         op == TG_OP_flash_attention_dv;
 }
 
 static bool is_loose(const tg_node *n) {
@@ -202,8 +186,8 @@ static const char *elementwise_join(fuser *f, const tg_node *n, int k) {
     return tg_type_same_shape(&n->type, &K->dom) && reads_kernel(f, n, k) ? NULL
                                                                             : "an assign of another shape";
   if (is_elementwise(n)) {
-    if (fits(&n->type, &K->dom)) return NULL;
-    if (fits(&K->dom, &n->type)) {
+    if (tg_type_fits(&n->type, &K->dom)) return NULL;
+    if (tg_type_fits(&K->dom, &n->type)) {
       K->dom = n->type; /* widen: what was computed broadcasts into it */
       return NULL;
     }
@@ -211,7 +195,7 @@ static const char *elementwise_join(fuser *f, const tg_node *n, int k) {
   }
   if (n->op == TG_OP_sum || n->op == TG_OP_max) {
     const tg_type *in = &n->in[0]->type;
-    if (!fits(&K->dom, in)) return "the reduction's input shape does not fit the kernel's domain";
+    if (!tg_type_fits(&K->dom, in)) return "the reduction's input shape does not fit the kernel's domain";
     K->dom = *in;
     if (last_axis_only(n)) {
       f->g->kernels[k].kind = TG_KERNEL_ROW;
@@ -229,10 +213,10 @@ static const char *row_join(const fuser *f, const tg_node *n, int k) {
   if (reads_barrier(f, n, k)) return "it reads the kernel's column sums, complete only when the kernel ends";
   if (group_sum(n, &K->dom)) return NULL;
   if (is_elementwise(n))
-    return fits(&n->type, &K->dom) ? NULL : "its shape is not [rows..., C] or [rows..., 1] of the row kernel";
+    return tg_type_fits(&n->type, &K->dom) ? NULL : "its shape is not [rows..., C] or [rows..., 1] of the row kernel";
   if (n->op == TG_OP_sum || n->op == TG_OP_max) {
     if (!last_axis_only(n)) return "a reduction over other axes than the last (another iteration space)";
-    return fits(&n->in[0]->type, &K->dom) ? NULL : "a reduction over rows of another shape";
+    return tg_type_fits(&n->in[0]->type, &K->dom) ? NULL : "a reduction over rows of another shape";
   }
   return "a different kind of op";
 }
@@ -241,7 +225,7 @@ static const char *reduce_join(const fuser *f, const tg_node *n, int k) {
   const kstate *K = &f->ks[k];
   if (reads_barrier(f, n, k)) return "it reads the kernel's column sums, complete only when the kernel ends";
   if (is_elementwise(n))
-    return fits(&n->type, &K->dom) ? NULL : "its shape does not fit the reduction's input";
+    return tg_type_fits(&n->type, &K->dom) ? NULL : "its shape does not fit the reduction's input";
   if (n->op == TG_OP_sum || n->op == TG_OP_max) {
     if (n->axes != K->axes) return "a reduction over other axes";
     return tg_type_same_shape(&n->in[0]->type, &K->dom) ? NULL : "a reduction of another shape";
@@ -285,12 +269,12 @@ static const char *why_not(fuser *f, const tg_node *n, int k) {
   switch (f->g->kernels[k].kind) {
   case TG_KERNEL_MATMUL: return epilogue_why(f, n, k);
   case TG_KERNEL_SPECIAL:
-    return f->ks[k].flash && is_flash(n->op) ? NULL : "a special op's kernel takes nothing else";
+    return f->ks[k].flash && tg_op_is_flash_attention(n->op) ? NULL : "a special op's kernel takes nothing else";
   case TG_KERNEL_MULTI: return multi_join(f, n, k);
   case TG_KERNEL_ELEMENTWISE:
-    return is_flash(n->op) ? "a special op" : elementwise_join(f, n, k);
-  case TG_KERNEL_ROW: return is_flash(n->op) ? "a special op" : row_join(f, n, k);
-  case TG_KERNEL_REDUCE: return is_flash(n->op) ? "a special op" : reduce_join(f, n, k);
+    return tg_op_is_flash_attention(n->op) ? "a special op" : elementwise_join(f, n, k);
+  case TG_KERNEL_ROW: return tg_op_is_flash_attention(n->op) ? "a special op" : row_join(f, n, k);
+  case TG_KERNEL_REDUCE: return tg_op_is_flash_attention(n->op) ? "a special op" : reduce_join(f, n, k);
   default: return "unknown kernel kind";
   }
 }
@@ -303,9 +287,9 @@ static int new_kernel(fuser *f, const tg_node *n) {
   if (n->op == TG_OP_matmul) {
     kind = TG_KERNEL_MATMUL;
     s.epilogue = n->phase == TG_PHASE_FORWARD;
-  } else if (is_flash(n->op) || n->op == TG_OP_scatter_add) {
+  } else if (tg_op_is_flash_attention(n->op) || n->op == TG_OP_scatter_add) {
     kind = TG_KERNEL_SPECIAL;
-    s.flash = is_flash(n->op);
+    s.flash = tg_op_is_flash_attention(n->op);
   } else if (n->phase == TG_PHASE_OPTIMIZER || (n->op == TG_OP_sum && n->in[0]->op == TG_OP_sum)) {
     /* the optimizer; or the second stages of split sums (split_sums.c),
      * small and independent, which that pass gathered: one launch */
@@ -531,7 +515,7 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   f.operand = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
-    if (n->op == TG_OP_matmul || n->op == TG_OP_scatter_add || is_flash(n->op))
+    if (n->op == TG_OP_matmul || n->op == TG_OP_scatter_add || tg_op_is_flash_attention(n->op))
       for (int j = 0; j < n->nin; j++) f.operand[tg_kernel_base(n->in[j])->id] = true;
   }
   for (int i = 0; i < g->n_nodes; i++) {

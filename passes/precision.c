@@ -196,8 +196,6 @@ static bool narrow(const tg_node *const *in, int nin) {
   return some;
 }
 
-static bool is_flash(tg_op op) { return op == TG_OP_flash_attention_lse || op == TG_OP_flash_attention; }
-
 /* The embedding x (complete) as bf16: the residual stream. */
 static tg_node *embedded(rewriter *w, tg_node *x) {
   if (!w->subst[x->id]) {
@@ -238,7 +236,7 @@ static void rewrite(rewriter *w, tg_node *n) {
   } else if (n->op == TG_OP_matmul) {
     for (int k = 0; k < nin; k++) in[k] = as_bf16(w, in[k], R_MATMUL);
     r = R_MATMUL;
-  } else if (is_flash(n->op)) {
+  } else if (tg_op_is_flash_attention(n->op)) {
     for (int k = 0; k < nin; k++)
       if (!(n->op == TG_OP_flash_attention && k == 3)) in[k] = as_bf16(w, in[k], R_ATTENTION);
     r = R_ATTENTION;

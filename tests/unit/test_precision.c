@@ -42,8 +42,6 @@ static tg_graph *compiled(tg_ctx *ctx, tg_precision_policy p, bool grad, bool st
   return g;
 }
 
-static bool is_flash(tg_op op) { return op == TG_OP_flash_attention || op == TG_OP_flash_attention_lse; }
-
 START_TEST(test_forward_rules) {
   tg_ctx *c = tu_ctx();
   tg_graph *g = compiled(c, TG_PRECISION_BF16, false, false, NULL);
@@ -111,7 +109,7 @@ START_TEST(test_f32_leaves_the_graph_alone) {
   char *tp = tu_print_ir(p);
   ck_assert_str_eq(tb, tp);
   ck_assert_str_ne(ta, tb);
-  for (int i = 0; i < b->n_nodes; i++) ck_assert(b->nodes[i]->type.dtype != TG_BF16 || is_flash(b->nodes[i]->op));
+  for (int i = 0; i < b->n_nodes; i++) ck_assert(b->nodes[i]->type.dtype != TG_BF16 || tg_op_is_flash_attention(b->nodes[i]->op));
   free(ta), free(tb), free(tp);
   tu_ctx_free(c);
 }
