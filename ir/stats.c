@@ -6,6 +6,7 @@
  * added what it should.  Numbers get thousands separators by hand: the C
  * locale has none and setting another would change how doubles print. */
 #include "ir.h"
+#include "names.h"
 
 #include <math.h>
 #include <string.h>
@@ -236,7 +237,7 @@ static void print_outputs(FILE *out, const tg_graph *g) {
   int grads = 0;
   for (int i = 0; i < g->n_outputs; i++) {
     const tg_output *o = &g->outputs[i];
-    if (o->name && !strncmp(o->name, "grad:", 5)) {
+    if (o->name && !strncmp(o->name, TG_GRAD_PREFIX, strlen(TG_GRAD_PREFIX))) {
       grads++;
       continue;
     }

@@ -141,13 +141,13 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
     if (n->name && (n->op == TG_OP_input || n->op == TG_OP_param) &&
-        (!strcmp(n->name, "lr") || !strcmp(n->name, "step")))
+        (!strcmp(n->name, TG_INPUT_LR) || !strcmp(n->name, TG_INPUT_STEP)))
       tg_error(ctx, n->loc, "adamw: the model's own %s '%s' would clash with the optimizer's input "
                "of that name; rename it", tg_ops[n->op].name, n->name);
   }
   tg_type scalar = {.dtype = TG_F32};
-  tg_node *lr = leaf(&O, TG_OP_input, "lr", &scalar);
-  tg_node *t = leaf(&O, TG_OP_input, "step", &scalar);
+  tg_node *lr = leaf(&O, TG_OP_input, TG_INPUT_LR, &scalar);
+  tg_node *t = leaf(&O, TG_OP_input, TG_INPUT_STEP, &scalar);
 
   /* the parameters' bf16 copies (precision.c's weight_copies) by name, sorted:
    * found in log time (tg_param_copy_of walks the graph for each) */
@@ -174,7 +174,7 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
   }
   O.loc = (tg_loc){g->source, 1, 1};
   tg_node *norm = total ? op1(&O, TG_OP_sqrt, total) : cst(&O, 0);
-  tg_graph_add_output(g, "grad_norm", norm);
+  tg_graph_add_output(g, TG_OUTPUT_GRAD_NORM, norm);
   tg_node *coef = NULL;
   if (o->grad_clip > 0) {
     tg_node *c = op2(&O, TG_OP_div, cst(&O, o->grad_clip), op2(&O, TG_OP_add, norm, cst(&O, 1e-6)));

@@ -408,7 +408,7 @@ static void mark_wanted(ad *A, const tg_node *loss, int nfwd) {
 
 void tg_autodiff(tg_ctx *ctx, tg_graph *g) {
   tg_loc file = {g->source, 1, 1};
-  tg_node *loss = tg_graph_output(g, "loss");
+  tg_node *loss = tg_graph_output(g, TG_OUTPUT_LOSS);
   if (!loss) tg_error(ctx, file, "autodiff: the model has no output named 'loss' to differentiate");
   if (loss->type.rank != 0 || !tg_dtype_is_float(loss->type.dtype)) {
     char t[TG_TYPE_STR_MAX];

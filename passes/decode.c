@@ -177,8 +177,8 @@ void tg_decode(tg_ctx *ctx, tg_graph *g) {
     if (x->phase != TG_PHASE_FORWARD)
       tg_error(ctx, x->loc, "decode: the graph has a %s part; the decode step is made from the forward graph alone "
                "(no --grad)", tg_phase_name(x->phase));
-    if (x->name && !strcmp(x->name, "logits") && x->op != TG_OP_input && x->op != TG_OP_param) logits = old[i];
-    if ((x->op == TG_OP_input || x->op == TG_OP_state) && x->name && !strcmp(x->name, "pos"))
+    if (x->name && !strcmp(x->name, TG_OUTPUT_LOGITS) && x->op != TG_OP_input && x->op != TG_OP_param) logits = old[i];
+    if ((x->op == TG_OP_input || x->op == TG_OP_state) && x->name && !strcmp(x->name, TG_INPUT_POS))
       tg_error(ctx, x->loc, "decode: the model has its own %s 'pos', the name of the decode step's position input; "
                "rename it", tg_ops[x->op].name);
   }
@@ -235,7 +235,7 @@ void tg_decode(tg_ctx *ctx, tg_graph *g) {
   g->n_nodes = g->cap_nodes = 0;
   tg_node **map = tg_alloc(ctx->arena, sizeof *map * ((size_t)n + 1));
   D.pos = tg_node_new(g, TG_OP_input, pos_iota->loc);
-  D.pos->name = "pos";
+  D.pos->name = TG_INPUT_POS;
   D.pos->type = pos_iota->type;
   add(&D, D.pos, pos_iota->loc);
   for (int i = 0; i < n; i++) {
@@ -271,5 +271,5 @@ void tg_decode(tg_ctx *ctx, tg_graph *g) {
     tg_error(ctx, logits->loc, "decode: no causal attention found (flash_attention after the flash_attn pass; "
              "tgc --report flash_attn says why one was not recognised)");
   g->n_outputs = 0;
-  tg_graph_add_output(g, "logits", logits->op == TG_OP_flash_attention ? map[logits->id] : logits);
+  tg_graph_add_output(g, TG_OUTPUT_LOGITS, logits->op == TG_OP_flash_attention ? map[logits->id] : logits);
 }

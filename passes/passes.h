@@ -6,6 +6,7 @@
 #define TG_PASSES_H
 
 #include "ir.h"
+#include "names.h" /* the inputs, outputs and prefixes the passes add */
 
 /* pad_vocab.c: pads every dim whose symbol is "vocab" to a multiple of
  * `multiple` (<= 1: nothing) and masks the padded logits to -inf after each
@@ -24,8 +25,6 @@ enum { TG_PAD_MULTIPLE_DEFAULT = 64 };
  * parameter the loss does not depend on gets a zero gradient. */
 void tg_autodiff(tg_ctx *ctx, tg_graph *g);
 
-/* The prefix of the gradient outputs: "grad:wte.weight". */
-#define TG_GRAD_PREFIX "grad:"
 /* The output holding param's gradient (after autodiff), or NULL. */
 tg_node *tg_gradient_of(const tg_graph *g, const tg_node *param);
 /* The parameter name of a gradient output's name ("grad:wte.weight" ->
@@ -64,9 +63,6 @@ typedef struct tg_adamw_slot {
  * arena), and their count in *n_slots (may be NULL). */
 tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts, int *n_slots);
 
-#define TG_ADAM_M_PREFIX "adam.m."
-#define TG_ADAM_V_PREFIX "adam.v."
-
 /* flash_attn.c: replaces each causal self-attention written from primitive
  * ops (softmax of masked, scaled q @ kᵀ, times v; see models/std.tg) by a
  * flash_attention op and the flash_attention_lse it saves for the
@@ -96,7 +92,6 @@ void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FI
 /* A parameter's bf16 copy: a state leaf "bf16.NAME" that the forward reads
  * instead of casting the parameter each time, written once per optimizer
  * step (the adamw pass; the training loop's optimizer graph). */
-#define TG_BF16_COPY_PREFIX "bf16."
 typedef struct tg_param_copy {
   tg_node *param, *copy;
 } tg_param_copy;
@@ -182,9 +177,6 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE 
  * is "logits".  Anything else over positions is refused with its .tg line.
  * See decode.c for the rewrite. */
 void tg_decode(tg_ctx *ctx, tg_graph *g);
-
-#define TG_DECODE_K_PREFIX "kv.k."
-#define TG_DECODE_V_PREFIX "kv.v."
 
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "names.h" /* the tensors are the graph inputs they fill */
 #include "safetensors.h"
 
 void tg_batch_free(tg_batch *b) {
@@ -46,8 +47,8 @@ static void check_ids(tg_ctx *ctx, const int32_t *v, const char *name, const tg_
 }
 
 void tg_batch_check_ids(tg_ctx *ctx, const tg_batch *b, const char *path, int64_t vocab) {
-  check_ids(ctx, b->idx, "idx", b, path, vocab);
-  check_ids(ctx, b->targets, "targets", b, path, vocab);
+  check_ids(ctx, b->idx, TG_INPUT_IDX, b, path, vocab);
+  check_ids(ctx, b->targets, TG_INPUT_TARGETS, b, path, vocab);
 }
 
 tg_batch *tg_batch_load(tg_ctx *ctx, const char *path) {
@@ -66,18 +67,18 @@ tg_batch *tg_batch_load(tg_ctx *ctx, const char *path) {
     tg_bail(ctx);
   }
   tg_loc at = {f->path, 0, 0};
-  const tg_st_tensor *idx = tg_st_find(f, "idx");
+  const tg_st_tensor *idx = tg_st_find(f, TG_INPUT_IDX);
   if (!idx) tg_error(ctx, at, "tensor 'idx' is missing: a batch holds int32 'idx' and 'targets'");
   if (idx->rank != 2 || idx->shape[0] < 1 || idx->shape[1] < 1)
     tg_error(ctx, at, "tensor 'idx' must be a non-empty [B, T] matrix");
   for (int i = 0; i < f->n_tensors; i++)
-    if (strcmp(f->tensors[i].name, "idx") && strcmp(f->tensors[i].name, "targets"))
+    if (strcmp(f->tensors[i].name, TG_INPUT_IDX) && strcmp(f->tensors[i].name, TG_INPUT_TARGETS))
       tg_error(ctx, at, "tensor '%s' does not belong in a batch (only 'idx' and 'targets')",
                f->tensors[i].name);
   b->B = idx->shape[0];
   b->T = idx->shape[1];
-  b->idx = take(ctx, f, "idx", b->B, b->T);
-  b->targets = take(ctx, f, "targets", b->B, b->T);
+  b->idx = take(ctx, f, TG_INPUT_IDX, b->B, b->T);
+  b->targets = take(ctx, f, TG_INPUT_TARGETS, b->B, b->T);
   ctx->bail = outer;
   tg_st_free(f);
   return b;

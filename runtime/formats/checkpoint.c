@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "file.h"
-#include "passes.h"
+#include "names.h" /* the optimizer's and the weight copies' prefixes */
 #include "safetensors.h"
 #include "sha256.h"
 

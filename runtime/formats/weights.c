@@ -10,7 +10,7 @@
 
 #include "hf.h"
 #include "init.h"
-#include "passes.h"
+#include "names.h" /* the optimizer's moments' prefixes */
 #include "safetensors.h"
 #include "weights.h"
 

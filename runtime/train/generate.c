@@ -235,9 +235,9 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   fprintf(o->info, "sample: %s on %s, context %lld, prompt %zu tokens; compiled in %.2f s, loaded in %.2f s\n",
           g->source, tg_device_describe(s->dev), (long long)S, np, st->compile_s, st->load_s);
 
-  const tg_node *lg = tg_graph_output(g, "logits");
-  tg_tensor *idx_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "idx"));
-  tg_tensor *pos_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "pos"));
+  const tg_node *lg = tg_graph_output(g, TG_OUTPUT_LOGITS);
+  tg_tensor *idx_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, TG_INPUT_IDX));
+  tg_tensor *pos_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, TG_INPUT_POS));
   if (!idx_t || !pos_t) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the decode step needs the inputs idx and pos");
   s->logits = tg_xcalloc((size_t)tg_type_numel(&lg->type), sizeof *s->logits);
   s->scratch = tg_xcalloc((size_t)V + 16, sizeof *s->scratch);

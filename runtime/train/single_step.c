@@ -54,7 +54,7 @@ static tg_graph *compile(tg_ctx *ctx, const tg_single_opts *o, const tg_batch *b
 /* Checks that the model has inputs idx and targets of the batch's shape,
  * and no other input that tgrun would leave without a value. */
 static void check_batch_inputs(tg_ctx *ctx, const tg_graph *g, const tg_batch *b, const char *path) {
-  const char *names[2] = {"idx", "targets"};
+  const char *names[2] = {TG_INPUT_IDX, TG_INPUT_TARGETS};
   for (int k = 0; k < 2; k++) {
     const tg_node *in = tg_graph_leaf(g, TG_OP_input, names[k]);
     if (!in)
@@ -69,7 +69,7 @@ static void check_batch_inputs(tg_ctx *ctx, const tg_graph *g, const tg_batch *b
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
-    if (n->op != TG_OP_input || !strcmp(n->name, "idx") || !strcmp(n->name, "targets")) continue;
+    if (n->op != TG_OP_input || !strcmp(n->name, TG_INPUT_IDX) || !strcmp(n->name, TG_INPUT_TARGETS)) continue;
     if (n->phase == TG_PHASE_OPTIMIZER) continue; /* lr and step, set per step */
     tg_error(ctx, n->loc, "the model's input '%s' has no value: tgrun feeds only 'idx' and "
              "'targets' from the batch", n->name);
@@ -129,7 +129,7 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
     const tg_node *copy = p->op == TG_OP_param ? tg_param_copy_of(s->g, p) : NULL;
     if (copy) tg_tensor_write(tg_exec_leaf(s->e, copy), s->w->values[i], TG_HOST_F32);
   }
-  const char *names[2] = {"idx", "targets"};
+  const char *names[2] = {TG_INPUT_IDX, TG_INPUT_TARGETS};
   const int32_t *vals[2] = {s->batch->idx, s->batch->targets};
   for (int k = 0; k < 2; k++)
     tg_tensor_write(tg_exec_leaf(s->e, tg_graph_leaf(s->g, TG_OP_input, names[k])), vals[k], TG_HOST_I32);
@@ -172,7 +172,7 @@ static int do_grad(tg_ctx *ctx, const tg_single_opts *o, session *s) {
     const char *name = g->outputs[i].name;
     const tg_node *node = g->outputs[i].node;
     const char *param = tg_gradient_param_name(name);
-    if (!param && strcmp(name, "loss")) continue;
+    if (!param && strcmp(name, TG_OUTPUT_LOSS)) continue;
     int64_t numel = tg_type_numel(&node->type);
     float *v = tg_alloc(ctx->arena, sizeof *v * (size_t)numel);
     if (!tg_exec_read(s->e, node, v, TG_HOST_F32))
@@ -211,8 +211,8 @@ static double read_double(tg_ctx *ctx, session *s, const char *name) {
 static int do_step(tg_ctx *ctx, const tg_single_opts *o, session *s) {
   open_session(ctx, o, true, s);
   const tg_graph *g = s->g;
-  tg_tensor *lr_in = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "lr"));
-  tg_tensor *step_in = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, "step"));
+  tg_tensor *lr_in = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, TG_INPUT_LR));
+  tg_tensor *step_in = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, TG_INPUT_STEP));
   for (long i = 1; i <= o->steps; i++) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -221,7 +221,7 @@ static int do_step(tg_ctx *ctx, const tg_single_opts *o, session *s) {
     tg_tensor_write(lr_in, &lr, TG_HOST_F64);
     tg_tensor_write(step_in, &step, TG_HOST_F64);
     tg_exec_run(ctx, s->e);
-    double lossv = read_double(ctx, s, "loss"), normv = read_double(ctx, s, "grad_norm");
+    double lossv = read_double(ctx, s, TG_OUTPUT_LOSS), normv = read_double(ctx, s, TG_OUTPUT_GRAD_NORM);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     printf("step %ld/%ld  loss %.8g  grad_norm %.6g  lr %.3g  %.0f ms\n", i, o->steps, lossv, normv, o->lr, ms);

@@ -164,11 +164,11 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
     /* the head's output, named `logits` in the model, is what sampling reads */
     tg_node *logits = NULL;
     for (int i = 0; i < g->n_nodes; i++)
-      if (g->nodes[i]->name && !strcmp(g->nodes[i]->name, "logits") && g->nodes[i]->phase == TG_PHASE_FORWARD)
+      if (g->nodes[i]->name && !strcmp(g->nodes[i]->name, TG_OUTPUT_LOGITS) && g->nodes[i]->phase == TG_PHASE_FORWARD)
         logits = g->nodes[i];
     if (!logits)
       tg_error(r->ctx, (tg_loc){c->model, 1, 1}, "the model names no value 'logits' [B, T, vocab] to sample from");
-    tg_graph_add_output(g, "logits", logits);
+    tg_graph_add_output(g, TG_OUTPUT_LOGITS, logits);
   }
   return g;
 }
@@ -435,7 +435,7 @@ static void build(run *r) {
   r->idx = tg_xcalloc((size_t)bt, sizeof *r->idx);
   r->tgt = tg_xcalloc((size_t)bt, sizeof *r->tgt);
   r->sample_in = tg_xcalloc((size_t)c->block_size, sizeof *r->sample_in);
-  r->logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_sample, "logits")->type), sizeof *r->logits);
+  r->logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_sample, TG_OUTPUT_LOGITS)->type), sizeof *r->logits);
   t_front = now() - t_front;
   tg_graph *gs[4] = {r->g_grad, r->g_opt, r->g_eval, r->g_sample};
   const char *names[4] = {"grad", "optimizer", "eval", "sample"};
@@ -488,8 +488,8 @@ static void on_bucket(tg_exec *e, int bucket, void *ctx) {
 /* The batch's token ids, staged on the host, into the graph's inputs. */
 static void feed(run *r, tg_exec *e, const int32_t *idx, const int32_t *targets) {
   const tg_graph *g = tg_exec_graph(e);
-  tg_tensor_write(tg_exec_leaf(e, tg_graph_leaf(g, TG_OP_input, "idx")), idx, TG_HOST_I32);
-  if (targets) tg_tensor_write(tg_exec_leaf(e, tg_graph_leaf(g, TG_OP_input, "targets")), targets, TG_HOST_I32);
+  tg_tensor_write(tg_exec_leaf(e, tg_graph_leaf(g, TG_OP_input, TG_INPUT_IDX)), idx, TG_HOST_I32);
+  if (targets) tg_tensor_write(tg_exec_leaf(e, tg_graph_leaf(g, TG_OP_input, TG_INPUT_TARGETS)), targets, TG_HOST_I32);
   (void)r;
 }
 
@@ -508,7 +508,7 @@ static double eval_split(run *r, const tg_tokens *toks) {
     tg_loader_eval_batch(toks, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, k, 0, 1, r->idx, r->tgt);
     feed(r, r->e_eval, r->idx, r->tgt);
     tg_exec_run(r->ctx, r->e_eval);
-    sum += read_scalar(r, r->e_eval, "loss");
+    sum += read_scalar(r, r->e_eval, TG_OUTPUT_LOSS);
   }
   return sum / (double)(r->cfg.eval_batches ? r->cfg.eval_batches : 1);
 }
@@ -529,7 +529,7 @@ static void sample(run *r, int64_t step) {
   free(prompt);
   int64_t n = (int64_t)np;
   if (n == 0) ids[n++] = 0; /* an empty prompt starts from token 0 */
-  const tg_node *logits = tg_graph_output(r->g_sample, "logits");
+  const tg_node *logits = tg_graph_output(r->g_sample, TG_OUTPUT_LOGITS);
   int32_t *in = r->sample_in;
   int64_t Vp = logits->type.dim[logits->type.rank - 1].size;
   float *row = r->logits;
@@ -617,7 +617,7 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
   tg_loader_eval_batch(r->train, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, 0, 0, 1, r->idx, r->tgt);
   feed(r, r->e_eval, r->idx, r->tgt);
   tg_exec_run(r->ctx, r->e_eval);
-  float check = read_scalar(r, r->e_eval, "loss");
+  float check = read_scalar(r, r->e_eval, TG_OUTPUT_LOSS);
   if (!isfinite(check)) {
     free_leaf_values(r, v);
     tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
@@ -792,8 +792,8 @@ static void train_loop(run *r) {
     if (!mf) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
   }
 
-  tg_tensor *lr_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, "lr"));
-  tg_tensor *step_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, "step"));
+  tg_tensor *lr_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, TG_INPUT_LR));
+  tg_tensor *step_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, TG_INPUT_STEP));
   tg_exec_on_bucket(r->e_grad, on_bucket, r);
   r->accum = (int)c->grad_accum;
 
@@ -825,7 +825,7 @@ static void train_loop(run *r) {
       tg_loader_next(loaders[r->micro], r->idx, r->tgt);
       feed(r, r->e_grad, r->idx, r->tgt);
       tg_exec_run(r->ctx, r->e_grad);
-      loss_sum += read_scalar(r, r->e_grad, "loss");
+      loss_sum += read_scalar(r, r->e_grad, TG_OUTPUT_LOSS);
     }
     double phase1[TG_NPHASES];
     tg_exec_phase_seconds(r->e_grad, phase1);
@@ -833,7 +833,7 @@ static void train_loop(run *r) {
     tg_tensor_write(lr_in, &lr_f, TG_HOST_F32);
     tg_tensor_write(step_in, &step_f, TG_HOST_F32);
     tg_exec_run(r->ctx, r->e_opt);
-    float gn = read_scalar(r, r->e_opt, "grad_norm");
+    float gn = read_scalar(r, r->e_opt, TG_OUTPUT_GRAD_NORM);
     double stats[1] = {loss_sum / r->accum};
     tg_comm_sum_doubles(stats, 1);
     double dt = now() - t0;

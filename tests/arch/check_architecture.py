@@ -43,7 +43,7 @@ LAYERS = {
     'codegen': ['passes', 'ir', 'base'],
     'codegen/c': ['codegen', 'passes', 'ir', 'base'],
     'codegen/cuda': ['codegen', 'passes', 'ir', 'base'],
-    'runtime/formats': ['passes', 'ir', 'base'],
+    'runtime/formats': ['ir', 'base'],
     'runtime/data': ['runtime/formats', 'base'],
     'runtime/jit': ['base'],
     'runtime/comm': ['base'],
