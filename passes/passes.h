@@ -178,27 +178,58 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE 
  * See decode.c for the rewrite. */
 void tg_decode(tg_ctx *ctx, tg_graph *g);
 
+/* The reports passes write (tgc --report NAME; pipeline.c's table says
+ * which pass writes which). */
+#define TG_REPORT_FLASH_ATTN "flash_attn"
+#define TG_REPORT_GELU "gelu"
+#define TG_REPORT_PRECISION "precision"
+#define TG_REPORT_FUSION "fusion"
+#define TG_REPORT_MEMPLAN "memplan"
+#define TG_REPORT_SCHEDULE "schedule"
+
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
   tg_precision_policy precision; /* f32 (the default) or bf16 (precision.c) */
   bool grad;              /* add the backward (autodiff) */
   bool step;              /* ... and the optimizer: the whole training step */
   bool decode;            /* the forward as a decode step (decode.c); not with grad */
-  bool kernels;           /* fuse and plan memory even without the gradient
-                           * (a forward graph that code generation will run) */
+  bool kernels;           /* run the lowering passes (TG_PASS_FOR_KERNELS) even
+                           * without the gradient (a forward graph that code
+                           * generation will run) */
   tg_adamw_opts adamw;
   int pad_multiple;       /* pad_vocab's multiple; 0 or 1: no padding */
   const char *dump_after; /* print the IR after this pass (to dump) */
   FILE *dump;
-  const char *report_pass; /* the pass whose report to print (to report), or NULL */
+  const char *report_name; /* the report to print (to report; TG_REPORT_*), or NULL */
   FILE *report;
 } tg_pipeline_opts;
 
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *opts);
-bool tg_pass_known(const char *name);
-bool tg_pass_needs_step(const char *name); /* runs only for a training step */
-bool tg_pass_needs_decode(const char *name); /* runs only for a decode step */
-const char *tg_pass_name(int i); /* the i-th pass, or NULL past the last */
-const char *tg_pass_what(int i); /* what it does, in a few words */
+
+/* When a pass runs. */
+typedef enum tg_pass_when {
+  TG_PASS_ALWAYS,
+  TG_PASS_FOR_GRAD,    /* only when the gradient is asked for */
+  TG_PASS_FOR_STEP,    /* only for the whole training step (the optimizer) */
+  TG_PASS_FOR_DECODE,  /* only for a decode step */
+  TG_PASS_FOR_KERNELS, /* lowering to kernels: with the gradient, or for a
+                        * forward graph code generation will run (kernels) */
+} tg_pass_when;
+
+/* One row of pipeline.c's table, for those who name passes (tgc's
+ * --dump-after and --report). */
+typedef struct tg_pass_info {
+  const char *name;   /* --dump-after NAME */
+  tg_pass_when when;
+  const char *report; /* the report it writes (TG_REPORT_*), or NULL */
+  const char *what;   /* what it does, in a few words */
+} tg_pass_info;
+
+const tg_pass_info *tg_pass_at(int i);             /* the i-th pass, or NULL past the last */
+const tg_pass_info *tg_pass_named(const char *name); /* or NULL */
+const tg_pass_info *tg_pass_writing(const char *report); /* the pass writing that report, or NULL */
+/* Whether a pass runs only on a training graph (the gradient, the optimizer
+ * or the lowering of the training step). */
+bool tg_pass_for_training(const tg_pass_info *p);
 
 #endif

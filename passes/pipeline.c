@@ -8,128 +8,140 @@
 
 #include "passes.h"
 
-static void run_pad_vocab(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+/* Each pass's entry point, called the same way; report is where it writes
+ * its report (the table's report, when asked for), or NULL. */
+typedef void run_fn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report);
+
+static void run_pad_vocab(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)report;
   tg_pad_vocab(ctx, g, o->pad_multiple);
 }
 
-static void run_flash_attn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  bool asked = o->report_pass && !strcmp(o->report_pass, "flash_attn");
-  tg_flash_attn(ctx, g, asked ? o->report : NULL);
-}
-
-static void run_gelu(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  bool asked = o->report_pass && !strcmp(o->report_pass, "gelu");
-  tg_gelu(ctx, g, asked ? o->report : NULL);
-}
-
-static void run_decode(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+static void run_flash_attn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
   (void)o;
+  tg_flash_attn(ctx, g, report);
+}
+
+static void run_gelu(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o;
+  tg_gelu(ctx, g, report);
+}
+
+static void run_decode(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o, (void)report;
   tg_decode(ctx, g);
 }
 
-static void run_precision(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  bool asked = o->report_pass && !strcmp(o->report_pass, "precision");
-  tg_apply_precision(ctx, g, o->precision, asked ? o->report : NULL);
+static void run_precision(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  tg_apply_precision(ctx, g, o->precision, report);
 }
 
-static void run_weight_copies(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  (void)o;
+static void run_weight_copies(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o, (void)report;
   tg_hoist_param_copies(ctx, g, NULL);
 }
 
-static void run_narrow_saved(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  (void)o;
+static void run_narrow_saved(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o, (void)report;
   tg_narrow_saved(ctx, g);
 }
 
-static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  (void)o;
+static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o, (void)report;
   tg_autodiff(ctx, g);
 }
 
-static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
+static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)report;
   tg_append_adamw(ctx, g, &o->adamw, NULL);
 }
 
-static void run_split_sums(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  (void)o;
+static void run_split_sums(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o, (void)report;
   tg_split_sums(ctx, g);
 }
 
-static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  bool asked = o->report_pass && !strcmp(o->report_pass, "fusion");
-  tg_fuse(ctx, g, asked ? o->report : NULL);
+static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o;
+  tg_fuse(ctx, g, report);
 }
 
-static void run_memplan(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  bool asked = o->report_pass && !strcmp(o->report_pass, "memplan");
-  tg_memplan(ctx, g, asked ? o->report : NULL);
+static void run_memplan(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o;
+  tg_memplan(ctx, g, report);
 }
 
-static void run_schedule(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
-  bool asked = o->report_pass && !strcmp(o->report_pass, "schedule");
-  tg_schedule_allreduce(ctx, g, 0, asked ? o->report : NULL);
+static void run_schedule(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o;
+  tg_schedule_allreduce(ctx, g, 0, report);
 }
-
-/* When a pass runs: always, only when the gradient (or the whole training
- * step) is asked for, or only for a decode step. */
-typedef enum when { ALWAYS, FOR_GRAD, FOR_STEP, FOR_DECODE } when;
 
 typedef struct pass {
-  const char *name;
-  when when;
-  void (*run)(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o);
-  const char *what;
+  tg_pass_info info;
+  run_fn *run;
 } pass;
 
+#define ALWAYS TG_PASS_ALWAYS
+#define FOR_GRAD TG_PASS_FOR_GRAD
+#define FOR_STEP TG_PASS_FOR_STEP
+#define FOR_DECODE TG_PASS_FOR_DECODE
+#define FOR_KERNELS TG_PASS_FOR_KERNELS
+
+/* name, when it runs, the report it writes, what it does; its entry point */
 static const pass passes[] = {
-    {"pad_vocab", ALWAYS, run_pad_vocab, "pads vocabulary dims (--pad-multiple, 64 by default), masks the extra logits"},
-    {"flash_attn", ALWAYS, run_flash_attn, "causal self-attention from primitives -> one flash_attention op"},
-    {"gelu", ALWAYS, run_gelu, "GELU's tanh form from primitives -> one gelu op (its derivative: one gelu_grad)"},
-    {"decode", FOR_DECODE, run_decode, "the forward as one decode step with a key/value cache (tgc --decode)"},
-    {"precision", ALWAYS, run_precision, "the mixed-precision policy (--precision bf16; --report precision)"},
-    {"autodiff", FOR_GRAD, run_autodiff, "the gradient of 'loss' w.r.t. every parameter"},
-    {"weight_copies", ALWAYS, run_weight_copies, "precision's bf16 weight casts as copies the optimizer writes once a step"},
-    {"narrow_saved", FOR_GRAD, run_narrow_saved, "the backward widens the bf16 values it reads, so they are saved bf16"},
-    {"adamw", FOR_STEP, run_adamw, "global-norm clipping and an AdamW step"},
-    {"split_sums", FOR_GRAD, run_split_sums, "a sum over several axes as two sums (over T, then B), for GPU parallelism"},
-    {"fuse", FOR_GRAD, run_fuse, "groups the ops into kernels (--report fusion)"},
-    {"memplan", FOR_GRAD, run_memplan, "gives each kernel output a buffer by liveness, reusing memory (--report memplan)"},
-    {"schedule", FOR_GRAD, run_schedule, "buckets of gradients, each all-reduced right after its last gradient (--report schedule)"},
+    {{"pad_vocab", ALWAYS, NULL, "pads vocabulary dims (--pad-multiple, 64 by default), masks the extra logits"}, run_pad_vocab},
+    {{"flash_attn", ALWAYS, TG_REPORT_FLASH_ATTN, "causal self-attention from primitives -> one flash_attention op"}, run_flash_attn},
+    {{"gelu", ALWAYS, TG_REPORT_GELU, "GELU's tanh form from primitives -> one gelu op (its derivative: one gelu_grad)"}, run_gelu},
+    {{"decode", FOR_DECODE, NULL, "the forward as one decode step with a key/value cache (tgc --decode)"}, run_decode},
+    {{"precision", ALWAYS, TG_REPORT_PRECISION, "the mixed-precision policy (--precision bf16; --report precision)"}, run_precision},
+    {{"autodiff", FOR_GRAD, NULL, "the gradient of '" TG_OUTPUT_LOSS "' w.r.t. every parameter"}, run_autodiff},
+    {{"weight_copies", ALWAYS, NULL, "precision's bf16 weight casts as copies the optimizer writes once a step"}, run_weight_copies},
+    {{"narrow_saved", FOR_GRAD, NULL, "the backward widens the bf16 values it reads, so they are saved bf16"}, run_narrow_saved},
+    {{"adamw", FOR_STEP, NULL, "global-norm clipping and an AdamW step"}, run_adamw},
+    {{"split_sums", FOR_GRAD, NULL, "a sum over several axes as two sums (over T, then B), for GPU parallelism"}, run_split_sums},
+    {{"fuse", FOR_KERNELS, TG_REPORT_FUSION, "groups the ops into kernels (--report fusion)"}, run_fuse},
+    {{"memplan", FOR_KERNELS, TG_REPORT_MEMPLAN, "gives each kernel output a buffer by liveness, reusing memory (--report memplan)"}, run_memplan},
+    /* FOR_GRAD, not FOR_KERNELS: a forward graph has no gradients to reduce */
+    {{"schedule", FOR_GRAD, TG_REPORT_SCHEDULE, "buckets of gradients, each all-reduced right after its last gradient (--report schedule)"}, run_schedule},
 };
 enum { N_PASSES = sizeof passes / sizeof passes[0] };
 
-const char *tg_pass_name(int i) { return i >= 0 && i < N_PASSES ? passes[i].name : NULL; }
-const char *tg_pass_what(int i) { return i >= 0 && i < N_PASSES ? passes[i].what : NULL; }
+const tg_pass_info *tg_pass_at(int i) { return i >= 0 && i < N_PASSES ? &passes[i].info : NULL; }
 
-bool tg_pass_known(const char *name) {
+const tg_pass_info *tg_pass_named(const char *name) {
   for (int i = 0; i < N_PASSES; i++)
-    if (!strcmp(passes[i].name, name)) return true;
-  return false;
+    if (!strcmp(passes[i].info.name, name)) return &passes[i].info;
+  return NULL;
 }
 
-bool tg_pass_needs_decode(const char *name) {
+const tg_pass_info *tg_pass_writing(const char *report) {
   for (int i = 0; i < N_PASSES; i++)
-    if (!strcmp(passes[i].name, name)) return passes[i].when == FOR_DECODE;
-  return false;
+    if (passes[i].info.report && !strcmp(passes[i].info.report, report)) return &passes[i].info;
+  return NULL;
 }
 
-bool tg_pass_needs_step(const char *name) {
-  for (int i = 0; i < N_PASSES; i++)
-    if (!strcmp(passes[i].name, name)) return passes[i].when == FOR_GRAD || passes[i].when == FOR_STEP;
-  return false;
+bool tg_pass_for_training(const tg_pass_info *p) {
+  return p->when == FOR_GRAD || p->when == FOR_STEP || p->when == FOR_KERNELS;
+}
+
+static bool runs(const tg_pass_info *p, const tg_pipeline_opts *o) {
+  switch (p->when) {
+  case FOR_GRAD: return o->grad;
+  case FOR_STEP: return o->step;
+  case FOR_DECODE: return o->decode;
+  case FOR_KERNELS: return o->grad || o->kernels;
+  default: return true;
+  }
 }
 
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   if (o->decode && o->grad)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "a decode step has no gradient: ask for one or the other");
   for (int i = 0; i < N_PASSES; i++) {
-    const pass *p = &passes[i];
-    bool kernels = o->kernels && (!strcmp(p->name, "fuse") || !strcmp(p->name, "memplan"));
-    if (!strcmp(p->name, "schedule") && !o->grad) continue; /* no gradients to reduce */
-    if (p->when == FOR_DECODE && !o->decode) continue;
-    if (!kernels && ((p->when == FOR_GRAD && !o->grad) || (p->when == FOR_STEP && !o->step))) continue;
-    p->run(ctx, g, o);
+    const tg_pass_info *p = &passes[i].info;
+    if (!runs(p, o)) continue;
+    bool asked = p->report && o->report_name && !strcmp(o->report_name, p->report);
+    passes[i].run(ctx, g, o, asked ? o->report : NULL);
     if (!tg_verify(ctx, g))
       tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is broken after the %s pass", p->name);
     if (o->dump_after && !strcmp(o->dump_after, p->name) && o->dump) {

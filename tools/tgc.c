@@ -215,7 +215,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
         fprintf(stderr, "tgc: error: cannot write '%s': %s\n", dir_file, strerror(errno));
         status = 1;
       }
-      po.report_pass = "fusion";
+      po.report_name = TG_REPORT_FUSION;
       po.report = fusion;
     }
   }
@@ -294,24 +294,80 @@ typedef struct cli {
   bool grad_flag; /* --grad itself (--emit c implies the gradient unless --decode) */
   bool what_given; /* an explicit --stats, --emit or --check */
   const char *dump_after;
-  const char *report; /* --report PASS */
+  const char *report; /* --report NAME */
+  const tg_pass_info *report_pass; /* the pass writing it, or NULL (traffic) */
+  bool traffic; /* --report traffic */
   const tg_gpu_spec *gpu; /* --report traffic */
   int pad_multiple;
   int precision; /* -1: the default for the output; else a tg_precision_policy */
   const char *arch; /* --arch, for --emit cubin */
 } cli;
 
-/* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
+/* The one report no pass writes: codegen's traffic (the CUDA step's bytes
+ * and roofline). */
+static const char traffic_report[] = "traffic";
+
+/* Whether a report's pass runs on a decode step's graph: the passes that
+ * run always, and the lowering ones, which run on the forward tgc compiles
+ * code for (not the gradient's or the optimizer's). */
+static bool runs_on_decode(const tg_pass_info *p) {
+  return p && (p->when == TG_PASS_ALWAYS || p->when == TG_PASS_FOR_KERNELS);
+}
+
+/* --report NAME (NULL: none given): only passes that have something to say,
+ * and traffic.  Returns -1 to go on, or the status to exit with. */
+static int parse_report(const char *name, cli *c) {
+  c->report_pass = name ? tg_pass_writing(name) : NULL;
+  c->traffic = name && !strcmp(name, traffic_report);
+  if (!c->report_pass && !c->traffic) {
+    char msg[512];
+    int n = snprintf(msg, sizeof msg, "--report %s: the reports are:", name ? name : "needs a pass name;");
+    const char *sep = " ";
+    for (int k = 0; tg_pass_at(k) && n > 0 && (size_t)n < sizeof msg; k++)
+      if (tg_pass_at(k)->report) {
+        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s", sep, tg_pass_at(k)->report);
+        sep = ", ";
+      }
+    if (n > 0 && (size_t)n < sizeof msg)
+      snprintf(msg + n, sizeof msg - (size_t)n, " (the passes'), %s (the CUDA step's bytes and roofline)", traffic_report);
+    return usage_error("%s", msg);
+  }
+  c->report = name;
+  /* reports of the lowering and of training passes are made on the training
+   * step, the graph they are for (--decode turns that off again) */
+  if (!c->report_pass || c->report_pass->when != TG_PASS_ALWAYS) c->grad = true;
+  return -1;
+}
+
+/* --dump-after PASS, or list.  Returns -1 to go on, or the status to exit
+ * with. */
+static int parse_dump_after(const char *name, cli *c) {
+  c->dump_after = name;
+  if (!strcmp(name, "list")) {
+    for (int k = 0; tg_pass_at(k); k++) printf("%-12s %s\n", tg_pass_at(k)->name, tg_pass_at(k)->what);
+    return 0;
+  }
+  const tg_pass_info *p = tg_pass_named(name);
+  if (!p) {
+    fprintf(stderr, "tgc: error: --dump-after %s: no such pass; the passes are:", name);
+    for (int k = 0; tg_pass_at(k); k++) fprintf(stderr, " %s", tg_pass_at(k)->name);
+    fprintf(stderr, "\n");
+    return 2;
+  }
+  if (tg_pass_for_training(p)) c->grad = true;
+  if (p->when == TG_PASS_FOR_DECODE) c->decode = true;
+  return -1;
+}
+
 /* The options' consequences for one another, once all are read: -1 to go
  * on, or the exit status of a usage error. */
 static int settle_args(int argc, cli *c) {
   if (!c->input) return usage_error("%s", "no input file");
   if (c->decode) {
     /* the decode step is the forward (code for it included), at T = 1 */
-    if (c->report && strcmp(c->report, "flash_attn") && strcmp(c->report, "precision") && strcmp(c->report, "fusion") &&
-        strcmp(c->report, "memplan"))
+    if (c->report && !runs_on_decode(c->report_pass))
       return usage_error("--report %s is for the training step, not --decode", c->report);
-    if (c->dump_after && tg_pass_needs_step(c->dump_after))
+    if (c->dump_after && tg_pass_for_training(tg_pass_named(c->dump_after)))
       return usage_error("--dump-after %s is a training pass; --decode has no gradient", c->dump_after);
     if (c->grad_flag) return usage_error("%s", "--grad and --decode: a decode step has no gradient; ask for one or the other");
     c->grad = false;
@@ -319,7 +375,7 @@ static int settle_args(int argc, cli *c) {
     for (int i = 0; i < c->n_defines; i++) has_T |= !strcmp(c->defines[i].name, "T");
     if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true};
   }
-  bool traffic = c->report && !strcmp(c->report, "traffic");
+  bool traffic = c->traffic;
   if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");
   if (traffic && !c->gpu) c->gpu = tg_gpu_find("h100");
   /* what tgrun runs: bf16 on the cuda backends, f32 on the CPU */
@@ -342,6 +398,7 @@ static int settle_args(int argc, cli *c) {
   return -1;
 }
 
+/* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
 static int parse_args(int argc, char **argv, cli *c) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -366,19 +423,8 @@ static int parse_args(int argc, char **argv, cli *c) {
       c->what_given = true;
     } else if (!strcmp(a, "--dump-after")) {
       if (i + 1 >= argc) return usage_error("%s needs a pass name (--dump-after list)", a);
-      c->dump_after = argv[++i];
-      if (!strcmp(c->dump_after, "list")) {
-        for (int k = 0; tg_pass_name(k); k++) printf("%-12s %s\n", tg_pass_name(k), tg_pass_what(k));
-        return 0;
-      }
-      if (!tg_pass_known(c->dump_after)) {
-        fprintf(stderr, "tgc: error: --dump-after %s: no such pass; the passes are:", c->dump_after);
-        for (int k = 0; tg_pass_name(k); k++) fprintf(stderr, " %s", tg_pass_name(k));
-        fprintf(stderr, "\n");
-        return 2;
-      }
-      if (tg_pass_needs_step(c->dump_after)) c->grad = true;
-      if (tg_pass_needs_decode(c->dump_after)) c->decode = true;
+      int status = parse_dump_after(argv[++i], c);
+      if (status >= 0) return status;
     } else if (!strcmp(a, "--decode")) {
       c->decode = true;
     } else if (!strcmp(a, "--pad-multiple")) {
@@ -406,16 +452,8 @@ static int parse_args(int argc, char **argv, cli *c) {
       else if (!strcmp(argv[i], "bf16")) c->precision = TG_PRECISION_BF16;
       else return usage_error("--precision %s: expected f32 or bf16", argv[i]);
     } else if (!strcmp(a, "--report")) {
-      /* Only passes that have something to say. */
-      if (i + 1 >= argc || (strcmp(argv[i + 1], "flash_attn") && strcmp(argv[i + 1], "gelu") && strcmp(argv[i + 1], "fusion") &&
-                            strcmp(argv[i + 1], "memplan") && strcmp(argv[i + 1], "schedule") &&
-                            strcmp(argv[i + 1], "precision") && strcmp(argv[i + 1], "traffic")))
-        return usage_error("--report %s: the reports are: flash_attn, gelu, precision, fusion, memplan, schedule "
-                           "(the passes'), traffic (the CUDA step's bytes and roofline)",
-                           i + 1 < argc ? argv[i + 1] : "needs a pass name;");
-      c->report = argv[++i];
-      /* fusion and memplan are reported on the training step, the graph they are for */
-      if (strcmp(c->report, "flash_attn") && strcmp(c->report, "gelu") && strcmp(c->report, "precision")) c->grad = true;
+      int status = parse_report(i + 1 < argc ? argv[++i] : NULL, c);
+      if (status >= 0) return status;
     } else if (!strncmp(a, "--emit", 6) && (a[6] == 0 || a[6] == '=')) {
       if (a[6] == '=') val = a + 7;
       if (!strcmp(val, "ir")) c->what = EMIT_IR;
@@ -465,13 +503,13 @@ int main(int argc, char **argv) {
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
     tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad, .decode = c.decode,
                               .kernels = c.decode && (c.what == EMIT_C || c.what == EMIT_CUDA ||
-                                                      (c.report && (!strcmp(c.report, "fusion") || !strcmp(c.report, "memplan")))),
+                                                      (c.report_pass && c.report_pass->when == TG_PASS_FOR_KERNELS)),
                               .adamw = tg_adamw_defaults,
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
-                              .report_pass = c.report, .report = stdout};
+                              .report_name = c.report, .report = stdout};
     static held h; /* static: it outlives the longjmp unchanged */
     if (setjmp(bail)) status = 1;
-    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.report && !strcmp(c.report, "traffic") ? c.gpu : NULL, c.arch, &h);
+    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &h);
     release(&h);
     tg_ctx_free(ctx);
   }

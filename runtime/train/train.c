@@ -385,7 +385,7 @@ static void build(run *r) {
   r->g_grad = compile_model(r, c->batch_size, false);
   FILE *fusion = r->rank == 0 ? fopen(path_in(r, kdir, "fusion.txt"), "w") : NULL;
   tg_pipeline_opts po = {.precision = prec, .grad = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
-                         .report_pass = "fusion", .report = fusion};
+                         .report_name = TG_REPORT_FUSION, .report = fusion};
   tg_run_pipeline(r->ctx, r->g_grad, &po);
   if (fusion) fclose(fusion);
 

@@ -252,7 +252,7 @@ def named_in_prose(src, doc):
     out = []
     text = open(os.path.join(src, 'passes/pipeline.c'), encoding='utf-8').read()
     table = re.search(r'static const \w+ passes\[\] = \{(.*?)\n\};', text, re.S)
-    names = re.findall(r'^\s*\{"(\w+)"', table.group(1), re.M) if table else []
+    names = re.findall(r'^\s*\{\{?"(\w+)"', table.group(1), re.M) if table else []
     if not names:
         out.append('cannot read the pass table of passes/pipeline.c (static const ... passes[] = {...})')
     for name in names:

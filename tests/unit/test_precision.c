@@ -35,7 +35,7 @@ static tg_graph *compiled(tg_ctx *ctx, tg_precision_policy p, bool grad, bool st
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
   tg_pipeline_opts po = {.precision = p, .grad = grad, .step = step, .adamw = tg_adamw_defaults,
-                         .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .report_pass = report ? "precision" : NULL,
+                         .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .report_name = report ? TG_REPORT_PRECISION : NULL,
                          .report = report};
   tg_run_pipeline(ctx, g, &po);
   ctx->bail = NULL;
