@@ -65,7 +65,7 @@ static int check_gradients(tg_ctx *ctx, tg_graph *g, int64_t vocab, double scale
     for (int64_t k = 0; k < tg_type_numel(&n->type); k++)
       v[k] = n->type.dtype == TG_I32 ? index_below(vocab) : scale * uniform();
   }
-  const tg_node *loss = output(g, "loss");
+  const tg_node *loss = output(g, TG_OUTPUT_LOSS);
   run_loss(ctx, it, loss);
   /* Every gradient at the unperturbed point, before any finite difference
    * runs the graph again. */
@@ -195,7 +195,7 @@ START_TEST(test_gradient_op_rules) {
   pd->axis = 2, pd->start = 1, pd->len = 7;
   ck_assert_ptr_null(tg_graph_add(g, pd));
   tg_node *idx = tg_node_new(g, TG_OP_input, loc);
-  idx->name = "idx";
+  idx->name = TG_INPUT_IDX;
   idx->type = (tg_type){TG_I32, 1, {{2, NULL}}};
   ck_assert_ptr_null(tg_graph_add(g, idx));
   tg_node *sc = tg_node_new(g, TG_OP_scatter_add, loc);
@@ -217,7 +217,7 @@ START_TEST(test_gradient_op_rules) {
   tg_node_set_inputs(g, loss, 1, &s);
   loss->type = (tg_type){.dtype = TG_F32};
   ck_assert_ptr_null(tg_graph_add(g, loss));
-  tg_graph_add_output(g, "loss", loss);
+  tg_graph_add_output(g, TG_OUTPUT_LOSS, loss);
   ck_assert_int_eq(check_gradients(ctx, g, 4, 1.0), 3);
   tg_graph_free(g);
   tu_ctx_free(ctx);
@@ -341,11 +341,11 @@ START_TEST(test_tied_embedding_sums_both_uses) {
   }
   tg_interp_run(ctx, it);
   tg_interp_run(ctx, iu);
-  ck_assert(fabs(tg_interp_value(it, output(gt, "loss"))[0] -
-                 tg_interp_value(iu, output(gu, "loss"))[0]) < 1e-12);
-  const double *dtied = tg_interp_value(it, output(gt, "grad:wte.weight"));
-  const double *demb = tg_interp_value(iu, output(gu, "grad:wte.weight"));
-  const double *dhead = tg_interp_value(iu, output(gu, "grad:lm_head.weight"));
+  ck_assert(fabs(tg_interp_value(it, output(gt, TG_OUTPUT_LOSS))[0] -
+                 tg_interp_value(iu, output(gu, TG_OUTPUT_LOSS))[0]) < 1e-12);
+  const double *dtied = tg_interp_value(it, output(gt, TG_GRAD_PREFIX "wte.weight"));
+  const double *demb = tg_interp_value(iu, output(gu, TG_GRAD_PREFIX "wte.weight"));
+  const double *dhead = tg_interp_value(iu, output(gu, TG_GRAD_PREFIX "lm_head.weight"));
   double both = 0, emb_only = 0;
   for (int64_t k = 0; k < 11 * 8; k++) {
     ck_assert_msg(fabs(dtied[k] - (demb[k] + dhead[k])) <= 1e-12 * fmax(1, fabs(dtied[k])),
@@ -404,8 +404,8 @@ START_TEST(test_unused_and_reused) {
   double *a = tg_interp_leaf(it, g->nodes[0]);
   a[0] = 1, a[1] = -2, a[2] = 0.5;
   tg_interp_run(ctx, it);
-  const double *da = tg_interp_value(it, output(g, "grad:a"));
-  const double *du = tg_interp_value(it, output(g, "grad:unused"));
+  const double *da = tg_interp_value(it, output(g, TG_GRAD_PREFIX "a"));
+  const double *du = tg_interp_value(it, output(g, TG_GRAD_PREFIX "unused"));
   ck_assert(da[0] == 3 && da[1] == -3 && da[2] == 2); /* 2a + 1 */
   ck_assert(du[0] == 0 && du[1] == 0);
   tg_interp_free(it);

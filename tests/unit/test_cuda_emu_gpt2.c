@@ -89,7 +89,7 @@ static void *leaf_value(const tg_node *n) {
     for (int64_t e = 0; e < numel; e++) ids[e] = (int32_t)((e * 37 + (n->name[0] == 't')) % 65);
   } else {
     float *f = mem;
-    float v = !strcmp(n->name, "lr") ? LR : !strcmp(n->name, "step") ? 1.0f : 0.0f; /* adam state: zeros */
+    float v = !strcmp(n->name, TG_INPUT_LR) ? LR : !strcmp(n->name, TG_INPUT_STEP) ? 1.0f : 0.0f; /* adam state: zeros */
     for (int64_t e = 0; e < numel; e++) f[e] = v;
   }
   return mem;
@@ -172,7 +172,7 @@ START_TEST(test_step_runs_and_agrees_with_the_cpu) {
     double d = rel_diff(want, got, numel, 1e-6);
     printf("  %s: emulated %.7g, CPU %.7g (relative difference %.2e)\n", g->outputs[o].name, (double)got[0],
            (double)want[0], d);
-    double tol = !strcmp(g->outputs[o].name, "loss") ? 1e-3 : 2e-2;
+    double tol = !strcmp(g->outputs[o].name, TG_OUTPUT_LOSS) ? 1e-3 : 2e-2;
     ck_assert_msg(d <= tol, "%s differs by %.3g (allowed %g)", g->outputs[o].name, d, tol);
     free(got), free(want);
   }
@@ -192,7 +192,7 @@ START_TEST(test_step_runs_and_agrees_with_the_cpu) {
   ck_assert_int_gt(params, 10);
   ck_assert_msg(worst <= 2 * LR + 1e-6, "a parameter differs by %g", worst);
   /* the step is deterministic: a third run from the same values gives the same loss bits */
-  const tg_node *loss = tg_graph_output(g, "loss");
+  const tg_node *loss = tg_graph_output(g, TG_OUTPUT_LOSS);
   float *l1 = read_value(&emu, loss);
   set_leaves(&emu, g);
   run(&emu);

@@ -44,9 +44,9 @@ static tg_graph *model(tg_ctx *ctx, const char *const *defs, bool decode) {
   if (!decode) {
     tg_node *logits = NULL;
     for (int i = 0; i < g->n_nodes; i++)
-      if (g->nodes[i]->name && !strcmp(g->nodes[i]->name, "logits")) logits = g->nodes[i];
+      if (g->nodes[i]->name && !strcmp(g->nodes[i]->name, TG_OUTPUT_LOGITS)) logits = g->nodes[i];
     ck_assert_ptr_nonnull(logits);
-    tg_graph_add_output(g, "logits", logits);
+    tg_graph_add_output(g, TG_OUTPUT_LOGITS, logits);
   }
   tg_pipeline_opts po = {.decode = decode, .kernels = true, .pad_multiple = 64};
   tg_run_pipeline(ctx, g, &po);
@@ -89,10 +89,10 @@ static void check_backend(const char *backend, const char *full_backend) {
 
   int32_t tokens[NL], targets[NL];
   for (int t = 0; t < NL; t++) tokens[t] = (t * 7 + 3) % VOCAB, targets[t] = 0;
-  tg_tensor_write(tg_exec_leaf(ef, tg_graph_leaf(full, TG_OP_input, "idx")), tokens, TG_HOST_I32);
-  tg_tensor_write(tg_exec_leaf(ef, tg_graph_leaf(full, TG_OP_input, "targets")), targets, TG_HOST_I32);
+  tg_tensor_write(tg_exec_leaf(ef, tg_graph_leaf(full, TG_OP_input, TG_INPUT_IDX)), tokens, TG_HOST_I32);
+  tg_tensor_write(tg_exec_leaf(ef, tg_graph_leaf(full, TG_OP_input, TG_INPUT_TARGETS)), targets, TG_HOST_I32);
   tg_exec_run(ctx, ef);
-  const tg_node *lf = tg_graph_output(full, "logits"), *ls = tg_graph_output(step, "logits");
+  const tg_node *lf = tg_graph_output(full, TG_OUTPUT_LOGITS), *ls = tg_graph_output(step, TG_OUTPUT_LOGITS);
   ck_assert_ptr_nonnull(ls);
   int64_t Vp = lf->type.dim[2].size;
   ck_assert_int_eq(ls->type.rank, 3);
@@ -101,8 +101,8 @@ static void check_backend(const char *backend, const char *full_backend) {
   float *want = malloc(sizeof(float) * (size_t)(NL * Vp)), *got = malloc(sizeof(float) * (size_t)Vp);
   ck_assert(tg_exec_read(ef, lf, want, TG_HOST_F32));
 
-  tg_tensor *idx = tg_exec_leaf(es, tg_graph_leaf(step, TG_OP_input, "idx"));
-  tg_tensor *pos = tg_exec_leaf(es, tg_graph_leaf(step, TG_OP_input, "pos"));
+  tg_tensor *idx = tg_exec_leaf(es, tg_graph_leaf(step, TG_OP_input, TG_INPUT_IDX));
+  tg_tensor *pos = tg_exec_leaf(es, tg_graph_leaf(step, TG_OP_input, TG_INPUT_POS));
   ck_assert_ptr_nonnull(pos);
   double worst = 0, spread = 0;
   for (int t = 0; t < NL; t++) {

@@ -278,7 +278,7 @@ static void compare_with_reference(const char *text, int n_defs, const char *con
     ck_assert_msg(biggest > 0 || strstr(ref->outputs[o].name, "bias"), "%s is all zeros",
                   ref->outputs[o].name);
   }
-  ck_assert_str_eq(ref->outputs[0].name, "loss");
+  ck_assert_str_eq(ref->outputs[0].name, TG_OUTPUT_LOSS);
   tg_interp_free(ir);
   tg_interp_free(ifa);
   tg_graph_free(ref);

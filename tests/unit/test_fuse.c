@@ -329,8 +329,8 @@ static void fill_leaves(const tg_graph *g, tg_interp *it, int64_t vocab) {
     double *v = tg_interp_leaf(it, n);
     for (int64_t k = 0; k < tg_type_numel(&n->type); k++)
       v[k] = n->type.dtype == TG_I32 ? (double)((k * 7 + 3) % vocab) : 0.5 * uniform();
-    if (!strcmp(n->name, "lr")) v[0] = 1e-2;
-    if (!strcmp(n->name, "step")) v[0] = 1;
+    if (!strcmp(n->name, TG_INPUT_LR)) v[0] = 1e-2;
+    if (!strcmp(n->name, TG_INPUT_STEP)) v[0] = 1;
   }
 }
 

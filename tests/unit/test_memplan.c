@@ -108,8 +108,8 @@ static void fill_leaves(const tg_graph *g, tg_interp *it) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       v[k] = n->type.dtype == TG_I32 ? (double)((k * 7 + 3) % 50) : (double)(s >> 11) / 9007199254740992.0 - 0.5;
     }
-    if (!strcmp(n->name, "lr")) v[0] = 1e-2;
-    if (!strcmp(n->name, "step")) v[0] = 1;
+    if (!strcmp(n->name, TG_INPUT_LR)) v[0] = 1e-2;
+    if (!strcmp(n->name, TG_INPUT_STEP)) v[0] = 1;
   }
 }
 

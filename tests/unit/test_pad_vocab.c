@@ -67,7 +67,7 @@ START_TEST(test_gpt2_pads_50257_to_50304) {
   ck_assert_str_eq(wte->type.dim[0].sym, "vocab");
   ck_assert_int_eq(tg_dim_unpadded(g, &wte->type.dim[0]), 50257);
   ck_assert_int_eq(wte->type.dim[1].size, 768);
-  const tg_node *logits = find(g, TG_OP_matmul, "logits");
+  const tg_node *logits = find(g, TG_OP_matmul, TG_OUTPUT_LOGITS);
   ck_assert_int_eq(logits->type.dim[2].size, 50304);
   double v;
   ck_assert(tg_graph_get_config(g, "vocab", &v));
@@ -212,7 +212,7 @@ START_TEST(test_same_loss_gradients_and_steps) {
       tg_interp_run(ctx, it[k]);
     }
     if (step == 1) {
-      const tg_node *l0 = output(g[0], "loss"), *l1 = output(g[1], "loss");
+      const tg_node *l0 = output(g[0], TG_OUTPUT_LOSS), *l1 = output(g[1], TG_OUTPUT_LOSS);
       check_same(&l0->type, tg_interp_value(it[0], l0), &l1->type, tg_interp_value(it[1], l1),
                  1e-12, "loss");
       for (int i = 0; i < g[0]->n_outputs; i++) {

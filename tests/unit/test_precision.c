@@ -88,7 +88,7 @@ START_TEST(test_forward_rules) {
   ck_assert_int_eq(flash, 2);
   ck_assert_int_gt(reductions, 10);
   ck_assert_int_eq(copies, 2 * 8 + 1); /* 4 weights and 4 biases a layer feed bf16 ops; the tied head */
-  ck_assert(tg_graph_output(g, "loss")->type.dtype == TG_F32);
+  ck_assert(tg_graph_output(g, TG_OUTPUT_LOSS)->type.dtype == TG_F32);
   ck_assert(tg_verify(c, g));
   tu_ctx_free(c);
 }
