@@ -203,18 +203,8 @@ static bool same_coords(const char **a, const char **b, int rank) {
   return true;
 }
 
-static bool fits_dom(const emitter *e, const tg_type *t) {
-  const tg_type *D = dom(e);
-  if (t->rank > D->rank) return false;
-  for (int i = 1; i <= t->rank; i++) {
-    int64_t x = t->dim[t->rank - i].size, y = D->dim[D->rank - i].size;
-    if (x != y && x != 1) return false;
-  }
-  return true;
-}
-
 static bool is_canonical(emitter *e, const tg_node *n, const char **c) {
-  return fits_dom(e, &n->type) && same_coords(c, canon(e, &n->type), n->type.rank);
+  return tg_type_fits(&n->type, dom(e)) && same_coords(c, canon(e, &n->type), n->type.rank);
 }
 
 static int shape_depth(const emitter *e, const tg_type *t) {
