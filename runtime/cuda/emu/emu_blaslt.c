@@ -7,15 +7,23 @@
  * m x n; each matrix has its own layout: element type (F32, BF16, F16),
  * order (column- or row-major), leading dimension, batch count and stride.
  *
- * Accumulation is in double: each element of op(A) op(B) is formed from
- * the operands converted exactly to double, then scaled, offset, put
- * through the epilogue and rounded once to D's type.  The result is the
- * exact product rounded once, whatever the loop order (so blocking it
- * changes nothing, and every run gives the same bits), which makes it the
- * better reference: a kernel compared with it is off by its own rounding
- * only.  The GPU accumulates in float, so results differ from a real
- * cuBLASLt in the last bits (FAST_TF32 and FAST_16BF, which round the
- * operands on the GPU, are computed here at full precision).
+ * Accumulation is in f32, as on the GPU (CUBLAS_COMPUTE_32F: an f32
+ * accumulator; the tensor cores' products of 16-bit operands are exact in
+ * it): each element of op(A) op(B) is acc = fmaf(a[p], b[p], acc) for p =
+ * 0, 1, ..., k-1 in order, then alpha acc + beta C (an fmaf) and the bias
+ * in f32, the scale type; GELU and its derivative are computed in double
+ * from that f32 value and rounded once to D's type (they stand for the
+ * GPU's f32 formulas to within that rounding); the bias-gradient sums are
+ * f32 sums in order too.  Why one order stands for the GPU's: cuBLASLt
+ * sums k in blocks (16 or 32 per mma, then across the k tiles, and split-k
+ * may add partial sums at the end), an order the emulator cannot know; any
+ * order of k f32 additions is within (k-1) u sum|a b| of the exact product
+ * (u = 2^-24), and the sequential order has the largest such bound of
+ * them, so a tolerance that holds against the emulator's order holds for
+ * the GPU's.  Results are deterministic (one order), and differ from a real
+ * cuBLASLt by accumulation rounding of that size (FAST_TF32 and FAST_16BF,
+ * which round the operands on the GPU, are computed from the full f32
+ * operands here).
  *
  * Epilogues (cublasLt.h): BIAS adds bias[i] (a vector over D's rows) before
  * GELU; GELU is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
@@ -507,6 +515,31 @@ cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t n) {
   }
   /* epilogue */
   uint32_t e = o->epilogue;
+  /* The bias-gradient epilogues exist for one transposition each: BGRADA
+   * sums op(A)'s rows only for a non-transposed A, BGRADB op(B)'s columns
+   * only for a transposed B (NVIDIA's nvmath-python skips the other cases
+   * in its cuBLASLt epilogue tests as unsupported: "CUBLASLT_EPILOGUE_BGRADA
+   * only works with non-transposed A", "BGRADB only works with transposed
+   * B"; cublasLtEpilogue_t in the cuBLAS documentation: "Apply Bias
+   * gradient to the input matrix A/B ... The reduction happens over the
+   * GEMM's k dimension").  cublasLtMatmulAlgoGetHeuristic then has no
+   * algorithm: CUBLAS_STATUS_NOT_SUPPORTED with returnAlgoCount 0 ("If no
+   * heuristic function available for current configuration"). */
+  if ((e == CUBLASLT_EPILOGUE_BGRADA && o->transa != CUBLAS_OP_N) ||
+      (e == CUBLASLT_EPILOGUE_BGRADB && o->transb != CUBLAS_OP_T)) {
+    snprintf(why, n, "epilogue %s with TRANSA %s, TRANSB %s: cuBLASLt has BGRADA for a non-transposed A and BGRADB "
+             "for a transposed B only", epilogue_name(e), o->transa == CUBLAS_OP_N ? "N" : "T",
+             o->transb == CUBLAS_OP_N ? "N" : "T");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  /* TG_EMU_LT_EPILOGUES=0: a cuBLASLt with no algorithm for any epilogue
+   * but DEFAULT, so that a caller's fallback (the CUDA backend's epilogue
+   * kernels) runs in CI */
+  const char *epilogues = getenv("TG_EMU_LT_EPILOGUES");
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && epilogues && !strcmp(epilogues, "0")) {
+    snprintf(why, n, "epilogue %s: TG_EMU_LT_EPILOGUES=0 (the emulated cuBLASLt has no epilogues)", epilogue_name(e));
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   if ((has_bias(e) || writes_bias(e)) && !o->bias && c->A) {
     snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", epilogue_name(e));
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -673,49 +706,53 @@ cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen) {
   const uint64_t m = c->d.rows, n = c->d.cols, k = c->op.transa == CUBLAS_OP_N ? c->a.cols : c->a.rows;
   const uint32_t e = c->op.epilogue;
   const int bt = bias_type(c);
-  double *a = malloc(sizeof(double) * (m * k + 1)), *bt_ = malloc(sizeof(double) * (n * k + 1));
-  double *rowsum = calloc(m + 1, sizeof(double));
+  float *a = malloc(sizeof(float) * (m * k + 1)), *bt_ = malloc(sizeof(float) * (n * k + 1));
+  float *rowsum = calloc(m + 1, sizeof(float));
   if (!a || !bt_ || !rowsum) {
     free(a), free(bt_), free(rowsum);
     snprintf(why, whylen, "out of memory");
     return CUBLAS_STATUS_ALLOC_FAILED;
   }
   for (int b = 0; b < c->d.batch; b++) {
-    /* op(A) row by row and op(B) column by column, as dense doubles */
+    /* op(A) row by row and op(B) column by column, as dense floats (exact:
+     * every operand type is a subset of f32) */
     for (uint64_t i = 0; i < m; i++)
       for (uint64_t p = 0; p < k; p++)
-        a[i * k + p] = load(c->a.type, c->A, c->op.transa == CUBLAS_OP_N ? at(&c->a, b, i, p) : at(&c->a, b, p, i));
+        a[i * k + p] = (float)load(c->a.type, c->A, c->op.transa == CUBLAS_OP_N ? at(&c->a, b, i, p) : at(&c->a, b, p, i));
     for (uint64_t j = 0; j < n; j++)
       for (uint64_t p = 0; p < k; p++)
-        bt_[j * k + p] = load(c->b.type, c->B, c->op.transb == CUBLAS_OP_N ? at(&c->b, b, p, j) : at(&c->b, b, j, p));
+        bt_[j * k + p] = (float)load(c->b.type, c->B, c->op.transb == CUBLAS_OP_N ? at(&c->b, b, p, j) : at(&c->b, b, j, p));
     uintptr_t bias = c->op.bias + (uintptr_t)((int64_t)b * c->op.bias_stride * (int64_t)type_bytes(bt));
     uintptr_t aux = c->op.aux + (uintptr_t)((int64_t)b * c->op.aux_stride * (int64_t)type_bytes(c->d.type));
-    memset(rowsum, 0, sizeof(double) * m);
+    memset(rowsum, 0, sizeof(float) * m);
     for (uint64_t j = 0; j < n; j++)
       for (uint64_t i = 0; i < m; i++) {
-        double acc = 0;
-        const double *x = a + i * k, *y = bt_ + j * k;
-        for (uint64_t p = 0; p < k; p++) acc += x[p] * y[p];
-        double v = (double)c->alpha * acc;
-        if (c->beta != 0) v += (double)c->beta * load(c->c.type, c->C, at(&c->c, b, i, j));
-        if (has_bias(e)) v += load(bt, bias, (int64_t)i);
+        /* the f32 accumulator, one fused multiply-add per k in order */
+        float acc = 0;
+        const float *x = a + i * k, *y = bt_ + j * k;
+        for (uint64_t p = 0; p < k; p++) acc = fmaf(x[p], y[p], acc);
+        /* alpha, beta and the bias in the scale type, f32 */
+        float v = c->alpha * acc;
+        if (c->beta != 0) v = fmaf(c->beta, (float)load(c->c.type, c->C, at(&c->c, b, i, j)), v);
+        if (has_bias(e)) v += (float)load(bt, bias, (int64_t)i);
         if (writes_aux(e)) store(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i), v);
-        if (has_gelu(e)) v = gelu(v);
-        if (reads_aux(e)) v *= gelu_grad(load(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i)));
-        rowsum[i] += v;
-        store(c->d.type, c->D, at(&c->d, b, i, j), v);
+        double out = v; /* GELU and its derivative: to within D's rounding */
+        if (has_gelu(e)) out = gelu(v);
+        if (reads_aux(e)) out *= gelu_grad(load(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i)));
+        rowsum[i] += (float)out;
+        store(c->d.type, c->D, at(&c->d, b, i, j), out);
       }
     if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD)
       for (uint64_t i = 0; i < m; i++) store(bt, bias, (int64_t)i, rowsum[i]);
     if (e == CUBLASLT_EPILOGUE_BGRADA)
       for (uint64_t i = 0; i < m; i++) {
-        double sum = 0;
+        float sum = 0;
         for (uint64_t p = 0; p < k; p++) sum += a[i * k + p];
         store(bt, bias, (int64_t)i, sum);
       }
     if (e == CUBLASLT_EPILOGUE_BGRADB)
       for (uint64_t j = 0; j < n; j++) {
-        double sum = 0;
+        float sum = 0;
         for (uint64_t p = 0; p < k; p++) sum += bt_[j * k + p];
         store(bt, bias, (int64_t)j, sum);
       }

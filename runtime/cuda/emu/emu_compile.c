@@ -7,7 +7,15 @@
  * The image handed back is the object's path; cuModuleLoadData dlopens it.
  *
  * -O1 -g: quick to build (GPT-2's whole step is some 37,000 lines) and
- * debuggable, fast enough to run.  The sanitizer build compiles modules
+ * debuggable, fast enough to run.  -ffp-contract=fast (with -mfma on an
+ * x86-64 host that has FMA, which the default x86-64 target lacks, so
+ * nothing would be fused without it; and -fexpensive-optimizations, without
+ * which GCC forms no FMA at -O1, a flag clang ignores with a warning): NVRTC compiles with --fmad=true by
+ * default, fusing a * b + c into one rounding, and the emulated kernels
+ * must round as the GPU's do.  The host compiler picks its own pairs to
+ * fuse in an expression such as a * b + c * d, as ptxas does: results
+ * agree with a GPU's to an f32 rounding here and there, not bit for bit.
+ * A host without FMA keeps separate roundings (docs/cuda-emu.md).  The sanitizer build compiles modules
  * with AddressSanitizer and UBSan as well, so that the emulation code in
  * the header is checked too.
  *
@@ -137,6 +145,17 @@ static void compile_error(const char *src, const char *name, const char *log, ch
   free(b.p);
 }
 
+/* Whether the host can fuse multiply-adds, and the flag that lets the
+ * compiler use the instruction: x86-64's baseline has no FMA (Haswell and
+ * later do); aarch64 always has it. */
+#if defined(__x86_64__) || defined(__i386__)
+static const char HOST_FMA_FLAG[] = "-mfma";
+static bool host_has_fma(void) { return __builtin_cpu_supports("fma"); }
+#else
+static const char HOST_FMA_FLAG[] = "";
+static bool host_has_fma(void) { return true; }
+#endif
+
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
                  bool *from_cache, char *why, size_t whylen) {
   *image = NULL;
@@ -163,12 +182,14 @@ bool emu_compile(const char *src, const char *src_name, const char *arch, void *
     snprintf(why, whylen, "compile: out of memory");
     return false;
   }
-  static const char *const flags[] = {
-      "-x", "c++", "-std=c++17", "-O1", "-g", "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti", "-fno-math-errno",
+  const char *flags[16] = {"-x", "c++", "-std=c++17", "-O1", "-g", "-fvisibility=hidden", "-fno-exceptions",
+                           "-fno-rtti", "-fno-math-errno", "-ffp-contract=fast", "-fexpensive-optimizations"};
+  int n_flags = 11;
+  if (host_has_fma() && HOST_FMA_FLAG[0]) flags[n_flags++] = HOST_FMA_FLAG;
 #ifdef TG_EMU_SANITIZE
-      "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+  flags[n_flags++] = "-fsanitize=address,undefined";
+  flags[n_flags++] = "-fno-omit-frame-pointer";
 #endif
-  };
   static const char *const libs[] = {"-lstdc++", "-lm"};
   tg_so so = {0};
   char *log = malloc(65536);
@@ -177,7 +198,7 @@ bool emu_compile(const char *src, const char *src_name, const char *arch, void *
     snprintf(why, whylen, "compile: out of memory");
     return false;
   }
-  bool ok = tg_ccjit_build(full.p, flags, (int)(sizeof flags / sizeof *flags), libs, 2, &so, log, 65536);
+  bool ok = tg_ccjit_build(full.p, flags, n_flags, libs, 2, &so, log, 65536);
   if (!ok) compile_error(src, src_name, log, why, whylen);
   free(log);
   free(full.p);
