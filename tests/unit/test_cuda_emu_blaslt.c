@@ -509,6 +509,49 @@ START_TEST(test_accumulates_in_f32_with_fma) {
 }
 END_TEST
 
+/* An algorithm from a heuristic told nothing of alignment may need 256
+ * bytes (cublasLt.h's default for CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*):
+ * A 4 bytes past an allocation's start is refused with it, and taken with
+ * one chosen for 4-byte aligned A. */
+START_TEST(test_alignment_the_algorithm_was_chosen_for) {
+  cublasLtMatmulDesc_t op;
+  LT(api.cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasLtMatrixLayout_t l = make_layout(CUDA_R_32F, 2, 2, 2);
+  float ha[5] = {0, 1, 2, 3, 4}, hb[4] = {1, 0, 0, 1}, hd[4];
+  CUdeviceptr a, b, d;
+  CK(api.cuMemAlloc(&a, 20));
+  CK(api.cuMemAlloc(&b, 16));
+  CK(api.cuMemAlloc(&d, 16));
+  CK(api.cuMemcpyHtoD(a, ha, 20));
+  CK(api.cuMemcpyHtoD(b, hb, 16));
+  const void *a4 = (const void *)(uintptr_t)(a + 4);
+  float alpha = 1, beta = 0;
+  for (int told = 0; told < 2; told++) {
+    cublasLtMatmulPreference_t pref;
+    LT(api.cublasLtMatmulPreferenceCreate(&pref));
+    uint32_t four = 4;
+    if (told) LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &four, 4));
+    cublasLtMatmulHeuristicResult_t h;
+    int n = 0;
+    LT(api.cublasLtMatmulAlgoGetHeuristic(lt, op, l, l, l, l, pref, 1, &h, &n));
+    ck_assert_int_eq(n, 1);
+    cublasStatus_t s = api.cublasLtMatmul(lt, op, &alpha, a4, l, (void *)(uintptr_t)b, l, &beta, (void *)(uintptr_t)d, l,
+                                          (void *)(uintptr_t)d, l, &h.algo, NULL, 0, NULL);
+    ck_assert_int_eq(s, told ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED);
+    if (!told)
+      ck_assert_msg(strstr(api.emu_last_error(), "4-byte aligned, and the algorithm was chosen for 256-byte aligned A"),
+                    "%s", api.emu_last_error());
+    LT(api.cublasLtMatmulPreferenceDestroy(pref));
+  }
+  CK(api.cuMemcpyDtoH(hd, d, 16));
+  for (int i = 0; i < 4; i++) ck_assert(hd[i] == ha[1 + i]);
+  CUdeviceptr all[] = {a, b, d};
+  for (int i = 0; i < 3; i++) CK(api.cuMemFree(all[i]));
+  LT(api.cublasLtMatrixLayoutDestroy(l));
+  LT(api.cublasLtMatmulDescDestroy(op));
+}
+END_TEST
+
 START_TEST(test_matmul_in_a_graph) {
   cublasLtMatmulDesc_t op;
   LT(api.cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -553,6 +596,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_operand_past_its_allocation);
   tcase_add_test(t, test_matmul_in_a_graph);
   tcase_add_test(t, test_accumulates_in_f32_with_fma);
+  tcase_add_test(t, test_alignment_the_algorithm_was_chosen_for);
   suite_add_tcase(s, t);
   return s;
 }

@@ -128,7 +128,8 @@ typedef struct lt_call {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
-  uint32_t fallback;
+  uint32_t epilogue, fallback;
+  uint32_t align[4]; /* the bytes A, B, C and D were taken to be aligned to (choose_algo) */
 } lt_call;
 
 struct cuda_exec {
@@ -499,11 +500,25 @@ static cublasStatus_t heuristic(cuda_device *d, tg_ctx *ctx, const lt_call *c, c
   uint64_t ws = TG_CUBLASLT_WORKSPACE;
   LT(d, ctx, A->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
      what);
+  /* the pointers' alignment, so that no algorithm needing more is chosen
+   * (cuBLASLt assumes 256 bytes unless told) */
+  for (int i = 0; i < 4; i++)
+    LT(d, ctx,
+       A->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i, &c->align[i],
+                                               sizeof c->align[i]),
+       what);
   int found = 0;
   cublasStatus_t s = A->cublasLtMatmulAlgoGetHeuristic(d->lt, c->desc, c->a, c->b, c->c, c->c, pref, 1, res, &found);
   A->cublasLtMatmulPreferenceDestroy(pref);
   return s == CUBLAS_STATUS_SUCCESS && found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : s;
 }
+
+/* The alignment cuBLASLt may count on for an address (or offset from a
+ * 256-byte aligned base): its lowest set bit, at most 256 (the heuristic's
+ * default assumption). */
+static uint32_t alignment_of(uint64_t at) { return at % 256 == 0 ? 256 : (uint32_t)(at & -at); }
+
+static void choose_algo(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, lt_call *c, const char *what);
 
 /* The descriptors of one matmul, and its algorithm: chosen once per shape
  * by cuBLASLt's heuristic and kept on the device for every later graph. */
@@ -532,13 +547,31 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   c->a = layout(d, ctx, M->a_type, M->a_rows, M->a_cols, M->lda, M->batch_count, M->a_batch_stride, what);
   c->b = layout(d, ctx, M->b_type, M->b_rows, M->b_cols, M->ldb, M->batch_count, M->b_batch_stride, what);
   c->c = layout(d, ctx, M->c_type, M->m, M->n, M->ldc, M->batch_count, M->c_batch_stride, what);
+  c->epilogue = epi;
+  /* the pointers' alignment, the arena and every tensor being 256-byte
+   * aligned: what the offsets leave (matmul() checks the pointers) */
+  int64_t offset_bytes[4] = {M->a_offset * (int64_t)tg_dtype_size(M->a_type),
+                             M->b_offset * (int64_t)tg_dtype_size(M->b_type),
+                             M->c_offset * (int64_t)tg_dtype_size(M->c_type), 0};
+  offset_bytes[3] = offset_bytes[2];
+  for (int i = 0; i < 4; i++) c->align[i] = alignment_of((uint64_t)offset_bytes[i]);
+  choose_algo(d, ctx, M, c, what);
+}
+
+/* The algorithm for c, for pointers aligned as c->align says: the device's
+ * cached one for the same problem, else cuBLASLt's heuristic's (with the
+ * epilogue, else without it: lt_call's fallback). */
+static void choose_algo(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, lt_call *c, const char *what) {
+  tg_cuda_api *A = &d->api;
+  const uint32_t epi = c->epilogue;
   uint64_t key = 1469598103934665603ull;
   int64_t f[] = {M->a_type, M->b_type, M->c_type, M->trans_a, M->trans_b, M->m, M->n, M->k, M->lda, M->ldb, M->ldc,
                  M->batch_count, M->a_batch_stride, M->b_batch_stride, M->c_batch_stride, epi,
-                 /* alignment matters to the algorithm: the offsets' 16-byte residues */
-                 (M->a_offset * tg_dtype_size(M->a_type)) % 16, (M->b_offset * tg_dtype_size(M->b_type)) % 16,
-                 (M->c_offset * tg_dtype_size(M->c_type)) % 16};
+                 /* alignment matters to the algorithm */
+                 c->align[0], c->align[1], c->align[2]};
   for (size_t i = 0; i < sizeof f / sizeof *f; i++) key = mix(key, (uint64_t)f[i]);
+  LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), what);
+  c->fallback = 0;
   for (int i = 0; i < d->n_algos; i++)
     if (d->algos[i].key == key) {
       c->algo = d->algos[i].algo;
@@ -574,6 +607,7 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   }
   d->algos[d->n_algos++] = (algo_entry){key, c->algo, c->fallback};
 }
+
 
 /* "kernel f_3fa2c91b0e (std.tg:15-17)", "matmul k3 (gpt2.tg:30)": for messages */
 static const char *op_what(cuda_exec *e, int i) {
@@ -1017,6 +1051,16 @@ static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
   CUdeviceptr a = value_ptr(e, M->a_node, NULL) + (CUdeviceptr)(M->a_offset * tg_dtype_size(M->a_type));
   CUdeviceptr b = value_ptr(e, M->b_node, NULL) + (CUdeviceptr)(M->b_offset * tg_dtype_size(M->b_type));
   CUdeviceptr cc = value_ptr(e, M->node, NULL) + (CUdeviceptr)(M->c_offset * tg_dtype_size(M->c_type));
+  /* a pointer less aligned than the algorithm was chosen for (a tensor
+   * bound from elsewhere): choose again for what they are */
+  const CUdeviceptr at[4] = {a, b, cc, cc};
+  bool less = false;
+  for (int x = 0; x < 4; x++) less = less || alignment_of(at[x]) < e->lt[i].align[x];
+  if (less) {
+    for (int x = 0; x < 4; x++) e->lt[i].align[x] = alignment_of(at[x]) < e->lt[i].align[x] ? alignment_of(at[x])
+                                                                                         : e->lt[i].align[x];
+    choose_algo(d, ctx, M, &e->lt[i], op_what(e, i));
+  }
   if (M->bias_node >= 0 && !c->fallback) {
     CUdeviceptr bias = value_ptr(e, M->bias_node, NULL);
     LT(d, ctx, d->api.cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),

@@ -102,6 +102,7 @@ _Static_assert(sizeof(emu_lt_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "l
 typedef struct emu_lt_pref {
   uint32_t search;
   uint64_t max_workspace;
+  uint32_t min_align[4]; /* A, B, C, D: bytes the caller promises (256 by default) */
 } emu_lt_pref;
 _Static_assert(sizeof(emu_lt_pref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "pref fits");
 
@@ -357,6 +358,9 @@ static cublasStatus_t pref_create(cublasLtMatmulPreference_t *p) {
     free(o);
     s = lt_fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulPreferenceCreate: out of memory");
   } else {
+    /* cublasLt.h: CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES default to 256 */
+    emu_lt_pref v = {0, 0, {256, 256, 256, 256}};
+    memcpy(o, &v, sizeof v);
     *p = o;
   }
   emu_unlock();
@@ -386,6 +390,10 @@ static cublasStatus_t pref_set(cublasLtMatmulPreference_t p, cublasLtMatmulPrefe
     if ((s = attr_copy(&v.search, 4, buf, size, call, "SEARCH_MODE"))) return s;
   } else if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
     if ((s = attr_copy(&v.max_workspace, 8, buf, size, call, "MAX_WORKSPACE_BYTES"))) return s;
+  } else if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+    if ((s = attr_copy(&v.min_align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], 4, buf, size, call,
+                       "MIN_ALIGNMENT_*_BYTES")))
+      return s;
   } else {
     return lt_fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: the emulator does not know attribute %d", call, (int)a);
   }
@@ -441,6 +449,64 @@ static bool layout_ok(const emu_lt_layout *l, const char *name, char *why, size_
 }
 
 static int bias_type(const emu_lt_call *c) { return c->op.bias_type >= 0 ? c->op.bias_type : c->d.type; }
+
+/* The epilogue's own rules, for emu_lt_validate. */
+static cublasStatus_t epilogue_ok(const emu_lt_call *c, char *why, size_t n) {
+  const emu_lt_desc *o = &c->op;
+  const emu_lt_layout *D = &c->d;
+  const uint64_t m = D->rows;
+  uint32_t e = o->epilogue;
+  /* The bias-gradient epilogues exist for one transposition each: BGRADA
+   * sums op(A)'s rows only for a non-transposed A, BGRADB op(B)'s columns
+   * only for a transposed B (NVIDIA's nvmath-python skips the other cases
+   * in its cuBLASLt epilogue tests as unsupported: "CUBLASLT_EPILOGUE_BGRADA
+   * only works with non-transposed A", "BGRADB only works with transposed
+   * B"; cublasLtEpilogue_t in the cuBLAS documentation: "Apply Bias
+   * gradient to the input matrix A/B ... The reduction happens over the
+   * GEMM's k dimension").  cublasLtMatmulAlgoGetHeuristic then has no
+   * algorithm: CUBLAS_STATUS_NOT_SUPPORTED with returnAlgoCount 0 ("If no
+   * heuristic function available for current configuration"). */
+  if ((e == CUBLASLT_EPILOGUE_BGRADA && o->transa != CUBLAS_OP_N) ||
+      (e == CUBLASLT_EPILOGUE_BGRADB && o->transb != CUBLAS_OP_T)) {
+    snprintf(why, n, "epilogue %s with TRANSA %s, TRANSB %s: cuBLASLt has BGRADA for a non-transposed A and BGRADB "
+             "for a transposed B only", epilogue_name(e), o->transa == CUBLAS_OP_N ? "N" : "T",
+             o->transb == CUBLAS_OP_N ? "N" : "T");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  /* TG_EMU_LT_EPILOGUES=0: a cuBLASLt with no algorithm for any epilogue
+   * but DEFAULT, so that a caller's fallback (the CUDA backend's epilogue
+   * kernels) runs in CI */
+  const char *epilogues = getenv("TG_EMU_LT_EPILOGUES");
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && epilogues && !strcmp(epilogues, "0")) {
+    snprintf(why, n, "epilogue %s: TG_EMU_LT_EPILOGUES=0 (the emulated cuBLASLt has no epilogues)", epilogue_name(e));
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if ((has_bias(e) || writes_bias(e)) && !o->bias && c->A) {
+    snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", epilogue_name(e));
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (writes_aux(e) || reads_aux(e)) {
+    if (!o->aux && c->A) {
+      snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", epilogue_name(e));
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (D->order != CUBLASLT_ORDER_COL) {
+      snprintf(why, n, "epilogue %s with a row-major D: the aux matrix is column-major (AUX_LD counts rows), so the "
+               "emulator takes aux epilogues with a column-major D only", epilogue_name(e));
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (o->aux_ld < (int64_t)m || o->aux_ld % 8) {
+      snprintf(why, n, "EPILOGUE_AUX_LD %lld: must be a multiple of 8 and at least D's %llu rows", (long long)o->aux_ld,
+               (unsigned long long)m);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (o->aux_stride % 8) {
+      snprintf(why, n, "EPILOGUE_AUX_BATCH_STRIDE %lld: must be a multiple of 8", (long long)o->aux_stride);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t n) {
   const emu_lt_desc *o = &c->op;
@@ -513,58 +579,7 @@ cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t n) {
     snprintf(why, n, "beta is %g but C is NULL", (double)c->beta);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  /* epilogue */
-  uint32_t e = o->epilogue;
-  /* The bias-gradient epilogues exist for one transposition each: BGRADA
-   * sums op(A)'s rows only for a non-transposed A, BGRADB op(B)'s columns
-   * only for a transposed B (NVIDIA's nvmath-python skips the other cases
-   * in its cuBLASLt epilogue tests as unsupported: "CUBLASLT_EPILOGUE_BGRADA
-   * only works with non-transposed A", "BGRADB only works with transposed
-   * B"; cublasLtEpilogue_t in the cuBLAS documentation: "Apply Bias
-   * gradient to the input matrix A/B ... The reduction happens over the
-   * GEMM's k dimension").  cublasLtMatmulAlgoGetHeuristic then has no
-   * algorithm: CUBLAS_STATUS_NOT_SUPPORTED with returnAlgoCount 0 ("If no
-   * heuristic function available for current configuration"). */
-  if ((e == CUBLASLT_EPILOGUE_BGRADA && o->transa != CUBLAS_OP_N) ||
-      (e == CUBLASLT_EPILOGUE_BGRADB && o->transb != CUBLAS_OP_T)) {
-    snprintf(why, n, "epilogue %s with TRANSA %s, TRANSB %s: cuBLASLt has BGRADA for a non-transposed A and BGRADB "
-             "for a transposed B only", epilogue_name(e), o->transa == CUBLAS_OP_N ? "N" : "T",
-             o->transb == CUBLAS_OP_N ? "N" : "T");
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
-  /* TG_EMU_LT_EPILOGUES=0: a cuBLASLt with no algorithm for any epilogue
-   * but DEFAULT, so that a caller's fallback (the CUDA backend's epilogue
-   * kernels) runs in CI */
-  const char *epilogues = getenv("TG_EMU_LT_EPILOGUES");
-  if (e != CUBLASLT_EPILOGUE_DEFAULT && epilogues && !strcmp(epilogues, "0")) {
-    snprintf(why, n, "epilogue %s: TG_EMU_LT_EPILOGUES=0 (the emulated cuBLASLt has no epilogues)", epilogue_name(e));
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
-  if ((has_bias(e) || writes_bias(e)) && !o->bias && c->A) {
-    snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", epilogue_name(e));
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  if (writes_aux(e) || reads_aux(e)) {
-    if (!o->aux && c->A) {
-      snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", epilogue_name(e));
-      return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (D->order != CUBLASLT_ORDER_COL) {
-      snprintf(why, n, "epilogue %s with a row-major D: the aux matrix is column-major (AUX_LD counts rows), so the "
-               "emulator takes aux epilogues with a column-major D only", epilogue_name(e));
-      return CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    if (o->aux_ld < (int64_t)m || o->aux_ld % 8) {
-      snprintf(why, n, "EPILOGUE_AUX_LD %lld: must be a multiple of 8 and at least D's %llu rows", (long long)o->aux_ld,
-               (unsigned long long)m);
-      return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (o->aux_stride % 8) {
-      snprintf(why, n, "EPILOGUE_AUX_BATCH_STRIDE %lld: must be a multiple of 8", (long long)o->aux_stride);
-      return CUBLAS_STATUS_INVALID_VALUE;
-    }
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  return epilogue_ok(c, why, n);
 }
 
 /* ---- memory ranges --------------------------------------------------------------------- */
@@ -805,11 +820,42 @@ static cublasStatus_t heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cub
   if ((s = emu_lt_validate(&cl, why, sizeof why))) return lt_fail(s, "%s: %s", call, why);
   memset(&results[0], 0, sizeof results[0]);
   results[0].algo.data[0] = ALGO_MARK;
+  /* the alignments it was chosen for, which cublasLtMatmul holds the
+   * pointers to (algo_aligned) */
+  emu_lt_pref pv;
+  memcpy(&pv, pref, sizeof pv);
+  for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = pv.min_align[i];
   results[0].workspaceSize = 0;
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.0f;
   *returned = 1;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Whether the pointers are aligned as the algorithm needs.  The heuristic
+ * picks among the algorithms that work with pointers aligned to the
+ * preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES (256 by
+ * default: "Selecting a smaller value will exclude algorithms that can not
+ * work with matrix A that is not as strictly aligned as they need",
+ * cublasLt.h), so an algorithm it returned may need that much; a pointer
+ * aligned less is refused, as cuBLASLt refuses an algorithm its operands
+ * do not suit (CUBLAS_STATUS_NOT_SUPPORTED).  The emulator takes the
+ * strictest reading: every such algorithm needs the full alignment. */
+static bool algo_aligned(const cublasLtMatmulAlgo_t *algo, const void *A, const void *B, const void *C, const void *D,
+                         const char *call) {
+  const void *p[4] = {A, B, C, D};
+  for (int i = 0; i < 4; i++) {
+    uint64_t need = algo->data[1 + i];
+    uintptr_t at = (uintptr_t)p[i];
+    if (!p[i] || !need || at % need == 0) continue;
+    lt_fail(CUBLAS_STATUS_NOT_SUPPORTED,
+            "%s: %c is at %#llx, %llu-byte aligned, and the algorithm was chosen for %llu-byte aligned %c "
+            "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES, 256 unless set): ask the heuristic with the alignment "
+            "the pointers have", call, "ABCD"[i], (unsigned long long)at, (unsigned long long)(at & -at),
+            (unsigned long long)need, "ABCD"[i], "ABCD"[i]);
+    return false;
+  }
+  return true;
 }
 
 static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha, const void *A,
@@ -829,6 +875,7 @@ static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const 
   if (algo && algo->data[0] != ALGO_MARK)
     return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: the algorithm did not come from cublasLtMatmulAlgoGetHeuristic", call);
   if (!A || !B || !D) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: A, B or D is NULL", call);
+  if (algo && !algo_aligned(algo, A, B, C, D, call)) return CUBLAS_STATUS_NOT_SUPPORTED;
   memcpy(&cl.alpha, alpha, 4); /* host pointers of the scale type (32F), read now as cuBLASLt does */
   memcpy(&cl.beta, beta, 4);
   cl.A = (uintptr_t)A, cl.B = (uintptr_t)B, cl.C = (uintptr_t)C, cl.D = (uintptr_t)D;
