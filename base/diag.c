@@ -223,3 +223,13 @@ bool tg_why(char *why, size_t whylen, const char *fmt, ...) {
   }
   return false;
 }
+
+int tg_usage_error(const char *prog, const char *fmt, ...) {
+  fprintf(stderr, "%s: error: ", prog);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(see %s --help)\n", prog);
+  return 2;
+}

@@ -24,6 +24,11 @@
  * report failure as false plus a message. */
 bool tg_why(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* A command line's mistake, as tgc and every tgrun command say it:
+ * "PROG: error: MESSAGE\n(see PROG --help)" on stderr; returns 2, the exit
+ * status for bad usage. */
+int tg_usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 
 /* ---- source locations and diagnostics -------------------------------- */
 

@@ -9,7 +9,7 @@
 # first TG_GPU_BENCH_WARMUP), their ratio, tg's MFU, and tg's measured time
 # per kernel category (tgrun step with TG_PROFILE: every kernel timed,
 # launch by launch) beside `tgc --report traffic`'s estimate for the same
-# micro-batch.
+# micro-batch.  Exit status 1 when tg's run or PyTorch's fails.
 #
 # MFU counts 6N + 12·L·H·Q·T FLOPs a token (nanoGPT's estimate_mfu,
 # runtime/train/metrics.h) over peak_flops = TG_PEAK_FLOPS, by default
@@ -39,7 +39,7 @@
 # Rehearsal (no GPU; a few minutes):
 #   TG_GPU_BENCH_BACKEND=cuda-emu bash bench/gpt2_gpu.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 src=$(pwd)
 backend=${TG_GPU_BENCH_BACKEND:-cuda}
 die() { echo "gpt2_gpu: $*" >&2; exit 2; }
@@ -59,7 +59,7 @@ read -r L H C T <<< "$sizes"
 tgrun=${TGRUN:-$src/build/tgrun} tgc=${TGC:-$src/build/tgc}
 export TG_DATA=${TG_DATA:-$src/../shared/data}
 input=$TG_DATA/tinyshakespeare/input.txt
-[ -x "$tgrun" ] && [ -x "$tgc" ] || die "no tgrun or tgc at $tgrun, $tgc: build them (cmake -S . -B build && make -C build tgc tgrun) or set TGRUN and TGC"
+{ [ -x "$tgrun" ] && [ -x "$tgc" ]; } || die "no tgrun or tgc at $tgrun, $tgc: build them (cmake -S . -B build && make -C build tgc tgrun) or set TGRUN and TGC"
 [ -f "$input" ] || die "no $input: set TG_DATA to a folder holding tinyshakespeare/input.txt (and gpt2/encoder.json, vocab.bpe)"
 "$py" -c 'import torch, numpy' 2> /dev/null || die "$py has no torch or numpy: set TG_GPU_BENCH_PYTHON"
 [ "$steps" -gt "$warmup" ] || die "TG_GPU_BENCH_STEPS ($steps) must exceed TG_GPU_BENCH_WARMUP ($warmup)"
@@ -159,7 +159,7 @@ while :; do
   [ $rc -eq 3 ] && [ "$tb" -gt 1 ] && { echo "torch: B = $tb is out of memory; halving"; tb=$(( tb / 2 )); continue; }
   break
 done
-[ $rc -eq 0 ] || { tail -5 "$logs/torch.log"; echo "torch: failed (exit $rc; log $logs/torch.log)"; }
+[ "$rc" -eq 0 ] || { tail -5 "$logs/torch.log"; echo "torch: failed (exit $rc; log $logs/torch.log)"; }
 grep '^torch' "$logs/torch.log"
 
 "$py" - "$logs/tg-metrics.jsonl" "$logs/torch.json" "$logs/tg-profile.log" "$logs/traffic.txt" "$warmup" "$psteps" \
@@ -230,4 +230,7 @@ print("summary: tg B=%s %s tok/s, torch %s tok/s, ratio %s, MFU %.1f%%, kernels 
       % (B, "{:,.0f}".format(tg_tok), "{:,.0f}".format(torch_tok) if t else "FAILED",
          "%.3f" % (tg_tok / torch_tok) if t else "-", 100 * tg_mfu, ta, tb_))
 EOF
-exit "${PIPESTATUS[0]}"
+status=${PIPESTATUS[0]}
+# the comparison is the point: a failed PyTorch run fails the benchmark too
+[ "$rc" -eq 0 ] || status=1
+exit "$status"

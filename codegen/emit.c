@@ -375,7 +375,7 @@ static const char *vector_load(emitter *e, const tg_node *n, const char **c, con
     if (!strcmp(e->vkeys[k], key)) return tg_sprintf(e->arena, "%s.%c", e->vnames[k], comp[e->lane]);
   if (e->lane) return NULL; /* lane 0 did not load it: read it plainly */
   const char *name = new_tmp(e);
-  /* TG_LD4 (flash.h: tg_cuda_emit_memory_macros): one float4 load on the
+  /* TG_LD4 (flash_cuda.h: tg_cuda_emit_memory_macros): one float4 load on the
    * GPU, a checked one on the emulated device (vectors are CUDA-only) */
   tg_sb_printf(&e->buf[2], "const float4 %s = TG_LD4(b%d, %s);\n", name, lay->base,
                affine(e, lay->offset, lay->stride, c0, n->type.rank));

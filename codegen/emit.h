@@ -134,7 +134,7 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
 void tg_nest_code_free(tg_nest_code *c);
 
 /* The parameter list of kernel lk's functions: "TG_ARG(float) b12, ..." in
- * CUDA (flash.h: tg_cuda_emit_memory_macros), "float *restrict b12, ..." in
+ * CUDA (flash_cuda.h: tg_cuda_emit_memory_macros), "float *restrict b12, ..." in
  * C (pointers to every base value it touches; inputs const). */
 void tg_emit_params(tg_sbuf *b, const tg_program *p, const tg_lkernel *lk, tg_dialect d);
 /* What tg_emit_param_decl needs: the kernel whose parameters it declares,

@@ -1,4 +1,6 @@
-/* flash.h: code generation for the flash attention ops, in C and in CUDA.
+/* flash.h: the flash attention ops as both targets generate them: one call
+ * site's shapes and strides (tg_flash_shape); the emitters are each
+ * target's (codegen/c/flash_c.h, codegen/cuda/flash_cuda.h).
  *
  * One call site of flash attention (a forward: flash_attention_lse and
  * flash_attention together; or a backward: flash_attention_dq, _dk and _dv
@@ -32,7 +34,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 /* Where one operand's elements are: element (b, h, t, d) is at
  * offset + b*stride[0] + h*stride[1] + t*stride[2] + d*stride[3] elements
@@ -48,62 +49,5 @@ typedef struct tg_flash_shape {
   double scale;
   tg_flash_operand q, k, v, o, lse, dout, dq, dk, dv; /* dq, dk, dv: backward only */
 } tg_flash_shape;
-
-/* ---- C (CPU backend) ----------------------------------------------------
- * Each emits one C11 function `void fn(...)` with external linkage, for
- * `cc -O2 (or -O3) -fopenmp`.  It computes in f32, parallel with OpenMP
- * (`#pragma omp parallel for`), allocates nothing (its tiles are on the
- * stack, under 100 KiB a thread), and needs no header: it declares expf and
- * logf itself, which is compatible with <math.h> in the same file.  Link
- * with -lm.  Helpers it needs are emitted as static inline functions
- * named fn_*.  An unsupported shape emits an #error line with the reason. */
-bool tg_flash_supported_c(const tg_flash_shape *s, char *why, size_t n);
-void tg_flash_emit_c_fwd(FILE *out, const char *fn, const tg_flash_shape *s);
-void tg_flash_emit_c_bwd(FILE *out, const char *fn, const tg_flash_shape *s);
-
-/* ---- CUDA --------------------------------------------------------------
- * Emits CUDA C++ with no #include (for NVRTC without include paths; it
- * also builds for the emulated device behind cuda_emu.h): the memory
- * macros (below), device helpers named PREFIX_* and extern "C" __global__ kernels named
- * PREFIX_fwd, or PREFIX_bwd_dkdv and PREFIX_bwd_dq, each after a line
- * `// tg kernel: NAME`.  Needs sm_80 or newer (bf16 mma.sync and ldmatrix).
- * q, k, v, do are staged in shared memory as bf16 (rounded to nearest even)
- * and multiplied on the tensor cores with f32 accumulation; the softmax
- * statistics and lse are f32.  The same shape gives the same bytes.
- * tg_flash_supported says why a shape is refused (D must be a multiple of 16
- * up to 128); an unsupported shape emits an #error line instead. */
-bool tg_flash_supported(const tg_flash_shape *s, char *why, size_t n);
-void tg_flash_emit_cuda(FILE *out, const char *fn_prefix, const tg_flash_shape *s, bool backward);
-/* The same without the memory macros, for a file that defines them once
- * at its top (tg_render_cuda). */
-void tg_flash_emit_cuda_kernels(FILE *out, const char *fn_prefix, const tg_flash_shape *s, bool backward);
-
-/* The macros generated CUDA spells memory with (guarded, so a file may
- * hold them more than once): TG_ARG(T) for a kernel's pointer argument,
- * TG_PTR(T) for a pointer into global or shared memory, TG_SHARED(T,
- * name, count) for a shared array, TG_LD4(p, i) for a 16-byte load.  On
- * the GPU (__CUDA_ARCH__) they are plain pointers and arrays, T
- * *__restrict__ for arguments, so NVRTC sees the code it always did; the
- * emulated device (runtime/cuda/emu/cuda_emu.h) defines them as
- * checked pointers.  Each PTX instruction sits in a small device function
- * with the emulator's version under #ifndef __CUDA_ARCH__. */
-void tg_cuda_emit_memory_macros(FILE *out);
-
-/* One kernel launch.  The launches of a call site run in the order given,
- * on one stream, with the argument list described above.  All shared
- * memory is static and under 48 KiB, so shmem is 0 and no opt-in attribute
- * is needed. */
-typedef struct tg_flash_launch {
-  char name[128]; /* kernel function name: PREFIX_fwd, PREFIX_bwd_dkdv, ... */
-  unsigned grid[3], block[3];
-  size_t shmem; /* dynamic shared bytes */
-} tg_flash_launch;
-
-enum { TG_FLASH_MAX_LAUNCHES = 4 };
-
-/* Fills out[0..n) and returns n (1 for the forward, 2 for the backward), or
- * 0 if the shape is unsupported or the prefix too long for name. */
-int tg_flash_cuda_launches(const tg_flash_shape *s, const char *fn_prefix, bool backward,
-                           tg_flash_launch *out);
 
 #endif

@@ -194,19 +194,8 @@ static bool check_flash(const tg_node *n, int nqkv, int lse_at, int o_at, char *
   return true;
 }
 
-bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
-  if (n->op >= TG_NOPS) FAIL("op number %d is not in the op table", (int)n->op);
-  const tg_op_info *info = &tg_ops[n->op];
-  const char *opn = info->name;
-  if (info->arity >= 0 && n->nin != info->arity)
-    FAIL("%s takes %d input%s, got %d", opn, info->arity, info->arity == 1 ? "" : "s", n->nin);
-  if (info->arity < 0 && n->nin < 1) FAIL("%s needs at least one input", opn);
-  for (int i = 0; i < n->nin; i++)
-    if (!n->in[i]) FAIL("%s: input %d is missing", opn, i);
-  const tg_type *a = n->nin > 0 ? &n->in[0]->type : NULL;
-  const tg_type *b = n->nin > 1 ? &n->in[1]->type : NULL;
-  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
-
+/* The ops with no tensor inputs: their type is the node's own, checked. */
+static bool infer_leaf(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   switch (n->op) {
   case TG_OP_input:
   case TG_OP_param:
@@ -235,7 +224,18 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     if (!check_shape(out, why, whylen)) return false;
     if (out->dim[n->axis].size > INT32_MAX) FAIL("iota along an axis longer than 2^31-1");
     return true;
+  default:
+    FAIL("op %s has no leaf type rule", tg_ops[n->op].name);
+  }
+}
 
+/* Elementwise ops: the operands' broadcast shape; a dtype rule per op. */
+static bool infer_elementwise(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const char *opn = tg_ops[n->op].name;
+  const tg_type *a = &n->in[0]->type;
+  const tg_type *b = n->nin > 1 ? &n->in[1]->type : NULL;
+  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+  switch (n->op) {
   case TG_OP_neg:
     if (a->dtype == TG_BOOL) FAIL("neg of a bool tensor");
     *out = *a;
@@ -279,7 +279,16 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     out->dtype = b->dtype;
     return true;
   }
+  default:
+    FAIL("op %s has no elementwise type rule", tg_ops[n->op].name);
+  }
+}
 
+/* Reductions keep the rank: each reduced axis becomes 1. */
+static bool infer_reduction(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const char *opn = tg_ops[n->op].name;
+  const tg_type *a = &n->in[0]->type;
+  switch (n->op) {
   case TG_OP_sum:
   case TG_OP_max:
     if (a->dtype == TG_BOOL) FAIL("%s of a bool tensor", opn);
@@ -290,7 +299,16 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     for (int i = 0; i < a->rank; i++)
       if (n->axes >> i & 1) out->dim[i] = (tg_dim){1, NULL};
     return true;
+  default:
+    FAIL("op %s has no reduction type rule", tg_ops[n->op].name);
+  }
+}
 
+/* Ops that move or resize elements without computing: the shape follows the op's fields. */
+static bool infer_layout(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const tg_type *a = &n->in[0]->type;
+  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+  switch (n->op) {
   case TG_OP_reshape:
     *out = n->type;
     out->dtype = a->dtype;
@@ -340,17 +358,6 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     out->dim[n->axis] = (tg_dim){total, NULL};
     return check_shape(out, why, whylen);
   }
-  case TG_OP_gather:
-    if (a->rank < 1) FAIL("gather from a scalar");
-    if (b->dtype != TG_I32)
-      FAIL("gather indices must be i32, not %s", tg_type_str(b, sb, sizeof sb));
-    if (b->rank + a->rank - 1 > TG_MAX_RANK) FAIL("gather result has rank above %d", TG_MAX_RANK);
-    out->dtype = a->dtype;
-    out->rank = b->rank + a->rank - 1;
-    for (int i = 0; i < b->rank; i++) out->dim[i] = b->dim[i];
-    for (int i = 1; i < a->rank; i++) out->dim[b->rank + i - 1] = a->dim[i];
-    return check_shape(out, why, whylen);
-
   case TG_OP_expand: {
     *out = n->type;
     out->dtype = a->dtype;
@@ -373,6 +380,27 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
            tg_type_str(a, sa, sizeof sa), (long long)n->len, (long long)n->start);
     *out = *a;
     out->dim[n->axis] = (tg_dim){n->len, NULL};
+    return check_shape(out, why, whylen);
+  default:
+    FAIL("op %s has no layout type rule", tg_ops[n->op].name);
+  }
+}
+
+/* Gather and scatter_add: a table indexed by i32 indices. */
+static bool infer_indexing(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const tg_type *a = &n->in[0]->type;
+  const tg_type *b = n->nin > 1 ? &n->in[1]->type : NULL; /* scatter_add checks its count */
+  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+  switch (n->op) {
+  case TG_OP_gather:
+    if (a->rank < 1) FAIL("gather from a scalar");
+    if (b->dtype != TG_I32)
+      FAIL("gather indices must be i32, not %s", tg_type_str(b, sb, sizeof sb));
+    if (b->rank + a->rank - 1 > TG_MAX_RANK) FAIL("gather result has rank above %d", TG_MAX_RANK);
+    out->dtype = a->dtype;
+    out->rank = b->rank + a->rank - 1;
+    for (int i = 0; i < b->rank; i++) out->dim[i] = b->dim[i];
+    for (int i = 1; i < a->rank; i++) out->dim[b->rank + i - 1] = a->dim[i];
     return check_shape(out, why, whylen);
   case TG_OP_scatter_add: {
     /* src [idx dims..., rest...], idx i32 [idx dims...] -> [V, rest...];
@@ -400,14 +428,28 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     }
     return true;
   }
-  case TG_OP_assign:
-    if (n->in[0]->op != TG_OP_param && n->in[0]->op != TG_OP_state)
-      FAIL("assign's target must be a param or state, not %s", tg_ops[n->in[0]->op].name);
-    if (!tg_type_equal(a, b))
-      FAIL("assign of %s to %s", tg_type_str(b, sb, sizeof sb), tg_type_str(a, sa, sizeof sa));
-    *out = *b;
-    return true;
+  default:
+    FAIL("op %s has no indexing type rule", tg_ops[n->op].name);
+  }
+}
 
+/* assign writes a param or state of exactly its type. */
+static bool infer_assign(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const tg_type *a = &n->in[0]->type;
+  const tg_type *b = &n->in[1]->type;
+  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+  if (n->in[0]->op != TG_OP_param && n->in[0]->op != TG_OP_state)
+    FAIL("assign's target must be a param or state, not %s", tg_ops[n->in[0]->op].name);
+  if (!tg_type_equal(a, b))
+    FAIL("assign of %s to %s", tg_type_str(b, sb, sizeof sb), tg_type_str(a, sa, sizeof sa));
+  *out = *b;
+  return true;
+}
+
+/* Flash attention ops: check_flash's shapes; the result is q's, or f32 statistics. */
+static bool infer_flash(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const tg_type *a = &n->in[0]->type;
+  switch (n->op) {
   case TG_OP_flash_attention_lse:
     if (!check_flash(n, 2, -1, -1, why, whylen)) return false;
     *out = *a;
@@ -424,33 +466,74 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
     if (!check_flash(n, 3, 4, 3, why, whylen)) return false;
     *out = n->in[n->op - TG_OP_flash_attention_dq]->type; /* q's, k's or v's */
     return true;
-
-  case TG_OP_matmul: {
-    if (a->rank < 2 || b->rank < 2)
-      FAIL("matmul needs operands of rank at least 2: %s @ %s", tg_type_str(a, sa, sizeof sa),
-           tg_type_str(b, sb, sizeof sb));
-    if (!tg_dtype_is_float(a->dtype) || a->dtype != b->dtype)
-      FAIL("matmul needs float operands of one dtype: %s @ %s", tg_type_str(a, sa, sizeof sa),
-           tg_type_str(b, sb, sizeof sb));
-    int64_t k1 = a->dim[a->rank - 1].size, k2 = b->dim[b->rank - 2].size;
-    if (k1 != k2)
-      FAIL("matmul: inner dimensions differ: %s @ %s (%lld vs %lld)",
-           tg_type_str(a, sa, sizeof sa), tg_type_str(b, sb, sizeof sb), (long long)k1,
-           (long long)k2);
-    tg_type ba = *a, bb = *b;
-    ba.rank -= 2;
-    bb.rank -= 2;
-    if (!broadcast(&ba, &bb, out, why, whylen)) {
-      char inner[256];
-      snprintf(inner, sizeof inner, "%s", why);
-      FAIL("matmul: batch dims: %s", inner);
-    }
-    out->dtype = a->dtype;
-    out->dim[out->rank] = a->dim[a->rank - 2];
-    out->dim[out->rank + 1] = b->dim[b->rank - 1];
-    out->rank += 2;
-    return check_shape(out, why, whylen);
+  default:
+    FAIL("op %s has no flash type rule", tg_ops[n->op].name);
   }
+}
+
+/* matmul: batch dims broadcast, [.., M, K] @ [.., K, N] -> [.., M, N]. */
+static bool infer_matmul(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const tg_type *a = &n->in[0]->type;
+  const tg_type *b = &n->in[1]->type;
+  char sa[TG_TYPE_STR_MAX], sb[TG_TYPE_STR_MAX];
+  if (a->rank < 2 || b->rank < 2)
+    FAIL("matmul needs operands of rank at least 2: %s @ %s", tg_type_str(a, sa, sizeof sa),
+         tg_type_str(b, sb, sizeof sb));
+  if (!tg_dtype_is_float(a->dtype) || a->dtype != b->dtype)
+    FAIL("matmul needs float operands of one dtype: %s @ %s", tg_type_str(a, sa, sizeof sa),
+         tg_type_str(b, sb, sizeof sb));
+  int64_t k1 = a->dim[a->rank - 1].size, k2 = b->dim[b->rank - 2].size;
+  if (k1 != k2)
+    FAIL("matmul: inner dimensions differ: %s @ %s (%lld vs %lld)",
+         tg_type_str(a, sa, sizeof sa), tg_type_str(b, sb, sizeof sb), (long long)k1,
+         (long long)k2);
+  tg_type ba = *a, bb = *b;
+  ba.rank -= 2;
+  bb.rank -= 2;
+  if (!broadcast(&ba, &bb, out, why, whylen)) {
+    char inner[256];
+    snprintf(inner, sizeof inner, "%s", why);
+    FAIL("matmul: batch dims: %s", inner);
+  }
+  out->dtype = a->dtype;
+  out->dim[out->rank] = a->dim[a->rank - 2];
+  out->dim[out->rank + 1] = b->dim[b->rank - 1];
+  out->rank += 2;
+  return check_shape(out, why, whylen);
+}
+
+bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  if (n->op >= TG_NOPS) FAIL("op number %d is not in the op table", (int)n->op);
+  const tg_op_info *info = &tg_ops[n->op];
+  const char *opn = info->name;
+  if (info->arity >= 0 && n->nin != info->arity)
+    FAIL("%s takes %d input%s, got %d", opn, info->arity, info->arity == 1 ? "" : "s", n->nin);
+  if (info->arity < 0 && n->nin < 1) FAIL("%s needs at least one input", opn);
+  for (int i = 0; i < n->nin; i++)
+    if (!n->in[i]) FAIL("%s: input %d is missing", opn, i);
+
+  switch (n->op) {
+  case TG_OP_input: case TG_OP_param: case TG_OP_state: case TG_OP_const: case TG_OP_iota:
+    return infer_leaf(n, out, why, whylen);
+  case TG_OP_neg: case TG_OP_exp: case TG_OP_log: case TG_OP_sqrt: case TG_OP_rsqrt:
+  case TG_OP_tanh: case TG_OP_gelu: case TG_OP_gelu_grad: case TG_OP_cast: case TG_OP_add:
+  case TG_OP_sub: case TG_OP_mul: case TG_OP_div: case TG_OP_maximum: case TG_OP_lt: case TG_OP_le:
+  case TG_OP_gt: case TG_OP_ge: case TG_OP_eq: case TG_OP_ne: case TG_OP_where:
+    return infer_elementwise(n, out, why, whylen);
+  case TG_OP_sum: case TG_OP_max:
+    return infer_reduction(n, out, why, whylen);
+  case TG_OP_reshape: case TG_OP_transpose: case TG_OP_slice: case TG_OP_concat: case TG_OP_expand:
+  case TG_OP_pad:
+    return infer_layout(n, out, why, whylen);
+  case TG_OP_gather: case TG_OP_scatter_add:
+    return infer_indexing(n, out, why, whylen);
+  case TG_OP_assign:
+    return infer_assign(n, out, why, whylen);
+  case TG_OP_flash_attention_lse: case TG_OP_flash_attention: case TG_OP_flash_attention_dq:
+  case TG_OP_flash_attention_dk: case TG_OP_flash_attention_dv:
+    return infer_flash(n, out, why, whylen);
+  case TG_OP_matmul:
+    return infer_matmul(n, out, why, whylen);
   default:
     FAIL("op %s has no type rule", opn);
   }

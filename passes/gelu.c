@@ -22,6 +22,7 @@
  * nothing else uses. */
 #include <math.h>
 
+#include "gelu.h"
 #include "passes.h"
 
 typedef struct gelu_pat {
@@ -67,7 +68,7 @@ static bool match(const gelu_pat *pt, tg_node *n, matcher *m) {
  * pattern's nodes. */
 static const tg_node *gelu_input(tg_node *h, matcher *m) {
   static const gelu_pat X = {'x', 0, NULL, NULL}, half = {'c', 0.5, NULL, NULL}, one = {'c', 1, NULL, NULL},
-                        k3 = {'c', 0.044715, NULL, NULL}, s2pi = {'c', 0.7978845608028654, NULL, NULL};
+                        k3 = {'c', TG_GELU_CUBIC, NULL, NULL}, s2pi = {'c', TG_GELU_SQRT_2_OVER_PI, NULL, NULL};
   static const gelu_pat kx = {'*', 0, &k3, &X}, kxx = {'*', 0, &kx, &X}, kxxx = {'*', 0, &kxx, &X};
   static const gelu_pat inner = {'+', 0, &X, &kxxx}, scaled = {'*', 0, &s2pi, &inner}, th = {'t', 0, &scaled, NULL};
   static const gelu_pat onep = {'+', 0, &one, &th}, hx = {'*', 0, &half, &X}, gelu = {'*', 0, &hx, &onep};

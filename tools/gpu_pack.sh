@@ -18,7 +18,8 @@
 # (.gpu/ is in .gitignore, so the device tool carries it when asked to)
 #
 # Usage: bash tools/gpu_pack.sh; then, on the device tool:
-#   run(command="bash tools/gpu_check.sh", carry=[".gpu"])
+#   run(command="bash tools/gpu_check.sh", carry=[".gpu"], timeout_s=600)
+# which runs under one deadline of 480 s (docs/cuda.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh > /dev/null
@@ -47,4 +48,4 @@ tar -C "$stage" -cJf .gpu/tg-gpu.tar.xz .
 git rev-parse HEAD > .gpu/SOURCE
 git diff --quiet HEAD || echo "(with uncommitted changes)" >> .gpu/SOURCE
 echo "gpu_pack: .gpu/tg-gpu.tar.xz $(du -h .gpu/tg-gpu.tar.xz | cut -f1) for $(head -1 .gpu/SOURCE)"
-echo "then: device run(command=\"bash tools/gpu_check.sh\", carry=[\".gpu\"])"
+echo "then: device run(command=\"bash tools/gpu_check.sh\", carry=[\".gpu\"], timeout_s=600): at most 8 minutes (TG_GPU_CHECK_DEADLINE)"

@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include "cuda_kernels.h"
+#include "diag.h"
 #include "frontend.h"
 #include "ir.h"
 #include "nearest.h"
 #include "nvrtc.h"
 #include "passes.h"
-#include "render.h"
+#include "render_c.h"
+#include "render_cuda.h"
 #include "traffic.h"
 
 #define TG_VERSION "0.1.0"
@@ -97,12 +99,7 @@ static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--g
                                           "--report", "--precision", "--gpu", "--decode"};
 
 /* Prints a usage error; returns the exit status for it. */
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tgc: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tgc --help)\n");
-  return 2;
-}
+static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgc", fmt, arg); }
 
 static bool has_suffix(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);
@@ -126,7 +123,10 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
   case EMIT_DOT: tg_print_dot(out, e->g); break;
   case EMIT_CUDA: tg_render_cuda_from(out, e->p, e->plan, e->ks); break;
   case EMIT_C: tg_render_c(out, e->p); break;
-  case EMIT_MANIFEST: tg_render_manifest(out, e->p, e->code_name, e->cuda); break;
+  case EMIT_MANIFEST:
+    if (e->cuda) tg_render_cuda_manifest(out, e->p, e->code_name);
+    else tg_render_c_manifest(out, e->p, e->code_name);
+    break;
   case EMIT_NONE: break;
   case EMIT_CUBIN: break;
   }
@@ -302,6 +302,46 @@ typedef struct cli {
 } cli;
 
 /* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
+/* The options' consequences for one another, once all are read: -1 to go
+ * on, or the exit status of a usage error. */
+static int settle_args(int argc, cli *c) {
+  if (!c->input) return usage_error("%s", "no input file");
+  if (c->decode) {
+    /* the decode step is the forward (code for it included), at T = 1 */
+    if (c->report && strcmp(c->report, "flash_attn") && strcmp(c->report, "precision") && strcmp(c->report, "fusion") &&
+        strcmp(c->report, "memplan"))
+      return usage_error("--report %s is for the training step, not --decode", c->report);
+    if (c->dump_after && tg_pass_needs_step(c->dump_after))
+      return usage_error("--dump-after %s is a training pass; --decode has no gradient", c->dump_after);
+    if (c->grad_flag) return usage_error("%s", "--grad and --decode: a decode step has no gradient; ask for one or the other");
+    c->grad = false;
+    bool has_T = false;
+    for (int i = 0; i < c->n_defines; i++) has_T |= !strcmp(c->defines[i].name, "T");
+    if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true};
+  }
+  bool traffic = c->report && !strcmp(c->report, "traffic");
+  if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");
+  if (traffic && !c->gpu) c->gpu = tg_gpu_find("h100");
+  /* what tgrun runs: bf16 on the cuda backends, f32 on the CPU */
+  if (c->precision < 0)
+    c->precision = c->what == EMIT_CUDA || c->what == EMIT_CUBIN || traffic ? TG_PRECISION_BF16 : TG_PRECISION_F32;
+  if (c->arch && c->what != EMIT_CUBIN) return usage_error("%s", "--arch is for --emit cubin");
+  if (c->what == EMIT_CUBIN && !c->out_path)
+    return usage_error("%s", "--emit cubin needs -o DIR: the directory for the .cu, the manifest and the cubins");
+  if (!c->arch) c->arch = "sm_90";
+  /* A dump or a report is the output asked for, unless something else is
+   * named too. */
+  if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
+  if (c->out_path && c->what == EMIT_NONE)
+    return usage_error("-o %s: nothing to write there (--report and --dump-after print to "
+                       "stdout: redirect them with > FILE)", c->out_path);
+
+  /* Imports: the importing file's directory comes first (in the frontend),
+   * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
+  c->tg_path = tg_import_path(c->incs, &c->n_incs, argc + 8, TG_MODELS_DIR);
+  return -1;
+}
+
 static int parse_args(int argc, char **argv, cli *c) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -405,41 +445,7 @@ static int parse_args(int argc, char **argv, cli *c) {
       c->input = a;
     }
   }
-  if (!c->input) return usage_error("%s", "no input file");
-  if (c->decode) {
-    /* the decode step is the forward (code for it included), at T = 1 */
-    if (c->report && strcmp(c->report, "flash_attn") && strcmp(c->report, "precision") && strcmp(c->report, "fusion") &&
-        strcmp(c->report, "memplan"))
-      return usage_error("--report %s is for the training step, not --decode", c->report);
-    if (c->dump_after && tg_pass_needs_step(c->dump_after))
-      return usage_error("--dump-after %s is a training pass; --decode has no gradient", c->dump_after);
-    if (c->grad_flag) return usage_error("%s", "--grad and --decode: a decode step has no gradient; ask for one or the other");
-    c->grad = false;
-    bool has_T = false;
-    for (int i = 0; i < c->n_defines; i++) has_T |= !strcmp(c->defines[i].name, "T");
-    if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true};
-  }
-  bool traffic = c->report && !strcmp(c->report, "traffic");
-  if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");
-  if (traffic && !c->gpu) c->gpu = tg_gpu_find("h100");
-  /* what tgrun runs: bf16 on the cuda backends, f32 on the CPU */
-  if (c->precision < 0)
-    c->precision = c->what == EMIT_CUDA || c->what == EMIT_CUBIN || traffic ? TG_PRECISION_BF16 : TG_PRECISION_F32;
-  if (c->arch && c->what != EMIT_CUBIN) return usage_error("%s", "--arch is for --emit cubin");
-  if (c->what == EMIT_CUBIN && !c->out_path)
-    return usage_error("%s", "--emit cubin needs -o DIR: the directory for the .cu, the manifest and the cubins");
-  if (!c->arch) c->arch = "sm_90";
-  /* A dump or a report is the output asked for, unless something else is
-   * named too. */
-  if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
-  if (c->out_path && c->what == EMIT_NONE)
-    return usage_error("-o %s: nothing to write there (--report and --dump-after print to "
-                       "stdout: redirect them with > FILE)", c->out_path);
-
-  /* Imports: the importing file's directory comes first (in the frontend),
-   * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
-  c->tg_path = tg_import_path(c->incs, &c->n_incs, argc + 8, TG_MODELS_DIR);
-  return -1;
+  return settle_args(argc, c);
 }
 
 int main(int argc, char **argv) {
@@ -476,7 +482,7 @@ int main(int argc, char **argv) {
   return status;
 }
 
-/* --emit cubin: every distinct kernel (codegen/cuda_kernels.h) compiled by
+/* --emit cubin: every distinct kernel (codegen/cuda/cuda_kernels.h) compiled by
  * NVRTC for arch, one job per core, each cached under its own key, and
  * written to DIR/NAME.cubin; prints the time and what was compiled. */
 static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char *arch) {

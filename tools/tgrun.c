@@ -9,12 +9,9 @@
 
 #include "tgrun_cli.h"
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tgrun: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tgrun --help)\n");
-  return 2;
-}
+#include "diag.h"
+
+static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgrun", fmt, arg); }
 
 static int has_suffix(const char *s, const char *suffix) {
   size_t n = strlen(s), k = strlen(suffix);

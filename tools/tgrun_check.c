@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backends.h"
+#include "diag.h"
 #include "frontend.h"
 #include "nearest.h"
 #include "passes.h"
@@ -79,12 +80,7 @@ typedef struct opts {
   bool precision_given; /* --precision: else the backend's policy */
 } opts;
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tgrun: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tgrun --help)\n");
-  return 2;
-}
+static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgrun", fmt, arg); }
 
 static bool parse_number(const char *s, double *out) {
   char *end;

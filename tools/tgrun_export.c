@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag.h"
 #include "export.h"
 #include "frontend.h"
 
@@ -27,12 +28,7 @@ static const char usage[] =
     "\n"
     "Exit status: 0 on success, 1 for a bad file or a failed write, 2 for bad usage.\n";
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tgrun export: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tgrun export --help)\n");
-  return 2;
-}
+static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgrun export", fmt, arg); }
 
 int tgrun_export_main(int argc, char **argv) {
   tg_export_opts o = {0};

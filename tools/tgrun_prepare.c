@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag.h"
 #include "prepare.h"
 
 static const char usage[] =
@@ -31,12 +32,7 @@ static const char usage[] =
     "\n"
     "Exit status: 0 on success, 1 for a bad input or tokenizer file, 2 for bad usage.\n";
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tgrun prepare: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tgrun prepare --help)\n");
-  return 2;
-}
+static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgrun prepare", fmt, arg); }
 
 /* Fills o from argv; returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, tg_prepare_opts *o) {

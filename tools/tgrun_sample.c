@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends.h"
+#include "diag.h"
 #include "frontend.h"
 #include "generate.h"
 #include "nearest.h"
@@ -45,12 +46,7 @@ const char tgrun_sample_usage[] =
     "progress and tokens/s to stderr.  Exit status: 0, 1 for a bad model, weights,\n"
     "tokenizer or prompt, 2 for bad usage.\n";
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tgrun sample: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tgrun sample --help)\n");
-  return 2;
-}
+static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgrun sample", fmt, arg); }
 
 static const char *const value_flags[] = {"--weights",     "--model",      "--tokenizer", "--prompt",
                                           "--prompt-file", "--max-new-tokens", "--tokens", "--num-samples",

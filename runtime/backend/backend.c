@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "half.h"
 
 /* ---- devices ------------------------------------------------------------------ */
@@ -221,4 +222,17 @@ uint64_t tg_hash_bytes(const void *p, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
   return h;
+}
+
+int *tg_kernels_by_time(const double *seconds, int n, double *total) {
+  int *order = tg_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  *total = 0;
+  for (int k = 0; k < n; k++) order[k] = k, *total += seconds[k];
+  for (int a = 1; a < n; a++) /* insertion sort: stable, and n is a few hundred */
+    for (int b = a; b > 0 && seconds[order[b]] > seconds[order[b - 1]]; b--) {
+      int t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  return order;
 }

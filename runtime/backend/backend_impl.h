@@ -79,5 +79,9 @@ void tg_host_to_storage(const void *src, tg_host_type ht, void *dst, tg_dtype t,
 void tg_host_from_storage(const void *src, tg_dtype t, void *dst, tg_host_type ht, int64_t numel);
 /* FNV-1a over bytes. */
 uint64_t tg_hash_bytes(const void *p, size_t n);
+/* The kernels 0 .. n-1 by seconds[k], longest first, ties in kernel order
+ * (malloc'ed, never NULL), and their sum into *total: the profile_print
+ * functions' table. */
+int *tg_kernels_by_time(const double *seconds, int n, double *total);
 
 #endif

@@ -65,6 +65,10 @@ typedef enum CUfunction_attribute {
 
 enum { CU_STREAM_NON_BLOCKING = 1 };
 enum { CU_EVENT_DEFAULT = 0, CU_EVENT_DISABLE_TIMING = 2 };
+/* cuEventRecordWithFlags: in a capture, an event-record node (a plain record
+ * there only marks a dependency, and the event is never recorded by the
+ * graph); invalid outside capture. */
+enum { CU_EVENT_RECORD_DEFAULT = 0, CU_EVENT_RECORD_EXTERNAL = 1 };
 typedef enum CUstreamCaptureMode {
   CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
   CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
@@ -219,6 +223,7 @@ typedef struct tg_cuda_api {
   CUresult (*cuEventCreate)(CUevent *e, unsigned flags);
   CUresult (*cuEventDestroy)(CUevent e);
   CUresult (*cuEventRecord)(CUevent e, CUstream s);
+  CUresult (*cuEventRecordWithFlags)(CUevent e, CUstream s, unsigned flags);
   CUresult (*cuEventSynchronize)(CUevent e);
   CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
 

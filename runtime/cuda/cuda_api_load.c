@@ -74,6 +74,7 @@ static bool load_driver(tg_cuda_api *api, tg_sbuf *why) {
   FN(lib, cuEventCreate, "cuEventCreate");
   FN(lib, cuEventDestroy, "cuEventDestroy_v2");
   FN(lib, cuEventRecord, "cuEventRecord");
+  FN(lib, cuEventRecordWithFlags, "cuEventRecordWithFlags");
   FN(lib, cuEventSynchronize, "cuEventSynchronize");
   FN(lib, cuEventElapsedTime, "cuEventElapsedTime");
   if (!ok) {

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "json_text.h"
 #include "tokens_file.h"
 #include "alloc.h"
 #include "diag.h" /* tg_why */
@@ -63,7 +64,7 @@ static bool tokenizer_json(const tg_tokenizer *t, const char *enc, const char *b
   char num[32];
   tg_sb_puts(b, "{\n  \"kind\": ");
   const char *kind = tg_tok_kind_name(tg_tok_kind_of(t));
-  tg_json_put_string(b, kind, strlen(kind));
+  tg_json_quote(b, kind, strlen(kind));
   snprintf(num, sizeof num, "%ld", (long)tg_tok_vocab_size(t));
   tg_sb_puts(b, ",\n  \"vocab_size\": ");
   tg_sb_puts(b, num);
@@ -73,7 +74,7 @@ static bool tokenizer_json(const tg_tokenizer *t, const char *enc, const char *b
       size_t n;
       const char *s = tg_tok_piece(t, i, &n);
       tg_sb_puts(b, i == 0 ? "\n    " : i % 16 == 0 ? ",\n    " : ", ");
-      tg_json_put_string(b, s, n);
+      tg_json_quote(b, s, n);
     }
     tg_sb_puts(b, "\n  ]\n}\n");
     return true;
@@ -86,7 +87,7 @@ static bool tokenizer_json(const tg_tokenizer *t, const char *enc, const char *b
     bool utf8 = tg_utf8_check(abs, n) == n;
     if (utf8) {
       tg_sb_puts(b, keys[k]);
-      tg_json_put_string(b, abs, n);
+      tg_json_quote(b, abs, n);
     }
     free(abs);
     if (!utf8) return tg_why(why, whylen, "%s: the path is not UTF-8, which JSON needs", paths[k]);

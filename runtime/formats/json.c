@@ -494,17 +494,3 @@ const tg_json *tg_json_get(const tg_json *o, const char *key) {
       return &o->u.items[k];
   return NULL;
 }
-
-void tg_json_put_string(tg_sbuf *b, const char *s, size_t n) {
-  tg_sb_put(b, "\"", 1);
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    const char *short_form = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b"
-                             : c == '\f' ? "\\f" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
-                             : c == '\t' ? "\\t" : NULL;
-    if (short_form) tg_sb_puts(b, short_form);
-    else if (c < 0x20) tg_sb_printf(b, "\\u%04x", c);
-    else tg_sb_put(b, s + i, 1);
-  }
-  tg_sb_put(b, "\"", 1);
-}

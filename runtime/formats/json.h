@@ -28,7 +28,6 @@
 #include <stdint.h>
 
 #include "arena.h"
-#include "sbuf.h"
 
 typedef enum tg_json_kind {
   TG_JSON_NULL,
@@ -79,12 +78,6 @@ const tg_json *tg_json_get(const tg_json *o, const char *key);
 /* Offset of the first byte of s[0 .. n) that is not part of valid UTF-8
  * (no overlong forms, surrogates or code points past U+10FFFF), or n. */
 size_t tg_json_utf8_check(const char *s, size_t n);
-
-/* Appends s[0 .. n) (UTF-8) as a JSON string, escaped as serde_json (and
- * so the safetensors files of other tools) does: '"' and '\' with a
- * backslash, control characters as \b \f \n \r \t or \u00XX, all else as
- * it is. */
-void tg_json_put_string(tg_sbuf *b, const char *s, size_t n);
 
 /* "a string", "an array", ... for messages. */
 const char *tg_json_kind_name(tg_json_kind k);

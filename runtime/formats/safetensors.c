@@ -39,6 +39,7 @@
 #include "file.h"
 #include "half.h"
 #include "json.h"
+#include "json_text.h"
 
 /* The reference implementation's header limit: a header longer than this
  * is far more likely a wrong file than a real model. */
@@ -607,16 +608,16 @@ static tg_sbuf build_header(const tg_st_tensor *ts, int n, const tg_st_meta *met
     tg_sb_puts(&b, "\"__metadata__\":{");
     for (int i = 0; i < n_meta; i++) {
       if (i) tg_sb_puts(&b, ",");
-      tg_json_put_string(&b, meta[i].key, strlen(meta[i].key));
+      tg_json_quote(&b, meta[i].key, strlen(meta[i].key));
       tg_sb_puts(&b, ":");
-      tg_json_put_string(&b, meta[i].value, strlen(meta[i].value));
+      tg_json_quote(&b, meta[i].value, strlen(meta[i].value));
     }
     tg_sb_puts(&b, n ? "}," : "}");
   }
   uint64_t at = 0;
   for (int i = 0; i < n; i++) {
     if (i) tg_sb_puts(&b, ",");
-    tg_json_put_string(&b, ts[i].name, strlen(ts[i].name));
+    tg_json_quote(&b, ts[i].name, strlen(ts[i].name));
     tg_sb_puts(&b, ":{\"dtype\":\"");
     tg_sb_puts(&b, st_dtype_names[ts[i].dtype]);
     tg_sb_puts(&b, "\",\"shape\":[");

@@ -11,7 +11,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 #include <unistd.h> /* sysconf */
 
 #include "cache.h"
+#include "compile_log.h"
 #include "diag.h" /* tg_why */
 #include "dynlib.h"
 #include "sbuf.h"
@@ -96,32 +96,6 @@ bool tg_nvrtc_version(int *major, int *minor, char *why, size_t whylen) {
 
 /* ---- kernel names for log lines ------------------------------------------ */
 
-/* The name after the last "// tg kernel: NAME" marker at or before line
- * `line` of src (1-based), into buf; false when no marker precedes it. */
-static bool kernel_at(const char *src, long line, char *buf, size_t buflen) {
-  static const char marker[] = "// tg kernel:";
-  bool found = false;
-  long l = 1;
-  for (const char *p = src; *p && l <= line; l++) {
-    const char *q = p;
-    while (*q == ' ' || *q == '\t') q++;
-    const char *end = strchr(p, '\n');
-    if (!end) end = p + strlen(p);
-    if (!strncmp(q, marker, sizeof marker - 1)) {
-      q += sizeof marker - 1;
-      while (*q == ' ' || *q == '\t') q++;
-      const char *e = end;
-      while (e > q && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
-      size_t n = (size_t)(e - q) < buflen - 1 ? (size_t)(e - q) : buflen - 1;
-      memcpy(buf, q, n);
-      buf[n] = 0;
-      found = true;
-    }
-    p = *end ? end + 1 : end;
-  }
-  return found;
-}
-
 /* The distinct line numbers, in log order, of the log's lines
  * "NAME(LINE): ..." that point into this source (not into a header). */
 static int log_lines(const char *log, const char *name, long *lines, int max) {
@@ -144,43 +118,15 @@ static int log_lines(const char *log, const char *name, long *lines, int max) {
   return n;
 }
 
-/* The message for a failed compile: which kernels, the whole log, then
- * where each line the log mentions is.  The kernels come first so that a
- * short why buffer still names them. */
+/* The message for a failed compile (compile_log.h). */
 static void compile_error(const char *src, const char *name, const char *arch, int rc,
                           const char *log, char *why, size_t whylen) {
   enum { MAX_LINES = 64 };
   long lines[MAX_LINES];
   int n = log_lines(log, name, lines, MAX_LINES);
-  char names[MAX_LINES][128];
-  int nk = 0;
-  for (int i = 0; i < n; i++) {
-    char k[128];
-    if (!kernel_at(src, lines[i], k, sizeof k)) continue;
-    bool seen = false;
-    for (int j = 0; j < nk; j++) seen = seen || !strcmp(names[j], k);
-    if (!seen) memcpy(names[nk++], k, sizeof k);
-  }
-  tg_sbuf kernels = {0};
-  for (int j = 0; j < nk; j++)
-    tg_sb_printf(&kernels, "%s%s", j ? ", " : nk > 1 ? "kernels " : "kernel ", names[j]);
-  tg_sbuf b = {0};
-  tg_sb_printf(&b, "NVRTC could not compile %s%s%s for %s (%s)",
-            nk ? tg_sb_text(&kernels) : "", nk ? " in " : "", name, arch,
-            nv.error_string(rc));
-  tg_sb_free(&kernels);
-  tg_sb_printf(&b, ":\n%s", log);
-  if (b.n && b.s[b.n - 1] != '\n') tg_sb_printf(&b, "\n");
-  for (int i = 0; i < n; i++) {
-    char k[128];
-    if (kernel_at(src, lines[i], k, sizeof k))
-      tg_sb_printf(&b, "%s(%ld) is in kernel %s\n", name, lines[i], k);
-    else
-      tg_sb_printf(&b, "%s(%ld) is before the first kernel\n", name, lines[i]);
-  }
-  if (b.n) b.s[--b.n] = 0; /* no final newline, like every other message */
-  tg_why(why, whylen, "%s", b.s);
-  tg_sb_free(&b);
+  char after[128];
+  snprintf(after, sizeof after, " for %s (%s)", arch, nv.error_string(rc));
+  tg_compile_error("NVRTC", src, name, after, log, lines, n, TG_LINES_PAREN, why, whylen);
 }
 
 /* ---- compiling ----------------------------------------------------------- */

@@ -165,9 +165,10 @@ static void put_token(tg_ctx *ctx, const tg_generate_opts *o, const tg_tokenizer
     tg_error(ctx, (tg_loc){"<stdout>", 0, 0}, "cannot write the text: %s", strerror(errno));
 }
 
-static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats *st) {
-  double t0 = now();
-  if (!is_file(o->weights)) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "--weights %s: no such file", o->weights);
+/* The tokenizer, the prompt's tokens (np of them) and the decode step's
+ * graph, through the pipeline, of the model the checkpoint or --model
+ * names; the model's context length (block_size). */
+static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t *np, int32_t *vocab_size) {
   /* a checkpoint names its model and config */
   tg_st_file *f = tg_st_read(ctx, o->weights);
   const char *ck_model = tg_st_meta_get(f, "model");
@@ -180,12 +181,11 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
 
   s->tok = load_tokenizer(ctx, o);
   char why[1024];
-  size_t np = 0;
   if (o->prompt_len == 0) tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is empty: give some text to continue");
-  if (!tg_tok_encode(s->tok, o->prompt, o->prompt_len, &s->prompt, &np, why, sizeof why))
+  if (!tg_tok_encode(s->tok, o->prompt, o->prompt_len, &s->prompt, np, why, sizeof why))
     tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt cannot be encoded by the %s tokenizer (%s): %s",
              tg_tok_kind_name(tg_tok_kind_of(s->tok)), tg_tok_source(s->tok), why);
-  int32_t V = tg_tok_vocab_size(s->tok);
+  int32_t V = *vocab_size = tg_tok_vocab_size(s->tok);
 
   int nd = 0;
   tg_define *d = defines_for(ctx, o, V, &nd);
@@ -200,9 +200,19 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   tg_run_pipeline(ctx, s->g, &po);
   const tg_node *cache = tg_graph_leaf(s->g, TG_OP_state, TG_DECODE_K_PREFIX "0");
   int64_t S = cache->type.dim[cache->type.rank - 2].size;
-  if ((int64_t)np > S)
+  if ((int64_t)*np > S)
     tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is %zu tokens, longer than the model's context of %lld "
-             "(block_size): shorten it", np, (long long)S);
+             "(block_size): shorten it", *np, (long long)S);
+
+  return S;
+}
+
+static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats *st) {
+  double t0 = now();
+  if (!is_file(o->weights)) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "--weights %s: no such file", o->weights);
+  size_t np = 0;
+  int32_t V;
+  int64_t S = load_model(ctx, o, s, &np, &V);
 
   tg_ckpt_meta m;
   s->w = tg_ckpt_load(ctx, s->g, o->weights, false, &m);

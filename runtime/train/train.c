@@ -743,15 +743,13 @@ static void evaluate(run *r, const tg_log_columns *cols, tg_metrics_file *mf, in
   if (!tg_metrics_append(mf, &e, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "%s", why);
 }
 
-static void train_loop(run *r) {
+/* One loader per micro-step, at `position`.  A step's batch is grad_accum x
+ * ranks slices of one seeded draw (stream = the step): micro-step m of rank r
+ * takes slice m * ranks + r.  So 2 micro-batches of b, 2 ranks of b, and one
+ * batch of 2b all train on the same sequences. */
+static tg_loader **open_loaders(run *r, uint64_t position) {
   const tg_train_config *c = &r->cfg;
-  uint64_t position;
-  int64_t done = initial_state(r, &position);
   char why[1024];
-  /* A step's batch is grad_accum x ranks slices of one seeded draw (stream =
-   * the step): micro-step m of rank r takes slice m * ranks + r.  So 2
-   * micro-batches of b, 2 ranks of b, and one batch of 2b all train on the
-   * same sequences; one loader per micro-step, each at the step count. */
   int accum = (int)c->grad_accum;
   tg_loader **loaders = r->loaders = tg_xcalloc((size_t)accum, sizeof *loaders);
   r->n_loaders = accum;
@@ -760,6 +758,33 @@ static void train_loop(run *r) {
                                (uint64_t)c->seed, position, why, sizeof why);
     if (!loaders[m]) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
   }
+  return loaders;
+}
+
+/* A step's FLOPs for MFU as nanoGPT counts them: 6N + 12 L H Q T per token,
+ * N (into *nparams) without the position embedding. */
+static double step_flops(run *r, int64_t tokens_per_step, int64_t *nparams) {
+  double L = 0, H = 0, C = 0;
+  tg_graph_get_config(r->g_grad, "n_layer", &L);
+  tg_graph_get_config(r->g_grad, "n_head", &H);
+  tg_graph_get_config(r->g_grad, "n_embd", &C);
+  *nparams = 0;
+  for (int i = 0; i < r->n_params; i++)
+    if (strcmp(r->params[i].name, "wpe.weight")) {
+      tg_type ft;
+      tg_file_type(r->g_grad, &r->params[i].type, &ft);
+      *nparams += tg_type_numel(&ft);
+    }
+  tg_mfu_model mm = {*nparams, (int64_t)L, (int64_t)H, H > 0 ? (int64_t)(C / H) : 0, r->cfg.block_size};
+  return tg_flops_per_step(&mm, tokens_per_step);
+}
+
+static void train_loop(run *r) {
+  const tg_train_config *c = &r->cfg;
+  uint64_t position;
+  int64_t done = initial_state(r, &position);
+  char why[1024];
+  tg_loader **loaders = open_loaders(r, position);
   const char *metrics_path = path_in(r, c->out_dir, c->metrics_file);
   tg_metrics_file *mf = NULL;
   if (r->rank == 0) {
@@ -772,23 +797,9 @@ static void train_loop(run *r) {
   tg_exec_on_bucket(r->e_grad, on_bucket, r);
   r->accum = (int)c->grad_accum;
 
-
-  /* MFU as nanoGPT counts it: 6N + 12 L H Q T FLOPs per token, N without
-   * the position embedding */
-  double L = 0, H = 0, C = 0;
-  tg_graph_get_config(r->g_grad, "n_layer", &L);
-  tg_graph_get_config(r->g_grad, "n_head", &H);
-  tg_graph_get_config(r->g_grad, "n_embd", &C);
-  int64_t nparams = 0;
-  for (int i = 0; i < r->n_params; i++)
-    if (strcmp(r->params[i].name, "wpe.weight")) {
-      tg_type ft;
-      tg_file_type(r->g_grad, &r->params[i].type, &ft);
-      nparams += tg_type_numel(&ft);
-    }
-  tg_mfu_model mm = {nparams, (int64_t)L, (int64_t)H, H > 0 ? (int64_t)(C / H) : 0, c->block_size};
   int64_t tokens_per_step = c->batch_size * c->block_size * c->grad_accum * r->nranks;
-  double flops_per_step = tg_flops_per_step(&mm, tokens_per_step);
+  int64_t nparams;
+  double flops_per_step = step_flops(r, tokens_per_step, &nparams);
 
   tg_lr_schedule sched = {c->learning_rate, c->min_lr, c->warmup_steps, tg_train_config_decay_steps(c)};
   tg_log_columns cols = {c->max_steps, true};

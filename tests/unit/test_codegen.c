@@ -24,7 +24,8 @@
 #include "cuda_kernels.h"
 #include "nvrtc.h"
 #include "passes.h"
-#include "render.h"
+#include "render_c.h"
+#include "render_cuda.h"
 
 static char cache_dir[64];
 
@@ -266,7 +267,7 @@ static int optimizer_branches(const char *n_layer, int *entries) {
   char *m = NULL;
   size_t mn = 0;
   FILE *f = open_memstream(&m, &mn);
-  tg_render_manifest(f, p, "gpt2.cu", true);
+  tg_render_cuda_manifest(f, p, "gpt2.cu");
   fclose(f);
   ck_assert_int_eq(count(m, "\"param\": \"tg_table"), tables);
   ck_assert_int_eq(count(m, "{\"step\": "), all_entries);

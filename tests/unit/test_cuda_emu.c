@@ -22,7 +22,10 @@
  * launch is sticky until the context is released.
  *
  * Driver: memory and copies checked against allocations, stream capture and
- * graph replay (launches, copies, sets, event records), the capture rules. */
+ * graph replay (launches, copies, sets, event-record nodes), the capture
+ * rules; events recorded in a capture (CUDA_ERROR_CAPTURED_EVENT); the
+ * launch limits (parameter space, __launch_bounds__, static plus dynamic
+ * shared memory); the stream-order checker, on streams and in graphs. */
 #include "testutil.h"
 
 #include <math.h>
@@ -32,7 +35,7 @@
 #include <unistd.h>
 
 #include "emu_api.h"
-#include "flash.h"
+#include "flash_cuda.h"
 #include "nvrtc.h"
 
 static tg_cuda_api api;
@@ -94,7 +97,7 @@ static const char kernels[] =
     "  out[10 * g + 9] = __float_as_uint(lane < 16 ? __shfl_down_sync(0x0000ffffu, v, 2) : v);\n"
     "}\n"
     "\n"
-    "// The generated code's block reduction (codegen/render_cuda.c): every thread\n"
+    "// The generated code's block reduction (codegen/cuda/render_cuda.c): every thread\n"
     "// gets the sum.\n"
     "__device__ float block_sum(float v) {\n"
     "  TG_SHARED(float, part, 32);\n"
@@ -326,12 +329,12 @@ static const char mma_kernels[] =
     "  __syncthreads();\n"
     "  unsigned af[4], ax[4], bf[2];\n"
     "  fa_frag_a(af, as, 8, 0, 0);\n"
-    "  ldsm_x4(fa_smem(as + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 8 + 4 * (lane >> 4)), ax);\n"
+    "  ldsm_x4(tg_smem_addr(as + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 8 + 4 * (lane >> 4)), ax);\n"
     "  fa_ldsm_t(bs + (lane & 15) * 4, bf);\n"
     "  float x[4], y[4];\n"
     "  for (int i = 0; i < 4; i++) x[i] = y[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];\n"
-    "  fa_mma(x, af, bf[0], bf[1]);\n"
-    "  fa_mma(y, ax, bf[0], bf[1]);\n"
+    "  tg_mma_bf16(x, af, bf[0], bf[1]);\n"
+    "  tg_mma_bf16(y, ax, bf[0], bf[1]);\n"
     "  for (int i = 0; i < 4; i++) {\n"
     "    d1[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = x[i];\n"
     "    d2[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = y[i];\n"
@@ -347,12 +350,12 @@ static const char ptx_kernels[] =
     "extern \"C\" __global__ void async_copy(TG_ARG(const float) x, TG_ARG(float) y, int shift, int skip) {\n"
     "  TG_SHARED(__align__(16) float, tile, 4 * 64 + 4);\n"
     "  TG_SHARED(__align__(16) float, other, 4 * 64);\n"
-    "  fa_cp_async16(fa_smem(tile + 4 * threadIdx.x + shift), x + 4 * threadIdx.x);\n"
-    "  fa_cp_async_commit();\n"
-    "  fa_cp_async16(fa_smem(other + 4 * threadIdx.x), x + 4 * threadIdx.x);\n"
-    "  fa_cp_async_commit();\n"
-    "  if (skip == 0) fa_cp_async_wait<0>();\n"
-    "  if (skip == 2) fa_cp_async_wait<1>();  // the first group only\n"
+    "  tg_cp_async16(tg_smem_addr(tile + 4 * threadIdx.x + shift), x + 4 * threadIdx.x);\n"
+    "  tg_cp_async_commit();\n"
+    "  tg_cp_async16(tg_smem_addr(other + 4 * threadIdx.x), x + 4 * threadIdx.x);\n"
+    "  tg_cp_async_commit();\n"
+    "  if (skip == 0) tg_cp_async_wait<0>();\n"
+    "  if (skip == 2) tg_cp_async_wait<1>();  // the first group only\n"
     "  __syncthreads();\n"
     "  if (skip == 2) y[threadIdx.x] = other[4 * ((threadIdx.x + 1) % 64)];\n"
     "  for (int i = 0; i < 4; i++) y[4 * threadIdx.x + i] = tile[4 * ((threadIdx.x + 1) % 64) + i + shift];\n"
@@ -373,8 +376,8 @@ static const char ptx_kernels[] =
     "\n"
     "// tg kernel: approx\n"
     "extern \"C\" __global__ void approx(TG_ARG(const float) x, TG_ARG(float) y) {\n"
-    "  y[2 * threadIdx.x] = fa_ex2(x[threadIdx.x]);\n"
-    "  y[2 * threadIdx.x + 1] = fa_lg2(x[threadIdx.x]);\n"
+    "  y[2 * threadIdx.x] = tg_ex2_approx(x[threadIdx.x]);\n"
+    "  y[2 * threadIdx.x + 1] = tg_lg2_approx(x[threadIdx.x]);\n"
     "}\n";
 
 static const char table[] =
@@ -1086,15 +1089,15 @@ START_TEST(test_capture_and_replay) {
   /* the step: upload x (from host memory read at replay), zero the sums,
    * reduce, copy the sums aside and download them */
   CK(api.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  CK(api.cuEventRecord(e0, s));
+  CK(api.cuEventRecordWithFlags(e0, s, CU_EVENT_RECORD_EXTERNAL));
   CK(api.cuMemcpyHtoDAsync(dx, x, sizeof(float) * ROWS * N, s));
   CK(api.cuMemsetD8Async(ds, 0, sizeof sums, s));
   CK(api.cuLaunchKernel(rs, ROWS, 1, 1, 256, 1, 1, 0, s, args, NULL));
   n = 1; /* arguments are captured by value: changing n now changes nothing */
   CK(api.cuMemcpyDtoDAsync(dcopy, ds, sizeof sums, s));
   CK(api.cuMemcpyDtoHAsync(sums, dcopy, sizeof sums, s));
-  CK(api.cuEventRecord(e1, s));
-  /* nothing ran yet */
+  CK(api.cuEventRecordWithFlags(e1, s, CU_EVENT_RECORD_EXTERNAL));
+  /* nothing ran yet: the event-record nodes record the events at replay */
   float ms;
   ck_assert_int_eq(api.cuEventElapsedTime(&ms, e0, e1), 600);
   /* synchronous calls are not allowed while capturing (global mode) */
@@ -1106,14 +1109,14 @@ START_TEST(test_capture_and_replay) {
   /* again, properly */
   n = N;
   CK(api.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  CK(api.cuEventRecord(e0, s));
+  CK(api.cuEventRecordWithFlags(e0, s, CU_EVENT_RECORD_EXTERNAL));
   CK(api.cuMemcpyHtoDAsync(dx, x, sizeof(float) * ROWS * N, s));
   CK(api.cuMemsetD8Async(ds, 0, sizeof sums, s));
   CK(api.cuLaunchKernel(rs, ROWS, 1, 1, 256, 1, 1, 0, s, args, NULL));
   n = 1;
   CK(api.cuMemcpyDtoDAsync(dcopy, ds, sizeof sums, s));
   CK(api.cuMemcpyDtoHAsync(sums, dcopy, sizeof sums, s));
-  CK(api.cuEventRecord(e1, s));
+  CK(api.cuEventRecordWithFlags(e1, s, CU_EVENT_RECORD_EXTERNAL));
   CK(api.cuStreamEndCapture(s, &g));
   CUgraphExec ge;
   CK(api.cuGraphInstantiateWithFlags(&ge, g, 0));
@@ -1137,13 +1140,19 @@ START_TEST(test_capture_and_replay) {
 }
 END_TEST
 
+/* Streams a (with a_flags) and b (non-blocking), and events without
+ * timing (e2 may be NULL). */
+static void two_streams(CUstream *a, unsigned a_flags, CUstream *b, CUevent *e1, CUevent *e2) {
+  CK(api.cuStreamCreate(a, a_flags));
+  CK(api.cuStreamCreate(b, CU_STREAM_NON_BLOCKING));
+  CK(api.cuEventCreate(e1, CU_EVENT_DISABLE_TIMING));
+  if (e2) CK(api.cuEventCreate(e2, CU_EVENT_DISABLE_TIMING));
+}
+
 START_TEST(test_capture_across_streams) {
   CUstream a, b;
   CUevent fork, join;
-  CK(api.cuStreamCreate(&a, 0));
-  CK(api.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
-  CK(api.cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
-  CK(api.cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  two_streams(&a, 0, &b, &fork, &join);
   CUdeviceptr p = upload(NULL, 64);
   unsigned char h[64];
   /* b joins a's capture through an event, works, and a waits for it */
@@ -1175,6 +1184,277 @@ START_TEST(test_capture_across_streams) {
   ck_assert_int_eq(api.cuStreamEndCapture(a, &g2), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
   CK(api.cuGraphExecDestroy(ge));
   CK(api.cuGraphDestroy(g));
+}
+END_TEST
+
+/* A plain cuEventRecord in a capturing stream makes no node: the event is
+ * "last recorded in a capturing stream", which the driver refuses to
+ * synchronize or time (CUDA_ERROR_CAPTURED_EVENT), replays or not, until
+ * it is recorded outside a capture; CU_EVENT_RECORD_EXTERNAL makes an
+ * event-record node, and is invalid outside capture. */
+START_TEST(test_events_recorded_in_capture) {
+  CUstream s;
+  CUevent plain, ext, start;
+  CK(api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CK(api.cuEventCreate(&plain, CU_EVENT_DEFAULT));
+  CK(api.cuEventCreate(&ext, CU_EVENT_DEFAULT));
+  CK(api.cuEventCreate(&start, CU_EVENT_DEFAULT));
+  CUdeviceptr p = upload(NULL, 64);
+  ck_assert_int_eq(api.cuEventRecordWithFlags(ext, s, CU_EVENT_RECORD_EXTERNAL), CUDA_ERROR_INVALID_VALUE);
+  CK(api.cuEventRecord(start, s));
+  CK(api.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  CK(api.cuMemsetD8Async(p, 1, 64, s));
+  CK(api.cuEventRecord(plain, s));
+  CK(api.cuEventRecordWithFlags(ext, s, CU_EVENT_RECORD_EXTERNAL));
+  CUgraph g;
+  CK(api.cuStreamEndCapture(s, &g));
+  CUgraphExec ge;
+  CK(api.cuGraphInstantiateWithFlags(&ge, g, 0));
+  for (int i = 0; i < 2; i++) {
+    CK(api.cuGraphLaunch(ge, s));
+    ck_assert_int_eq(api.cuEventSynchronize(plain), 907);
+    ck_assert_msg(strstr(api.emu_last_error(), "CUDA_ERROR_CAPTURED_EVENT"), "%s", api.emu_last_error());
+    float ms;
+    ck_assert_int_eq(api.cuEventElapsedTime(&ms, start, plain), 907);
+    CK(api.cuEventSynchronize(ext)); /* the replay recorded it */
+    CK(api.cuEventElapsedTime(&ms, start, ext));
+    ck_assert(ms >= 0);
+  }
+  const char *name;
+  CK(api.cuGetErrorName(907, &name));
+  ck_assert_str_eq(name, "CUDA_ERROR_CAPTURED_EVENT");
+  /* recorded outside a capture again, it is an ordinary event */
+  CK(api.cuEventRecord(plain, s));
+  CK(api.cuEventSynchronize(plain));
+  CK(api.cuGraphExecDestroy(ge));
+  CK(api.cuGraphDestroy(g));
+  CK(api.cuStreamDestroy(s));
+}
+END_TEST
+
+/* Kernels for the launch limits (emulator only: one takes more parameter
+ * space than NVRTC allows). */
+static const char limit_kernels[] =
+    "struct big8000 { float v[2000]; };\n"
+    "// tg kernel: big_params\n"
+    "extern \"C\" __global__ void big_params(big8000 p, TG_ARG(float) y) { y[threadIdx.x] = p.v[threadIdx.x]; }\n"
+    "// tg kernel: bounded\n"
+    "extern \"C\" __global__ void __launch_bounds__(64) bounded(TG_ARG(float) y) { y[threadIdx.x] = 1.0f; }\n"
+    "// tg kernel: static_and_dynamic\n"
+    "// 16 KiB of static shared memory and the launch's dynamic.\n"
+    "extern \"C\" __global__ void static_and_dynamic(TG_ARG(float) y) {\n"
+    "  TG_SHARED(float, fixed, 4096);\n"
+    "  TG_SHARED_DYNAMIC(float, buf);\n"
+    "  fixed[threadIdx.x] = 1.0f;\n"
+    "  buf[threadIdx.x] = 2.0f;\n"
+    "  __syncthreads();\n"
+    "  y[threadIdx.x] = fixed[threadIdx.x] + buf[threadIdx.x];\n"
+    "}\n"
+    "TG_EMU_KERNEL_TABLE(TG_EMU_KERNEL(big_params) TG_EMU_KERNEL(bounded) TG_EMU_KERNEL(static_and_dynamic))\n";
+
+static const char huge_params_kernel[] =
+    "struct huge { float v[8192]; };\n"
+    "// tg kernel: huge_params\n"
+    "extern \"C\" __global__ void huge_params(huge p, TG_ARG(float) y) { y[threadIdx.x] = p.v[threadIdx.x]; }\n"
+    "TG_EMU_KERNEL_TABLE(TG_EMU_KERNEL(huge_params))\n";
+
+/* Compiles src for the emulator and loads it: cuModuleLoadData's result. */
+static CUresult load_source(const char *src, const char *name, CUmodule *m) {
+  void *image;
+  size_t size;
+  bool hit;
+  char err[16384];
+  bool ok = api.compile(src, name, "sm_90", &image, &size, &hit, err, sizeof err);
+  ck_assert_msg(ok, "%.2000s", err);
+  CUresult r = api.cuModuleLoadData(m, image);
+  free(image);
+  return r;
+}
+
+START_TEST(test_launch_limits) {
+  CUmodule m;
+  CK(load_source(limit_kernels, "limits.cu", &m));
+  CUdeviceptr y = upload(NULL, 4096);
+  float h[128];
+  /* 8,008 bytes of parameters: over the traditional 4 KB, within the
+   * 32,764 of CUDA 12.1 on sm_70 and later */
+  static float big[2000];
+  for (int i = 0; i < 2000; i++) big[i] = (float)i;
+  void *big_args[] = {big, &y};
+  CK(api.cuLaunchKernel(function(m, "big_params"), 1, 1, 1, 128, 1, 1, 0, NULL, big_args, NULL));
+  CK(api.cuMemcpyDtoH(h, y, sizeof h));
+  ck_assert(h[127] == 127.0f);
+  /* over it: no image with such a kernel loads */
+  CUmodule huge;
+  ck_assert_int_eq(load_source(huge_params_kernel, "huge.cu", &huge), CUDA_ERROR_INVALID_IMAGE);
+  ck_assert_msg(strstr(api.emu_last_error(), "huge_params takes 32776 bytes of parameters"), "%s", api.emu_last_error());
+  /* __launch_bounds__(64): a block of 65 threads is refused */
+  void *args[] = {&y};
+  CUfunction bounded = function(m, "bounded");
+  CK(api.cuLaunchKernel(bounded, 1, 1, 1, 64, 1, 1, 0, NULL, args, NULL));
+  ck_assert_int_eq(api.cuLaunchKernel(bounded, 1, 1, 1, 65, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+  ck_assert_msg(strstr(api.emu_last_error(), "over its __launch_bounds__(64)"), "%s", api.emu_last_error());
+  /* 16 KiB static + 32 KiB dynamic fits the 48 KiB without the opt-in;
+   * 16 + 40 does not, though the dynamic part alone is under 48 */
+  CUfunction sd = function(m, "static_and_dynamic");
+  CK(api.cuLaunchKernel(sd, 1, 1, 1, 128, 1, 1, 32 * 1024, NULL, args, NULL));
+  CK(api.cuMemcpyDtoH(h, y, sizeof h));
+  ck_assert(h[0] == 3.0f);
+  ck_assert_int_eq(api.cuLaunchKernel(sd, 1, 1, 1, 128, 1, 1, 40 * 1024, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+  ck_assert_msg(strstr(api.emu_last_error(), "48 KiB less its static shared memory"), "%s", api.emu_last_error());
+  /* the opt-in counts the dynamic part only, and the sum must stay within
+   * the device's 227 KiB */
+  ck_assert_int_eq(api.cuFuncSetAttribute(sd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 220 * 1024),
+                   CUDA_ERROR_INVALID_VALUE);
+  CK(api.cuFuncSetAttribute(sd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 40 * 1024));
+  CK(api.cuLaunchKernel(sd, 1, 1, 1, 128, 1, 1, 40 * 1024, NULL, args, NULL));
+  /* a kernel's first launch learns its static size as it runs: refused
+   * then too, and not sticky (the driver refuses, nothing failed) */
+  CUmodule m2;
+  CK(load_source(limit_kernels, "limits.cu", &m2));
+  sd = function(m2, "static_and_dynamic");
+  ck_assert_int_eq(api.cuLaunchKernel(sd, 1, 1, 1, 128, 1, 1, 40 * 1024, NULL, args, NULL), CUDA_ERROR_INVALID_VALUE);
+  ck_assert_msg(strstr(api.emu_last_error(), "over the 49152 it may have"), "%s", api.emu_last_error());
+  CK(api.cuLaunchKernel(sd, 1, 1, 1, 128, 1, 1, 32 * 1024, NULL, args, NULL));
+}
+END_TEST
+
+/* Starts over with a fresh context (after a failure that ruins one). */
+static void fresh_context(void) {
+  CK(api.cuDevicePrimaryCtxRelease(0));
+  CK(api.cuDevicePrimaryCtxRetain(&ctx, 0));
+  CK(api.cuCtxSetCurrent(ctx));
+}
+
+/* Every stream runs at once here; the stream-order checker finds what
+ * would race on a GPU: an access on one stream to bytes another stream
+ * wrote (or read, for a write) with no event wait or synchronize between. */
+START_TEST(test_stream_order) {
+  for (int variant = 0; variant < 4; variant++) {
+    CUstream a, b;
+    CUevent done;
+    two_streams(&a, CU_STREAM_NON_BLOCKING, &b, &done, NULL);
+    CUdeviceptr p = upload(NULL, 256), q = upload(NULL, 256);
+    unsigned char h[256];
+    CK(api.cuMemsetD8Async(p, 1, 256, a));
+    CK(api.cuMemsetD8Async(q, 1, 256, b)); /* other bytes: no conflict */
+    if (variant == 1) {
+      CK(api.cuEventRecord(done, a));
+      CK(api.cuStreamWaitEvent(b, done, 0));
+    } else if (variant == 2) {
+      CK(api.cuStreamSynchronize(a));
+    }
+    CUresult r = variant == 3 ? api.cuMemsetD8Async(p + 128, 2, 16, b) : api.cuMemcpyDtoHAsync(h, p, 256, b);
+    if (variant == 1 || variant == 2) {
+      ck_assert_msg(r == CUDA_SUCCESS, "%d: %s", r, api.emu_last_error());
+      ck_assert_uint_eq(h[255], 1);
+    } else {
+      /* a read, then a write, after another stream's write, unordered */
+      ck_assert_int_eq(r, CUDA_ERROR_LAUNCH_FAILED);
+      const char *msg = api.emu_last_error();
+      printf("expected failure: %s\n", msg);
+      ck_assert_msg(strstr(msg, "stream-order race") && strstr(msg, "cuMemsetD8Async on stream") &&
+                        strstr(msg, variant == 3 ? "cuMemsetD8Async on stream" : "cuMemcpyDtoHAsync on stream") &&
+                        strstr(msg, variant == 3 ? "writes the destination" : "reads the source") &&
+                        strstr(msg, "which cuMemsetD8Async on stream"),
+                    "%s", msg);
+      fresh_context();
+    }
+  }
+}
+END_TEST
+
+/* A kernel and a cuBLASLt matmul on one stream reading what another
+ * stream wrote: a race without the wait, fine with it. */
+START_TEST(test_stream_order_kernels_and_matmuls) {
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t l;
+  cublasLtMatmulPreference_t pref;
+  ck_assert_int_eq(api.cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  ck_assert_int_eq(api.cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+  ck_assert_int_eq(api.cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 4, 4, 4), CUBLAS_STATUS_SUCCESS);
+  ck_assert_int_eq(api.cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t heur;
+  int returned = 0;
+  ck_assert_int_eq(api.cublasLtMatmulAlgoGetHeuristic(lt, op, l, l, l, l, pref, 1, &heur, &returned),
+                   CUBLAS_STATUS_SUCCESS);
+  for (int variant = 0; variant < 4; variant++) {
+    bool matmul = variant >= 2, wait = variant % 2;
+    CUfunction rs = function(module(), "row_sums"); /* (a fresh context has no modules) */
+    CUstream a, b;
+    CUevent done;
+    two_streams(&a, CU_STREAM_NON_BLOCKING, &b, &done, NULL);
+    CUdeviceptr x = upload(NULL, 256 * 4), y = upload(NULL, 256 * 4);
+    CK(api.cuMemsetD8Async(x, 0, 256 * 4, a));
+    if (wait) {
+      CK(api.cuEventRecord(done, a));
+      CK(api.cuStreamWaitEvent(b, done, 0));
+    }
+    int n = 256;
+    void *args[] = {&x, &y, &n};
+    float alpha = 1, beta = 0;
+    bool ok;
+    if (matmul)
+      ok = api.cublasLtMatmul(lt, op, &alpha, (void *)(uintptr_t)x, l, (void *)(uintptr_t)x, l, &beta,
+                              (void *)(uintptr_t)y, l, (void *)(uintptr_t)y, l, &heur.algo, NULL, 0,
+                              b) == CUBLAS_STATUS_SUCCESS;
+    else ok = api.cuLaunchKernel(rs, 1, 1, 1, 256, 1, 1, 0, b, args, NULL) == CUDA_SUCCESS;
+    const char *msg = api.emu_last_error();
+    ck_assert_msg(ok == wait, "variant %d: %s", variant, msg);
+    if (!wait) {
+      printf("expected failure: %s\n", msg);
+      ck_assert_msg(strstr(msg, "stream-order race") &&
+                        strstr(msg, matmul ? "cublasLtMatmul on stream" : "kernel row_sums on stream") &&
+                        strstr(msg, "which cuMemsetD8Async on stream"),
+                    "%s", msg);
+      fresh_context();
+      continue;
+    }
+    CK(api.cuStreamDestroy(a));
+    CK(api.cuStreamDestroy(b));
+  }
+}
+END_TEST
+
+/* In a graph, the branches of streams that joined the capture run beside
+ * the capturing stream's: the checker follows the capture's dependencies. */
+START_TEST(test_stream_order_in_graphs) {
+  for (int overlap = 0; overlap < 2; overlap++) {
+    CUstream a, b;
+    CUevent fork, join;
+    two_streams(&a, CU_STREAM_NON_BLOCKING, &b, &fork, &join);
+    CUdeviceptr p = upload(NULL, 64);
+    unsigned char h[64];
+    CK(api.cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CK(api.cuMemsetD8Async(p, 1, 64, a));
+    CK(api.cuEventRecord(fork, a));
+    CK(api.cuStreamWaitEvent(b, fork, 0));
+    CK(api.cuMemsetD8Async(p + 32, 2, 32, b));            /* after the fork: ordered after a's first set */
+    CK(api.cuMemsetD8Async(p + (overlap ? 40 : 0), 3, 16, a)); /* beside b's: races when it overlaps */
+    CK(api.cuEventRecord(join, b));
+    CK(api.cuStreamWaitEvent(a, join, 0));
+    CK(api.cuMemcpyDtoHAsync(h, p, 64, a)); /* after the join */
+    CUgraph g;
+    CK(api.cuStreamEndCapture(a, &g));
+    CUgraphExec ge;
+    CK(api.cuGraphInstantiateWithFlags(&ge, g, 0));
+    CUresult r = api.cuGraphLaunch(ge, a);
+    if (!overlap) {
+      ck_assert_msg(r == CUDA_SUCCESS, "%d: %s", r, api.emu_last_error());
+      ck_assert(h[0] == 3 && h[16] == 1 && h[32] == 2);
+      CK(api.cuGraphLaunch(ge, a)); /* and again: the replays are ordered on a */
+      CK(api.cuGraphExecDestroy(ge));
+      CK(api.cuGraphDestroy(g));
+    } else {
+      ck_assert_int_eq(r, CUDA_ERROR_LAUNCH_FAILED);
+      const char *msg = api.emu_last_error();
+      printf("expected failure: %s\n", msg);
+      ck_assert_msg(strstr(msg, "branch 0 of a graph replayed on stream") &&
+                        strstr(msg, "which cuMemsetD8Async on branch 1 of a graph replayed on stream"),
+                    "%s", msg);
+    }
+  }
 }
 END_TEST
 
@@ -1220,6 +1500,11 @@ static Suite *suite(void) {
   tcase_add_test(d, test_device_and_memory);
   tcase_add_test(d, test_capture_and_replay);
   tcase_add_test(d, test_capture_across_streams);
+  tcase_add_test(d, test_events_recorded_in_capture);
+  tcase_add_test(d, test_launch_limits);
+  tcase_add_test(d, test_stream_order);
+  tcase_add_test(d, test_stream_order_in_graphs);
+  tcase_add_test(d, test_stream_order_kernels_and_matmuls);
   suite_add_tcase(s, d);
   return s;
 }

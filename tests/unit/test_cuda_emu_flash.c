@@ -1,4 +1,4 @@
-/* test_cuda_emu_flash.c: the CUDA flash attention (codegen/flash_cuda.c) run
+/* test_cuda_emu_flash.c: the CUDA flash attention (codegen/cuda/flash_cuda.c) run
  * on the emulated device, against the double-precision reference of
  * flash_ref.h, on GPT-2's layout (q, k, v strided views of one qkv buffer)
  * and an odd one, f32 and bf16, T = 1 (one row), 37 (not a multiple of the
@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "emu_api.h"
-#include "flash.h"
+#include "flash_cuda.h"
 #include "flash_ref.h"
 
 static tg_cuda_api api;

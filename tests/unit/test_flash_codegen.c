@@ -37,7 +37,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "flash.h"
+#include "flash_c.h"
+#include "flash_cuda.h"
 #include "flash_ref.h"
 #include "testutil.h"
 

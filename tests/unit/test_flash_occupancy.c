@@ -1,7 +1,7 @@
 /* test_flash_occupancy.c: the CUDA flash kernels keep 16 warps resident on
  * an H100 SM at GPT-2's head size, checked with no GPU.
  *
- * NVRTC compiles the kernels codegen/flash_cuda.c emits for GPT-2's layout
+ * NVRTC compiles the kernels codegen/cuda/flash_cuda.c emits for GPT-2's layout
  * (bf16 q, k, v views of one [B, T, 3C] buffer, so the cp.async path) for
  * sm_90 with ptxas's verbose report, which gives each kernel's registers a
  * thread, static shared memory and spill bytes.  From those, the blocks an
@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "cache.h"
-#include "flash.h"
+#include "flash_cuda.h"
 #include "flash_ref.h"
 #include "nvrtc.h"
 

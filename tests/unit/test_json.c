@@ -1,4 +1,5 @@
-/* test_json.c: the strict JSON parser under the safetensors reader.
+/* test_json.c: the strict JSON parser under the safetensors reader, and
+ * the string escaping every JSON writer uses (base/json_text.h).
  *
  * The parser sees untrusted headers, so most of these tests are about what
  * it refuses and where it says the problem is: every input is copied into
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "json_text.h"
 
 static tg_arena *arena;
 static tg_json_error err;
@@ -305,6 +307,33 @@ START_TEST(test_utf8_check) {
 }
 END_TEST
 
+/* The writer's escaping (base/json_text.c), and that the parser reads every
+ * byte below 0x80 back from it. */
+START_TEST(test_quote) {
+  tg_sbuf b = {0};
+  const char *mixed = "a\"b\\c\nd\te\x01\x1f\x7f\xc3\xa9";
+  tg_json_quote(&b, mixed, strlen(mixed));
+  ck_assert_str_eq(tg_sb_text(&b), "\"a\\\"b\\\\c\\nd\\te\\u0001\\u001f\x7f\xc3\xa9\"");
+  tg_sb_free(&b);
+  char all[128];
+  for (int i = 0; i < 128; i++) all[i] = (char)i;
+  tg_json_quote(&b, all, sizeof all);
+  tg_json *v = ok(tg_sb_text(&b));
+  ck_assert_uint_eq(v->n, sizeof all);
+  ck_assert(memcmp(v->u.s, all, sizeof all) == 0);
+  tg_sb_free(&b);
+  /* the FILE form: the same text, NULL as "" */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  tg_json_fquote(f, "x\"\n");
+  tg_json_fquote(f, NULL);
+  fclose(f);
+  ck_assert_str_eq(text, "\"x\\\"\\n\"\"\"");
+  free(text);
+}
+END_TEST
+
 START_TEST(test_kind_names) {
   ck_assert_str_eq(tg_json_kind_name(TG_JSON_INT), "a number");
   ck_assert_str_eq(tg_json_kind_name(TG_JSON_OBJECT), "an object");
@@ -330,6 +359,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_depth_limit);
   tcase_add_test(tc, test_value_limit);
   tcase_add_test(tc, test_utf8_check);
+  tcase_add_test(tc, test_quote);
   tcase_add_test(tc, test_kind_names);
   suite_add_tcase(s, tc);
   return s;

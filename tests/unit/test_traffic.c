@@ -1,4 +1,4 @@
-/* test_traffic.c: the traffic report (codegen/traffic.c) against figures
+/* test_traffic.c: the traffic report (codegen/cuda/traffic.c) against figures
  * worked out by hand for small models.
  *
  * y = sum(x @ w + b, -1) with x [256, 64] f32, w [64, 32], b [32]:

@@ -1,10 +1,10 @@
 /* cpu_backend.c: the CPU backend (backend.h), which runs a
  * fused, planned graph as generated C.
  *
- * The graph is lowered (codegen/lower.h), rendered as C (codegen/render.h),
+ * The graph is lowered (codegen/lower.h), rendered as C (codegen/c/render_c.h),
  * built into a shared object with the system compiler (runtime/jit/ccjit.h,
  * cached on disk) and loaded with dlopen; its entry points are those of
- * codegen/step_abi.h.  Memory is host memory: a tensor is one aligned
+ * codegen/c/step_abi.h.  Memory is host memory: a tensor is one aligned
  * buffer of its dtype, each leaf has one (its own, or the tensor bound to
  * it), and each compiled graph has the arena memplan planned and the
  * scratch lowering asked for. */
@@ -19,7 +19,7 @@
 #include "comm.h"
 #include "backend_impl.h"
 #include "lower.h"
-#include "render.h"
+#include "render_c.h"
 #include "step_abi.h"
 
 typedef struct cpu_device {
@@ -456,15 +456,8 @@ static void cpu_profile_print(const tg_exec *x, FILE *out, int top) {
   const tg_graph *g = x->g;
   if (!e->kernel_seconds) return;
   int n = g->n_kernels;
-  int *order = tg_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
-  double total = 0;
-  for (int k = 0; k < n; k++) order[k] = k, total += e->kernel_seconds[k];
-  for (int a = 1; a < n; a++) /* insertion sort by time, longest first */
-    for (int b = a; b > 0 && e->kernel_seconds[order[b]] > e->kernel_seconds[order[b - 1]]; b--) {
-      int t = order[b];
-      order[b] = order[b - 1];
-      order[b - 1] = t;
-    }
+  double total;
+  int *order = tg_kernels_by_time(e->kernel_seconds, n, &total);
   fprintf(out, "profile: %d kernels, %.1f ms in all; the longest:\n", n, total * 1e3);
   for (int i = 0; i < n && i < top; i++) {
     const tg_kernel *K = &g->kernels[order[i]];

@@ -8,7 +8,7 @@
  * values: on a GPU the step is memory-bound), render the CUDA (one .cu for
  * the whole step), compile it for the device (NVRTC, cached; or the host
  * compiler for the emulator), load the module, and make the plan
- * (codegen/cuda_plan.h): every launch, matmul and all-reduce point in run
+ * (codegen/cuda/cuda_plan.h): every launch, matmul and all-reduce point in run
  * order, exactly what the manifest shows.  The graph's intermediates live
  * in one device allocation laid out by memplan (the arena, then the
  * scratch); leaves are tensors, the graph's own (made when first needed)
@@ -51,7 +51,7 @@
 #include "backend_impl.h"
 #include "lower.h"
 #include "nvrtc.h"
-#include "render.h"
+#include "render_cuda.h"
 
 /* ---- the device ------------------------------------------------------------------ */
 
@@ -301,7 +301,7 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
   LT(d, ctx, A->cublasLtCreate(&d->lt), "the cuBLASLt handle");
   CU(d, ctx, A->cuMemAlloc(&d->workspace, TG_CUBLASLT_WORKSPACE), "cuBLASLt's workspace");
 
-  /* the backend's own kernels (codegen/render_cuda_runtime.c) */
+  /* the backend's own kernels (codegen/cuda/render_cuda_runtime.c) */
   char *src = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&src, &len);
@@ -650,18 +650,10 @@ static double seconds_now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
-  cuda_device *d = (cuda_device *)x;
-  tg_cuda_api *A = &d->api;
-  double t0 = seconds_now();
-  tg_program *p = tg_lower_ex(ctx, g, o->remat != 0);
-  cuda_exec *e = tg_xcalloc(1, sizeof *e);
-  e->base.d = x;
-  e->base.g = g;
-  e->p = p;
-  e->arena = tg_arena_new();
-  e->plan = tg_cuda_plan_make(e->arena, p);
-  const tg_cuda_kernels *ks = tg_cuda_kernels_make(e->arena, p, e->plan);
+/* The whole generated CUDA, when it is wanted: the emulated device compiles
+ * it as one file, and --source writes it out.  NULL when neither. */
+static char *render_source(cuda_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o, cuda_exec *e,
+                           const tg_cuda_kernels *ks) {
   char *src = NULL;
   size_t len = 0;
   if (o->source_path || d->emulated) {
@@ -671,7 +663,7 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
       free(e);
       tg_error(ctx, (tg_loc){g->source, 1, 1}, "out of memory rendering CUDA");
     }
-    tg_render_cuda_from(f, p, e->plan, ks);
+    tg_render_cuda_from(f, e->p, e->plan, ks);
     fclose(f);
   }
   if (o->source_path) {
@@ -683,11 +675,11 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
       tg_error(ctx, (tg_loc){o->source_path, 0, 0}, "cannot write the generated CUDA");
     }
   }
-  const char *name = tg_sprintf(ctx->arena, "%s.cu", o->name ? o->name : "step");
-  /* the emulated device: the whole file, one host C++ compile; a GPU: each
-   * unit its own NVRTC program, compiled in parallel and cached each */
-  int n = d->emulated ? 1 : ks->n_units;
-  unit_jobs J = {A, d->arch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n, 0, PTHREAD_MUTEX_INITIALIZER};
+  return src;
+}
+
+static unit_jobs unit_jobs_make(tg_cuda_api *A, const char *arch, int n) {
+  unit_jobs J = {A, arch, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n, 0, PTHREAD_MUTEX_INITIALIZER};
   J.src = tg_xcalloc((size_t)n + 1, sizeof *J.src);
   J.name = tg_xcalloc((size_t)n + 1, sizeof *J.name);
   J.image = tg_xcalloc((size_t)n + 1, sizeof *J.image);
@@ -695,6 +687,38 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
   J.cached = tg_xcalloc((size_t)n + 1, sizeof *J.cached);
   J.ok = tg_xcalloc((size_t)n + 1, sizeof *J.ok);
   J.err = tg_xcalloc((size_t)n + 1, sizeof *J.err);
+  return J;
+}
+
+/* The sources and images with the arrays (the names are the arena's). */
+static void unit_jobs_free(unit_jobs *J) {
+  for (int u = 0; u < J->n; u++) {
+    free(J->src[u]);
+    free(J->image[u]);
+  }
+  free(J->src), free(J->name), free(J->image), free(J->size), free(J->cached), free(J->ok), free(J->err);
+}
+
+/* Runs the jobs on up to `threads` threads, this one among them. */
+static void unit_jobs_run(unit_jobs *J, int threads) {
+  if (threads > J->n) threads = J->n;
+  pthread_t *th = tg_xcalloc((size_t)threads + 1, sizeof *th);
+  int started = 0;
+  for (int i = 1; i < threads && pthread_create(&th[i], NULL, compile_units, J) == 0; i++) started++;
+  compile_units(J);
+  for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+  free(th);
+}
+
+/* Compiles the kernels and loads them as e's modules, with e->stats; src
+ * (render_source's, taken) and name are the whole file's.  The emulated
+ * device: the whole file, one host C++ compile; a GPU: each unit its own
+ * NVRTC program, compiled in parallel and cached each. */
+static void compile_modules(cuda_device *d, tg_ctx *ctx, const tg_graph *g, cuda_exec *e, const tg_cuda_kernels *ks,
+                            char *src, const char *name, double t0) {
+  tg_cuda_api *A = &d->api;
+  int n = d->emulated ? 1 : ks->n_units;
+  unit_jobs J = unit_jobs_make(A, d->arch, n);
   if (d->emulated) {
     J.src[0] = src, src = NULL;
     J.name[0] = name;
@@ -706,14 +730,7 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
   }
   free(src);
   double t1 = seconds_now();
-  int threads = d->emulated ? 1 : tg_nvrtc_threads();
-  if (threads > n) threads = n;
-  pthread_t *th = tg_xcalloc((size_t)threads + 1, sizeof *th);
-  int started = 0;
-  for (int i = 1; i < threads && pthread_create(&th[i], NULL, compile_units, &J) == 0; i++) started++;
-  compile_units(&J);
-  for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
-  free(th);
+  unit_jobs_run(&J, d->emulated ? 1 : tg_nvrtc_threads());
   double t2 = seconds_now();
   int failed = -1;
   e->stats = (tg_compile_stats){.front_seconds = t1 - t0, .back_seconds = t2 - t1,
@@ -724,41 +741,59 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
     e->stats.cached += J.ok[u] && J.cached[u];
   }
   e->from_cache = e->stats.cached == n;
-  if (failed < 0) {
-    e->modules = tg_xcalloc((size_t)n + 1, sizeof *e->modules);
-    for (int u = 0; u < n && failed < 0; u++) {
-      CUresult r = A->cuModuleLoadData(&e->modules[u], J.image[u]);
-      if (r != CUDA_SUCCESS) {
-        const char *what = tg_sprintf(ctx->arena, "%s", J.name[u]);
-        for (int v = 0; v < n; v++) free(J.image[v]), free(J.src[v]);
-        for (int v = 0; v < u; v++) A->cuModuleUnload(e->modules[v]);
-        free(J.src), free(J.name), free(J.image), free(J.size), free(J.cached), free(J.ok), free(J.err);
-        free(e->modules);
-        tg_arena_free(e->arena);
-        free(e);
-        cu_fail(d, ctx, r, "cuModuleLoadData", what);
-      }
-      e->n_modules++;
-    }
-  }
-  for (int u = 0; u < n; u++) {
-    free(J.src[u]);
-    free(J.image[u]);
-  }
   if (failed >= 0) {
     const char *why = tg_sprintf(ctx->arena, "%s", J.err[failed]);
-    free(J.src), free(J.name), free(J.image), free(J.size), free(J.cached), free(J.ok), free(J.err);
+    unit_jobs_free(&J);
     tg_arena_free(e->arena);
     free(e);
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "the generated CUDA does not compile for %s: %s", d->arch, why);
   }
-  free(J.src);
-  free(J.name);
-  free(J.image);
-  free(J.size);
-  free(J.cached);
-  free(J.ok);
-  free(J.err);
+  e->modules = tg_xcalloc((size_t)n + 1, sizeof *e->modules);
+  for (int u = 0; u < n; u++) {
+    CUresult r = A->cuModuleLoadData(&e->modules[u], J.image[u]);
+    if (r != CUDA_SUCCESS) {
+      const char *what = tg_sprintf(ctx->arena, "%s", J.name[u]);
+      unit_jobs_free(&J);
+      for (int v = 0; v < u; v++) A->cuModuleUnload(e->modules[v]);
+      free(e->modules);
+      tg_arena_free(e->arena);
+      free(e);
+      cu_fail(d, ctx, r, "cuModuleLoadData", what);
+    }
+    e->n_modules++;
+  }
+  unit_jobs_free(&J);
+}
+
+/* The dynamic shared memory each function may take: without the opt-in a
+ * block may use 48 KiB of static and dynamic shared memory together, so a
+ * function that takes any dynamic shared memory opts in to the most that
+ * any of its launches asks (the attribute counts the dynamic part alone;
+ * the driver refuses a value whose sum with the static part passes the
+ * device's per-block limit, and the emulated driver does the same). */
+static void opt_in_shared(cuda_device *d, tg_ctx *ctx, cuda_exec *e) {
+  int n_ops = e->plan->n_ops;
+  for (int i = 0; i < n_ops; i++) {
+    const tg_cuda_op *op = &e->plan->ops[i];
+    if (op->kind != TG_CUDA_LAUNCH || !op->launch.shared_bytes) continue;
+    size_t most = 0;
+    bool first = true;
+    for (int j = 0; j < n_ops; j++) {
+      const tg_cuda_op *o = &e->plan->ops[j];
+      if (o->kind != TG_CUDA_LAUNCH || e->fn[j] != e->fn[i]) continue;
+      if (j < i && o->launch.shared_bytes) first = false; /* set already, at j */
+      if (o->launch.shared_bytes > most) most = o->launch.shared_bytes;
+    }
+    if (first)
+      CU(d, ctx, d->api.cuFuncSetAttribute(e->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)most),
+         op_what(e, i));
+  }
+}
+
+/* Each launch's function (in the module of the unit that defines it) and
+ * each matmul's cuBLASLt call. */
+static void resolve_ops(cuda_device *d, tg_ctx *ctx, cuda_exec *e, const tg_cuda_kernels *ks) {
+  tg_cuda_api *A = &d->api;
   int n_ops = e->plan->n_ops;
   e->fn = tg_xcalloc((size_t)n_ops + 1, sizeof *e->fn);
   e->lt = tg_xcalloc((size_t)n_ops + 1, sizeof *e->lt);
@@ -770,15 +805,17 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
         for (int f = 0; f < ks->units[u].n_globals; f++)
           if (!strcmp(ks->units[u].globals[f], op->launch.function)) m = e->modules[u];
       CU(d, ctx, A->cuModuleGetFunction(&e->fn[i], m, op->launch.function), op_what(e, i));
-      if (op->launch.shared_bytes > 48 * 1024)
-        CU(d, ctx, A->cuFuncSetAttribute(e->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                         (int)op->launch.shared_bytes),
-           op_what(e, i));
     } else if (op->kind == TG_CUDA_MATMUL) {
       make_lt_call(d, ctx, &op->matmul, &e->lt[i], op_what(e, i));
     }
   }
-  /* the tables' places; their contents come before the first run */
+  opt_in_shared(d, ctx, e);
+}
+
+/* The tables' places in one device buffer; their contents come before the first run. */
+static void place_tables(cuda_device *d, tg_ctx *ctx, cuda_exec *e, const char *name) {
+  tg_cuda_api *A = &d->api;
+  int n_ops = e->plan->n_ops;
   e->table_at = tg_xcalloc((size_t)n_ops + 1, sizeof *e->table_at);
   for (int i = 0; i < n_ops; i++) {
     const tg_cuda_launch *L = &e->plan->ops[i].launch;
@@ -795,6 +832,25 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
     CU(d, ctx, A->cuMemAlloc(&e->tables, e->table_bytes),
        tg_sprintf(e->arena, "the %zu bytes of %s's multi-tensor tables", e->table_bytes, name));
   }
+}
+
+static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
+  cuda_device *d = (cuda_device *)x;
+  tg_cuda_api *A = &d->api;
+  double t0 = seconds_now();
+  tg_program *p = tg_lower_ex(ctx, g, o->remat != 0);
+  cuda_exec *e = tg_xcalloc(1, sizeof *e);
+  e->base.d = x;
+  e->base.g = g;
+  e->p = p;
+  e->arena = tg_arena_new();
+  e->plan = tg_cuda_plan_make(e->arena, p);
+  const tg_cuda_kernels *ks = tg_cuda_kernels_make(e->arena, p, e->plan);
+  char *src = render_source(d, ctx, g, o, e, ks);
+  const char *name = tg_sprintf(ctx->arena, "%s.cu", o->name ? o->name : "step");
+  compile_modules(d, ctx, g, e, ks, src, name, t0);
+  resolve_ops(d, ctx, e, ks);
+  place_tables(d, ctx, e, name);
   /* the arena and the scratch: one allocation, laid out by memplan */
   e->scratch_at = (p->arena_bytes + 255) / 256 * 256;
   size_t bytes = (size_t)(e->scratch_at + p->scratch_bytes);
@@ -1111,6 +1167,23 @@ static int phase_of(cuda_exec *e, int i) {
   return K->n_nodes ? e->base.g->nodes[K->nodes[0]]->phase : TG_PHASE_FORWARD;
 }
 
+/* Records a phase-timing event.  In a capture a plain cuEventRecord makes
+ * no node of the graph: replays would never record the event, and
+ * synchronizing on it fails with CUDA_ERROR_CAPTURED_EVENT.  So in a
+ * capture the record is an event-record node (CU_EVENT_RECORD_EXTERNAL),
+ * which each replay records where it stands in the step, rather than one
+ * record before and one after the graph launch: those would time only the
+ * whole step, and the phases (forward, backward, optimizer) would be lost
+ * under graphs.  A phase's time is then the same thing with and without
+ * graphs: from its first operation's place in stream order to the next
+ * phase's. */
+static void record_phase(cuda_exec *e, tg_ctx *ctx, CUevent ev, bool capturing) {
+  cuda_device *d = dev_of(&e->base);
+  tg_cuda_api *A = &d->api;
+  if (capturing) CU(d, ctx, A->cuEventRecordWithFlags(ev, d->stream, CU_EVENT_RECORD_EXTERNAL), "profiling");
+  else CU(d, ctx, A->cuEventRecord(ev, d->stream), "profiling");
+}
+
 /* Queues the whole step; returns whether communication was queued. */
 static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
   cuda_device *d = dev_of(&e->base);
@@ -1125,7 +1198,7 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
     if (phases && op->kind != TG_CUDA_ALLREDUCE) {
       int ph = phase_of(e, i);
       if (ph != last_phase && !e->phase_started[ph]) {
-        CU(d, ctx, A->cuEventRecord(e->phase_ev[ph], d->stream), "profiling");
+        record_phase(e, ctx, e->phase_ev[ph], capturing);
         e->phase_started[ph] = true;
       }
       last_phase = ph;
@@ -1167,7 +1240,7 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
     CU(d, ctx, A->cuStreamWaitEvent(d->stream, e->comm_done, 0), "the end of the step's all-reduces");
   }
   if (kernels) CU(d, ctx, A->cuEventRecord(e->op_ev[e->plan->n_ops], d->stream), "profiling");
-  if (phases) CU(d, ctx, A->cuEventRecord(e->phase_ev[TG_NPHASES], d->stream), "profiling");
+  if (phases) record_phase(e, ctx, e->phase_ev[TG_NPHASES], capturing);
 }
 
 /* Calls the bucket hooks, recording what they ask for; returns the key of
@@ -1325,15 +1398,8 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
   collect_times(e);
   const tg_graph *g = x->g;
   int n = g->n_kernels;
-  int *order = tg_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
-  double total = 0;
-  for (int k = 0; k < n; k++) order[k] = k, total += e->kernel_seconds[k];
-  for (int a = 1; a < n; a++)
-    for (int b = a; b > 0 && e->kernel_seconds[order[b]] > e->kernel_seconds[order[b - 1]]; b--) {
-      int t = order[b];
-      order[b] = order[b - 1];
-      order[b - 1] = t;
-    }
+  double total;
+  int *order = tg_kernels_by_time(e->kernel_seconds, n, &total);
   fprintf(out, "profile: %d kernels, %.3f ms in all on %s; the longest:\n", n, total * 1e3, dev_of(x)->name);
   for (int i = 0; i < n && i < top; i++) {
     const tg_kernel *K = &g->kernels[order[i]];

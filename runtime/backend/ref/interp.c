@@ -48,6 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gelu.h"
+
 struct tg_interp {
   const tg_graph *g;
   tg_precision prec;
@@ -128,18 +130,6 @@ static const char *node_ref(const tg_interp *it, int i, char *buf, size_t n) {
 
 /* ---- elementwise -------------------------------------------------------- */
 
-/* GELU's tanh form and its derivative, in double: the reference that the
- * generated tg_gelu and tg_gelu_grad (codegen) are held to. */
-static double gelu(double x) {
-  double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
-  return 0.5 * x * (1 + t);
-}
-
-static double gelu_grad(double x) {
-  double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
-}
-
 /* One element of an elementwise op (or expand) from its inputs' elements
  * x[0..nin).  Adding an elementwise op is one case here. */
 static double scalar(const tg_node *n, const double *x) {
@@ -152,8 +142,9 @@ static double scalar(const tg_node *n, const double *x) {
   case TG_OP_sqrt: return sqrt(x[0]);
   case TG_OP_rsqrt: return 1 / sqrt(x[0]);
   case TG_OP_tanh: return tanh(x[0]);
-  case TG_OP_gelu: return gelu(x[0]);
-  case TG_OP_gelu_grad: return gelu_grad(x[0]);
+  /* in double: the reference the generated tg_gelu and tg_gelu_grad (codegen) are held to */
+  case TG_OP_gelu: return tg_gelu_tanh(x[0]);
+  case TG_OP_gelu_grad: return tg_gelu_tanh_grad(x[0]);
   case TG_OP_cast:
     /* Float targets round afterwards like any node (see finish_node). */
     if (dt == TG_I32) return trunc(x[0]);

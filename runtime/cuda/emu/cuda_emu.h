@@ -603,7 +603,7 @@ inline const tg_emu_region *shared_at(unsigned addr, size_t n, const char *what,
 #define TG_SHARED_DYNAMIC(T, name) const ::tg_emu::ptr<T> name = ::tg_emu::dynamic_shared<T>(#name)
 #define TG_LD4(p, i) ::tg_emu::ld4((p), (i))
 /* A buffer a kernel reads from a table in memory (a multi-tensor kernel's,
- * codegen/cuda_plan.h: tg_cuda_table): a checked pointer over the bytes the
+ * codegen/cuda/cuda_plan.h: tg_cuda_table): a checked pointer over the bytes the
  * table gives with its address, as a described launch argument is. */
 #define TG_TABLE_PTR(T, name, buf)                                                                          \
   const tg_emu_region name##_tg_region = {(uintptr_t)(buf).addr, (uintptr_t)((buf).addr + (buf).bytes), #name, \

@@ -5,18 +5,12 @@ enable_language(CXX)
 
 set(TG_EMU_DIR ${CMAKE_CURRENT_SOURCE_DIR}/runtime/cuda/emu)
 
-# cuda_emu.h's text as a C array, rebuilt when the header changes: modules
-# are compiled from it at run time with no include path.
-add_custom_command(
-  OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/emu_header.c
-  COMMAND ${CMAKE_COMMAND} -DIN=${TG_EMU_DIR}/cuda_emu.h -DOUT=${CMAKE_CURRENT_BINARY_DIR}/emu_header.c
-          -P ${TG_EMU_DIR}/embed.cmake
-  DEPENDS ${TG_EMU_DIR}/cuda_emu.h ${TG_EMU_DIR}/embed.cmake
-  COMMENT "Embedding cuda_emu.h")
-
 add_library(tg_cuda_emu STATIC
   ${TG_EMU_DIR}/emu_api.c ${TG_EMU_DIR}/emu_driver.c ${TG_EMU_DIR}/emu_exec.c ${TG_EMU_DIR}/emu_fiber.c
-  ${TG_EMU_DIR}/emu_blaslt.c ${TG_EMU_DIR}/emu_compile.c ${TG_EMU_DIR}/emu_nccl.c ${CMAKE_CURRENT_BINARY_DIR}/emu_header.c)
+  ${TG_EMU_DIR}/emu_blaslt.c ${TG_EMU_DIR}/emu_compile.c ${TG_EMU_DIR}/emu_nccl.c ${TG_EMU_DIR}/emu_order.c)
+# cuda_emu.h's text as a C array, rebuilt when the header changes: modules
+# are compiled from it at run time with no include path.
+tg_embed(tg_cuda_emu tg_cuda_emu_header ${TG_EMU_DIR}/cuda_emu.h)
 target_include_directories(tg_cuda_emu PUBLIC ${TG_EMU_DIR})
 target_link_libraries(tg_cuda_emu PUBLIC tg_cuda tg_jit tg_comm tg_base m ${CMAKE_DL_LIBS} Threads::Threads)
 if(TG_SANITIZE)

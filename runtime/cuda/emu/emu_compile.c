@@ -1,62 +1,44 @@
 /* emu_compile.c: a generated .cu as a module of the emulated device.
  *
- * The source is cuda_emu.h's text (embedded at build time: emu_header.c),
+ * The source is cuda_emu.h's text (embedded at build time by cmake/embed.cmake),
  * a #line directive, then the .cu, compiled as C++17 by the host compiler
  * through the C JIT (runtime/jit/ccjit.h), which caches the shared object
  * under $TG_CACHE keyed by all of that text, the flags and the compiler.
  * The image handed back is the object's path; cuModuleLoadData dlopens it.
  *
  * -O1 -g: quick to build (GPT-2's whole step is some 37,000 lines) and
- * debuggable, fast enough to run.  -ffp-contract=fast (with -mfma on an
- * x86-64 host that has FMA, which the default x86-64 target lacks, so
- * nothing would be fused without it; and -fexpensive-optimizations, without
- * which GCC forms no FMA at -O1, a flag clang ignores with a warning): NVRTC compiles with --fmad=true by
- * default, fusing a * b + c into one rounding, and the emulated kernels
- * must round as the GPU's do.  The host compiler picks its own pairs to
- * fuse in an expression such as a * b + c * d, as ptxas does: results
- * agree with a GPU's to an f32 rounding here and there, not bit for bit.
- * A host without FMA keeps separate roundings (docs/cuda-emu.md).  The sanitizer build compiles modules
+ * debuggable, fast enough to run.  The sanitizer build compiles modules
  * with AddressSanitizer and UBSan as well, so that the emulation code in
  * the header is checked too.
  *
- * A compile error names the kernels its lines are in, as NVRTC's do
- * (runtime/jit/nvrtc.c): the line numbers the compiler gives for the .cu are
- * its own (thanks to #line), and the kernel holding a line is the last
- * "// tg kernel: NAME" marker at or before it. */
+ * -ffp-contract=fast, -mfma on an x86-64 host that has FMA (the default
+ * x86-64 target lacks it, so nothing would be fused without) and
+ * -fexpensive-optimizations (without which GCC forms no FMA at -O1; clang
+ * ignores it with a warning): NVRTC compiles with --fmad=true by default,
+ * fusing a * b + c into one rounding, and the emulated kernels must round
+ * as the GPU's do.  The host compiler picks its own pairs to fuse in an
+ * expression such as a * b + c * d, as ptxas does: results agree with a
+ * GPU's to an f32 rounding here and there, not bit for bit.  A host
+ * without FMA keeps separate roundings (docs/cuda-emu.md).
+ *
+ * The kernels' __launch_bounds__, which the header defines away, are read
+ * from the source into a table appended to it (TG_EMU_LAUNCH_BOUNDS,
+ * emu_internal.h), so that the driver refuses a block over the bound.
+ *
+ * A compile error names the kernels its lines are in, as NVRTC's do (both
+ * through runtime/jit/compile_log.c): the line numbers the compiler gives
+ * for the .cu are its own (thanks to #line), and the kernel holding a line
+ * is the last "// tg kernel: NAME" marker at or before it. */
 #define _GNU_SOURCE /* strdup */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "ccjit.h"
+#include "compile_log.h"
 #include "emu_internal.h"
-
-/* The name after the last "// tg kernel: NAME" at or before line `line`
- * (1-based) of src, into buf; false if no marker comes before it. */
-static bool kernel_at(const char *src, long line, char *buf, size_t buflen) {
-  static const char marker[] = "// tg kernel:";
-  bool found = false;
-  long l = 1;
-  for (const char *p = src; *p && l <= line; l++) {
-    const char *end = strchr(p, '\n');
-    if (!end) end = p + strlen(p);
-    const char *q = p;
-    while (*q == ' ' || *q == '\t') q++;
-    if (!strncmp(q, marker, sizeof marker - 1)) {
-      q += sizeof marker - 1;
-      while (*q == ' ' || *q == '\t') q++;
-      const char *e = end;
-      while (e > q && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
-      size_t n = (size_t)(e - q) < buflen - 1 ? (size_t)(e - q) : buflen - 1;
-      memcpy(buf, q, n);
-      buf[n] = 0;
-      found = true;
-    }
-    p = *end ? end + 1 : end;
-  }
-  return found;
-}
+#include "sbuf.h"
 
 /* The distinct lines of the source that the compiler's messages point at
  * ("NAME:LINE:COL: ..." or "NAME:LINE: ..."), in order. */
@@ -87,62 +69,41 @@ static int message_lines(const char *log, const char *name, long *lines, int max
   return n;
 }
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (m < 0) return;
-    if (b->p && (size_t)m < b->cap - b->n) {
-      b->n += (size_t)m;
-      return;
-    }
-    size_t cap = (b->cap ? 2 * b->cap : 1024) + (size_t)m;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p, b->cap = cap;
-  }
-}
-
-/* The compiler's complaint, led by the kernels it is about. */
+/* The compiler's complaint, led by the kernels it is about (compile_log.h). */
 static void compile_error(const char *src, const char *name, const char *log, char *why, size_t whylen) {
   enum { MAX_LINES = 64 };
   long lines[MAX_LINES];
   int n = message_lines(log, name, lines, MAX_LINES);
-  char kernels[MAX_LINES][128];
-  int nk = 0;
-  for (int i = 0; i < n; i++) {
-    char k[128];
-    if (!kernel_at(src, lines[i], k, sizeof k)) continue;
-    bool seen = false;
-    for (int j = 0; j < nk; j++) seen = seen || !strcmp(kernels[j], k);
-    if (!seen) memcpy(kernels[nk++], k, sizeof k);
+  tg_compile_error("the host C++ compiler", src, name, " for the emulated device", log, lines, n, TG_LINES_COLON, why,
+                   whylen);
+}
+
+static bool ident_char(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+
+/* The table of launch bounds (TG_EMU_LAUNCH_BOUNDS) for the source's
+ * kernels, "__launch_bounds__(N[, ...]) NAME(": C++ to append to it.  A
+ * bound that is not a number literal is left out (not enforced). */
+static void launch_bounds_table(const char *src, tg_sbuf *out) {
+  static const char key[] = "__launch_bounds__(";
+  tg_sb_printf(out, "\n#line 1 \"the launch bounds (emu_compile.c)\"\nextern \"C\" {\n"
+              "struct tg_emu_launch_bound_ { const char *name; int max_threads; };\n"
+              "__attribute__((visibility(\"default\"))) extern const tg_emu_launch_bound_ " TG_EMU_LAUNCH_BOUNDS "[];\n"
+              "const tg_emu_launch_bound_ " TG_EMU_LAUNCH_BOUNDS "[] = {\n");
+  for (const char *p = strstr(src, key); p; p = strstr(p + 1, key)) {
+    char *end;
+    long n = strtol(p + sizeof key - 1, &end, 10);
+    if (end == p + sizeof key - 1 || n <= 0) continue;
+    const char *q = strchr(end, ')');
+    if (!q) break;
+    q++;
+    while (*q == ' ' || *q == '\t' || *q == '\n') q++;
+    const char *name = q;
+    while (ident_char(*q)) q++;
+    const char *after = q;
+    while (*after == ' ' || *after == '\t') after++;
+    if (q > name && *after == '(') tg_sb_printf(out, "  {\"%.*s\", %ld},\n", (int)(q - name), name, n);
   }
-  sbuf b = {0};
-  sb_add(&b, "the host C++ compiler could not compile ");
-  for (int j = 0; j < nk; j++) sb_add(&b, "%s%s", j ? ", " : nk > 1 ? "kernels " : "kernel ", kernels[j]);
-  sb_add(&b, "%s%s for the emulated device:\n%s", nk ? " in " : "", name, log);
-  if (b.n && b.p[b.n - 1] != '\n') sb_add(&b, "\n");
-  for (int i = 0; i < n; i++) {
-    char k[128];
-    if (kernel_at(src, lines[i], k, sizeof k)) sb_add(&b, "%s:%ld is in kernel %s\n", name, lines[i], k);
-    else sb_add(&b, "%s:%ld is before the first kernel\n", name, lines[i]);
-  }
-  if (b.n) b.p[--b.n] = 0;
-  snprintf(why, whylen, "%s", b.oom || !b.p ? "the host C++ compiler could not compile the module (and out of memory)" : b.p);
-  free(b.p);
+  tg_sb_printf(out, "  {nullptr, 0}};\n}\n");
 }
 
 /* Whether the host can fuse multiply-adds, and the flag that lets the
@@ -175,13 +136,9 @@ bool emu_compile(const char *src, const char *src_name, const char *arch, void *
       snprintf(why, whylen, "compile: the source name '%s' has a character a #line directive cannot hold", src_name);
       return false;
     }
-  sbuf full = {0};
-  sb_add(&full, "#line 1 \"cuda_emu.h\"\n%s\n#line 1 \"%s\"\n%s\n", tg_cuda_emu_header, src_name, src);
-  if (full.oom) {
-    free(full.p);
-    snprintf(why, whylen, "compile: out of memory");
-    return false;
-  }
+  tg_sbuf full = {0};
+  tg_sb_printf(&full, "#line 1 \"cuda_emu.h\"\n%s\n#line 1 \"%s\"\n%s\n", tg_cuda_emu_header, src_name, src);
+  launch_bounds_table(src, &full);
   const char *flags[16] = {"-x", "c++", "-std=c++17", "-O1", "-g", "-fvisibility=hidden", "-fno-exceptions",
                            "-fno-rtti", "-fno-math-errno", "-ffp-contract=fast", "-fexpensive-optimizations"};
   int n_flags = 11;
@@ -192,16 +149,11 @@ bool emu_compile(const char *src, const char *src_name, const char *arch, void *
 #endif
   static const char *const libs[] = {"-lstdc++", "-lm"};
   tg_so so = {0};
-  char *log = malloc(65536);
-  if (!log) {
-    free(full.p);
-    snprintf(why, whylen, "compile: out of memory");
-    return false;
-  }
-  bool ok = tg_ccjit_build(full.p, flags, n_flags, libs, 2, &so, log, 65536);
+  char *log = tg_xmalloc(65536);
+  bool ok = tg_ccjit_build(full.s, flags, n_flags, libs, 2, &so, log, 65536);
   if (!ok) compile_error(src, src_name, log, why, whylen);
   free(log);
-  free(full.p);
+  tg_sb_free(&full);
   if (!ok) return false;
   *image = strdup(so.path);
   if (!*image) {

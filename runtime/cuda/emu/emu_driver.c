@@ -9,7 +9,16 @@
  * Launches are described to the emulator by emu_describe_launch just
  * before cuLaunchKernel (names and extents of the pointer arguments); the
  * description belongs to the next launch from the same host thread, and a
- * captured launch keeps it for every replay. */
+ * captured launch keeps it for every replay.
+ *
+ * What the real driver refuses, this one refuses with the same CUresult:
+ * the launch limits (block, __launch_bounds__, static plus dynamic shared
+ * memory, parameter space), the capture rules, events last recorded in a
+ * capture (CUDA_ERROR_CAPTURED_EVENT).  Work runs when issued, so streams
+ * never overlap; every operation goes through the stream-order checker
+ * (emu_order.c) first, with the vector clocks kept here: a stream's, the
+ * legacy stream's, the host's (what it has synchronized with), an event's
+ * (its record's), and at replay one per branch of the graph. */
 #define _GNU_SOURCE /* strdup */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -68,6 +77,8 @@ static const struct {
      "capture was not initiated in this stream"},
     {EMU_ERROR_STREAM_CAPTURE_UNJOINED, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
      "capturing stream has unjoined work"},
+    {EMU_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT",
+     "operation not permitted on an event last recorded in a capturing stream"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -108,12 +119,7 @@ static CUresult fail(CUresult r, const char *fmt, ...) {
 
 /* ---- registries of live handles --------------------------------------------- */
 
-typedef struct registry {
-  void **v;
-  int n, cap;
-} registry;
-
-static bool reg_add(registry *r, void *p) {
+bool emu_reg_add(emu_registry *r, void *p) {
   if (r->n == r->cap) {
     int cap = r->cap ? 2 * r->cap : 16;
     void **v = realloc(r->v, sizeof *v * (size_t)cap);
@@ -124,18 +130,23 @@ static bool reg_add(registry *r, void *p) {
   return true;
 }
 
-static bool reg_has(const registry *r, const void *p) {
+bool emu_reg_has(const emu_registry *r, const void *p) {
   for (int i = 0; p && i < r->n; i++)
     if (r->v[i] == p) return true;
   return false;
 }
 
-static void reg_del(registry *r, const void *p) {
+bool emu_reg_del(emu_registry *r, const void *p) {
   for (int i = 0; i < r->n; i++)
     if (r->v[i] == p) {
       r->v[i] = r->v[--r->n];
-      return;
+      if (!r->n) {
+        free(r->v);
+        *r = (emu_registry){0};
+      }
+      return true;
     }
+  return false;
 }
 
 /* ---- the state ----------------------------------------------------------------- */
@@ -155,11 +166,18 @@ typedef struct desc {
   size_t *bytes;
 } desc;
 
-typedef enum { NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_MATMUL, NODE_EVENT, NODE_HOST } node_kind;
+/* NODE_EVENT is an event-record node (cuEventRecordWithFlags with
+ * CU_EVENT_RECORD_EXTERNAL); NODE_DEP (a plain cuEventRecord in the
+ * capture) and NODE_WAIT (cuStreamWaitEvent on it) are no nodes of a real
+ * graph, only the dependencies between its branches: replay runs nothing
+ * for them, the stream-order checker follows them. */
+typedef enum { NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_MATMUL, NODE_EVENT, NODE_HOST, NODE_DEP, NODE_WAIT } node_kind;
 
 /* One operation of a graph, with everything it needs by value. */
 typedef struct node {
   node_kind kind;
+  int branch;                           /* 0: the capturing stream's; k: the k-th stream that joined */
+  int dep;                              /* NODE_WAIT: the NODE_DEP it waits for */
   struct CUfunc_st *fn;                 /* kernel */
   unsigned grid[3], block[3], shared;
   unsigned char *argbytes;              /* the argument values, packed */
@@ -172,7 +190,10 @@ typedef struct node {
   emu_lt_runner run_matmul;
   struct CUevent_st *event;
   emu_host_fn host;                     /* a host operation (emulated NCCL) */
+  const char *host_call;
   unsigned char host_arg[EMU_HOST_ARG_MAX];
+  emu_access host_access[EMU_HOST_ACCESS_MAX];
+  int n_host_access;
 } node;
 
 struct CUgraph_st {
@@ -183,11 +204,14 @@ struct CUgraph_st {
   struct CUstream_st *origin;
   int mode;
   pthread_t thread;
+  int nbranches;              /* streams that joined */
 };
 
 struct CUgraphExec_st {
   node *nodes;
   int n;
+  int nbranches;
+  int *slots;                 /* per branch (from 1): its stream-order slot */
 };
 
 struct CUstream_st {
@@ -195,21 +219,29 @@ struct CUstream_st {
   struct CUgraph_st *capture; /* recording into this graph */
   bool joined;                /* joined another stream's capture by waiting on its event */
   int last_op, rejoined;      /* last node it recorded; last of its nodes the origin has waited for */
+  int branch;                 /* its branch of the capture */
+  int slot;                   /* its stream-order slot */
+  emu_vclock vc;              /* what is ordered before work issued on it now */
 };
 
 struct CUevent_st {
   unsigned flags;
   bool recorded;
+  bool in_capture;             /* last recorded by a plain cuEventRecord in a capturing stream */
   double ms;                   /* when, on the host's monotonic clock */
   struct CUgraph_st *captured; /* recorded in this capture */
   struct CUstream_st *stream;  /* by this stream */
   int seq;                     /* after its node seq */
+  int dep;                     /* its NODE_DEP in the capture */
+  emu_vclock vc;               /* the recording stream's clock then */
 };
 
 struct CUfunc_st {
   struct CUmod_st *mod;
   const tg_emu_kernel *k;
-  int max_dynamic_shared;
+  int max_dynamic_shared;      /* set by cuFuncSetAttribute, or -1: 48 KiB less the static */
+  int max_threads;             /* __launch_bounds__'s first number, or 0 */
+  long static_shared;          /* bytes, learnt at its first launch; -1 before */
 };
 
 struct CUmod_st {
@@ -222,7 +254,18 @@ struct CUmod_st {
 
 enum {
   MAX_SHARED_OPTIN = 227 * 1024,
-  DEFAULT_DYNAMIC_SHARED = 48 * 1024,
+  /* A block's shared memory, static and dynamic, without the opt-in: the
+   * default CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES is this less
+   * the kernel's static shared memory. */
+  SHARED_WITHOUT_OPTIN = 48 * 1024,
+  /* The kernel parameter space from CUDA 12.1 on Volta and later (this
+   * device is 9.0, its driver 12.4): "CUDA 12.1 increases this parameter
+   * limit from 4,096 bytes to 32,764 bytes on all device architectures
+   * including NVIDIA Volta and above" (developer.nvidia.com/blog/
+   * cuda-12-1-supports-large-kernel-parameters).  NVRTC refuses a kernel
+   * over it ("Formal parameter space overflowed"), so no image with one
+   * loads. */
+  MAX_PARAM_BYTES = 32764,
 };
 
 static struct {
@@ -232,7 +275,9 @@ static struct {
   alloc *allocs; /* sorted by lo */
   int n_allocs, cap_allocs;
   size_t allocated;
-  registry host_allocs, streams, events, graphs, execs, modules, captures;
+  emu_registry host_allocs, streams, events, graphs, execs, modules, captures;
+  emu_vclock legacy_vc, host_vc; /* the legacy stream's clock; what the host has waited for */
+  int slots_used;
 } dev;
 
 static struct CUctx_st primary;
@@ -341,7 +386,7 @@ static bool prohibited(const char *call) {
 static bool is_legacy(CUstream s) { return s == NULL || s == (CUstream)(uintptr_t)1 || s == (CUstream)(uintptr_t)2; }
 
 static CUresult check_stream(CUstream s, const char *call) {
-  if (is_legacy(s) || reg_has(&dev.streams, s)) return CUDA_SUCCESS;
+  if (is_legacy(s) || emu_reg_has(&dev.streams, s)) return CUDA_SUCCESS;
   return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live stream", call, (void *)s);
 }
 
@@ -373,8 +418,167 @@ static bool add_node(struct CUgraph_st *g, struct CUstream_st *s, const node *n)
     g->nodes = v, g->cap = cap;
   }
   g->nodes[g->n] = *n;
+  g->nodes[g->n].branch = s->branch;
   s->last_op = g->n++;
   return true;
+}
+
+/* A dependency of the capture (NODE_DEP, NODE_WAIT): no work of s, so
+ * not its last operation. */
+static bool add_dependency(struct CUgraph_st *g, struct CUstream_st *s, node_kind kind, int dep) {
+  int last = s->last_op;
+  node n = {.kind = kind, .dep = dep};
+  if (!add_node(g, s, &n)) return false;
+  s->last_op = last;
+  return true;
+}
+
+/* ---- stream order (emu_order.c keeps the accesses) ---------------------------------- */
+
+/* Slots are not given back: one reused while records of its last owner
+ * remain could only hide a race, never invent one. */
+static int new_slot(void) { return 1 + dev.slots_used++ % (EMU_SLOTS - 1); }
+
+/* The clock of work issued on s now, and its slot.  What the host has
+ * waited for is before it; the legacy stream waits for every blocking
+ * stream, and they for it. */
+static emu_vclock *issue_clock(CUstream s, int *slot) {
+  if (is_legacy(s)) {
+    for (int i = 0; i < dev.streams.n; i++) {
+      struct CUstream_st *o = dev.streams.v[i];
+      if (!(o->flags & CU_STREAM_NON_BLOCKING)) emu_vclock_join(&dev.legacy_vc, &o->vc);
+    }
+    emu_vclock_join(&dev.legacy_vc, &dev.host_vc);
+    *slot = 0;
+    return &dev.legacy_vc;
+  }
+  emu_vclock_join(&s->vc, &dev.host_vc);
+  if (!(s->flags & CU_STREAM_NON_BLOCKING)) emu_vclock_join(&s->vc, &dev.legacy_vc);
+  *slot = s->slot;
+  return &s->vc;
+}
+
+static void stream_name(CUstream s, char *buf, size_t n) {
+  if (is_legacy(s)) snprintf(buf, n, "the legacy stream");
+  else snprintf(buf, n, "stream %p", (void *)s);
+}
+
+static size_t lt_type_bytes(int type) { return type == 2 || type == 14 ? 2 : 4; } /* R_16F, R_16BF; R_32F */
+
+/* The elements a matrix layout spans, from its first to its last batch. */
+static uint64_t lt_span(const emu_lt_layout *l) {
+  if (!l->rows || !l->cols) return 0;
+  uint64_t one = l->order == 1 ? (l->rows - 1) * (uint64_t)l->ld + l->cols : (l->cols - 1) * (uint64_t)l->ld + l->rows;
+  return one + (l->batch > 1 ? (uint64_t)(l->batch - 1) * (uint64_t)l->stride : 0);
+}
+
+static emu_access span(uintptr_t lo, uintptr_t hi, bool write, const char *what) {
+  return (emu_access){.lo = lo, .hi = hi, .write = write, .what = what};
+}
+
+static int matmul_accesses(const emu_lt_call *c, emu_access *acc) {
+  const struct {
+    uintptr_t p;
+    const emu_lt_layout *l;
+    bool write;
+    const char *what;
+  } ops[] = {{c->A, &c->a, false, "A"}, {c->B, &c->b, false, "B"}, {c->C, &c->c, false, "C"}, {c->D, &c->d, true, "D"}};
+  int n = 0;
+  for (int i = 0; i < 4; i++)
+    if (ops[i].p) acc[n++] = span(ops[i].p, ops[i].p + lt_span(ops[i].l) * lt_type_bytes(ops[i].l->type),
+                                          ops[i].write, ops[i].what);
+  /* the bias is read (BIAS) or written (BGRAD), the aux matrix written
+   * (GELU_AUX) or read (DGELU): counted as written, which covers both */
+  if (c->op.bias) {
+    int t = c->op.bias_type >= 0 ? c->op.bias_type : c->d.type;
+    acc[n++] = span(c->op.bias, c->op.bias + c->d.rows * lt_type_bytes(t), true, "the bias vector");
+  }
+  if (c->op.aux)
+    acc[n++] = span(c->op.aux, c->op.aux + (uint64_t)c->op.aux_ld * c->d.cols * lt_type_bytes(c->d.type), true,
+                            "the aux matrix");
+  return n;
+}
+
+/* The device bytes a node reads and writes, into acc (room for the
+ * kernel's parameters plus 6).  A kernel's every pointer argument counts
+ * as read and written (its description has no direction); a described
+ * one spans its extent, another its allocation. */
+static int node_accesses(const node *n, emu_access *acc) {
+  switch (n->kind) {
+  case NODE_KERNEL: {
+    const tg_emu_kernel *k = n->fn->k;
+    int m = 0;
+    size_t off = 0;
+    for (int i = 0; i < k->nparams; off += k->param_bytes[i], i++) {
+      if (!k->param_checked[i]) continue;
+      uintptr_t p, lo, hi;
+      memcpy(&p, n->argbytes + off, sizeof p);
+      const char *what = n->d ? n->d->names[i] : "a pointer argument";
+      if (n->d && n->d->bytes[i]) acc[m++] = span(p, p + n->d->bytes[i], true, what);
+      else if (emu_find_alloc(p, &lo, &hi)) acc[m++] = span(lo, hi, true, what);
+    }
+    return m;
+  }
+  case NODE_MEMCPY: {
+    int m = 0;
+    if (n->copy_kind != 1) acc[m++] = span(n->dst, n->dst + n->bytes, true, "the destination");
+    if (n->copy_kind != 0) acc[m++] = span(n->src, n->src + n->bytes, false, "the source");
+    return m;
+  }
+  case NODE_MEMSET: acc[0] = span(n->dst, n->dst + n->bytes, true, "the destination"); return 1;
+  case NODE_MATMUL: return matmul_accesses(&n->matmul, acc);
+  case NODE_HOST:
+    memcpy(acc, n->host_access, sizeof *acc * (size_t)n->n_host_access);
+    return n->n_host_access;
+  default: return 0;
+  }
+}
+
+static void node_name(const node *n, const char *stream, char *buf, size_t len) {
+  static const char *const copies[] = {"cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync"};
+  switch (n->kind) {
+  case NODE_KERNEL:
+    snprintf(buf, len, "kernel %s%s%s%s on %s", n->fn->k->name, n->d && n->d->where ? " (" : "",
+             n->d && n->d->where ? n->d->where : "", n->d && n->d->where ? ")" : "", stream);
+    return;
+  case NODE_MEMCPY: snprintf(buf, len, "%s on %s", copies[n->copy_kind], stream); return;
+  case NODE_MEMSET: snprintf(buf, len, "cuMemsetD8Async on %s", stream); return;
+  case NODE_MATMUL: snprintf(buf, len, "cublasLtMatmul on %s", stream); return;
+  case NODE_HOST: snprintf(buf, len, "%s on %s", n->host_call, stream); return;
+  default: snprintf(buf, len, "an operation on %s", stream); return;
+  }
+}
+
+/* Checks and records a node's accesses in stream order before it runs;
+ * a race is a failed launch that, as any failed check, ruins the context. */
+static CUresult order_node(const node *n, emu_vclock *vc, int slot, const char *stream, const char *call) {
+  int max = (n->kind == NODE_KERNEL ? n->fn->k->nparams : 0) + 6;
+  emu_access *acc = malloc(sizeof *acc * (size_t)max);
+  char *name = malloc(200), *why = malloc(1024);
+  CUresult r = CUDA_SUCCESS;
+  if (!acc || !name || !why) {
+    r = fail(CUDA_ERROR_OUT_OF_MEMORY, "%s: out of memory", call);
+  } else {
+    node_name(n, stream, name, 200);
+    int m = 0, total = node_accesses(n, acc);
+    for (int i = 0; i < total; i++) /* outside any allocation: the range checks report it */
+      if (emu_find_alloc(acc[i].lo, &acc[i].alloc_lo, &acc[i].alloc_hi)) acc[m++] = acc[i];
+    if (!emu_order_access(vc, slot, name, acc, m, why, 1024)) {
+      r = fail(CUDA_ERROR_LAUNCH_FAILED, "%s: %s", call, why);
+      emu_set_sticky(r);
+    }
+  }
+  free(acc), free(name), free(why);
+  return r;
+}
+
+/* An operation issued on s now (not captured): its stream order. */
+static CUresult order_issued(const node *n, CUstream s, const char *call) {
+  int slot;
+  emu_vclock *vc = issue_clock(s, &slot);
+  char stream[64];
+  stream_name(s, stream, sizeof stream);
+  return order_node(n, vc, slot, stream, call);
 }
 
 /* ---- init, device, context ------------------------------------------------------------ */
@@ -477,15 +681,19 @@ static void destroy_context(void) {
     struct CUgraphExec_st *e = dev.execs.v[i];
     for (int k = 0; k < e->n; k++) node_free(&e->nodes[k]);
     free(e->nodes);
+    free(e->slots);
     free(e);
   }
   for (int i = 0; i < dev.modules.n; i++) module_free(dev.modules.v[i]);
-  registry *regs[] = {&dev.host_allocs, &dev.streams, &dev.events, &dev.graphs, &dev.execs, &dev.modules, &dev.captures};
+  emu_registry *regs[] = {&dev.host_allocs, &dev.streams, &dev.events, &dev.graphs, &dev.execs, &dev.modules, &dev.captures};
   for (size_t i = 0; i < sizeof regs / sizeof *regs; i++) {
     free(regs[i]->v);
-    *regs[i] = (registry){0};
+    *regs[i] = (emu_registry){0};
   }
   dev.sticky = CUDA_SUCCESS;
+  emu_order_reset();
+  dev.legacy_vc = dev.host_vc = (emu_vclock){{0}};
+  dev.slots_used = 0;
   tg_emu_exec_release_thread();
 }
 
@@ -520,6 +728,10 @@ static CUresult emu_cuCtxSynchronize(void) {
   emu_lock();
   CUresult r = emu_ctx_check("cuCtxSynchronize");
   if (!r && prohibited("cuCtxSynchronize")) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (!r) { /* the host has waited for everything */
+    emu_vclock_join(&dev.host_vc, &dev.legacy_vc);
+    for (int i = 0; i < dev.streams.n; i++) emu_vclock_join(&dev.host_vc, &((struct CUstream_st *)dev.streams.v[i])->vc);
+  }
   emu_unlock();
   return r;
 }
@@ -585,6 +797,7 @@ static CUresult emu_cuMemFree(CUdeviceptr p) {
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuMemFree: %#llx is not the start of an allocation", (unsigned long long)p);
   if (!r) {
     dev.allocated -= dev.allocs[i].hi - dev.allocs[i].lo;
+    emu_order_forget(dev.allocs[i].lo);
     free((void *)dev.allocs[i].lo);
     memmove(&dev.allocs[i], &dev.allocs[i + 1], sizeof(alloc) * (size_t)(dev.n_allocs - i - 1));
     dev.n_allocs--;
@@ -600,7 +813,7 @@ static CUresult emu_cuMemAllocHost(void **p, size_t bytes) {
   if (!r && !bytes) r = fail(CUDA_ERROR_INVALID_VALUE, "cuMemAllocHost: 0 bytes");
   if (!r) {
     void *m = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (!m || !reg_add(&dev.host_allocs, m)) {
+    if (!m || !emu_reg_add(&dev.host_allocs, m)) {
       free(m);
       r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAllocHost: no %zu bytes", bytes);
     } else {
@@ -614,10 +827,10 @@ static CUresult emu_cuMemAllocHost(void **p, size_t bytes) {
 static CUresult emu_cuMemFreeHost(void *p) {
   emu_lock();
   CUresult r = emu_ctx_check("cuMemFreeHost");
-  if (!r && !reg_has(&dev.host_allocs, p))
+  if (!r && !emu_reg_has(&dev.host_allocs, p))
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost: %p did not come from cuMemAllocHost", p);
   if (!r) {
-    reg_del(&dev.host_allocs, p);
+    emu_reg_del(&dev.host_allocs, p);
     free(p);
   }
   emu_unlock();
@@ -642,7 +855,11 @@ static CUresult copy_sync(int kind, uintptr_t dst, uintptr_t src, size_t n) {
   emu_lock();
   CUresult r = emu_ctx_check(copy_names[kind]);
   if (!r && prohibited(copy_names[kind])) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  /* a synchronous copy is work on the legacy stream that the host waits for */
+  node nd = {.kind = NODE_MEMCPY, .dst = dst, .src = src, .bytes = n, .copy_kind = kind};
+  if (!r) r = order_issued(&nd, NULL, copy_names[kind]);
   if (!r) r = do_copy(kind, dst, src, n, copy_names[kind], CUDA_ERROR_INVALID_VALUE);
+  if (!r) emu_vclock_join(&dev.host_vc, &dev.legacy_vc);
   emu_unlock();
   return r;
 }
@@ -661,8 +878,9 @@ static CUresult copy_async(int kind, uintptr_t dst, uintptr_t src, size_t n, CUs
     node nd = {.kind = NODE_MEMCPY, .dst = dst, .src = src, .bytes = n, .copy_kind = kind};
     if (!r && !add_node(g, s, &nd)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "%s: out of memory", names[kind]);
   } else if (!r) {
+    node nd = {.kind = NODE_MEMCPY, .dst = dst, .src = src, .bytes = n, .copy_kind = kind};
     if (legacy_conflict(s, names[kind])) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    else r = do_copy(kind, dst, src, n, names[kind], CUDA_ERROR_INVALID_VALUE);
+    else if (!(r = order_issued(&nd, s, names[kind]))) r = do_copy(kind, dst, src, n, names[kind], CUDA_ERROR_INVALID_VALUE);
   }
   emu_unlock();
   return r;
@@ -699,8 +917,9 @@ static CUresult emu_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, 
       r = fail(CUDA_ERROR_INVALID_VALUE, "cuMemsetD8Async: %s", why);
     else if (!add_node(g, s, &nd)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemsetD8Async: out of memory");
   } else if (!r) {
+    node nd = {.kind = NODE_MEMSET, .dst = (uintptr_t)dst, .bytes = n, .value = v};
     if (legacy_conflict(s, "cuMemsetD8Async")) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    else r = do_memset((uintptr_t)dst, v, n, CUDA_ERROR_INVALID_VALUE);
+    else if (!(r = order_issued(&nd, s, "cuMemsetD8Async"))) r = do_memset((uintptr_t)dst, v, n, CUDA_ERROR_INVALID_VALUE);
   }
   emu_unlock();
   return r;
@@ -713,6 +932,18 @@ static void module_free(struct CUmod_st *m) {
   free(m->path);
   free(m->funcs);
   free(m);
+}
+
+/* A kernel's parameter space: each parameter at its alignment (that of
+ * its size, at most 8: pointers, scalars, the tables' address-and-size
+ * structs). */
+static size_t param_space(const tg_emu_kernel *k) {
+  size_t off = 0;
+  for (int i = 0; i < k->nparams; i++) {
+    size_t b = k->param_bytes[i], a = b >= 8 ? 8 : b >= 4 ? 4 : b >= 2 ? 2 : 1;
+    off = (off + a - 1) / a * a + b;
+  }
+  return off;
 }
 
 static CUresult emu_cuModuleLoadData(CUmodule *out, const void *image) {
@@ -749,9 +980,22 @@ static CUresult emu_cuModuleLoadData(CUmodule *out, const void *image) {
     while (m->m->kernels[n].name) n++;
     m->funcs = calloc((size_t)(n ? n : 1), sizeof *m->funcs);
     m->nfuncs = n;
-    for (int i = 0; m->funcs && i < n; i++)
-      m->funcs[i] = (struct CUfunc_st){m, &m->m->kernels[i], DEFAULT_DYNAMIC_SHARED};
-    if (!m->funcs || !reg_add(&dev.modules, m)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuModuleLoadData: out of memory");
+    const tg_emu_launch_bound *bounds = dlsym(m->dl, TG_EMU_LAUNCH_BOUNDS);
+    for (int i = 0; m->funcs && i < n; i++) {
+      const tg_emu_kernel *k = &m->m->kernels[i];
+      int max_threads = 0;
+      for (int b = 0; bounds && bounds[b].name; b++)
+        if (!strcmp(bounds[b].name, k->name)) max_threads = bounds[b].max_threads;
+      m->funcs[i] = (struct CUfunc_st){m, k, -1, max_threads, -1};
+      size_t space = param_space(k);
+      if (!r && space > MAX_PARAM_BYTES)
+        r = fail(CUDA_ERROR_INVALID_IMAGE,
+                 "cuModuleLoadData: kernel %s takes %zu bytes of parameters, over the %d of CUDA 12.1 and later on "
+                 "sm_70 and later (NVRTC refuses it: \"Formal parameter space overflowed\")",
+                 k->name, space, MAX_PARAM_BYTES);
+    }
+    if (!r && (!m->funcs || !emu_reg_add(&dev.modules, m)))
+      r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuModuleLoadData: out of memory");
   }
   if (r && m) module_free(m);
   if (!r) *out = m;
@@ -762,9 +1006,9 @@ static CUresult emu_cuModuleLoadData(CUmodule *out, const void *image) {
 static CUresult emu_cuModuleUnload(CUmodule m) {
   emu_lock();
   CUresult r = emu_ctx_check("cuModuleUnload");
-  if (!r && !reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload: not a loaded module");
+  if (!r && !emu_reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload: not a loaded module");
   if (!r) {
-    reg_del(&dev.modules, m);
+    emu_reg_del(&dev.modules, m);
     module_free(m);
   }
   emu_unlock();
@@ -774,7 +1018,7 @@ static CUresult emu_cuModuleUnload(CUmodule m) {
 static CUresult emu_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
   emu_lock();
   CUresult r = emu_ctx_check("cuModuleGetFunction");
-  if (!r && !reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: not a loaded module");
+  if (!r && !emu_reg_has(&dev.modules, m)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: not a loaded module");
   if (!r) {
     r = fail(CUDA_ERROR_NOT_FOUND, "cuModuleGetFunction: the module has no kernel %s", name ? name : "(null)");
     for (int i = 0; name && i < m->nfuncs; i++)
@@ -801,10 +1045,18 @@ static CUresult emu_cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int
   CUresult r = emu_ctx_check("cuFuncSetAttribute");
   if (!r && !function_ok(f)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuFuncSetAttribute: not a kernel function");
   if (!r) {
+    /* "The sum of this value and the function attribute
+     * CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES cannot exceed the device
+     * attribute CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"
+     * (cuFuncSetAttribute): the static size is known here once the kernel
+     * has run (its first launch checks the sum otherwise) */
+    long static_shared = f->static_shared > 0 ? f->static_shared : 0;
     if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
-      if (v < 0 || v > MAX_SHARED_OPTIN)
-        r = fail(CUDA_ERROR_INVALID_VALUE, "cuFuncSetAttribute: %d bytes of dynamic shared memory (at most %d)", v,
-                 MAX_SHARED_OPTIN);
+      if (v < 0 || v > MAX_SHARED_OPTIN - static_shared)
+        r = fail(CUDA_ERROR_INVALID_VALUE,
+                 "cuFuncSetAttribute: %d bytes of dynamic shared memory for kernel %s (at most %d less its %ld "
+                 "static)",
+                 v, f->k->name, MAX_SHARED_OPTIN, static_shared);
       else f->max_dynamic_shared = v;
     } else if ((int)a != 9) { /* PREFERRED_SHARED_MEMORY_CARVEOUT is a hint: accepted */
       r = fail(CUDA_ERROR_INVALID_VALUE, "cuFuncSetAttribute: the emulator does not know attribute %d", (int)a);
@@ -882,9 +1134,28 @@ static bool node_copy(node *dst, const node *src) {
   return true;
 }
 
+/* The most dynamic shared memory a launch of f may ask for: what
+ * cuFuncSetAttribute allowed, else 48 KiB less its static shared memory
+ * (once known) -- the driver refuses a launch whose static and dynamic
+ * shared memory exceed what the block may have without the opt-in. */
+static long max_dynamic(const struct CUfunc_st *f) {
+  if (f->max_dynamic_shared >= 0) return f->max_dynamic_shared;
+  return SHARED_WITHOUT_OPTIN - (f->static_shared > 0 ? f->static_shared : 0);
+}
+
+/* The static and dynamic shared memory a block of f may have with
+ * `dynamic` bytes of the dynamic kind (checked as it declares its
+ * arrays): 48 KiB, or with the opt-in v, as much as keeps static + v
+ * within the device's opt-in limit. */
+static size_t shared_limit(const struct CUfunc_st *f, unsigned dynamic) {
+  if (f->max_dynamic_shared < 0) return SHARED_WITHOUT_OPTIN;
+  return (size_t)(MAX_SHARED_OPTIN - f->max_dynamic_shared) + dynamic;
+}
+
 /* Runs a kernel node: the arguments' buffers (from the description, else
  * the allocations they point into), then the grid. */
 static CUresult run_kernel(const node *n, const char *call) {
+  size_t static_shared = 0;
   const tg_emu_kernel *k = n->fn->k;
   const int np = k->nparams;
   tg_emu_region *regions = calloc((size_t)np + 1, sizeof *regions);
@@ -933,12 +1204,18 @@ static CUresult run_kernel(const node *n, const char *call) {
                        .grid = {n->grid[0], n->grid[1], n->grid[2]},
                        .block = {n->block[0], n->block[1], n->block[2]},
                        .dynamic_shared = n->shared,
-                       .shared_limit = MAX_SHARED_OPTIN,
+                       .shared_limit = shared_limit(n->fn, n->shared),
+                       .static_shared = &static_shared,
                        .args = args,
                        .regions = regions};
     char *err = malloc(8192);
     int res = err ? tg_emu_run(&L, err, 8192) : CUDA_ERROR_OUT_OF_MEMORY;
-    if (res) {
+    if (n->fn->static_shared < (long)static_shared) n->fn->static_shared = (long)static_shared;
+    if (res == CUDA_ERROR_INVALID_VALUE) { /* refused for its shared memory: the driver's refusal, not sticky */
+      r = fail(res, "%s: %s: %s (the emulator learns a kernel's static shared memory at its first launch, so this "
+                    "launch ran until its first block declared it; a GPU refuses it before it runs)",
+               call, error_name(res), err);
+    } else if (res) {
       r = fail(res, "%s: %s: %s", call, error_name(res), err ? err : "out of memory");
       emu_set_sticky(res);
     }
@@ -966,11 +1243,21 @@ static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
   if (!r && (!bx || !by || !bz || bx > 1024 || by > 1024 || bz > 64 || (unsigned long long)bx * by * bz > 1024))
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: kernel %s: block (%u,%u,%u) (at most 1024 threads; z at most 64)",
              k->name, bx, by, bz);
-  if (!r && (int)shared > f->max_dynamic_shared)
+  /* __launch_bounds__: CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK is "the
+   * maximum number of threads per block, beyond which a launch of the
+   * function would fail"; the driver says CUDA_ERROR_INVALID_VALUE (as
+   * reported for a launch past a kernel's __launch_bounds__,
+   * facebookresearch/TensorComprehensions#526) */
+  if (!r && f->max_threads && (unsigned long long)bx * by * bz > (unsigned long long)f->max_threads)
+    r = fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: kernel %s: block (%u,%u,%u) of %llu threads, over its "
+             "__launch_bounds__(%d)", k->name, bx, by, bz, (unsigned long long)bx * by * bz, f->max_threads);
+  if (!r && (long)shared > max_dynamic(f))
     r = fail(CUDA_ERROR_INVALID_VALUE,
-             "cuLaunchKernel: kernel %s: %u bytes of dynamic shared memory, over the %d allowed (more needs "
-             "cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES))",
-             k->name, shared, f->max_dynamic_shared);
+             "cuLaunchKernel: kernel %s: %u bytes of dynamic shared memory, over the %ld allowed (%s)", k->name, shared,
+             max_dynamic(f),
+             f->max_dynamic_shared >= 0 ? "as set by cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)"
+                                        : "48 KiB less its static shared memory; more needs cuFuncSetAttribute("
+                                          "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   if (!r && k->nparams && !args)
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: kernel %s takes %d arguments and kernelParams is NULL", k->name,
              k->nparams);
@@ -997,7 +1284,7 @@ static CUresult emu_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
     else n.argbytes = NULL, n.d = NULL; /* the graph owns them now */
   } else if (!r) {
     if (legacy_conflict(s, "cuLaunchKernel")) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    else r = run_kernel(&n, "cuLaunchKernel");
+    else if (!(r = order_issued(&n, s, "cuLaunchKernel"))) r = run_kernel(&n, "cuLaunchKernel");
   }
   free(n.argbytes);
   desc_free(n.d);
@@ -1013,13 +1300,14 @@ static CUresult emu_cuStreamCreate(CUstream *s, unsigned flags) {
   if (!r && flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuStreamCreate: flags %#x", flags);
   struct CUstream_st *st = r ? NULL : calloc(1, sizeof *st);
-  if (!r && (!st || !reg_add(&dev.streams, st))) {
+  if (!r && (!st || !emu_reg_add(&dev.streams, st))) {
     free(st);
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuStreamCreate: out of memory");
   }
   if (!r) {
     st->flags = flags;
     st->last_op = st->rejoined = -1;
+    st->slot = new_slot();
     *s = st;
   }
   emu_unlock();
@@ -1029,13 +1317,13 @@ static CUresult emu_cuStreamCreate(CUstream *s, unsigned flags) {
 static CUresult emu_cuStreamDestroy(CUstream s) {
   emu_lock();
   CUresult r = emu_ctx_check("cuStreamDestroy");
-  if (!r && !reg_has(&dev.streams, s)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamDestroy: not a live stream");
+  if (!r && !emu_reg_has(&dev.streams, s)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamDestroy: not a live stream");
   if (!r && s->capture) {
     invalidate(s->capture, "a capturing stream was destroyed");
     if (s->capture->origin == s) s->capture->origin = NULL;
   }
   if (!r) {
-    reg_del(&dev.streams, s);
+    emu_reg_del(&dev.streams, s);
     free(s);
   }
   emu_unlock();
@@ -1051,6 +1339,7 @@ static CUresult emu_cuStreamSynchronize(CUstream s) {
     r = fail(EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamSynchronize: the stream is capturing; the capture is now invalid");
   }
   if (!r && legacy_conflict(s, "cuStreamSynchronize")) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (!r) emu_vclock_join(&dev.host_vc, is_legacy(s) ? &dev.legacy_vc : &s->vc);
   emu_unlock();
   return r;
 }
@@ -1060,7 +1349,7 @@ static CUresult emu_cuEventCreate(CUevent *e, unsigned flags) {
   CUresult r = emu_ctx_check("cuEventCreate");
   if (!r && flags & ~3u) r = fail(CUDA_ERROR_INVALID_VALUE, "cuEventCreate: flags %#x", flags);
   struct CUevent_st *ev = r ? NULL : calloc(1, sizeof *ev);
-  if (!r && (!ev || !reg_add(&dev.events, ev))) {
+  if (!r && (!ev || !emu_reg_add(&dev.events, ev))) {
     free(ev);
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuEventCreate: out of memory");
   }
@@ -1075,31 +1364,53 @@ static CUresult emu_cuEventCreate(CUevent *e, unsigned flags) {
 static CUresult emu_cuEventDestroy(CUevent e) {
   emu_lock();
   CUresult r = emu_ctx_check("cuEventDestroy");
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventDestroy: not a live event");
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventDestroy: not a live event");
   if (!r) {
-    reg_del(&dev.events, e);
+    emu_reg_del(&dev.events, e);
     free(e);
   }
   emu_unlock();
   return r;
 }
 
-static CUresult emu_cuEventRecord(CUevent e, CUstream s) {
+/* cuEventRecord and cuEventRecordWithFlags.  In a capture a plain record
+ * makes no node: "CU_EVENT_RECORD_EXTERNAL: when using stream capture,
+ * create an event record node instead of the default behavior. This flag
+ * is invalid when used outside of capture" (CUevent_record_flags, the
+ * driver API's types).  The default behaviour marks a point other streams
+ * of the capture may wait for (a dependency of the graph), and leaves the
+ * event "last recorded in a capturing stream", on which
+ * cuEventSynchronize, cuEventQuery and cuEventElapsedTime fail with
+ * CUDA_ERROR_CAPTURED_EVENT (907: "the operation is not permitted on an
+ * event which was last recorded in a capturing stream", cudaErrorCapturedEvent)
+ * until it is recorded again outside a capture; replays never record it. */
+static CUresult record_event(CUevent e, CUstream s, unsigned flags, const char *call) {
   emu_lock();
-  CUresult r = emu_ctx_check("cuEventRecord");
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord: not a live event");
-  if (!r) r = check_stream(s, "cuEventRecord");
+  CUresult r = emu_ctx_check(call);
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "%s: not a live event", call);
+  if (!r) r = check_stream(s, call);
+  if (!r && flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL) r = fail(CUDA_ERROR_INVALID_VALUE, "%s: flags %#x", call, flags);
   struct CUgraph_st *g = r ? NULL : capturing(s);
-  if (g) {
+  if (!r && !g && flags & CU_EVENT_RECORD_EXTERNAL)
+    r = fail(CUDA_ERROR_INVALID_VALUE, "%s: CU_EVENT_RECORD_EXTERNAL outside stream capture (it is for capture only)",
+             call);
+  if (!r && g && flags & CU_EVENT_RECORD_EXTERNAL) {
     node n = {.kind = NODE_EVENT, .event = e};
-    if (!add_node(g, s, &n)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuEventRecord: out of memory");
+    if (!add_node(g, s, &n)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "%s: out of memory", call);
+  } else if (!r && g) {
+    if (!add_dependency(g, s, NODE_DEP, 0)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "%s: out of memory", call);
     e->captured = g;
     e->stream = s;
     e->seq = s->last_op;
+    e->dep = g->n - 1;
+    e->in_capture = true;
   } else if (!r) {
-    if (legacy_conflict(s, "cuEventRecord")) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (legacy_conflict(s, call)) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     else {
+      int slot;
+      e->vc = *issue_clock(s, &slot);
       e->captured = NULL;
+      e->in_capture = false;
       e->recorded = true;
       e->ms = now_ms();
     }
@@ -1108,17 +1419,32 @@ static CUresult emu_cuEventRecord(CUevent e, CUstream s) {
   return r;
 }
 
-static bool capture_live(const struct CUgraph_st *g) { return g && reg_has(&dev.captures, g); }
+static CUresult emu_cuEventRecord(CUevent e, CUstream s) { return record_event(e, s, 0, "cuEventRecord"); }
+static CUresult emu_cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) {
+  return record_event(e, s, flags, "cuEventRecordWithFlags");
+}
+
+static CUresult captured_event(const char *call) {
+  return fail(EMU_ERROR_CAPTURED_EVENT,
+              "%s: CUDA_ERROR_CAPTURED_EVENT: the event was last recorded by a plain cuEventRecord in a capturing "
+              "stream, which makes no node of the graph (replays never record it); record it outside the capture, or "
+              "with cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL) for an event-record node",
+              call);
+}
+
+static bool capture_live(const struct CUgraph_st *g) { return g && emu_reg_has(&dev.captures, g); }
 
 static CUresult emu_cuEventSynchronize(CUevent e) {
   emu_lock();
   CUresult r = emu_ctx_check("cuEventSynchronize");
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventSynchronize: not a live event");
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventSynchronize: not a live event");
   if (!r && capture_live(e->captured)) {
     invalidate(e->captured, "cuEventSynchronize was called on an event recorded in the capture");
     r = fail(EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED,
              "cuEventSynchronize: the event was recorded by a capturing stream; the capture is now invalid");
   }
+  if (!r && e->in_capture) r = captured_event("cuEventSynchronize");
+  if (!r) emu_vclock_join(&dev.host_vc, &e->vc);
   emu_unlock();
   return r;
 }
@@ -1126,10 +1452,11 @@ static CUresult emu_cuEventSynchronize(CUevent e) {
 static CUresult emu_cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
   emu_lock();
   CUresult r = emu_ctx_check("cuEventElapsedTime");
-  if (!r && (!reg_has(&dev.events, a) || !reg_has(&dev.events, b)))
+  if (!r && (!emu_reg_has(&dev.events, a) || !emu_reg_has(&dev.events, b)))
     r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventElapsedTime: not a live event");
   if (!r && ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING))
     r = fail(CUDA_ERROR_INVALID_HANDLE, "cuEventElapsedTime: an event was created with CU_EVENT_DISABLE_TIMING");
+  if (!r && (a->in_capture || b->in_capture)) r = captured_event("cuEventElapsedTime");
   if (!r && (!a->recorded || !b->recorded))
     r = fail(EMU_ERROR_NOT_READY, "cuEventElapsedTime: an event has not been recorded (or only in a capture not yet replayed)");
   if (!r) *ms = (float)(b->ms - a->ms);
@@ -1141,7 +1468,7 @@ static CUresult emu_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   emu_lock();
   CUresult r = emu_ctx_check("cuStreamWaitEvent");
   if (!r) r = check_stream(s, "cuStreamWaitEvent");
-  if (!r && !reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent: not a live event");
+  if (!r && !emu_reg_has(&dev.events, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent: not a live event");
   if (!r && flags) r = fail(CUDA_ERROR_INVALID_VALUE, "cuStreamWaitEvent: flags must be 0");
   if (!r && capture_live(e->captured)) {
     struct CUgraph_st *g = e->captured;
@@ -1153,13 +1480,19 @@ static CUresult emu_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
       s->capture = g;
       s->joined = true;
       s->last_op = s->rejoined = -1;
+      s->branch = ++g->nbranches;
     } else if (s->capture != g) {
       r = fail(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamWaitEvent: the event belongs to another capture");
     } else if (s == g->origin && e->stream && e->stream->joined && e->seq > e->stream->rejoined) {
       e->stream->rejoined = e->seq; /* the origin waits for the joined stream's work so far */
     }
+    if (!r && !add_dependency(g, s, NODE_WAIT, e->dep)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuStreamWaitEvent: out of memory");
+  } else if (!r) {
+    /* everything issued has already run; the order checker learns that
+     * the stream's work from now on comes after the event's */
+    int slot;
+    emu_vclock_join(issue_clock(s, &slot), &e->vc);
   }
-  /* outside capture everything issued has already run: nothing to wait for */
   emu_unlock();
   return r;
 }
@@ -1177,7 +1510,7 @@ static CUresult emu_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
       mode != CU_STREAM_CAPTURE_MODE_RELAXED)
     r = fail(CUDA_ERROR_INVALID_VALUE, "cuStreamBeginCapture: mode %d", (int)mode);
   struct CUgraph_st *g = r ? NULL : calloc(1, sizeof *g);
-  if (!r && (!g || !reg_add(&dev.captures, g))) {
+  if (!r && (!g || !emu_reg_add(&dev.captures, g))) {
     free(g);
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuStreamBeginCapture: out of memory");
   }
@@ -1188,6 +1521,7 @@ static CUresult emu_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
     s->capture = g;
     s->joined = false;
     s->last_op = s->rejoined = -1;
+    s->branch = 0;
   }
   emu_unlock();
   return r;
@@ -1217,13 +1551,13 @@ static CUresult emu_cuStreamEndCapture(CUstream s, CUgraph *out) {
       o->joined = false;
     }
     s->capture = NULL;
-    reg_del(&dev.captures, g);
+    emu_reg_del(&dev.captures, g);
     if (g->invalid) {
       r = fail(strstr(g->why, "never waited") ? EMU_ERROR_STREAM_CAPTURE_UNJOINED : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                "cuStreamEndCapture: the capture is invalid: %s", g->why);
       graph_free(g);
       *out = NULL;
-    } else if (!reg_add(&dev.graphs, g)) {
+    } else if (!emu_reg_add(&dev.graphs, g)) {
       graph_free(g);
       r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuStreamEndCapture: out of memory");
     } else {
@@ -1237,10 +1571,12 @@ static CUresult emu_cuStreamEndCapture(CUstream s, CUgraph *out) {
 static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, unsigned long long flags) {
   emu_lock();
   CUresult r = emu_ctx_check("cuGraphInstantiateWithFlags");
-  if (!r && !reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphInstantiateWithFlags: not a graph");
+  if (!r && !emu_reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphInstantiateWithFlags: not a graph");
   if (!r && flags) r = fail(CUDA_ERROR_NOT_SUPPORTED, "cuGraphInstantiateWithFlags: flags %#llx (the emulator takes 0)", flags);
   struct CUgraphExec_st *e = r ? NULL : calloc(1, sizeof *e);
-  if (!r && (!e || !(e->nodes = calloc((size_t)g->n + 1, sizeof *e->nodes)))) {
+  if (!r && (!e || !(e->nodes = calloc((size_t)g->n + 1, sizeof *e->nodes)) ||
+             !(e->slots = calloc((size_t)g->nbranches + 1, sizeof *e->slots)))) {
+    if (e) free(e->nodes);
     free(e);
     e = NULL;
     r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuGraphInstantiateWithFlags: out of memory");
@@ -1249,10 +1585,15 @@ static CUresult emu_cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, uns
     if (!node_copy(&e->nodes[i], &g->nodes[i])) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuGraphInstantiateWithFlags: out of memory");
     else e->n++;
   }
-  if (!r && !reg_add(&dev.execs, e)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuGraphInstantiateWithFlags: out of memory");
+  if (!r) { /* the branches of joined streams run beside the launching stream's: their own slots */
+    e->nbranches = g->nbranches;
+    for (int b = 1; b <= e->nbranches; b++) e->slots[b] = new_slot();
+  }
+  if (!r && !emu_reg_add(&dev.execs, e)) r = fail(CUDA_ERROR_OUT_OF_MEMORY, "cuGraphInstantiateWithFlags: out of memory");
   if (r && e) {
     for (int i = 0; i < e->n; i++) node_free(&e->nodes[i]);
     free(e->nodes);
+    free(e->slots);
     free(e);
   }
   if (!r) *out = e;
@@ -1291,25 +1632,66 @@ static CUresult run_node(const node *n, int index) {
     return CUDA_SUCCESS;
   }
   case NODE_EVENT:
-    if (reg_has(&dev.events, n->event)) {
+    if (emu_reg_has(&dev.events, n->event)) {
       n->event->recorded = true;
       n->event->ms = now_ms();
       n->event->captured = NULL;
+      n->event->in_capture = false;
     }
     return CUDA_SUCCESS;
+  case NODE_DEP:
+  case NODE_WAIT: return CUDA_SUCCESS; /* dependencies only (replay_graph follows them) */
   }
   return CUDA_SUCCESS;
+}
+
+/* Runs a graph's nodes in order (which respects every dependency: they
+ * were issued in an order that did), following its branches' stream
+ * order: each branch starts after the launching stream's work so far,
+ * and that stream's later work comes after all of them. */
+static CUresult replay_graph(struct CUgraphExec_st *e, CUstream s) {
+  int slot0;
+  emu_vclock *base = issue_clock(s, &slot0);
+  emu_vclock *branch = malloc(sizeof *branch * (size_t)(e->nbranches + 1));
+  emu_vclock *at_dep = malloc(sizeof *at_dep * (size_t)(e->n + 1));
+  if (!branch || !at_dep) {
+    free(branch), free(at_dep);
+    return fail(CUDA_ERROR_OUT_OF_MEMORY, "cuGraphLaunch: out of memory");
+  }
+  for (int b = 0; b <= e->nbranches; b++) branch[b] = *base;
+  CUresult r = CUDA_SUCCESS;
+  for (int i = 0; !r && i < e->n; i++) {
+    const node *n = &e->nodes[i];
+    emu_vclock *vc = &branch[n->branch];
+    if (n->kind == NODE_DEP) at_dep[i] = *vc;
+    else if (n->kind == NODE_WAIT) emu_vclock_join(vc, &at_dep[n->dep]);
+    else if (n->kind == NODE_EVENT && emu_reg_has(&dev.events, n->event)) n->event->vc = *vc;
+    if (n->kind == NODE_DEP || n->kind == NODE_WAIT || n->kind == NODE_EVENT ||
+        (n->kind == NODE_KERNEL && !function_ok(n->fn))) {
+      r = run_node(n, i);
+      continue;
+    }
+    char stream[96], call[64];
+    snprintf(stream, sizeof stream, "branch %d of a graph replayed on %s%p", n->branch,
+             is_legacy(s) ? "the legacy stream " : "stream ", (void *)s);
+    snprintf(call, sizeof call, "cuGraphLaunch (node %d)", i);
+    r = order_node(n, vc, n->branch ? e->slots[n->branch] : slot0, stream, call);
+    if (!r) r = run_node(n, i);
+  }
+  for (int b = 0; b <= e->nbranches; b++) emu_vclock_join(base, &branch[b]);
+  free(branch), free(at_dep);
+  return r;
 }
 
 static CUresult emu_cuGraphLaunch(CUgraphExec e, CUstream s) {
   emu_lock();
   CUresult r = emu_ctx_check("cuGraphLaunch");
-  if (!r && !reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphLaunch: not an instantiated graph");
+  if (!r && !emu_reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphLaunch: not an instantiated graph");
   if (!r) r = check_stream(s, "cuGraphLaunch");
   if (!r && capturing(s))
     r = fail(CUDA_ERROR_NOT_SUPPORTED, "cuGraphLaunch: the emulator cannot capture a graph launch into another graph");
   if (!r && legacy_conflict(s, "cuGraphLaunch")) r = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  for (int i = 0; !r && i < e->n; i++) r = run_node(&e->nodes[i], i);
+  if (!r) r = replay_graph(e, s);
   emu_unlock();
   return r;
 }
@@ -1317,11 +1699,12 @@ static CUresult emu_cuGraphLaunch(CUgraphExec e, CUstream s) {
 static CUresult emu_cuGraphExecDestroy(CUgraphExec e) {
   emu_lock();
   CUresult r = CUDA_SUCCESS;
-  if (!reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphExecDestroy: not an instantiated graph");
+  if (!emu_reg_has(&dev.execs, e)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphExecDestroy: not an instantiated graph");
   else {
-    reg_del(&dev.execs, e);
+    emu_reg_del(&dev.execs, e);
     for (int i = 0; i < e->n; i++) node_free(&e->nodes[i]);
     free(e->nodes);
+    free(e->slots);
     free(e);
   }
   emu_unlock();
@@ -1331,9 +1714,9 @@ static CUresult emu_cuGraphExecDestroy(CUgraphExec e) {
 static CUresult emu_cuGraphDestroy(CUgraph g) {
   emu_lock();
   CUresult r = CUDA_SUCCESS;
-  if (!reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphDestroy: not a graph");
+  if (!emu_reg_has(&dev.graphs, g)) r = fail(CUDA_ERROR_INVALID_HANDLE, "cuGraphDestroy: not a graph");
   else {
-    reg_del(&dev.graphs, g);
+    emu_reg_del(&dev.graphs, g);
     graph_free(g);
   }
   emu_unlock();
@@ -1346,35 +1729,37 @@ bool emu_capture_matmul(CUstream s, const emu_lt_call *c, emu_lt_runner run, cub
     return true;
   }
   struct CUgraph_st *g = capturing(s);
+  node n = {.kind = NODE_MATMUL, .matmul = *c, .run_matmul = run};
   if (!g) {
-    if (legacy_conflict(s, "cublasLtMatmul")) {
+    if (legacy_conflict(s, "cublasLtMatmul") || order_issued(&n, s, "cublasLtMatmul")) {
       *status = CUBLAS_STATUS_EXECUTION_FAILED;
       return true;
     }
     return false;
   }
-  node n = {.kind = NODE_MATMUL, .matmul = *c, .run_matmul = run};
   *status = add_node(g, s, &n) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
   return true;
 }
 
-bool emu_capture_host(CUstream s, const char *call, emu_host_fn fn, const void *arg, size_t n, CUresult *status) {
+bool emu_capture_host(CUstream s, const char *call, emu_host_fn fn, const void *arg, size_t n,
+                      const emu_access *access, int n_access, CUresult *status) {
   if ((*status = check_stream(s, call)) != CUDA_SUCCESS) return true;
   struct CUgraph_st *g = capturing(s);
+  node h = {.kind = NODE_HOST, .host = fn, .host_call = call, .n_host_access = n_access};
+  if (n > sizeof h.host_arg || n_access < 0 || n_access > EMU_HOST_ACCESS_MAX) {
+    *status = fail(CUDA_ERROR_INVALID_VALUE, "%s: %zu bytes of arguments and %d ranges to record (at most %d and %d)",
+                   call, n, n_access, EMU_HOST_ARG_MAX, EMU_HOST_ACCESS_MAX);
+    return true;
+  }
+  memcpy(h.host_arg, arg, n);
+  memcpy(h.host_access, access, sizeof *access * (size_t)n_access);
   if (!g) {
     if (legacy_conflict(s, call)) {
       *status = EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
       return true;
     }
-    return false;
+    return (*status = order_issued(&h, s, call)) != CUDA_SUCCESS;
   }
-  node h = {.kind = NODE_HOST, .host = fn};
-  if (n > sizeof h.host_arg) {
-    *status = fail(CUDA_ERROR_INVALID_VALUE, "%s: %zu bytes of arguments to record (at most %d)", call, n,
-                   EMU_HOST_ARG_MAX);
-    return true;
-  }
-  memcpy(h.host_arg, arg, n);
   *status = add_node(g, s, &h) ? CUDA_SUCCESS : fail(CUDA_ERROR_OUT_OF_MEMORY, "%s: out of memory", call);
   return true;
 }
@@ -1425,6 +1810,7 @@ void emu_driver_fill(tg_cuda_api *api) {
   api->cuEventCreate = emu_cuEventCreate;
   api->cuEventDestroy = emu_cuEventDestroy;
   api->cuEventRecord = emu_cuEventRecord;
+  api->cuEventRecordWithFlags = emu_cuEventRecordWithFlags;
   api->cuEventSynchronize = emu_cuEventSynchronize;
   api->cuEventElapsedTime = emu_cuEventElapsedTime;
   api->emu_describe_launch = emu_describe_launch;

@@ -502,7 +502,8 @@ static tg_emu_region *new_region(exec *x, emu_thread *t, const char *name, const
     fail_fmt(x, t, TG_EMU_LAUNCH_FAILED, "more than %d shared arrays in one block", MAX_SHARED_ARRAYS);
   size_t off = (x->shared_used + 15) & ~(size_t)15;
   if (off + bytes > x->L->shared_limit || off + bytes > ARENA_BYTES)
-    fail_fmt(x, t, TG_EMU_LAUNCH_FAILED,
+    fail_fmt(x, t, off + bytes > x->L->shared_limit ? 1 /* CUDA_ERROR_INVALID_VALUE, as the driver's refusal */
+                                                    : TG_EMU_LAUNCH_FAILED,
              "shared array %s (%zu bytes) takes the block's shared memory to %zu bytes, over the %zu it may have", name,
              bytes, off + bytes, x->L->shared_limit);
   tg_emu_region *r = &x->regions[x->block.n_shared];
@@ -665,6 +666,7 @@ int tg_emu_run(const tg_emu_launch *L, char *why, size_t whylen) {
     for (unsigned y = 0; ok && y < L->grid[1]; y++)
       for (unsigned xx = 0; ok && xx < L->grid[0]; xx++) ok = run_block(x, xx, y, z);
   x->L = NULL;
+  if (L->static_shared) *L->static_shared = x->static_shared;
   if (ok) return 0;
   snprintf(why, whylen, "%s", x->msg);
   return x->result;

@@ -16,7 +16,10 @@
  *                           some threads never reach (they exited); lanes of
  *                           a warp at different collectives or masks, or a
  *                           collective naming a lane that exited; a deadlock
- *                           (every thread left waiting); too much shared memory
+ *                           (every thread left waiting); too much static
+ *                           shared memory (over 48 KiB: ptxas refuses it)
+ *     1 INVALID_VALUE       static and dynamic shared memory over shared_limit
+ *                           (the driver refuses such a launch)
  * The message names the kernel, the block and thread, what failed, and the
  * source line (from the call stack, through addr2line when it is there). */
 #ifndef TG_EMU_EXEC_H
@@ -35,6 +38,7 @@ typedef struct tg_emu_launch {
   unsigned grid[3], block[3];
   size_t dynamic_shared;    /* bytes */
   size_t shared_limit;      /* the most shared memory a block may have, static and dynamic */
+  size_t *static_shared;    /* if not NULL: set to the static shared memory its blocks declared */
   void *const *args;        /* as cuLaunchKernel's */
   const tg_emu_region *regions; /* per parameter: its buffer (checked parameters) */
 } tg_emu_launch;

@@ -24,6 +24,7 @@ enum {
   EMU_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
   EMU_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
   EMU_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+  EMU_ERROR_CAPTURED_EVENT = 907,
 };
 
 /* The device lock: every entry point holds it while it works. */
@@ -49,6 +50,51 @@ CUresult emu_ctx_check(const char *call);
 
 /* An error that, as on a GPU, ruins the context: every later call returns it. */
 void emu_set_sticky(CUresult e);
+
+/* ---- stream order (emu_order.c) ------------------------------------------------ */
+
+/* A vector clock: per slot (a stream, or a branch of a replayed graph),
+ * the last of its operations known to have finished.  Slot 0 is the
+ * legacy stream. */
+enum { EMU_SLOTS = 64 };
+typedef struct emu_vclock {
+  uint32_t c[EMU_SLOTS];
+} emu_vclock;
+void emu_vclock_join(emu_vclock *into, const emu_vclock *from);
+
+/* Bytes [lo, hi) an operation reads or writes (a write may read too). */
+typedef struct emu_access {
+  uintptr_t lo, hi;
+  bool write;
+  const char *what;           /* "argument 2 (out)", "the destination" */
+  uintptr_t alloc_lo, alloc_hi; /* the allocation holding lo (emu_order_access's caller sets them) */
+} emu_access;
+
+/* An operation on the stream whose clock is vc, in slot `slot`: ticks the
+ * clock, checks each access (each in an allocation, which it names)
+ * against the earlier ones of other streams
+ * (false, with both operations named in why, when one is not ordered
+ * before it) and records them.  `op` names the operation and its stream. */
+bool emu_order_access(emu_vclock *vc, int slot, const char *op, const emu_access *acc, int n, char *why,
+                      size_t whylen);
+/* An allocation freed: its records go. */
+void emu_order_forget(uintptr_t alloc_lo);
+/* The context destroyed: every record goes. */
+void emu_order_reset(void);
+
+/* The live handles of one kind (streams, events, cuBLASLt descriptors ...):
+ * a call checks the handle it is given is here, so that a destroyed or
+ * made-up one is an error, not a crash.  Defined in emu_driver.c. */
+typedef struct emu_registry {
+  void **v;
+  int n, cap;
+} emu_registry;
+
+/* False when out of memory. */
+bool emu_reg_add(emu_registry *r, void *p);
+bool emu_reg_has(const emu_registry *r, const void *p);
+/* False when p is not there; an emptied registry frees its array. */
+bool emu_reg_del(emu_registry *r, const void *p);
 
 /* ---- cuBLASLt calls (emu_blaslt.c) ---------------------------------------------- */
 
@@ -87,22 +133,27 @@ cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t whylen);
 cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen);
 
 /* For cublasLtMatmul on a capturing stream: records it, with the function
- * that runs it when the graph is replayed (true), or false when s is not
- * capturing.  *status is set when recorded.  (The runner is passed, not
+ * that runs it when the graph is replayed (true).  On another stream:
+ * checks its stream order (true, with *status set, when that fails), else
+ * false (the caller runs it now).  *status is set when true.  (The runner is passed, not
  * named, so that the driver does not call into cuBLASLt's emulation,
  * which calls into it.) */
 typedef cublasStatus_t (*emu_lt_runner)(const emu_lt_call *c, char *why, size_t whylen);
 bool emu_capture_matmul(CUstream s, const emu_lt_call *c, emu_lt_runner run, cublasStatus_t *status);
 
 /* An operation the host does in stream order (the emulated NCCL's
- * all-reduce): its arguments are copied, up to EMU_HOST_ARG_MAX bytes.
+ * all-reduce): its arguments are copied, up to EMU_HOST_ARG_MAX bytes,
+ * with the device bytes it reads and writes (for the stream-order
+ * checker; `what` and `call` must outlive the graph: string literals).
  * It returns CUDA_SUCCESS, or an error with why. */
-enum { EMU_HOST_ARG_MAX = 64 };
+enum { EMU_HOST_ARG_MAX = 64, EMU_HOST_ACCESS_MAX = 2 };
 typedef CUresult (*emu_host_fn)(const void *arg, char *why, size_t whylen);
-/* For such an operation on a capturing stream: records it (true), or
- * false when s is not capturing (the caller runs it now).  *status is set
+/* For such an operation on a capturing stream: records it (true).  On
+ * another stream: checks its stream order, true with the error in *status
+ * when that fails, else false (the caller runs it now).  *status is set
  * when true.  Takes no lock: call it holding emu_lock. */
-bool emu_capture_host(CUstream s, const char *call, emu_host_fn fn, const void *arg, size_t n, CUresult *status);
+bool emu_capture_host(CUstream s, const char *call, emu_host_fn fn, const void *arg, size_t n,
+                      const emu_access *access, int n_access, CUresult *status);
 
 /* The table's members each part fills (emu_api.c puts them together). */
 void emu_driver_fill(tg_cuda_api *api);
@@ -111,10 +162,21 @@ void emu_nccl_fill(tg_cuda_api *api);
 
 /* ---- compiling (emu_compile.c) ------------------------------------------------ */
 
+/* The kernels' __launch_bounds__ (the most threads a block may have),
+ * which the host compiler never sees (cuda_emu.h defines the qualifier
+ * away): emu_compile reads them from the source into a table the module
+ * exports under this name, ended by a NULL name; cuModuleLoadData reads
+ * it. */
+typedef struct tg_emu_launch_bound {
+  const char *name;
+  int max_threads;
+} tg_emu_launch_bound;
+#define TG_EMU_LAUNCH_BOUNDS "tg_emu_launch_bounds"
+
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
                  bool *from_cache, char *why, size_t whylen);
 
-/* cuda_emu.h's text, embedded at build time (emu_header.c, generated). */
+/* cuda_emu.h's text, embedded at build time (cmake/embed.cmake). */
 extern const char tg_cuda_emu_header[];
 
 #endif

@@ -92,7 +92,9 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
   reduce_args a = {(uintptr_t)send, (uintptr_t)recv, count};
   emu_lock();
   CUresult r = emu_ctx_check(call);
-  if (!r && !emu_capture_host(s, call, average, &a, sizeof a, &r)) {
+  const emu_access access[] = {{.lo = a.send, .hi = a.send + count * 4, .write = false, .what = "its send buffer"},
+                               {.lo = a.recv, .hi = a.recv + count * 4, .write = true, .what = "its receive buffer"}};
+  if (!r && !emu_capture_host(s, call, average, &a, sizeof a, access, 2, &r)) {
     char why[1024] = "";
     r = average(&a, why, sizeof why);
     if (r) {

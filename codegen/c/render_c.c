@@ -4,14 +4,16 @@
  * enough of them to pay for the threads) with the sweeps inside as plain
  * loops over the inner axes; an elementwise sweep and a sum over a row are
  * `omp simd` loops, so gcc vectorises them.  Matmuls call cblas_sgemm
- * (OpenBLAS); flash attention is codegen/flash_c.c's.  The file declares
+ * (OpenBLAS); flash attention is codegen/c/flash_c.c's.  The file declares
  * what it uses from BLAS itself, so it needs no BLAS header to compile. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "canon.h"
+#include "embedded.h"
 #include "emit.h"
-#include "render.h"
+#include "flash_c.h"
+#include "render_c.h"
 #include "sha256.h"
 #include "step_abi.h"
 
@@ -27,87 +29,10 @@ static void prelude(FILE *out, const tg_program *p) {
           " * arena %lld bytes, scratch %lld bytes, %d leaves. */\n",
           g->source ? g->source : "?", g->n_kernels, (long long)p->arena_bytes, (long long)p->scratch_bytes,
           p->n_leaves);
-  fputs("#include <math.h>\n"
-        "#include <stdio.h>\n"
-        "#include <stdlib.h>\n"
-        "#include <string.h>\n"
-        "\n"
-        "typedef long tg_idx;\n"
-        "static inline float tg_inf(void) { return INFINITY; }\n"
-        "static inline float tg_bits_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
-        "static inline unsigned tg_float_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
-        "/* e^x and tanh x without calls, so that loops over them vectorise: Cephes'\n"
-        " * single-precision polynomials (about 1 ulp); inf, -inf and nan as libm. */\n"
-        "static inline float tg_exp(float x) {\n"
-        "  float c = x < -87.5f ? -87.5f : x > 88.5f ? 88.5f : x;\n"
-        "  float n = floorf(c * 1.44269504088896341f + 0.5f);\n"
-        "  float r = c - n * 0.693359375f + n * 2.12194440e-4f;\n"
-        "  float y = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r\n"
-        "             + 1.6666665459e-1f) * r + 5.0000001201e-1f;\n"
-        "  y = y * r * r + r + 1.0f;\n"
-        "  int e = (int)n;\n"
-        "  float s = tg_bits_float((unsigned)(e + 126) << 23);\n"
-        "  y = y * s * 2.0f;\n"
-        "  return x < -87.5f ? 0.0f : x > 88.5f ? INFINITY : y;\n"
-        "}\n"
-        "static inline float tg_tanh(float x) {\n"
-        "  float a = fabsf(x), z = x * x;\n"
-        "  float p = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z\n"
-        "             - 3.33332819422e-1f) * z * x + x;\n"
-        "  float q = 1.0f - 2.0f / (tg_exp(2.0f * a) + 1.0f);\n"
-        "  q = x < 0 ? -q : q;\n"
-        "  return a < 0.625f ? p : a > 9.0f ? (x < 0 ? -1.0f : 1.0f) : q;\n"
-        "}\n"
-        "/* GELU's tanh form and its derivative; tg_gelu computes in the order\n"
-        " * std.tg writes GELU, so that it rounds as the primitive ops did */\n"
-        "static inline float tg_gelu(float x) {\n"
-        "  return 0.5f * x * (1.0f + tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));\n"
-        "}\n"
-        "static inline float tg_gelu_grad(float x) {\n"
-        "  const float t = tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));\n"
-        "  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);\n"
-        "}\n"
-        "static inline float tg_bf16_load(unsigned short x) { return tg_bits_float((unsigned)x << 16); }\n"
-        "static inline unsigned short tg_bf16_store(float f) {\n"
-        "  unsigned u = tg_float_bits(f);\n"
-        "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40); /* quiet nan */\n"
-        "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */\n"
-        "}\n"
-        "static inline float tg_bf16_round(float f) { return tg_bf16_load(tg_bf16_store(f)); }\n"
-        "static void *tg_scratch_floats(long n) {\n"
-        "  void *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));\n"
-        "  if (!p) { fprintf(stderr, \"tg: out of memory for a bf16 matmul's f32 copies (%ld floats)\\n\", n); abort(); }\n"
-        "  return p;\n"
-        "}\n"
-        "/* a bf16 matrix (rows x cols, leading dim ld) as a dense f32 copy */\n"
-        "static float *tg_bf16_dense(const unsigned short *m, long rows, long cols, long ld) {\n"
-        "  float *d = (float *)tg_scratch_floats(rows * cols);\n"
-        "  for (long i = 0; i < rows; i++)\n"
-        "    for (long j = 0; j < cols; j++) d[i * cols + j] = tg_bf16_load(m[i * ld + j]);\n"
-        "  return d;\n"
-        "}\n"
-        "/* a dense f32 product rounded into a bf16 result (leading dim ld) */\n"
-        "static void tg_bf16_round_into(const float *c, long rows, long cols, unsigned short *d, long ld) {\n"
-        "  for (long i = 0; i < rows; i++)\n"
-        "    for (long j = 0; j < cols; j++) d[i * ld + j] = tg_bf16_store(c[i * cols + j]);\n"
-        "}\n"
-        "static inline float tg_f16_load(unsigned short h) { return (float)*(const _Float16 *)&h; }\n"
-        "static inline unsigned short tg_f16_store(float f) { _Float16 h = (_Float16)f; unsigned short u; memcpy(&u, &h, 2); return u; }\n"
-        "static inline float tg_f16_round(float f) { return tg_f16_load(tg_f16_store(f)); }\n"
-        "\n"
-        "/* OpenBLAS (cblas.h): row-major 101, no transpose 111, transpose 112 */\n"
-        "void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
-        "                 const float *b, int ldb, float beta, float *c, int ldc);\n"
-        "/* bf16 A and B, f32 C: in OpenBLAS builds with BUILD_BFLOAT16 only, so\n"
-        " * linked weakly (NULL where the library lacks it) */\n"
-        "void cblas_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const unsigned short *a,\n"
-        "                  int lda, const unsigned short *b, int ldb, float beta, float *c, int ldc)\n"
-        "    __attribute__((weak));\n"
-        "/* y = op(A) x: a one-row product without sgemm's packing of B */\n"
-        "void cblas_sgemv(int order, int ta, int m, int n, float alpha, const float *a, int lda, const float *x,\n"
-        "                 int incx, float beta, float *y, int incy);\n"
-        "void openblas_set_num_threads(int n);\n\n",
-        out);
+  fputs(tg_c_prelude_text, out);
+  fputs("#define TG_GELU_FN static inline\n", out);
+  fputs(tg_gelu_text, out);
+  fputs("#undef TG_GELU_FN\n\n", out);
 }
 
 static const char *acc_init(const tg_reduction *r) { return r->is_max ? "-INFINITY" : "0.0f"; }
@@ -306,7 +231,7 @@ static void epilogue_code(FILE *out, const tg_program *p, const tg_gemm *G, cons
   }
   if (G->gelu) {
     fprintf(out, "        b%d[co + i * %lld + j] = %s;\n", G->aux, (long long)G->ldc, bf16 ? "tg_bf16_store(u)" : "u");
-    fprintf(out, "        u = 0.5f * u * (1.0f + tg_tanh(0.7978845608f * (u + 0.044715f * u * u * u)));\n");
+    fprintf(out, "        u = tg_gelu(u);\n");
   }
   fprintf(out, "        (%s)[i * %lld + j] = %s;\n      }\n", c, (long long)G->ldc, bf16 ? "tg_bf16_store(u)" : "u");
 }

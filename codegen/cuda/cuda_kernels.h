@@ -22,7 +22,7 @@
  *
  * Every unit compiles on its own after the prelude (NVRTC: one program per
  * unit, compiled in parallel and cached each under its own hash); the .cu
- * for a person (render.h: tg_render_cuda) is the prelude then every unit,
+ * for a person (render_cuda.h: tg_render_cuda) is the prelude then every unit,
  * each headed by the places it is launched for. */
 #ifndef TG_CUDA_KERNELS_H
 #define TG_CUDA_KERNELS_H
@@ -57,11 +57,6 @@ tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_
 /* The source NVRTC compiles for unit u: the prelude, then the unit's
  * body (malloc'ed). */
 char *tg_cuda_unit_source(const tg_cuda_kernels *ks, int u);
-
-/* tg_render_cuda's file from a plan and its units made already (the
- * backend and tgc have them; making them again costs as much as the
- * rendering). */
-void tg_render_cuda_from(FILE *out, const tg_program *p, const tg_cuda_plan *plan, const tg_cuda_kernels *ks);
 
 /* The prelude's helpers, for tg_render_cuda: the memory macros, index
  * type, conversions and block reductions. */

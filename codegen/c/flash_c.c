@@ -19,7 +19,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "flash.h"
+#include "flash_c.h"
 
 enum { C_MAX_D = 256 };
 
@@ -223,7 +223,7 @@ static void bwd_scores(FILE *f, const char *in, const char *q, const char *dout)
 
 void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   fprintf(f,
-          "/* flash attention forward (tg codegen/flash_c.c): nb=%" PRId64 " nh=%" PRId64
+          "/* flash attention forward (tg codegen/c/flash_c.c): nb=%" PRId64 " nh=%" PRId64
           " T=%" PRId64 " D=%" PRId64 ".\n"
           " * o = causal softmax(scale q k^T) v and lse = its rows' log-sum-exp, by tiles of\n"
           " * query rows, the keys a tile at a time with a running max m and sum l. */\n",
@@ -405,7 +405,7 @@ static void emit_bwd_dq(FILE *f, const char *fn, const tg_flash_shape *s) {
 
 void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   fprintf(f,
-          "/* flash attention backward (tg codegen/flash_c.c): nb=%" PRId64 " nh=%" PRId64
+          "/* flash attention backward (tg codegen/c/flash_c.c): nb=%" PRId64 " nh=%" PRId64
           " T=%" PRId64 " D=%" PRId64 ".\n"
           " * With P = exp(scale q k^T - lse) (causal) recomputed and Di = do_i . o_i:\n"
           " * dS = P .* (do v^T - Di), dq = scale dS k, dk = scale dS^T q, dv = P^T do.\n"

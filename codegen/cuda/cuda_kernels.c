@@ -21,7 +21,7 @@
  * Values are loaded and stored in their dtype and computed in float (bf16
  * and f16 are converted on load and rounded on store).  Matmuls are not
  * kernels here: the runtime calls cuBLASLt, as the manifest describes;
- * flash attention comes from codegen/flash_cuda.c.  Nothing includes a
+ * flash attention comes from codegen/cuda/flash_cuda.c.  Nothing includes a
  * header, so NVRTC needs no include path.
  *
  * Each function is first written with its own name TGSELF and the graph's
@@ -30,8 +30,9 @@
  * are one unit, named by the hash of that text.  The same text runs on the
  * emulated device (runtime/cuda/emu/): memory is spelled with macros that
  * are plain pointers under __CUDA_ARCH__ and checked pointers behind
- * cuda_emu.h (flash.h: tg_cuda_emit_memory_macros), and each PTX
- * instruction has the emulator's version beside it. */
+ * cuda_emu.h (memory.cuh), and each PTX instruction is a tg_ wrapper
+ * with the emulator's version beside it (ptx.cuh).  The prelude is those
+ * files' text, embedded at build time (device_code.h). */
 #include "cuda_kernels.h"
 
 #include <ctype.h>
@@ -39,115 +40,18 @@
 #include <string.h>
 
 #include "canon.h"
+#include "device_code.h"
 #include "emit.h"
-#include "render.h"
+#include "flash_cuda.h"
 #include "sha256.h"
 
 void tg_cuda_print_prelude(FILE *out) {
   tg_cuda_emit_memory_macros(out);
-  fputs("typedef long long tg_idx;\n"
-        "#ifdef __CUDA_ARCH__\n"
-        "#define TG_UNROLL _Pragma(\"unroll\")  // a loop whose arrays must stay in registers\n"
-        "#else\n"
-        "#define TG_UNROLL\n"
-        "#endif\n"
-        "__device__ __forceinline__ float tg_inf() { return __int_as_float(0x7f800000); }\n"
-        "__device__ __forceinline__ float tg_exp(float x) { return expf(x); }\n"
-        "__device__ __forceinline__ float tg_tanh(float x) { return tanhf(x); }\n"
-        "// GELU's tanh form and its derivative, in the order std.tg writes GELU\n"
-        "__device__ __forceinline__ float tg_gelu(float x) {\n"
-        "  return 0.5f * x * (1.0f + tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));\n"
-        "}\n"
-        "__device__ __forceinline__ float tg_gelu_grad(float x) {\n"
-        "  const float t = tg_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));\n"
-        "  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);\n"
-        "}\n"
-        "__device__ __forceinline__ float tg_bf16_load(unsigned short x) { return __uint_as_float((unsigned)x << 16); }\n"
-        "__device__ __forceinline__ unsigned short tg_bf16_store(float f) {\n"
-        "  unsigned u = __float_as_uint(f);\n"
-        "  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);  // quiet nan\n"
-        "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even\n"
-        "}\n"
-        "__device__ __forceinline__ float tg_f16_load(unsigned short h) {\n"
-        "#ifdef __CUDA_ARCH__\n"
-        "  float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f;\n"
-        "#else\n"
-        "  return tg_emu::f16_to_f32(h);\n"
-        "#endif\n"
-        "}\n"
-        "__device__ __forceinline__ unsigned short tg_f16_store(float f) {\n"
-        "#ifdef __CUDA_ARCH__\n"
-        "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n"
-        "#else\n"
-        "  return tg_emu::f32_to_f16_rn(f);\n"
-        "#endif\n"
-        "}\n"
-        "// a bf16 or f16 value computed in registers, rounded as the interpreter rounds it\n"
-        "__device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_load(tg_bf16_store(f)); }\n"
-        "__device__ __forceinline__ float tg_f16_round(float f) { return tg_f16_load(tg_f16_store(f)); }\n"
-        "// Block reductions: warp shuffles, then one value per warp through shared\n"
-        "// memory, which every warp sums again, so that every thread gets the result\n"
-        "// (the same bits: the same values in the same order).  Blocks are 256 threads.\n"
-        "__device__ __forceinline__ float tg_max2(float a, float b) { return (b > a || b != b) ? b : a; }\n"
-        "__device__ float tg_block_sum(float v) {\n"
-        "  TG_SHARED(float, part, 32);\n"
-        "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-        "  __syncthreads();\n"
-        "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
-        "  __syncthreads();\n"
-        "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : 0.0f;\n"
-        "  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-        "  return v;\n"
-        "}\n"
-        "__device__ float tg_block_max(float v) {\n"
-        "  TG_SHARED(float, part, 32);\n"
-        "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
-        "  __syncthreads();\n"
-        "  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;\n"
-        "  __syncthreads();\n"
-        "  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? part[threadIdx.x & 31] : -tg_inf();\n"
-        "  for (int o = 16; o > 0; o >>= 1) v = tg_max2(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
-        "  return v;\n"
-        "}\n"
-        "// A multi-tensor kernel's table (codegen/cuda_plan.h: tg_cuda_table): a buffer is its\n"
-        "// address and its bytes (the emulated device checks accesses against them; a GPU never\n"
-        "// reads them), 8-byte fields as the runtime writes them.\n"
-        "struct tg_table_buf { unsigned long long addr, bytes; };\n"
-        "static_assert(sizeof(tg_table_buf) == 16, \"the runtime writes two 8-byte fields\");\n"
-        "// The entry of block b in a table of n entries in block order: the last whose first\n"
-        "// block is at most b, in log2(n) probes (every thread of a block reads the same ones).\n"
-        "template <typename P> __device__ __forceinline__ int tg_table_find(P t, int n, unsigned b) {\n"
-        "  int lo = 0, hi = n - 1;\n"
-        "  while (lo < hi) {\n"
-        "    const int mid = (lo + hi + 1) >> 1;\n"
-        "    if (t[mid].first <= b) lo = mid;\n"
-        "    else hi = mid - 1;\n"
-        "  }\n"
-        "  return lo;\n"
-        "}\n"
-        "// Column reductions: thread t holds column t % 16's partial over row group t / 16;\n"
-        "// each column's 16 partials are added in row-group order through shared memory\n"
-        "// (rows of 17: no bank conflicts), and every thread of the column gets the result.\n"
-        "// The first barrier keeps a second call from overwriting what the first still reads.\n"
-        "__device__ float tg_column_sum(float v) {\n"
-        "  TG_SHARED(float, part, 16 * 17);\n"
-        "  __syncthreads();\n"
-        "  part[(threadIdx.x / 16) * 17 + threadIdx.x % 16] = v;\n"
-        "  __syncthreads();\n"
-        "  float s = 0.0f;\n"
-        "  for (int r = 0; r < 16; r++) s += part[r * 17 + threadIdx.x % 16];\n"
-        "  return s;\n"
-        "}\n"
-        "__device__ float tg_column_max(float v) {\n"
-        "  TG_SHARED(float, part, 16 * 17);\n"
-        "  __syncthreads();\n"
-        "  part[(threadIdx.x / 16) * 17 + threadIdx.x % 16] = v;\n"
-        "  __syncthreads();\n"
-        "  float s = -tg_inf();\n"
-        "  for (int r = 0; r < 16; r++) s = tg_max2(s, part[r * 17 + threadIdx.x % 16]);\n"
-        "  return s;\n"
-        "}\n\n",
-        out);
+  fputs(tg_cuda_ptx_text, out);
+  fputs(tg_cuda_prelude_text, out);
+  fputs("#define TG_GELU_FN __device__ __forceinline__\n", out);
+  fputs(tg_gelu_text, out);
+  fputs("#undef TG_GELU_FN\n\n", out);
 }
 
 /* A scatter_add (emit.h: tg_cuda_scatter_rows): block b owns table rows

@@ -1,4 +1,4 @@
-/* render_cuda_runtime.c: the CUDA backend's own kernels (render.h), those
+/* render_cuda_runtime.c: the CUDA backend's own kernels (render_cuda.h), those
  * it needs besides the generated step: the gradient accumulation of the
  * bucket hooks, and the cuBLASLt epilogues as kernels, for a matmul whose
  * epilogue cuBLASLt has no algorithm for (the backend then runs the plain
@@ -6,11 +6,11 @@
  * are spelled the same way (the memory macros that let the emulated device
  * check every access, the emulator's kernel table) and run on both the GPU
  * and the emulated device. */
-#include "flash.h"
-#include "render.h"
+#include "flash_cuda.h"
+#include "render_cuda.h"
 
 void tg_render_cuda_runtime(FILE *out) {
-  fputs("// The CUDA backend's own kernels (codegen/render_cuda_runtime.c).\n", out);
+  fputs("// The CUDA backend's own kernels (codegen/cuda/render_cuda_runtime.c).\n", out);
   tg_cuda_emit_memory_macros(out);
   fputs("// tg kernel: tg_accumulate\n"
         "// The bucket hooks' gradient accumulation: acc = (first ? 0 : acc) + scale * g,\n"

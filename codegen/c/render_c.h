@@ -1,11 +1,11 @@
-/* render.h: the two renderers of the loop-nest form (lower.h).
+/* render_c.h: the C target's entry points (render_c.c, manifest_c.c).
  *
- * Both print one self-contained file for a whole program (every kernel of a
+ * The file is self-contained for a whole program (every kernel of a
  * training step, in order), each kernel headed by a comment listing the ops
  * it fuses and their .tg lines.  The output depends only on the program:
  * the same graph gives the same bytes. */
-#ifndef TG_RENDER_H
-#define TG_RENDER_H
+#ifndef TG_RENDER_C_H
+#define TG_RENDER_C_H
 
 #include <stdio.h>
 
@@ -31,25 +31,14 @@ const char *tg_c_call_of(const tg_c_functions *f, int k, int s);
 int tg_c_function_count(const tg_c_functions *f);
 void tg_c_functions_free(tg_c_functions *f);
 
-/* CUDA C++ for NVRTC, with no #include: one extern "C" __global__ function
- * per wave of each kernel (a multi-tensor kernel's tensors share a launch),
- * plus the flash attention kernels.  Matmuls are cuBLASLt calls made by the
- * runtime; the manifest describes them. */
-void tg_render_cuda(FILE *out, const tg_program *p);
+/* The manifest (codegen/manifest.h) of the C file named file: every step
+ * function with its loop sizes, the cblas_sgemm calls and the all-reduce
+ * points, each kernel's arguments saying which value they are and where
+ * it lives. */
+void tg_render_c_manifest(FILE *out, const tg_program *p, const char *file);
 
-/* The CUDA backend's own kernels (render_cuda_runtime.c): tg_accumulate
- * (float *acc, const float *g, float scale, int first, long long n), the
- * bucket hooks' acc = (first ? 0 : acc) + scale * g, any grid. */
-void tg_render_cuda_runtime(FILE *out);
-
-/* JSON describing what runs, in order.  For CUDA (cuda): every launch of
- * the .cu file (function, grid, block, shared bytes), the cuBLASLt matmuls
- * and the all-reduce points; for C: every step function with its loop
- * sizes, the cblas_sgemm calls and the all-reduce points.  Each kernel's
- * arguments say which value they are and where it lives. */
-void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool cuda);
-
-/* The launch shape of a wave's __global__ function. */
-enum { TG_CUDA_BLOCK = 256 };
+/* codegen/c/prelude.h's text, embedded at build time (codegen/embedded.h):
+ * what the file needs before its kernels. */
+extern const char tg_c_prelude_text[];
 
 #endif

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "emit.h"
-#include "render.h"
+#include "flash_cuda.h"
 
 bool tg_cuda_step_launched(const tg_step *st) { return st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER; }
 

@@ -12,7 +12,8 @@
 #include "cuda_kernels.h"
 #include "cuda_plan.h"
 #include "emit.h"
-#include "render.h"
+#include "manifest.h"
+#include "render_cuda.h"
 
 /* The list of every __global__ function, for the emulated device (which
  * calls kernels by name through it); the GPU never sees it. */
@@ -56,47 +57,6 @@ void tg_render_cuda_from(FILE *out, const tg_program *p, const tg_cuda_plan *pla
 
 /* ---- the manifest ------------------------------------------------------------ */
 
-static void json_str(FILE *out, const char *s) {
-  fputc('"', out);
-  for (; s && *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(out, "\\%c", ch);
-    else if (ch < 0x20) fprintf(out, "\\u%04x", ch);
-    else fputc(ch, out);
-  }
-  fputc('"', out);
-}
-
-static const char *access_of(bool read, bool written) {
-  return read && written ? "readwrite" : written ? "write" : "read";
-}
-
-/* A value in memory: which, where, and (for a kernel's argument) whether
- * the kernel reads it, writes it or both; access NULL: not said. */
-static void arg_json(FILE *out, const tg_program *p, int node, const char *access) {
-  const tg_node *n = p->g->nodes[node];
-  const tg_storage *s = &p->store[node];
-  fprintf(out, "{\"param\": \"b%d\", \"value\": \"%%%d\", \"name\": ", node, node);
-  json_str(out, n->name ? n->name : "");
-  fprintf(out, ", \"dtype\": \"%s\", \"shape\": [", tg_dtype_name(n->type.dtype));
-  for (int d = 0; d < n->type.rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)n->type.dim[d].size);
-  if (s->place == TG_PLACE_LEAF) fprintf(out, "], \"place\": \"leaf\", \"leaf\": %d", s->leaf);
-  else fprintf(out, "], \"place\": \"%s\", \"offset\": %lld", s->place == TG_PLACE_ARENA ? "arena" : "scratch",
-               (long long)s->offset);
-  if (access) fprintf(out, ", \"access\": \"%s\"", access);
-  fprintf(out, "}");
-}
-
-static void cblas_json(FILE *out, const tg_gemm *G) {
-  fprintf(out, "{\"cblas_sgemm\": {");
-  fprintf(out, "\"c\": \"b%d\", \"a\": \"b%d\", \"b\": \"b%d\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
-               "\"trans_a\": %s, \"trans_b\": %s, \"lda\": %lld, \"ldb\": %lld, \"ldc\": %lld, "
-               "\"a_offset\": %lld, \"b_offset\": %lld, \"batch\": %lld, \"row_major\": true}}",
-          G->node, G->a.base, G->b.base, (long long)G->m, (long long)G->n, (long long)G->k, G->trans_a ? "true" : "false",
-          G->trans_b ? "true" : "false", (long long)G->lda, (long long)G->ldb, (long long)G->ldc, (long long)G->a_off,
-          (long long)G->b_off, (long long)G->batch);
-}
-
 /* Everything the cublasLtMatmul call is made with (cuda_plan.h). */
 static void cublaslt_json(FILE *out, const tg_cuda_matmul *M) {
   fprintf(out, "{\"cublaslt\": {\"d\": \"b%d\", \"c\": \"b%d\", \"a\": \"b%d\", \"b\": \"b%d\",\n         "
@@ -119,46 +79,6 @@ static void cublaslt_json(FILE *out, const tg_cuda_matmul *M) {
   fprintf(out, "}}");
 }
 
-static void manifest_head(FILE *out, const tg_program *p, const char *file, bool cuda) {
-  const tg_graph *g = p->g;
-  fprintf(out, "{\n  \"format\": \"tg-manifest-2\",\n  \"source\": ");
-  json_str(out, g->source);
-  fprintf(out, ",\n  \"%s\": ", cuda ? "cuda" : "c");
-  json_str(out, file);
-  fprintf(out, ",\n  \"arena_bytes\": %lld,\n  \"scratch_bytes\": %lld,\n  \"leaves\": [", (long long)p->arena_bytes,
-          (long long)p->scratch_bytes);
-  for (int i = 0; i < p->n_leaves; i++) {
-    fprintf(out, "%s\n    ", i ? "," : "");
-    arg_json(out, p, p->leaves[i], NULL);
-  }
-  fprintf(out, "\n  ],\n  \"kernels\": [");
-}
-
-static void kernel_head(FILE *out, const tg_program *p, const tg_lkernel *lk, const char *where) {
-  const tg_kernel *K = &p->g->kernels[lk->kernel];
-  fprintf(out, "%s\n    {\"kernel\": \"k%d\", \"name\": ", lk->kernel ? "," : "", lk->kernel);
-  json_str(out, K->name);
-  fprintf(out, ", \"kind\": \"%s\"", tg_kernel_kind_name(K->kind));
-  if (lk->folded_into >= 0) fprintf(out, ", \"folded_into\": \"k%d\"", lk->folded_into);
-  if (where) {
-    fprintf(out, ", \"where\": ");
-    json_str(out, where);
-  }
-  fprintf(out, ",\n     \"args\": [");
-  for (int a = 0; a < lk->n_args; a++) {
-    fprintf(out, "%s\n       ", a ? "," : "");
-    arg_json(out, p, lk->args[a], access_of(lk->arg_read[a], lk->arg_written[a]));
-  }
-  fprintf(out, "],\n     \"launches\": [");
-}
-
-static void allreduce_json(FILE *out, const tg_graph *g, int b) {
-  const tg_bucket *B = &g->allreduce->buckets[b];
-  fprintf(out, "{\"allreduce\": %d, \"bytes\": %lld, \"grads\": [", b, (long long)B->bytes);
-  for (int x = 0; x < B->n_grads; x++) fprintf(out, "%s\"b%d\"", x ? ", " : "", B->grads[x]);
-  fprintf(out, "]}");
-}
-
 /* A multi-tensor launch's table (cuda_plan.h: tg_cuda_table): the parameter
  * after the buffers that takes its address, the function each entry runs,
  * the layout of an entry, and each entry: its step, first block, buffers
@@ -173,7 +93,7 @@ static void table_json(FILE *out, const tg_cuda_table *T, bool first) {
     const tg_cuda_table_entry *E = &T->entries[e];
     fprintf(out, "%s\n           {\"step\": %d, \"first\": %lld, \"bufs\": [", e ? "," : "", E->step, E->first);
     for (int b = 0; b < T->n_bufs; b++)
-      fprintf(out, "%s{\"b%d\": \"%s\"}", b ? ", " : "", E->bufs[b], access_of(T->buf_read[b], T->buf_written[b]));
+      fprintf(out, "%s{\"b%d\": \"%s\"}", b ? ", " : "", E->bufs[b], tg_manifest_access(T->buf_read[b], T->buf_written[b]));
     fprintf(out, "], \"n\": [");
     for (int l = 0; l < T->n_lits; l++) fprintf(out, "%s%lld", l ? ", " : "", (long long)E->lits[l]);
     fprintf(out, "]}");
@@ -189,14 +109,14 @@ static void manifest_cuda(FILE *out, const tg_program *p) {
   int op = 0;
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
-    kernel_head(out, p, lk, plan->where[k]);
+    tg_manifest_kernel_head(out, p, lk, plan->where[k]);
     for (bool first = true; op < plan->n_ops && plan->ops[op].kernel == lk->kernel; op++, first = false) {
       const tg_cuda_op *o = &plan->ops[op];
       fprintf(out, "%s\n       ", first ? "" : ",");
       if (o->kind == TG_CUDA_MATMUL) {
         cublaslt_json(out, &o->matmul);
       } else if (o->kind == TG_CUDA_ALLREDUCE) {
-        allreduce_json(out, p->g, o->bucket);
+        tg_manifest_allreduce(out, p->g, o->bucket);
       } else {
         const tg_cuda_launch *L = &o->launch;
         fprintf(out, "{\"function\": \"%s\", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"shared_bytes\": %zu, "
@@ -205,7 +125,7 @@ static void manifest_cuda(FILE *out, const tg_program *p) {
                 L->shared_bytes);
         for (int x = 0; x < L->n_args; x++)
           fprintf(out, "%s{\"b%d\": \"%s\"}", x ? ", " : "", L->args[x].node,
-                  access_of(L->args[x].read, L->args[x].written));
+                  tg_manifest_access(L->args[x].read, L->args[x].written));
         fprintf(out, "]");
         for (int t = 0; t < L->n_tables; t++) table_json(out, &L->tables[t], t == 0);
         if (L->n_tables) fprintf(out, "]");
@@ -217,46 +137,8 @@ static void manifest_cuda(FILE *out, const tg_program *p) {
   tg_arena_free(a);
 }
 
-/* C: each step is a function of the kernel, called in order. */
-static void manifest_c(FILE *out, const tg_program *p) {
-  const tg_graph *g = p->g;
-  tg_c_functions *fns = tg_c_functions_make(p);
-  for (int k = 0; k < p->n_kernels; k++) {
-    const tg_lkernel *lk = &p->kernels[k];
-    kernel_head(out, p, lk, NULL);
-    bool first = true;
-    for (int s = 0; s < lk->n_steps; s++) {
-      const tg_step *st = &lk->steps[s];
-      fprintf(out, "%s\n       ", first ? "" : ",");
-      first = false;
-      if (st->kind == TG_STEP_GEMM) {
-        cblas_json(out, &st->gemm);
-        continue;
-      }
-      fprintf(out, "{\"function\": \"%s\", \"step\": \"%s\", \"kind\": \"%s\"", tg_c_function_of(fns, k, s), st->fn,
-              st->kind == TG_STEP_NEST ? "nest" : st->kind == TG_STEP_SCATTER ? "scatter" : "flash");
-      if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER)
-        fprintf(out, ", \"outer_points\": %lld, \"inner_points\": %lld, \"sweeps\": %d", (long long)st->nest.outer_count,
-                (long long)st->nest.inner_count, st->nest.n_sweeps);
-      fprintf(out, ", \"args\": ");
-      json_str(out, tg_c_call_of(fns, k, s));
-      fprintf(out, "}");
-    }
-    const tg_allreduce_plan *ar = g->allreduce;
-    for (int b = 0; ar && b < ar->n_buckets; b++) {
-      if (ar->buckets[b].after_kernel != k) continue;
-      fprintf(out, "%s\n       ", first ? "" : ",");
-      first = false;
-      allreduce_json(out, g, b);
-    }
-    fprintf(out, "]}");
-  }
-  tg_c_functions_free(fns);
-}
-
-void tg_render_manifest(FILE *out, const tg_program *p, const char *file, bool cuda) {
-  manifest_head(out, p, file, cuda);
-  if (cuda) manifest_cuda(out, p);
-  else manifest_c(out, p);
-  fprintf(out, "\n  ]\n}\n");
+void tg_render_cuda_manifest(FILE *out, const tg_program *p, const char *file) {
+  tg_manifest_head(out, p, "cuda", file);
+  manifest_cuda(out, p);
+  tg_manifest_tail(out);
 }

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "emit.h"
-#include "render.h"
 
 /* Vendors' figures: HBM bandwidth, dense bf16 tensor and f32 FMA peaks. */
 static const tg_gpu_spec gpus[] = {

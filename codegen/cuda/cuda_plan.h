@@ -3,7 +3,7 @@
  * (cuda_plan.c).
  *
  * One description serves two readers: the manifest that `tgc --emit cuda`
- * writes for a person (render.h) and the CUDA backend that executes it
+ * writes for a person (render_cuda.h) and the CUDA backend that executes it
  * (runtime/backend/cuda), so that what the manifest says is what runs.  The
  * plan is made from the program alone (lower.h) and is deterministic. */
 #ifndef TG_CUDA_PLAN_H
@@ -54,6 +54,9 @@ typedef struct tg_cuda_table {
   tg_cuda_table_entry *entries;       /* in block order */
   int n_entries;
 } tg_cuda_table;
+
+/* The launch shape of a wave's __global__ function. */
+enum { TG_CUDA_BLOCK = 256 };
 
 enum { TG_CUDA_TABLE_ALIGN = 16 };   /* each table's offset in the runtime's allocation */
 
