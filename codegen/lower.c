@@ -1034,6 +1034,13 @@ static void fold_bgrad(lowerer *L) {
     const tg_node *y = s1->in[0];
     const tg_type *yt = &y->type;
     if (tg_is_view(y) || yt->rank < 2 || wgrad[y->id] < 0 || y->type.dtype != s2->type.dtype) continue;
+    /* cuBLASLt has BGRADA for a non-transposed A and BGRADB for a
+     * transposed B only (emu_blaslt.c cites why).  y as tg's b is
+     * cuBLASLt's A, never transposed; y as tg's a (read as yT) is
+     * cuBLASLt's B, transposed unless yT is one row or one column, which
+     * blas_2d reads as not transposed: no epilogue for those */
+    int64_t cols = yt->dim[yt->rank - 1].size, rows = cols ? tg_type_numel(yt) / cols : 0;
+    if (as_a[y->id] && (cols <= 1 || rows <= 1)) continue;
     /* together the two sums cover every axis of y but the last */
     uint32_t all = (1u << (yt->rank - 1)) - 1;
     if ((s1->axes | s2->axes) != all || (s1->axes & s2->axes)) continue;

@@ -26,7 +26,11 @@ void tg_render_cuda_from(FILE *out, const tg_program *p, const tg_cuda_plan *pla
 
 /* The CUDA backend's own kernels (render_cuda_runtime.c): tg_accumulate
  * (float *acc, const float *g, float scale, int first, long long n), the
- * bucket hooks' acc = (first ? 0 : acc) + scale * g, any grid. */
+ * bucket hooks' acc = (first ? 0 : acc) + scale * g, any grid; and
+ * cuBLASLt's epilogues as kernels for a matmul whose epilogue cuBLASLt has
+ * no algorithm for: tg_lt_epilogue_{f32,bf16} (bias, GELU with its aux,
+ * GELU's derivative on a column-major D) and tg_lt_bgrad_{f32,bf16} (a
+ * bias gradient: sums over k of op(A)'s rows or op(B)'s columns). */
 void tg_render_cuda_runtime(FILE *out);
 
 /* The manifest (codegen/manifest.h) of the .cu file named file: every

@@ -150,6 +150,12 @@ typedef enum cublasLtMatrixLayoutAttribute_t {
 typedef enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, /* uint64 */
+  /* uint32, default 256: algorithms that need A (B, C, D) aligned more
+   * strictly than this are left out */
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 } cublasLtMatmulPreferenceAttributes_t;
 
 /* ---- NCCL (nccl.h) ------------------------------------------------------- */

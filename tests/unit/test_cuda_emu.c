@@ -242,6 +242,25 @@ static const char kernels[] =
     "  y[threadIdx.x] = cell[0];\n"
     "}\n"
     "\n"
+    "// tg kernel: neighbour_halves\n"
+    "// Two warps store to the two halves of one 4-byte word with no barrier\n"
+    "// between: different bytes, so no race (shared memory is byte-addressed).\n"
+    "extern \"C\" __global__ void neighbour_halves(TG_ARG(float) y) {\n"
+    "  TG_SHARED(unsigned short, halves, 2);\n"
+    "  if ((threadIdx.x & 31) == 0) halves[threadIdx.x / 32] = (unsigned short)(100 + threadIdx.x);\n"
+    "  __syncthreads();\n"
+    "  y[threadIdx.x] = (float)halves[0] + 1000.0f * (float)halves[1];\n"
+    "}\n"
+    "\n"
+    "// tg kernel: fused_multiply_add\n"
+    "// a * b + c: NVRTC fuses it (--fmad=true), one rounding.  The operands\n"
+    "// are loaded first, as the generated code's temporaries are (a checked\n"
+    "// load between the product and the sum keeps them apart on the host).\n"
+    "extern \"C\" __global__ void fused_multiply_add(TG_ARG(const float) x, TG_ARG(float) y) {\n"
+    "  const float a = x[0], b = x[1], c = x[2];\n"
+    "  y[threadIdx.x] = a * b + c;\n"
+    "}\n"
+    "\n"
     "// tg kernel: unwritten_shared\n"
     "extern \"C\" __global__ void unwritten_shared(TG_ARG(float) y) {\n"
     "  TG_SHARED(float, tile, 64);\n"
@@ -367,7 +386,7 @@ static const char table[] =
     "  TG_EMU_KERNEL(row_sums_unsynced) TG_EMU_KERNEL(conditional_loads) TG_EMU_KERNEL(copy_one_too_many) TG_EMU_KERNEL(atomics)\n"
     "  TG_EMU_KERNEL(warp_exchange) TG_EMU_KERNEL(half_barrier) TG_EMU_KERNEL(two_barriers)\n"
     "  TG_EMU_KERNEL(barrier_versus_warp) TG_EMU_KERNEL(split_warp) TG_EMU_KERNEL(misaligned_load) TG_EMU_KERNEL(shared_overrun)\n"
-    "  TG_EMU_KERNEL(write_race) TG_EMU_KERNEL(unwritten_shared) TG_EMU_KERNEL(conversions)\n"
+    "  TG_EMU_KERNEL(write_race) TG_EMU_KERNEL(neighbour_halves) TG_EMU_KERNEL(fused_multiply_add) TG_EMU_KERNEL(unwritten_shared) TG_EMU_KERNEL(conversions)\n"
     "  TG_EMU_KERNEL(mma_check) TG_EMU_KERNEL(async_copy) TG_EMU_KERNEL(dynamic_shared) TG_EMU_KERNEL(approx) TG_EMU_KERNEL(fa_fwd))\n"
     "#endif\n";
 
@@ -942,6 +961,39 @@ START_TEST(test_write_write_race) {
 }
 END_TEST
 
+START_TEST(test_neighbouring_halves_do_not_race) {
+  CUmodule m = module();
+  CUdeviceptr y = upload(NULL, sizeof(float) * 64);
+  void *args[] = {&y};
+  launch(function(m, "neighbour_halves"), 1, 1, 1, 64, 1, 1, args, CUDA_SUCCESS);
+  float out[64];
+  CK(api.cuMemcpyDtoH(out, y, sizeof out));
+  for (int i = 0; i < 64; i++) ck_assert_float_eq(out[i], 100.0f + 1000.0f * 132.0f);
+}
+END_TEST
+
+/* (1 + 2^-23)^2 - (1 + 2^-22) is 2^-46 when the product is fused into the
+ * sum (one rounding, as NVRTC's default --fmad=true compiles it) and 0 when
+ * the product is rounded to f32 first (1 + 2^-22). */
+START_TEST(test_multiply_add_is_fused) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (!__builtin_cpu_supports("fma")) {
+    printf("this host has no FMA: the emulated kernels round a * b + c twice (docs/cuda-emu.md)\n");
+    return;
+  }
+#endif
+  CUmodule m = module();
+  const float e = ldexpf(1, -23);
+  float x[3] = {1 + e, 1 + e, -(1 + 2 * e)};
+  CUdeviceptr dx = upload(x, sizeof x), dy = upload(NULL, sizeof(float) * 32);
+  void *args[] = {&dx, &dy};
+  launch(function(m, "fused_multiply_add"), 1, 1, 1, 32, 1, 1, args, CUDA_SUCCESS);
+  float y[32];
+  CK(api.cuMemcpyDtoH(y, dy, sizeof y));
+  ck_assert_msg(y[0] == ldexpf(1, -46), "a * b + c gave %a, want 0x1p-46 (fused, as NVRTC's --fmad=true)", (double)y[0]);
+}
+END_TEST
+
 START_TEST(test_unwritten_shared_memory) {
   CUmodule m = module();
   CUdeviceptr y = upload(NULL, sizeof(float) * 64);
@@ -1437,6 +1489,8 @@ static Suite *suite(void) {
   tcase_add_test(c, test_misaligned_vector_load);
   tcase_add_test(c, test_shared_index_out_of_bounds);
   tcase_add_test(c, test_write_write_race);
+  tcase_add_test(c, test_neighbouring_halves_do_not_race);
+  tcase_add_test(c, test_multiply_add_is_fused);
   tcase_add_test(c, test_unwritten_shared_memory);
   tcase_add_test(c, test_compile_error_names_the_kernel);
   suite_add_tcase(s, c);

@@ -58,6 +58,7 @@
 typedef struct algo_entry {
   uint64_t key;
   cublasLtMatmulAlgo_t algo;
+  uint32_t fallback; /* the epilogue run as a kernel after the plain GEMM (lt_call) */
 } algo_entry;
 
 typedef struct cuda_exec cuda_exec;
@@ -76,6 +77,7 @@ typedef struct cuda_device {
   CUdeviceptr workspace;
   CUmodule rt_module;
   CUfunction k_accumulate;
+  CUfunction k_lt_epilogue[2], k_lt_bgrad[2]; /* cuBLASLt's epilogues as kernels: [0] f32, [1] bf16 */
   bool emulated;       /* the emulated device: the whole .cu is one module */
   ncclComm_t nccl;
   int rank, nranks;
@@ -119,11 +121,15 @@ typedef struct graph_entry {
   CUgraphExec exec;   /* the captured step, once made */
 } graph_entry;
 
-/* One matmul's descriptors, made once at compile time. */
+/* One matmul's descriptors, made once at compile time.  fallback: the
+ * epilogue cuBLASLt had no algorithm for (0: none), which the desc then
+ * leaves out and a kernel of the backend's runs after the GEMM. */
 typedef struct lt_call {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
+  uint32_t epilogue, fallback;
+  uint32_t align[4]; /* the bytes A, B, C and D were taken to be aligned to (choose_algo) */
 } lt_call;
 
 struct cuda_exec {
@@ -313,6 +319,12 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
   free(image);
   cu_fail(d, ctx, r, "cuModuleLoadData", "the backend's own kernels");
   CU(d, ctx, A->cuModuleGetFunction(&d->k_accumulate, d->rt_module, "tg_accumulate"), "tg_accumulate");
+  static const char *const epilogue_kernels[2][2] = {{"tg_lt_epilogue_f32", "tg_lt_epilogue_bf16"},
+                                                     {"tg_lt_bgrad_f32", "tg_lt_bgrad_bf16"}};
+  for (int t = 0; t < 2; t++) {
+    CU(d, ctx, A->cuModuleGetFunction(&d->k_lt_epilogue[t], d->rt_module, epilogue_kernels[0][t]), epilogue_kernels[0][t]);
+    CU(d, ctx, A->cuModuleGetFunction(&d->k_lt_bgrad[t], d->rt_module, epilogue_kernels[1][t]), epilogue_kernels[1][t]);
+  }
 
   if (d->nranks > 1) {
     if (!A->ncclCommInitRank)
@@ -477,6 +489,37 @@ static cublasLtMatrixLayout_t layout(cuda_device *d, tg_ctx *ctx, tg_dtype t, in
   return l;
 }
 
+/* cuBLASLt's best algorithm for c's descriptors within the workspace:
+ * CUBLAS_STATUS_SUCCESS with one, else why not (NOT_SUPPORTED, or SUCCESS
+ * with none found, as cublasLtMatmulAlgoGetHeuristic documents both). */
+static cublasStatus_t heuristic(cuda_device *d, tg_ctx *ctx, const lt_call *c, cublasLtMatmulHeuristicResult_t *res,
+                                const char *what) {
+  tg_cuda_api *A = &d->api;
+  cublasLtMatmulPreference_t pref;
+  LT(d, ctx, A->cublasLtMatmulPreferenceCreate(&pref), what);
+  uint64_t ws = TG_CUBLASLT_WORKSPACE;
+  LT(d, ctx, A->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+     what);
+  /* the pointers' alignment, so that no algorithm needing more is chosen
+   * (cuBLASLt assumes 256 bytes unless told) */
+  for (int i = 0; i < 4; i++)
+    LT(d, ctx,
+       A->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i, &c->align[i],
+                                               sizeof c->align[i]),
+       what);
+  int found = 0;
+  cublasStatus_t s = A->cublasLtMatmulAlgoGetHeuristic(d->lt, c->desc, c->a, c->b, c->c, c->c, pref, 1, res, &found);
+  A->cublasLtMatmulPreferenceDestroy(pref);
+  return s == CUBLAS_STATUS_SUCCESS && found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : s;
+}
+
+/* The alignment cuBLASLt may count on for an address (or offset from a
+ * 256-byte aligned base): its lowest set bit, at most 256 (the heuristic's
+ * default assumption). */
+static uint32_t alignment_of(uint64_t at) { return at % 256 == 0 ? 256 : (uint32_t)(at & -at); }
+
+static void choose_algo(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, lt_call *c, const char *what);
+
 /* The descriptors of one matmul, and its algorithm: chosen once per shape
  * by cuBLASLt's heuristic and kept on the device for every later graph. */
 static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, lt_call *c, const char *what) {
@@ -504,38 +547,67 @@ static void make_lt_call(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, l
   c->a = layout(d, ctx, M->a_type, M->a_rows, M->a_cols, M->lda, M->batch_count, M->a_batch_stride, what);
   c->b = layout(d, ctx, M->b_type, M->b_rows, M->b_cols, M->ldb, M->batch_count, M->b_batch_stride, what);
   c->c = layout(d, ctx, M->c_type, M->m, M->n, M->ldc, M->batch_count, M->c_batch_stride, what);
+  c->epilogue = epi;
+  /* the pointers' alignment, the arena and every tensor being 256-byte
+   * aligned: what the offsets leave (matmul() checks the pointers) */
+  int64_t offset_bytes[4] = {M->a_offset * (int64_t)tg_dtype_size(M->a_type),
+                             M->b_offset * (int64_t)tg_dtype_size(M->b_type),
+                             M->c_offset * (int64_t)tg_dtype_size(M->c_type), 0};
+  offset_bytes[3] = offset_bytes[2];
+  for (int i = 0; i < 4; i++) c->align[i] = alignment_of((uint64_t)offset_bytes[i]);
+  choose_algo(d, ctx, M, c, what);
+}
+
+/* The algorithm for c, for pointers aligned as c->align says: the device's
+ * cached one for the same problem, else cuBLASLt's heuristic's (with the
+ * epilogue, else without it: lt_call's fallback). */
+static void choose_algo(cuda_device *d, tg_ctx *ctx, const tg_cuda_matmul *M, lt_call *c, const char *what) {
+  tg_cuda_api *A = &d->api;
+  const uint32_t epi = c->epilogue;
   uint64_t key = 1469598103934665603ull;
   int64_t f[] = {M->a_type, M->b_type, M->c_type, M->trans_a, M->trans_b, M->m, M->n, M->k, M->lda, M->ldb, M->ldc,
                  M->batch_count, M->a_batch_stride, M->b_batch_stride, M->c_batch_stride, epi,
-                 /* alignment matters to the algorithm: the offsets' 16-byte residues */
-                 (M->a_offset * tg_dtype_size(M->a_type)) % 16, (M->b_offset * tg_dtype_size(M->b_type)) % 16,
-                 (M->c_offset * tg_dtype_size(M->c_type)) % 16};
+                 /* alignment matters to the algorithm */
+                 c->align[0], c->align[1], c->align[2]};
   for (size_t i = 0; i < sizeof f / sizeof *f; i++) key = mix(key, (uint64_t)f[i]);
+  LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), what);
+  c->fallback = 0;
   for (int i = 0; i < d->n_algos; i++)
     if (d->algos[i].key == key) {
       c->algo = d->algos[i].algo;
+      if ((c->fallback = d->algos[i].fallback)) {
+        uint32_t plain = CUBLASLT_EPILOGUE_DEFAULT;
+        LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof plain),
+           what);
+      }
       return;
     }
-  cublasLtMatmulPreference_t pref;
-  LT(d, ctx, A->cublasLtMatmulPreferenceCreate(&pref), what);
-  uint64_t ws = TG_CUBLASLT_WORKSPACE;
-  LT(d, ctx, A->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-     what);
   cublasLtMatmulHeuristicResult_t res;
-  int found = 0;
-  cublasStatus_t s = A->cublasLtMatmulAlgoGetHeuristic(d->lt, c->desc, c->a, c->b, c->c, c->c, pref, 1, &res, &found);
-  A->cublasLtMatmulPreferenceDestroy(pref);
-  if (s != CUBLAS_STATUS_SUCCESS || found == 0)
-    tg_error(ctx, (tg_loc){0}, "cuBLASLt has no algorithm for %s (m %lld, n %lld, k %lld, batch %d): %s", what,
+  cublasStatus_t s = heuristic(d, ctx, c, &res, what);
+  /* No algorithm with the epilogue (cuBLASLt has BGRADA and BGRADB for one
+   * transposition each, and may lack others for a type or shape): the plain
+   * GEMM, then the epilogue as a kernel (matmul()).  The backend's kernels
+   * take one column-major product of f32 or bf16, the plan's matmuls with
+   * an epilogue. */
+  if (s != CUBLAS_STATUS_SUCCESS && epi != CUBLASLT_EPILOGUE_DEFAULT && M->batch_count == 1 &&
+      (M->c_type == TG_F32 || M->c_type == TG_BF16) && M->a_type == M->c_type && M->b_type == M->c_type) {
+    uint32_t plain = CUBLASLT_EPILOGUE_DEFAULT;
+    LT(d, ctx, A->cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof plain), what);
+    c->fallback = epi;
+    s = heuristic(d, ctx, c, &res, what);
+  }
+  if (s != CUBLAS_STATUS_SUCCESS)
+    tg_error(ctx, (tg_loc){0}, "cuBLASLt has no algorithm for %s (m %lld, n %lld, k %lld, batch %d%s): %s", what,
              (long long)M->m, (long long)M->n, (long long)M->k, M->batch_count,
-             s != CUBLAS_STATUS_SUCCESS ? lt_error(d, s) : "none found");
+             c->fallback ? ", nor without its epilogue" : "", lt_error(d, s));
   c->algo = res.algo;
   if (d->n_algos == d->cap_algos) {
     d->cap_algos = d->cap_algos ? 2 * d->cap_algos : 32;
     d->algos = tg_xrealloc(d->algos, sizeof *d->algos * (size_t)d->cap_algos);
   }
-  d->algos[d->n_algos++] = (algo_entry){key, c->algo};
+  d->algos[d->n_algos++] = (algo_entry){key, c->algo, c->fallback};
 }
+
 
 /* "kernel f_3fa2c91b0e (std.tg:15-17)", "matmul k3 (gpt2.tg:30)": for messages */
 static const char *op_what(cuda_exec *e, int i) {
@@ -977,6 +1049,56 @@ static void launch(cuda_exec *e, tg_ctx *ctx, int i) {
   cu_fail(d, ctx, r, "cuLaunchKernel", op_what(e, i));
 }
 
+/* Launches fn, one of the backend's own grid-stride kernels, over `work`
+ * items with n arguments, described for the emulated device (names and
+ * byte extents); `where` says what it is for. */
+static void launch_own(cuda_device *d, tg_ctx *ctx, CUfunction f, long long work, void **args, int n,
+                       const char *const *names, const size_t *extents, const char *fn, const char *where) {
+  unsigned blocks = (unsigned)((work + 255) / 256 < 8 * d->sm_count ? (work + 255) / 256 : 8 * d->sm_count);
+  if (blocks == 0) blocks = 1;
+  if (d->api.emu_describe_launch) d->api.emu_describe_launch(fn, where, n, names, extents);
+  char what[512];
+  snprintf(what, sizeof what, "%s (%s)", fn, where);
+  CU(d, ctx, d->api.cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, d->stream, args, NULL), what);
+}
+
+/* The epilogue cuBLASLt had no algorithm for (lt_call's fallback), after
+ * the plain GEMM wrote D (at dd): render_cuda_runtime.c's kernels, on the
+ * column-major m x n product of one type (make_lt_call checks). */
+static void epilogue_kernel(cuda_exec *e, tg_ctx *ctx, int i, CUdeviceptr da, CUdeviceptr db, CUdeviceptr dd) {
+  cuda_device *d = dev_of(&e->base);
+  const tg_cuda_matmul *M = &e->plan->ops[i].matmul;
+  const uint32_t epi = e->lt[i].fallback;
+  const int bf16 = M->c_type == TG_BF16;
+  const size_t es = tg_dtype_size(M->c_type);
+  const char *what = tg_sprintf(e->arena, "the epilogue of %s: cuBLASLt has no algorithm with it", op_what(e, i));
+  long long m = M->m, n = M->n;
+  CUdeviceptr bias = M->bias_node >= 0 ? value_ptr(e, M->bias_node, NULL) : dd;
+  if (epi == CUBLASLT_EPILOGUE_BGRADA || epi == CUBLASLT_EPILOGUE_BGRADB) {
+    /* op(A)'s rows (over k) or op(B)'s columns, as stored column-major */
+    bool of_a = epi == CUBLASLT_EPILOGUE_BGRADA, trans = of_a ? M->trans_a : M->trans_b;
+    long long ld = of_a ? M->lda : M->ldb, k = M->k, count = of_a ? m : n;
+    long long si = of_a == trans ? ld : 1, sp = of_a == trans ? 1 : ld;
+    long long rows = of_a ? M->a_rows : M->b_rows, cols = of_a ? M->a_cols : M->b_cols;
+    CUdeviceptr x = of_a ? da : db;
+    void *args[] = {&x, &bias, &count, &k, &si, &sp};
+    const char *names[] = {of_a ? "A" : "B", "bias", "count", "k", "si", "sp"};
+    size_t ext[] = {(size_t)((cols - 1) * ld + rows) * es, (size_t)count * es, 0, 0, 0, 0};
+    launch_own(d, ctx, d->k_lt_bgrad[bf16], count, args, 6, names, ext, bf16 ? "tg_lt_bgrad_bf16" : "tg_lt_bgrad_f32",
+               what);
+    return;
+  }
+  int mode = epi == CUBLASLT_EPILOGUE_BIAS ? 0 : epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 1 : 2;
+  CUdeviceptr aux = M->aux_node >= 0 ? value_ptr(e, M->aux_node, NULL) : dd;
+  long long ldd = M->ldc, ldaux = M->aux_node >= 0 ? M->aux_ld : M->ldc, mn = m * n;
+  void *args[] = {&dd, &bias, &aux, &m, &n, &ldd, &ldaux, &mode};
+  const char *names[] = {"D", "bias", "aux", "m", "n", "ldd", "ldaux", "mode"};
+  size_t ext[] = {(size_t)((n - 1) * ldd + m) * es, (size_t)(mode <= 1 ? m : (n - 1) * ldd + m) * es,
+                  (size_t)((n - 1) * ldaux + m) * es, 0, 0, 0, 0, 0};
+  launch_own(d, ctx, d->k_lt_epilogue[bf16], mn, args, 8, names, ext,
+             bf16 ? "tg_lt_epilogue_bf16" : "tg_lt_epilogue_f32", what);
+}
+
 static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
   cuda_device *d = dev_of(&e->base);
   const tg_cuda_matmul *M = &e->plan->ops[i].matmul;
@@ -985,12 +1107,22 @@ static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
   CUdeviceptr a = value_ptr(e, M->a_node, NULL) + (CUdeviceptr)(M->a_offset * tg_dtype_size(M->a_type));
   CUdeviceptr b = value_ptr(e, M->b_node, NULL) + (CUdeviceptr)(M->b_offset * tg_dtype_size(M->b_type));
   CUdeviceptr cc = value_ptr(e, M->node, NULL) + (CUdeviceptr)(M->c_offset * tg_dtype_size(M->c_type));
-  if (M->bias_node >= 0) {
+  /* a pointer less aligned than the algorithm was chosen for (a tensor
+   * bound from elsewhere): choose again for what they are */
+  const CUdeviceptr at[4] = {a, b, cc, cc};
+  bool less = false;
+  for (int x = 0; x < 4; x++) less = less || alignment_of(at[x]) < e->lt[i].align[x];
+  if (less) {
+    for (int x = 0; x < 4; x++) e->lt[i].align[x] = alignment_of(at[x]) < e->lt[i].align[x] ? alignment_of(at[x])
+                                                                                         : e->lt[i].align[x];
+    choose_algo(d, ctx, M, &e->lt[i], op_what(e, i));
+  }
+  if (M->bias_node >= 0 && !c->fallback) {
     CUdeviceptr bias = value_ptr(e, M->bias_node, NULL);
     LT(d, ctx, d->api.cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
        op_what(e, i));
   }
-  if (M->aux_node >= 0) {
+  if (M->aux_node >= 0 && !c->fallback) {
     CUdeviceptr aux = value_ptr(e, M->aux_node, NULL);
     LT(d, ctx, d->api.cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
        op_what(e, i));
@@ -1000,6 +1132,7 @@ static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
                            (const void *)cc, c->c, (void *)cc, c->c, &c->algo, (void *)d->workspace,
                            TG_CUBLASLT_WORKSPACE, d->stream),
      op_what(e, i));
+  if (c->fallback) epilogue_kernel(e, ctx, i, a, b, cc);
 }
 
 /* The value n of e's graph as a contiguous f32 array on the device. */
@@ -1024,15 +1157,9 @@ static void enqueue_accumulate(cuda_exec *e, tg_ctx *ctx, const hook_op *h) {
   float scale = h->scale;
   int first = h->first;
   void *args[] = {&acc, &g, &scale, &first, &n};
-  unsigned blocks = (unsigned)((n + 255) / 256 < 8 * d->sm_count ? (n + 255) / 256 : 8 * d->sm_count);
-  if (blocks == 0) blocks = 1;
-  if (d->api.emu_describe_launch) {
-    const char *names[] = {"acc", "g", "scale", "first", "n"};
-    size_t ext[] = {h->acc->bytes, (size_t)n * 4, 0, 0, 0};
-    d->api.emu_describe_launch("tg_accumulate", "the gradient accumulation", 5, names, ext);
-  }
-  CU(d, ctx, d->api.cuLaunchKernel(d->k_accumulate, blocks, 1, 1, 256, 1, 1, 0, d->stream, args, NULL),
-     "tg_accumulate (the gradient accumulation)");
+  const char *names[] = {"acc", "g", "scale", "first", "n"};
+  size_t ext[] = {h->acc->bytes, (size_t)n * 4, 0, 0, 0};
+  launch_own(d, ctx, d->k_accumulate, n, args, 5, names, ext, "tg_accumulate", "the gradient accumulation");
 }
 
 static int phase_of(cuda_exec *e, int i) {
@@ -1078,6 +1205,8 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
     }
     if (d->trace && !capturing) {
       if (op->kind == TG_CUDA_LAUNCH) fprintf(d->trace, "launch %s\n", op->launch.function);
+      else if (op->kind == TG_CUDA_MATMUL && e->lt[i].fallback)
+        fprintf(d->trace, "matmul k%d, then its epilogue as a kernel\n", op->kernel);
       else if (op->kind == TG_CUDA_MATMUL) fprintf(d->trace, "matmul k%d\n", op->kernel);
       else fprintf(d->trace, "allreduce %d\n", op->bucket);
     }

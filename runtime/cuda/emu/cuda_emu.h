@@ -32,12 +32,14 @@
  * thread-local pointer, set when a fiber starts and restored after every
  * call that may switch.
  *
- * Shared memory checks keep, per 4-byte word of each __shared__ array, the
+ * Shared memory checks keep, per byte of each __shared__ array, the
  * last writer and the readers since, with the block's barrier count and the
  * warp's sync count at the time; an access that conflicts with another
  * thread's with no barrier between (or, within one warp, no __syncwarp or
- * warp collective) is a race, and reading a word no thread of the block has
- * written is reported as uninitialised. */
+ * warp collective) is a race, and reading a byte no thread of the block has
+ * written is reported as uninitialised.  Bytes, not words: the GPU's shared
+ * memory is byte-addressed, so two threads storing neighbouring bf16 values
+ * (one 4-byte word) do not race on a GPU and must not here. */
 #ifndef TG_CUDA_EMU_H
 #define TG_CUDA_EMU_H
 
@@ -69,7 +71,7 @@ typedef struct tg_emu_uint3 {
 
 enum tg_emu_space { TG_EMU_GLOBAL = 0, TG_EMU_SHARED = 1 };
 
-/* Per 4-byte word of shared memory: who touched it since the block began.
+/* Per byte of shared memory: who touched it since the block began.
  * Threads are numbered 1 + their linear id so that zeroed memory means
  * "nobody". */
 typedef struct tg_emu_shadow {
@@ -90,7 +92,7 @@ typedef struct tg_emu_region {
   const char *name;      /* "b12", "ks", "argument 3" */
   int space;             /* TG_EMU_GLOBAL or TG_EMU_SHARED */
   const void *site;      /* shared: the declaration it belongs to */
-  tg_emu_shadow *shadow; /* shared: one per word from lo; NULL for global */
+  tg_emu_shadow *shadow; /* shared: one per byte from lo; NULL for global */
 } tg_emu_region;
 
 struct tg_emu_block;
@@ -338,11 +340,11 @@ inline bool ordered(const tg_emu_thread *t, int other, unsigned oe, unsigned owe
 }
 
 [[noreturn]] __attribute__((noinline)) inline void uninitialised(const tg_emu_region *r, uintptr_t a, size_t elem,
-                                                                  const char *tn, int kind, uintptr_t word) {
+                                                                  const char *tn, int kind, uintptr_t byte) {
   fail(TG_EMU_LAUNCH_FAILED,
        "%s %s[%lld] (%s, byte %lld of the array), which no thread of this block has written: shared memory "
        "starts undefined (a missing __syncthreads before the read, or a store that never happened)",
-       describe_access(kind), r->name, (long long)((a - r->lo) / elem), tn, (long long)(word * 4));
+       describe_access(kind), r->name, (long long)((a - r->lo) / elem), tn, (long long)byte);
 }
 
 [[noreturn]] __attribute__((noinline)) inline void in_flight(const tg_emu_region *r, uintptr_t a, size_t elem,
@@ -363,7 +365,7 @@ inline void shared_access(const tg_emu_region *r, uintptr_t a, size_t n, size_t 
   const tg_emu_block *b = t->block;
   const int me = t->linear + 1;
   const unsigned e = b->barrier_epoch, we = b->warp_epoch[t->warp];
-  for (uintptr_t w = (a - r->lo) >> 2, last = (a + n - 1 - r->lo) >> 2; w <= last; w++) {
+  for (uintptr_t w = a - r->lo, last = a + n - 1 - r->lo; w <= last; w++) {
     tg_emu_shadow *s = &r->shadow[w];
     if (s->pending) in_flight(r, a, elem, tn, kind, s->writer - 1);
     if (kind != WRITE) {
@@ -960,7 +962,7 @@ inline void mma_m16n8k16_bf16(float *c, const unsigned *a, unsigned b0, unsigned
 /* cp.async.{ca,cg}.shared.global [dst], [src], bytes, as the GPU does it:
  * the copy joins this thread's open group (cp.async.commit_group closes it)
  * and lands when cp.async.wait_group completes its group.  Until then its
- * words are marked in flight: any access to them (a read of the tile before
+ * bytes are marked in flight: any access to them (a read of the tile before
  * its wait, a store into it) fails the launch.  The wait records the copy
  * as this thread's write at that moment, so another thread must still pass
  * a __syncthreads after the wait before reading it (the race checks).
@@ -978,15 +980,15 @@ template <typename T> inline void cp_async(unsigned dst, const ptr<T> &src, int 
     fail(TG_EMU_LAUNCH_FAILED, "more than %d cp.async copies in flight in one thread (the emulator's limit)",
          TG_EMU_ASYNC_MAX);
   shared_access(r, a, (size_t)bytes, 1, "byte", WRITE);
-  for (uintptr_t w = (a - r->lo) >> 2, last = (a + (size_t)bytes - 1 - r->lo) >> 2; w <= last; w++) r->shadow[w].pending = 1;
+  for (uintptr_t w = a - r->lo, last = a + (size_t)bytes - 1 - r->lo; w <= last; w++) r->shadow[w].pending = 1;
   t->async[t->n_async++] = {r, a, src.a, (unsigned)bytes, t->async_group};
 }
 
-/* Lands copy c: its bytes, and its words as written by this thread now. */
+/* Lands copy c: its bytes, recorded as written by this thread now. */
 inline void cp_async_land(const tg_emu_async *c) {
   const tg_emu_thread *t = cur;
   memcpy((void *)c->dst, (const void *)c->src, c->bytes);
-  for (uintptr_t w = (c->dst - c->r->lo) >> 2, last = (c->dst + c->bytes - 1 - c->r->lo) >> 2; w <= last; w++) {
+  for (uintptr_t w = c->dst - c->r->lo, last = c->dst + c->bytes - 1 - c->r->lo; w <= last; w++) {
     tg_emu_shadow *s = &c->r->shadow[w];
     s->pending = 0;
     s->writer = t->linear + 1;

@@ -7,15 +7,23 @@
  * m x n; each matrix has its own layout: element type (F32, BF16, F16),
  * order (column- or row-major), leading dimension, batch count and stride.
  *
- * Accumulation is in double: each element of op(A) op(B) is formed from
- * the operands converted exactly to double, then scaled, offset, put
- * through the epilogue and rounded once to D's type.  The result is the
- * exact product rounded once, whatever the loop order (so blocking it
- * changes nothing, and every run gives the same bits), which makes it the
- * better reference: a kernel compared with it is off by its own rounding
- * only.  The GPU accumulates in float, so results differ from a real
- * cuBLASLt in the last bits (FAST_TF32 and FAST_16BF, which round the
- * operands on the GPU, are computed here at full precision).
+ * Accumulation is in f32, as on the GPU (CUBLAS_COMPUTE_32F: an f32
+ * accumulator; the tensor cores' products of 16-bit operands are exact in
+ * it): each element of op(A) op(B) is acc = fmaf(a[p], b[p], acc) for p =
+ * 0, 1, ..., k-1 in order, then alpha acc + beta C (an fmaf) and the bias
+ * in f32, the scale type; GELU and its derivative are computed in double
+ * from that f32 value and rounded once to D's type (they stand for the
+ * GPU's f32 formulas to within that rounding); the bias-gradient sums are
+ * f32 sums in order too.  Why one order stands for the GPU's: cuBLASLt
+ * sums k in blocks (16 or 32 per mma, then across the k tiles, and split-k
+ * may add partial sums at the end), an order the emulator cannot know; any
+ * order of k f32 additions is within (k-1) u sum|a b| of the exact product
+ * (u = 2^-24), and the sequential order has the largest such bound of
+ * them, so a tolerance that holds against the emulator's order holds for
+ * the GPU's.  Results are deterministic (one order), and differ from a real
+ * cuBLASLt by accumulation rounding of that size (FAST_TF32 and FAST_16BF,
+ * which round the operands on the GPU, are computed from the full f32
+ * operands here).
  *
  * Epilogues (cublasLt.h): BIAS adds bias[i] (a vector over D's rows) before
  * GELU; GELU is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
@@ -60,6 +68,7 @@ _Static_assert(sizeof(emu_lt_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "l
 typedef struct emu_lt_pref {
   uint32_t search;
   uint64_t max_workspace;
+  uint32_t min_align[4]; /* A, B, C, D: bytes the caller promises (256 by default) */
 } emu_lt_pref;
 _Static_assert(sizeof(emu_lt_pref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "pref fits");
 
@@ -300,8 +309,11 @@ static cublasStatus_t layout_set(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutA
 
 static cublasStatus_t pref_create(cublasLtMatmulPreference_t *p) {
   if (!p) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceCreate: NULL");
+  /* cublasLt.h: CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES default to 256 */
+  const emu_lt_pref init = {0, 0, {256, 256, 256, 256}};
   cublasStatus_t s;
-  cublasLtMatmulPreferenceOpaque_t *o = object_create(&prefs, sizeof *o, NULL, 0, "cublasLtMatmulPreferenceCreate", &s);
+  cublasLtMatmulPreferenceOpaque_t *o =
+      object_create(&prefs, sizeof *o, &init, sizeof init, "cublasLtMatmulPreferenceCreate", &s);
   if (o) *p = o;
   return s;
 }
@@ -321,6 +333,10 @@ static cublasStatus_t pref_set(cublasLtMatmulPreference_t p, cublasLtMatmulPrefe
     if ((s = attr_copy(&v.search, 4, buf, size, call, "SEARCH_MODE"))) return s;
   } else if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
     if ((s = attr_copy(&v.max_workspace, 8, buf, size, call, "MAX_WORKSPACE_BYTES"))) return s;
+  } else if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+    if ((s = attr_copy(&v.min_align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], 4, buf, size, call,
+                       "MIN_ALIGNMENT_*_BYTES")))
+      return s;
   } else {
     return lt_fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: the emulator does not know attribute %d", call, (int)a);
   }
@@ -376,6 +392,64 @@ static bool layout_ok(const emu_lt_layout *l, const char *name, char *why, size_
 }
 
 static int bias_type(const emu_lt_call *c) { return c->op.bias_type >= 0 ? c->op.bias_type : c->d.type; }
+
+/* The epilogue's own rules, for emu_lt_validate. */
+static cublasStatus_t epilogue_ok(const emu_lt_call *c, char *why, size_t n) {
+  const emu_lt_desc *o = &c->op;
+  const emu_lt_layout *D = &c->d;
+  const uint64_t m = D->rows;
+  uint32_t e = o->epilogue;
+  /* The bias-gradient epilogues exist for one transposition each: BGRADA
+   * sums op(A)'s rows only for a non-transposed A, BGRADB op(B)'s columns
+   * only for a transposed B (NVIDIA's nvmath-python skips the other cases
+   * in its cuBLASLt epilogue tests as unsupported: "CUBLASLT_EPILOGUE_BGRADA
+   * only works with non-transposed A", "BGRADB only works with transposed
+   * B"; cublasLtEpilogue_t in the cuBLAS documentation: "Apply Bias
+   * gradient to the input matrix A/B ... The reduction happens over the
+   * GEMM's k dimension").  cublasLtMatmulAlgoGetHeuristic then has no
+   * algorithm: CUBLAS_STATUS_NOT_SUPPORTED with returnAlgoCount 0 ("If no
+   * heuristic function available for current configuration"). */
+  if ((e == CUBLASLT_EPILOGUE_BGRADA && o->transa != CUBLAS_OP_N) ||
+      (e == CUBLASLT_EPILOGUE_BGRADB && o->transb != CUBLAS_OP_T)) {
+    snprintf(why, n, "epilogue %s with TRANSA %s, TRANSB %s: cuBLASLt has BGRADA for a non-transposed A and BGRADB "
+             "for a transposed B only", epilogue_name(e), o->transa == CUBLAS_OP_N ? "N" : "T",
+             o->transb == CUBLAS_OP_N ? "N" : "T");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  /* TG_EMU_LT_EPILOGUES=0: a cuBLASLt with no algorithm for any epilogue
+   * but DEFAULT, so that a caller's fallback (the CUDA backend's epilogue
+   * kernels) runs in CI */
+  const char *epilogues = getenv("TG_EMU_LT_EPILOGUES");
+  if (e != CUBLASLT_EPILOGUE_DEFAULT && epilogues && !strcmp(epilogues, "0")) {
+    snprintf(why, n, "epilogue %s: TG_EMU_LT_EPILOGUES=0 (the emulated cuBLASLt has no epilogues)", epilogue_name(e));
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if ((has_bias(e) || writes_bias(e)) && !o->bias && c->A) {
+    snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", epilogue_name(e));
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (writes_aux(e) || reads_aux(e)) {
+    if (!o->aux && c->A) {
+      snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", epilogue_name(e));
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (D->order != CUBLASLT_ORDER_COL) {
+      snprintf(why, n, "epilogue %s with a row-major D: the aux matrix is column-major (AUX_LD counts rows), so the "
+               "emulator takes aux epilogues with a column-major D only", epilogue_name(e));
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (o->aux_ld < (int64_t)m || o->aux_ld % 8) {
+      snprintf(why, n, "EPILOGUE_AUX_LD %lld: must be a multiple of 8 and at least D's %llu rows", (long long)o->aux_ld,
+               (unsigned long long)m);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (o->aux_stride % 8) {
+      snprintf(why, n, "EPILOGUE_AUX_BATCH_STRIDE %lld: must be a multiple of 8", (long long)o->aux_stride);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t n) {
   const emu_lt_desc *o = &c->op;
@@ -448,33 +522,7 @@ cublasStatus_t emu_lt_validate(const emu_lt_call *c, char *why, size_t n) {
     snprintf(why, n, "beta is %g but C is NULL", (double)c->beta);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  /* epilogue */
-  uint32_t e = o->epilogue;
-  if ((has_bias(e) || writes_bias(e)) && !o->bias && c->A) {
-    snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", epilogue_name(e));
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  if (writes_aux(e) || reads_aux(e)) {
-    if (!o->aux && c->A) {
-      snprintf(why, n, "epilogue %s needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", epilogue_name(e));
-      return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (D->order != CUBLASLT_ORDER_COL) {
-      snprintf(why, n, "epilogue %s with a row-major D: the aux matrix is column-major (AUX_LD counts rows), so the "
-               "emulator takes aux epilogues with a column-major D only", epilogue_name(e));
-      return CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    if (o->aux_ld < (int64_t)m || o->aux_ld % 8) {
-      snprintf(why, n, "EPILOGUE_AUX_LD %lld: must be a multiple of 8 and at least D's %llu rows", (long long)o->aux_ld,
-               (unsigned long long)m);
-      return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (o->aux_stride % 8) {
-      snprintf(why, n, "EPILOGUE_AUX_BATCH_STRIDE %lld: must be a multiple of 8", (long long)o->aux_stride);
-      return CUBLAS_STATUS_INVALID_VALUE;
-    }
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  return epilogue_ok(c, why, n);
 }
 
 /* ---- memory ranges --------------------------------------------------------------------- */
@@ -607,49 +655,53 @@ cublasStatus_t emu_lt_run(const emu_lt_call *c, char *why, size_t whylen) {
   const uint64_t m = c->d.rows, n = c->d.cols, k = c->op.transa == CUBLAS_OP_N ? c->a.cols : c->a.rows;
   const uint32_t e = c->op.epilogue;
   const int bt = bias_type(c);
-  double *a = malloc(sizeof(double) * (m * k + 1)), *bt_ = malloc(sizeof(double) * (n * k + 1));
-  double *rowsum = calloc(m + 1, sizeof(double));
+  float *a = malloc(sizeof(float) * (m * k + 1)), *bt_ = malloc(sizeof(float) * (n * k + 1));
+  float *rowsum = calloc(m + 1, sizeof(float));
   if (!a || !bt_ || !rowsum) {
     free(a), free(bt_), free(rowsum);
     snprintf(why, whylen, "out of memory");
     return CUBLAS_STATUS_ALLOC_FAILED;
   }
   for (int b = 0; b < c->d.batch; b++) {
-    /* op(A) row by row and op(B) column by column, as dense doubles */
+    /* op(A) row by row and op(B) column by column, as dense floats (exact:
+     * every operand type is a subset of f32) */
     for (uint64_t i = 0; i < m; i++)
       for (uint64_t p = 0; p < k; p++)
-        a[i * k + p] = load(c->a.type, c->A, c->op.transa == CUBLAS_OP_N ? at(&c->a, b, i, p) : at(&c->a, b, p, i));
+        a[i * k + p] = (float)load(c->a.type, c->A, c->op.transa == CUBLAS_OP_N ? at(&c->a, b, i, p) : at(&c->a, b, p, i));
     for (uint64_t j = 0; j < n; j++)
       for (uint64_t p = 0; p < k; p++)
-        bt_[j * k + p] = load(c->b.type, c->B, c->op.transb == CUBLAS_OP_N ? at(&c->b, b, p, j) : at(&c->b, b, j, p));
+        bt_[j * k + p] = (float)load(c->b.type, c->B, c->op.transb == CUBLAS_OP_N ? at(&c->b, b, p, j) : at(&c->b, b, j, p));
     uintptr_t bias = c->op.bias + (uintptr_t)((int64_t)b * c->op.bias_stride * (int64_t)type_bytes(bt));
     uintptr_t aux = c->op.aux + (uintptr_t)((int64_t)b * c->op.aux_stride * (int64_t)type_bytes(c->d.type));
-    memset(rowsum, 0, sizeof(double) * m);
+    memset(rowsum, 0, sizeof(float) * m);
     for (uint64_t j = 0; j < n; j++)
       for (uint64_t i = 0; i < m; i++) {
-        double acc = 0;
-        const double *x = a + i * k, *y = bt_ + j * k;
-        for (uint64_t p = 0; p < k; p++) acc += x[p] * y[p];
-        double v = (double)c->alpha * acc;
-        if (c->beta != 0) v += (double)c->beta * load(c->c.type, c->C, at(&c->c, b, i, j));
-        if (has_bias(e)) v += load(bt, bias, (int64_t)i);
+        /* the f32 accumulator, one fused multiply-add per k in order */
+        float acc = 0;
+        const float *x = a + i * k, *y = bt_ + j * k;
+        for (uint64_t p = 0; p < k; p++) acc = fmaf(x[p], y[p], acc);
+        /* alpha, beta and the bias in the scale type, f32 */
+        float v = c->alpha * acc;
+        if (c->beta != 0) v = fmaf(c->beta, (float)load(c->c.type, c->C, at(&c->c, b, i, j)), v);
+        if (has_bias(e)) v += (float)load(bt, bias, (int64_t)i);
         if (writes_aux(e)) store(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i), v);
-        if (has_gelu(e)) v = tg_gelu_tanh(v);
-        if (reads_aux(e)) v *= tg_gelu_tanh_grad(load(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i)));
-        rowsum[i] += v;
-        store(c->d.type, c->D, at(&c->d, b, i, j), v);
+        double out = v; /* GELU and its derivative: to within D's rounding */
+        if (has_gelu(e)) out = tg_gelu_tanh(v);
+        if (reads_aux(e)) out *= tg_gelu_tanh_grad(load(c->d.type, aux, (int64_t)(j * (uint64_t)c->op.aux_ld + i)));
+        rowsum[i] += (float)out;
+        store(c->d.type, c->D, at(&c->d, b, i, j), out);
       }
     if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD)
       for (uint64_t i = 0; i < m; i++) store(bt, bias, (int64_t)i, rowsum[i]);
     if (e == CUBLASLT_EPILOGUE_BGRADA)
       for (uint64_t i = 0; i < m; i++) {
-        double sum = 0;
+        float sum = 0;
         for (uint64_t p = 0; p < k; p++) sum += a[i * k + p];
         store(bt, bias, (int64_t)i, sum);
       }
     if (e == CUBLASLT_EPILOGUE_BGRADB)
       for (uint64_t j = 0; j < n; j++) {
-        double sum = 0;
+        float sum = 0;
         for (uint64_t p = 0; p < k; p++) sum += bt_[j * k + p];
         store(bt, bias, (int64_t)j, sum);
       }
@@ -702,11 +754,42 @@ static cublasStatus_t heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cub
   if ((s = emu_lt_validate(&cl, why, sizeof why))) return lt_fail(s, "%s: %s", call, why);
   memset(&results[0], 0, sizeof results[0]);
   results[0].algo.data[0] = ALGO_MARK;
+  /* the alignments it was chosen for, which cublasLtMatmul holds the
+   * pointers to (algo_aligned) */
+  emu_lt_pref pv;
+  memcpy(&pv, pref, sizeof pv);
+  for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = pv.min_align[i];
   results[0].workspaceSize = 0;
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.0f;
   *returned = 1;
   return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Whether the pointers are aligned as the algorithm needs.  The heuristic
+ * picks among the algorithms that work with pointers aligned to the
+ * preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES (256 by
+ * default: "Selecting a smaller value will exclude algorithms that can not
+ * work with matrix A that is not as strictly aligned as they need",
+ * cublasLt.h), so an algorithm it returned may need that much; a pointer
+ * aligned less is refused, as cuBLASLt refuses an algorithm its operands
+ * do not suit (CUBLAS_STATUS_NOT_SUPPORTED).  The emulator takes the
+ * strictest reading: every such algorithm needs the full alignment. */
+static bool algo_aligned(const cublasLtMatmulAlgo_t *algo, const void *A, const void *B, const void *C, const void *D,
+                         const char *call) {
+  const void *p[4] = {A, B, C, D};
+  for (int i = 0; i < 4; i++) {
+    uint64_t need = algo->data[1 + i];
+    uintptr_t at = (uintptr_t)p[i];
+    if (!p[i] || !need || at % need == 0) continue;
+    lt_fail(CUBLAS_STATUS_NOT_SUPPORTED,
+            "%s: %c is at %#llx, %llu-byte aligned, and the algorithm was chosen for %llu-byte aligned %c "
+            "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES, 256 unless set): ask the heuristic with the alignment "
+            "the pointers have", call, "ABCD"[i], (unsigned long long)at, (unsigned long long)(at & -at),
+            (unsigned long long)need, "ABCD"[i], "ABCD"[i]);
+    return false;
+  }
+  return true;
 }
 
 static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha, const void *A,
@@ -723,6 +806,7 @@ static cublasStatus_t matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const 
   if (algo && algo->data[0] != ALGO_MARK)
     return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: the algorithm did not come from cublasLtMatmulAlgoGetHeuristic", call);
   if (!A || !B || !D) return lt_fail(CUBLAS_STATUS_INVALID_VALUE, "%s: A, B or D is NULL", call);
+  if (algo && !algo_aligned(algo, A, B, C, D, call)) return CUBLAS_STATUS_NOT_SUPPORTED;
   memcpy(&cl.alpha, alpha, 4); /* host pointers of the scale type (32F), read now as cuBLASLt does */
   memcpy(&cl.beta, beta, 4);
   cl.A = (uintptr_t)A, cl.B = (uintptr_t)B, cl.C = (uintptr_t)C, cl.D = (uintptr_t)D;

@@ -11,6 +11,16 @@
  * with AddressSanitizer and UBSan as well, so that the emulation code in
  * the header is checked too.
  *
+ * -ffp-contract=fast, -mfma on an x86-64 host that has FMA (the default
+ * x86-64 target lacks it, so nothing would be fused without) and
+ * -fexpensive-optimizations (without which GCC forms no FMA at -O1; clang
+ * ignores it with a warning): NVRTC compiles with --fmad=true by default,
+ * fusing a * b + c into one rounding, and the emulated kernels must round
+ * as the GPU's do.  The host compiler picks its own pairs to fuse in an
+ * expression such as a * b + c * d, as ptxas does: results agree with a
+ * GPU's to an f32 rounding here and there, not bit for bit.  A host
+ * without FMA keeps separate roundings (docs/cuda-emu.md).
+ *
  * The kernels' __launch_bounds__, which the header defines away, are read
  * from the source into a table appended to it (TG_EMU_LAUNCH_BOUNDS,
  * emu_internal.h), so that the driver refuses a block over the bound.
@@ -96,6 +106,17 @@ static void launch_bounds_table(const char *src, tg_sbuf *out) {
   tg_sb_printf(out, "  {nullptr, 0}};\n}\n");
 }
 
+/* Whether the host can fuse multiply-adds, and the flag that lets the
+ * compiler use the instruction: x86-64's baseline has no FMA (Haswell and
+ * later do); aarch64 always has it. */
+#if defined(__x86_64__) || defined(__i386__)
+static const char HOST_FMA_FLAG[] = "-mfma";
+static bool host_has_fma(void) { return __builtin_cpu_supports("fma"); }
+#else
+static const char HOST_FMA_FLAG[] = "";
+static bool host_has_fma(void) { return true; }
+#endif
+
 bool emu_compile(const char *src, const char *src_name, const char *arch, void **image, size_t *size,
                  bool *from_cache, char *why, size_t whylen) {
   *image = NULL;
@@ -118,16 +139,18 @@ bool emu_compile(const char *src, const char *src_name, const char *arch, void *
   tg_sbuf full = {0};
   tg_sb_printf(&full, "#line 1 \"cuda_emu.h\"\n%s\n#line 1 \"%s\"\n%s\n", tg_cuda_emu_header, src_name, src);
   launch_bounds_table(src, &full);
-  static const char *const flags[] = {
-      "-x", "c++", "-std=c++17", "-O1", "-g", "-fvisibility=hidden", "-fno-exceptions", "-fno-rtti", "-fno-math-errno",
+  const char *flags[16] = {"-x", "c++", "-std=c++17", "-O1", "-g", "-fvisibility=hidden", "-fno-exceptions",
+                           "-fno-rtti", "-fno-math-errno", "-ffp-contract=fast", "-fexpensive-optimizations"};
+  int n_flags = 11;
+  if (host_has_fma() && HOST_FMA_FLAG[0]) flags[n_flags++] = HOST_FMA_FLAG;
 #ifdef TG_EMU_SANITIZE
-      "-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+  flags[n_flags++] = "-fsanitize=address,undefined";
+  flags[n_flags++] = "-fno-omit-frame-pointer";
 #endif
-  };
   static const char *const libs[] = {"-lstdc++", "-lm"};
   tg_so so = {0};
   char *log = tg_xmalloc(65536);
-  bool ok = tg_ccjit_build(full.s, flags, (int)(sizeof flags / sizeof *flags), libs, 2, &so, log, 65536);
+  bool ok = tg_ccjit_build(full.s, flags, n_flags, libs, 2, &so, log, 65536);
   if (!ok) compile_error(src, src_name, log, why, whylen);
   free(log);
   tg_sb_free(&full);

@@ -98,7 +98,7 @@ struct exec {
   int next_start, exited, at_barrier, barrier_line;
   emu_thread *barrier_first;
   char *arena;                 /* 16-byte aligned */
-  tg_emu_shadow *shadow;       /* one per 4 bytes of arena */
+  tg_emu_shadow *shadow;       /* one per byte of arena */
   size_t shared_used;          /* bytes of arena handed out */
   size_t static_shared;        /* of which static arrays */
   tg_emu_region regions[MAX_SHARED_ARRAYS];
@@ -119,7 +119,7 @@ static exec *executor(void) {
   if (!x) return NULL;
   x->host = tg_fiber_for_thread();
   x->arena = aligned_alloc(64, ARENA_BYTES);
-  x->shadow = calloc(ARENA_BYTES / 4, sizeof *x->shadow);
+  x->shadow = calloc(ARENA_BYTES, sizeof *x->shadow);
   if (!x->host || !x->arena || !x->shadow) {
     free(x->arena);
     free(x->shadow);
@@ -512,8 +512,8 @@ static tg_emu_region *new_region(exec *x, emu_thread *t, const char *name, const
   r->name = name;
   r->space = TG_EMU_SHARED;
   r->site = site;
-  r->shadow = x->shadow + off / 4;
-  memset(r->shadow, 0, (bytes + 3) / 4 * sizeof *r->shadow);
+  r->shadow = x->shadow + off;
+  memset(r->shadow, 0, bytes * sizeof *r->shadow);
   x->region_list[x->block.n_shared++] = r;
   x->shared_used = off + bytes;
   return r;
@@ -596,7 +596,7 @@ static bool run_block(exec *x, unsigned bx, unsigned by, unsigned bz) {
   x->ready_head = x->ready_count = 0;
   x->static_shared = 0;
   x->shared_used = L->dynamic_shared;
-  memset(x->shadow, 0, (L->dynamic_shared + 3) / 4 * sizeof *x->shadow);
+  memset(x->shadow, 0, L->dynamic_shared * sizeof *x->shadow);
   x->dynamic = (tg_emu_region){(uintptr_t)x->arena, (uintptr_t)x->arena + L->dynamic_shared,
                                "the dynamic shared memory", TG_EMU_SHARED, NULL, x->shadow};
   if (L->dynamic_shared) x->region_list[b->n_shared++] = &x->dynamic; /* for cvta and ldmatrix */
