@@ -405,7 +405,7 @@ bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t
 
 /* ---- the report ---------------------------------------------------------- */
 
-static void fmt_bytes(char *buf, size_t n, int64_t b) {
+void tg_memplan_format_bytes(char *buf, size_t n, int64_t b) {
   if (b < 10000) snprintf(buf, n, "%lld B", (long long)b);
   else if (b < 10000000) snprintf(buf, n, "%.1f kB", (double)b / 1e3);
   else if (b < 10000000000LL) snprintf(buf, n, "%.1f MB", (double)b / 1e6);
@@ -414,9 +414,9 @@ static void fmt_bytes(char *buf, size_t n, int64_t b) {
 
 void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p) {
   char a[32], s[32], z[32];
-  fmt_bytes(a, sizeof a, p->arena_bytes);
-  fmt_bytes(s, sizeof s, p->sum_bytes);
-  fmt_bytes(z, sizeof z, p->persistent_bytes);
+  tg_memplan_format_bytes(a, sizeof a, p->arena_bytes);
+  tg_memplan_format_bytes(s, sizeof s, p->sum_bytes);
+  tg_memplan_format_bytes(z, sizeof z, p->persistent_bytes);
   fprintf(out, "%speak memory %s (intermediates, planned) vs %s without reuse; parameters and state %s\n",
           prefix, a, s, z);
 }
@@ -426,14 +426,14 @@ static void report(FILE *out, const tg_graph *g, const tg_mem_plan *p) {
   for (int i = 0; i < p->n_buffers; i++) {
     const tg_buffer *x = &p->buffers[i];
     const tg_node *n = g->nodes[x->node];
-    fmt_bytes(b, sizeof b, x->bytes);
+    tg_memplan_format_bytes(b, sizeof b, x->bytes);
     char last[32];
     if (x->last == g->n_kernels) snprintf(last, sizeof last, "end");
     else snprintf(last, sizeof last, "k%d", x->last);
     fprintf(out, "memplan: %%%d %s: %s at 0x%llx, live k%d..%s\n", x->node, tg_ops[n->op].name, b,
             (unsigned long long)x->offset, x->first, last);
   }
-  fmt_bytes(b, sizeof b, p->live_bytes);
+  tg_memplan_format_bytes(b, sizeof b, p->live_bytes);
   fprintf(out, "memplan: %d buffers; at most %s live at once (no plan needs less)\n", p->n_buffers, b);
   tg_memplan_print_totals(out, "memplan: ", p);
 }

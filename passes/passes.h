@@ -158,6 +158,47 @@ bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t
 /* "peak memory X (intermediates, planned) vs Y without reuse; parameters
  * and state Z", for reports (the fusion report's totals). */
 void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p);
+/* Bytes as reports print them: "3072 B", "12.5 kB", "497.8 MB", "14.93 GB". */
+void tg_memplan_format_bytes(char *buf, size_t n, int64_t b);
+
+/* zero_plan.c: what one rank of N keeps under ZeRO stage S (0: plain data
+ * parallelism; 1: AdamW's moments and the f32 master weights sharded; 2:
+ * the gradient accumulators too; 3: the parameters too, gathered a layer
+ * at a time), from the training step after the pipeline (its parameters,
+ * the adamw slots' state leaves and memplan's peak).  Each parameter is
+ * flattened and split into N equal shards of a multiple of
+ * TG_ZERO_SHARD_ALIGN elements, so the bytes are exact, padding included.
+ * Only a plan: the collectives and the sharded optimizer are not built
+ * (docs/parallel.md). */
+enum { TG_ZERO_SHARD_ALIGN = 128, TG_ZERO_MAX_STAGE = 3 };
+typedef struct tg_zero_plan {
+  int ranks;
+  int stage;                /* as planned: 0 whatever was asked when ranks == 1 */
+  int n_params;             /* parameter tensors */
+  int64_t n_elements;       /* their elements (Psi) */
+  /* per rank, in bytes: */
+  int64_t master_bytes;     /* f32 parameters (whole or this rank's shards) */
+  int64_t copy_bytes;       /* their bf16 copies (precision bf16) */
+  int64_t gathered_bytes;   /* stage 3: the whole forward weights of the two
+                             * largest layers, one computing, one arriving */
+  int64_t grad_bytes;       /* the f32 gradient accumulators */
+  int64_t optimizer_bytes;  /* AdamW's two moments */
+  int64_t other_bytes;      /* the other leaves (inputs, lr, step): not sharded */
+  int64_t activation_bytes; /* the intermediates that die within the step,
+                             * placed as memplan places them */
+  int64_t peak_bytes;       /* all of the above at once */
+  /* not per rank, not in the peak: */
+  int64_t step_arena_bytes;   /* memplan's planned peak of the whole step */
+  int64_t step_outputs_bytes; /* its buffers that outlive the step (the
+                               * gradients, the optimizer's new values) */
+  const char *gathered[2];  /* stage 3: the layers gathered_bytes is for */
+} tg_zero_plan;
+/* Fills *out for g (after the pipeline, with the optimizer: memplan placed
+ * here if it was not yet).  False, with why, for a stage outside 0..3,
+ * fewer than one rank, or a graph without the optimizer's moments. */
+bool tg_zero_plan_make(tg_ctx *ctx, tg_graph *g, int ranks, int stage, tg_zero_plan *out, char *why, size_t whylen);
+/* The per-rank summary of p next to ddp (the same ranks at stage 0). */
+void tg_zero_plan_print(FILE *out, const tg_zero_plan *p, const tg_zero_plan *ddp);
 
 /* schedule.c: buckets of gradients for data parallelism, each all-reduced
  * right after the kernel that produces its last gradient (ir.h:

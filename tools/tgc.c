@@ -74,6 +74,12 @@ static const char usage[] =
     "                     attention and saved activations; f32 master weights,\n"
     "                     statistics, loss and optimizer; docs/precision.md);\n"
     "                     bf16 by default for --emit cuda, f32 otherwise\n"
+    "  --ranks N          with --report memplan: also each of N data-parallel ranks'\n"
+    "                     memory (parameters, gradients, optimizer state,\n"
+    "                     activations, peak) next to plain data parallelism's\n"
+    "  --zero S           ... at ZeRO stage S: 0 (none), 1 (optimizer state\n"
+    "                     sharded), 2 (and gradients), 3 (and parameters); a plan\n"
+    "                     only, the training side is not built (docs/parallel.md)\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -96,7 +102,8 @@ enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMI
 static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad", "--arch",
                                           "-D",      "-I",     "-o",        "--help",
                                           "--version", "--dump-after", "--pad-multiple",
-                                          "--report", "--precision", "--gpu", "--decode"};
+                                          "--report", "--precision", "--gpu", "--decode",
+                                          "--ranks", "--zero"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgc", fmt, arg); }
@@ -173,6 +180,26 @@ static void release(held *h) {
   *h = (held){0};
 }
 
+/* --ranks and --zero: the per-rank memory of ZeRO's stages (docs/parallel.md). */
+typedef struct zero_args {
+  bool given;
+  int ranks, stage;
+} zero_args;
+
+/* After --report memplan's own lines: one rank's memory at the stage asked
+ * for and at stage 0.  Returns the exit status. */
+static int report_zero(tg_ctx *ctx, tg_graph *g, const zero_args *z) {
+  tg_zero_plan at_stage, ddp;
+  char why[256];
+  if (!tg_zero_plan_make(ctx, g, z->ranks, z->stage, &at_stage, why, sizeof why) ||
+      !tg_zero_plan_make(ctx, g, z->ranks, 0, &ddp, why, sizeof why)) {
+    fprintf(stderr, "tgc: error: %s\n", why);
+    return 1;
+  }
+  tg_zero_plan_print(stdout, &at_stage, &ddp);
+  return 0;
+}
+
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
  * input longjmp to main's handler through ctx->bail; main then releases
  * what *h holds. */
@@ -180,7 +207,7 @@ static int compile_cubins(const tg_cuda_kernels *ks, const char *dir, const char
 
 static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum emit what,
                const char *out_path, const tg_pipeline_opts *popts, const tg_gpu_spec *traffic_gpu, const char *arch,
-               held *h) {
+               const zero_args *zero, held *h) {
   bool cubin = what == EMIT_CUBIN;
   if (cubin) what = EMIT_CUDA;
   tg_graph *g;
@@ -221,6 +248,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
+  if (status == 0 && zero->given) status = report_zero(ctx, g, zero);
   emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && what == EMIT_CUDA) {
@@ -301,6 +329,7 @@ typedef struct cli {
   int pad_multiple;
   int precision; /* -1: the default for the output; else a tg_precision_policy */
   const char *arch; /* --arch, for --emit cubin */
+  zero_args zero;   /* --ranks, --zero */
 } cli;
 
 /* The one report no pass writes: codegen's traffic (the CUDA step's bytes
@@ -359,6 +388,45 @@ static int parse_dump_after(const char *name, cli *c) {
   return -1;
 }
 
+/* --ranks N and --zero S at argv[*i]: -1 when argv[*i] is neither, 0 when
+ * read (*i past its value), else the exit status of a usage error. */
+static int parse_zero_arg(int argc, char **argv, int *i, cli *c) {
+  const char *a = argv[*i];
+  bool ranks = !strcmp(a, "--ranks");
+  if (!ranks && strcmp(a, "--zero")) return -1;
+  if (*i + 1 >= argc)
+    return usage_error("%s needs a number", ranks ? "--ranks" : "--zero (a ZeRO stage: 0, 1, 2 or 3)");
+  const char *val = argv[++*i];
+  char *end;
+  errno = 0;
+  long n = strtol(val, &end, 10);
+  bool whole = end != val && !*end && !errno;
+  c->zero.given = true;
+  if (ranks) {
+    if (!whole || n < 1 || n > 1 << 16) return usage_error("--ranks %s: expected a whole number of ranks from 1 to 65536", val);
+    c->zero.ranks = (int)n;
+  } else {
+    if (!whole || n < 0 || n > TG_ZERO_MAX_STAGE)
+      return usage_error("--zero %s: the ZeRO stages are 0 (plain data parallelism), 1 (optimizer state sharded), "
+                         "2 (and gradients), 3 (and parameters)", val);
+    c->zero.stage = (int)n;
+  }
+  return 0;
+}
+
+/* What --ranks and --zero need of the other options: -1 to go on, or the
+ * exit status of a usage error. */
+static int settle_zero_args(cli *c) {
+  if (!c->zero.given) return -1;
+  if (!c->report || strcmp(c->report, TG_REPORT_MEMPLAN))
+    return usage_error("%s", "--ranks and --zero are for --report memplan: the memory plan per rank (ZeRO's training "
+                             "side is not built yet; docs/parallel.md)");
+  if (c->decode) return usage_error("%s", "--ranks and --zero plan a training step; --decode has no gradient or optimizer");
+  if (c->zero.stage > 0 && c->zero.ranks == 1)
+    fprintf(stderr, "tgc: note: --zero %d with --ranks 1: one rank has nothing to shard; planning stage 0\n", c->zero.stage);
+  return -1;
+}
+
 /* The options' consequences for one another, once all are read: -1 to go
  * on, or the exit status of a usage error. */
 static int settle_args(int argc, cli *c) {
@@ -385,6 +453,8 @@ static int settle_args(int argc, cli *c) {
   if (c->what == EMIT_CUBIN && !c->out_path)
     return usage_error("%s", "--emit cubin needs -o DIR: the directory for the .cu, the manifest and the cubins");
   if (!c->arch) c->arch = "sm_90";
+  int zero_status = settle_zero_args(c);
+  if (zero_status >= 0) return zero_status;
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
   if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
@@ -403,6 +473,11 @@ static int parse_args(int argc, char **argv, cli *c) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = NULL;
+    int zero_status = parse_zero_arg(argc, argv, &i, c);
+    if (zero_status >= 0) {
+      if (zero_status) return zero_status;
+      continue;
+    }
     /* -DNAME=V and -D NAME=V, -IDIR and -I DIR, -oFILE and -o FILE */
     if (a[0] == '-' && (a[1] == 'D' || a[1] == 'I' || a[1] == 'o') && a[2]) val = a + 2;
     else if (!strcmp(a, "-D") || !strcmp(a, "-I") || !strcmp(a, "-o") || !strcmp(a, "--emit")) {
@@ -487,7 +562,7 @@ static int parse_args(int argc, char **argv, cli *c) {
 }
 
 int main(int argc, char **argv) {
-  cli c = {.what = EMIT_STATS, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .precision = -1};
+  cli c = {.what = EMIT_STATS, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .precision = -1, .zero = {false, 1, 0}};
   c.defines = calloc((size_t)argc + 1, sizeof *c.defines); /* + --decode's T */
   c.define_names = calloc((size_t)argc, sizeof *c.define_names);
   c.incs = calloc((size_t)argc + 8, sizeof *c.incs);
@@ -509,7 +584,8 @@ int main(int argc, char **argv) {
                               .report_name = c.report, .report = stdout};
     static held h; /* static: it outlives the longjmp unchanged */
     if (setjmp(bail)) status = 1;
-    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &h);
+    else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &c.zero,
+                      &h);
     release(&h);
     tg_ctx_free(ctx);
   }

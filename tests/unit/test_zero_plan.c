@@ -1,0 +1,233 @@
+/* test_zero_plan.c: the per-rank memory of ZeRO's stages (passes/zero_plan.c).
+ *
+ * On a tiny GPT-2 training step, at bf16 and f32:
+ *   - stage 0 is today's totals: the parameters, their bf16 copies and
+ *     AdamW's moments as the graph's leaves have them, every other leaf
+ *     once (together memplan's "parameters and state"), gradients as the
+ *     parameters; activations the part of memplan's plan that dies within
+ *     the step, no more than its whole arena, and the rest (the buffers
+ *     that outlive the step) reported apart;
+ *   - one rank is stage 0, whatever stage is asked for, and stage 0's
+ *     bytes do not depend on the ranks;
+ *   - on N ranks, stage 1 cuts the optimizer state to 1/N of stage 0's
+ *     within the shards' padding (under TG_ZERO_SHARD_ALIGN elements per
+ *     parameter per rank), stage 2 the gradients too, stage 3 the
+ *     parameters too, besides the two layers it keeps gathered;
+ *   - what is not sharded at a stage stays whole;
+ *   - with more ranks than elements in any parameter, every shard is one
+ *     TG_ZERO_SHARD_ALIGN block: the padding is counted, not approximated;
+ *   - a stage outside 0..3, no ranks, or a graph without the optimizer
+ *     are refused with why. */
+#include <stdio.h>
+#include <string.h>
+
+#include "frontend.h"
+#include "passes.h"
+#include "testutil.h"
+
+static const char *const tiny[] = {"n_layer=2", "n_embd=16", "n_head=2", "vocab=50", "block_size=8", "B=2", "T=8"};
+enum { N_TINY = sizeof tiny / sizeof tiny[0] };
+
+/* The tiny gpt2.tg through the pipeline: the training step (step) or the
+ * gradient alone. */
+static tg_graph *compile(tg_ctx *ctx, tg_precision_policy precision, bool step) {
+  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), N_TINY, tiny);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
+  tg_pipeline_opts po = {.precision = precision, .grad = true, .step = step, .adamw = tg_adamw_defaults,
+                         .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  tg_run_pipeline(ctx, g, &po);
+  ctx->bail = NULL;
+  return g;
+}
+
+static tg_zero_plan plan(tg_ctx *ctx, tg_graph *g, int ranks, int stage) {
+  tg_zero_plan p;
+  char why[256] = "";
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("the plan bailed: %s", tu_errors(ctx));
+  ck_assert_msg(tg_zero_plan_make(ctx, g, ranks, stage, &p, why, sizeof why), "refused: %s", why);
+  ctx->bail = NULL;
+  ck_assert_int_eq(p.peak_bytes, p.master_bytes + p.copy_bytes + p.gathered_bytes + p.grad_bytes + p.optimizer_bytes +
+                                     p.other_bytes + p.activation_bytes);
+  return p;
+}
+
+static int64_t bytes_of(const tg_node *n) { return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype); }
+
+/* The graph's own sums: parameters, and state leaves by name prefix. */
+static int64_t param_bytes(const tg_graph *g) {
+  int64_t b = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_param) b += bytes_of(g->nodes[i]);
+  return b;
+}
+
+static int64_t state_bytes(const tg_graph *g, const char *prefix) {
+  int64_t b = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (n->op == TG_OP_state && n->name && !strncmp(n->name, prefix, strlen(prefix))) b += bytes_of(n);
+  }
+  return b;
+}
+
+static bool same_bytes(const tg_zero_plan *a, const tg_zero_plan *b) {
+  return a->master_bytes == b->master_bytes && a->copy_bytes == b->copy_bytes && a->gathered_bytes == b->gathered_bytes &&
+         a->grad_bytes == b->grad_bytes && a->optimizer_bytes == b->optimizer_bytes && a->other_bytes == b->other_bytes &&
+         a->activation_bytes == b->activation_bytes && a->peak_bytes == b->peak_bytes;
+}
+
+/* per_rank is whole / ranks within the padding of n_params shards of
+ * elem_bytes-byte elements: at least a fair share, less than one padding
+ * block per parameter more. */
+static void assert_share(const char *what, int64_t per_rank, int64_t whole, int ranks, int n_params, int elem_bytes) {
+  int64_t padding = per_rank * ranks - whole;
+  ck_assert_msg(padding >= 0, "%s: %lld bytes a rank x %d ranks is less than the whole %lld", what, (long long)per_rank,
+                ranks, (long long)whole);
+  ck_assert_msg(padding < (int64_t)n_params * ranks * TG_ZERO_SHARD_ALIGN * elem_bytes,
+                "%s: %lld bytes of padding on %d ranks is more than the shards' alignment allows", what, (long long)padding,
+                ranks);
+  ck_assert_int_lt(per_rank, whole);
+}
+
+START_TEST(test_stage0_is_todays_totals) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = compile(ctx, TG_PRECISION_BF16, true);
+  tg_zero_plan p = plan(ctx, g, 8, 0);
+  ck_assert_int_eq(p.stage, 0);
+  ck_assert_int_eq(p.master_bytes, param_bytes(g));
+  ck_assert_int_eq(p.grad_bytes, param_bytes(g)); /* f32 accumulators, as the training loop keeps them */
+  ck_assert_int_eq(p.optimizer_bytes, state_bytes(g, TG_ADAM_M_PREFIX) + state_bytes(g, TG_ADAM_V_PREFIX));
+  ck_assert_int_eq(p.optimizer_bytes, 2 * param_bytes(g));
+  ck_assert_int_eq(p.copy_bytes, state_bytes(g, TG_BF16_COPY_PREFIX));
+  ck_assert_int_gt(p.copy_bytes, 0);
+  ck_assert_int_eq(p.gathered_bytes, 0);
+  ck_assert_int_eq(p.master_bytes + p.copy_bytes + p.optimizer_bytes + p.other_bytes, g->memplan->persistent_bytes);
+  const tg_mem_plan *mp = tg_memplan_placed(ctx, g);
+  ck_assert_int_eq(p.step_arena_bytes, mp->arena_bytes);
+  ck_assert_int_gt(p.activation_bytes, 0);
+  ck_assert_int_le(p.activation_bytes, mp->arena_bytes);
+  int64_t outlive = 0;
+  for (int b = 0; b < mp->n_buffers; b++)
+    if (mp->buffers[b].last == g->n_kernels) outlive += mp->buffers[b].bytes;
+  ck_assert_int_eq(p.step_outputs_bytes, outlive);
+  ck_assert_int_ge(p.step_outputs_bytes, p.grad_bytes); /* the step's gradients and new values */
+  /* the same on any number of ranks, and one rank is stage 0 at any stage */
+  tg_zero_plan one = plan(ctx, g, 1, 0);
+  ck_assert(same_bytes(&one, &p));
+  for (int s = 1; s <= TG_ZERO_MAX_STAGE; s++) {
+    tg_zero_plan q = plan(ctx, g, 1, s);
+    ck_assert_int_eq(q.stage, 0);
+    ck_assert_msg(same_bytes(&q, &one), "stage %d on one rank differs from stage 0", s);
+  }
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+/* Each stage on ranks ranks against stage 0, at precision prec. */
+static void check_stages(tg_precision_policy prec, int ranks) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = compile(ctx, prec, true);
+  tg_zero_plan z0 = plan(ctx, g, ranks, 0), z1 = plan(ctx, g, ranks, 1), z2 = plan(ctx, g, ranks, 2),
+               z3 = plan(ctx, g, ranks, 3);
+  int n = z0.n_params;
+  ck_assert_int_gt(n, 0);
+  /* stage 1: the moments */
+  assert_share("stage 1 optimizer state", z1.optimizer_bytes, z0.optimizer_bytes, ranks, n, 8);
+  ck_assert_int_eq(z1.grad_bytes, z0.grad_bytes);
+  ck_assert_int_eq(z1.copy_bytes, z0.copy_bytes);
+  if (prec == TG_PRECISION_F32) ck_assert_int_eq(z1.master_bytes, z0.master_bytes); /* the forward's weights */
+  else ck_assert_int_lt(z1.master_bytes, z0.master_bytes);                           /* the optimizer's alone */
+  /* stage 2: and the gradients */
+  ck_assert_int_eq(z2.optimizer_bytes, z1.optimizer_bytes);
+  assert_share("stage 2 gradients", z2.grad_bytes, z0.grad_bytes, ranks, n, 4);
+  ck_assert_int_eq(z2.master_bytes, z1.master_bytes);
+  ck_assert_int_eq(z2.copy_bytes, z0.copy_bytes);
+  /* stage 3: and the parameters, but for the two layers gathered */
+  ck_assert_int_eq(z3.optimizer_bytes, z1.optimizer_bytes);
+  ck_assert_int_eq(z3.grad_bytes, z2.grad_bytes);
+  assert_share("stage 3 f32 parameters", z3.master_bytes, z0.master_bytes, ranks, n, 4);
+  if (prec == TG_PRECISION_BF16) assert_share("stage 3 bf16 copies", z3.copy_bytes, z0.copy_bytes, ranks, n, 2);
+  else ck_assert_int_eq(z3.copy_bytes, 0);
+  ck_assert_ptr_nonnull(z3.gathered[0]);
+  ck_assert_ptr_nonnull(z3.gathered[1]);
+  ck_assert_str_ne(z3.gathered[0], z3.gathered[1]);
+  ck_assert_int_gt(z3.gathered_bytes, 0);
+  /* the forward's weights of two layers out of two blocks and wte, wpe, ln_f */
+  int64_t forward_weights = prec == TG_PRECISION_BF16 ? z0.copy_bytes + (z0.master_bytes - 2 * z0.copy_bytes)
+                                                       : z0.master_bytes;
+  ck_assert_int_lt(z3.gathered_bytes, forward_weights);
+  /* the rest is the same at every stage */
+  const tg_zero_plan *zs[] = {&z1, &z2, &z3};
+  for (int s = 0; s < 3; s++) {
+    ck_assert_int_eq(zs[s]->activation_bytes, z0.activation_bytes);
+    ck_assert_int_eq(zs[s]->other_bytes, z0.other_bytes);
+    ck_assert_int_lt(zs[s]->peak_bytes, z0.peak_bytes);
+  }
+  ck_assert_int_lt(z2.peak_bytes, z1.peak_bytes);
+  tu_ctx_free(ctx);
+}
+
+START_TEST(test_stages_bf16) {
+  check_stages(TG_PRECISION_BF16, 2);
+  check_stages(TG_PRECISION_BF16, 3);
+  check_stages(TG_PRECISION_BF16, 8);
+}
+END_TEST
+
+START_TEST(test_stages_f32) { check_stages(TG_PRECISION_F32, 8); }
+END_TEST
+
+/* More ranks than any parameter has elements: every rank holds exactly one
+ * padded block of every parameter. */
+START_TEST(test_padding_counted) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = compile(ctx, TG_PRECISION_BF16, true);
+  int64_t largest = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_param && tg_type_numel(&g->nodes[i]->type) > largest)
+      largest = tg_type_numel(&g->nodes[i]->type);
+  int ranks = (int)largest + 1;
+  tg_zero_plan z3 = plan(ctx, g, ranks, 3);
+  int64_t block = (int64_t)z3.n_params * TG_ZERO_SHARD_ALIGN;
+  ck_assert_int_eq(z3.master_bytes, block * 4);
+  ck_assert_int_eq(z3.grad_bytes, block * 4);
+  ck_assert_int_eq(z3.optimizer_bytes, block * 8);
+  ck_assert_int_eq(z3.copy_bytes % (TG_ZERO_SHARD_ALIGN * 2), 0);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_refused) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *step = compile(ctx, TG_PRECISION_BF16, true);
+  tg_zero_plan p;
+  char why[256] = "";
+  ck_assert(!tg_zero_plan_make(ctx, step, 8, 4, &p, why, sizeof why));
+  ck_assert_msg(strstr(why, "stage 4"), "%s", why);
+  ck_assert(!tg_zero_plan_make(ctx, step, 8, -1, &p, why, sizeof why));
+  ck_assert(!tg_zero_plan_make(ctx, step, 0, 1, &p, why, sizeof why));
+  ck_assert_msg(strstr(why, "ranks"), "%s", why);
+  tg_graph *grad_only = compile(ctx, TG_PRECISION_BF16, false);
+  why[0] = 0;
+  ck_assert(!tg_zero_plan_make(ctx, grad_only, 8, 1, &p, why, sizeof why));
+  ck_assert_msg(strstr(why, "AdamW moments"), "%s", why);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("zero_plan");
+  TCase *tc = tcase_create("zero_plan");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_stage0_is_todays_totals);
+  tcase_add_test(tc, test_stages_bf16);
+  tcase_add_test(tc, test_stages_f32);
+  tcase_add_test(tc, test_padding_counted);
+  tcase_add_test(tc, test_refused);
+  suite_add_tcase(s, tc);
+  return tu_run(s);
+}
