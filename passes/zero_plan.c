@@ -152,10 +152,13 @@ bool tg_zero_plan_make(tg_ctx *ctx, tg_graph *g, int ranks, int stage, tg_zero_p
   }
   out->ranks = ranks;
   out->stage = ranks == 1 ? 0 : stage; /* one rank has nothing to shard */
-  int n_states = 0;
-  for (int i = 0; i < g->n_nodes; i++) n_states += g->nodes[i]->op == TG_OP_state && g->nodes[i]->name;
+  int n_states = 0, n_params = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    n_states += g->nodes[i]->op == TG_OP_state && g->nodes[i]->name;
+    n_params += g->nodes[i]->op == TG_OP_param;
+  }
   tg_node **states = tg_alloc(g->arena, sizeof *states * (size_t)(n_states + 1));
-  layer *layers = tg_alloc(g->arena, sizeof *layers * (size_t)(g->n_nodes + 1));
+  layer *layers = tg_alloc(g->arena, sizeof *layers * (size_t)(n_params + 1));
   int n_layers = 0;
   n_states = 0;
   for (int i = 0; i < g->n_nodes; i++)
