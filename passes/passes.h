@@ -7,6 +7,7 @@
 
 #include "ir.h"
 #include "names.h" /* the inputs, outputs and prefixes the passes add */
+#include "shard.h" /* ZeRO's shards: TG_SHARD_ALIGN */
 
 /* pad_vocab.c: pads every dim whose symbol is "vocab" to a multiple of
  * `multiple` (<= 1: nothing) and masks the padded logits to -inf after each
@@ -170,7 +171,7 @@ void tg_memplan_format_bytes(char *buf, size_t n, int64_t b);
  * TG_ZERO_SHARD_ALIGN elements, so the bytes are exact, padding included.
  * Only a plan: the collectives and the sharded optimizer are not built
  * (docs/parallel.md). */
-enum { TG_ZERO_SHARD_ALIGN = 128, TG_ZERO_MAX_STAGE = 3 };
+enum { TG_ZERO_SHARD_ALIGN = TG_SHARD_ALIGN, TG_ZERO_MAX_STAGE = 3 };
 typedef struct tg_zero_plan {
   int ranks;
   int stage;                /* as planned: 0 whatever was asked when ranks == 1 */

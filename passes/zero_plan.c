@@ -17,7 +17,8 @@
  * forward reads as f32 (all of them at precision f32; layernorms' and
  * biases' at bf16) is the forward's weight and stays whole until stage 3.
  *
- * Shards: each parameter is flattened and cut into N shards of the same
+ * Shards (base/shard.h, the rule the runtime cuts by): each parameter is
+ * flattened and cut into N shards of the same
  * number of elements, ceil(numel / N) rounded up to TG_ZERO_SHARD_ALIGN
  * (128).  Equal shards are what reduce-scatter and all-gather move (NCCL's
  * collectives take one count for every rank), so every rank holds the same
@@ -55,16 +56,10 @@
 
 static int64_t bytes_of(const tg_node *n) { return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype); }
 
-/* The elements one rank holds of a tensor of numel elements cut in n. */
-static int64_t shard_elements(int64_t numel, int n) {
-  int64_t per = (numel + n - 1) / n;
-  return (per + TG_ZERO_SHARD_ALIGN - 1) / TG_ZERO_SHARD_ALIGN * TG_ZERO_SHARD_ALIGN;
-}
-
 /* A leaf's bytes on one rank: whole, or its shard. */
 static int64_t held_bytes(const tg_node *n, bool sharded, int ranks) {
   if (!sharded) return bytes_of(n);
-  return shard_elements(tg_type_numel(&n->type), ranks) * tg_dtype_size(n->type.dtype);
+  return tg_shard_elements(tg_type_numel(&n->type), ranks) * tg_dtype_size(n->type.dtype);
 }
 
 /* The length of name's layer: up to and including its first all-digit

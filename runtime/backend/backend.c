@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "shard.h"
 #include "half.h"
 
 /* ---- devices ------------------------------------------------------------------ */
@@ -40,6 +41,56 @@ void tg_device_allreduce_average(tg_device *d, tg_tensor *const *ts, int n) {
       abort();
     }
   d->x->allreduce_average(d, ts, n);
+}
+
+/* ---- ZeRO: shards and their collectives ------------------------------------------ */
+
+static bool in_graph(const tg_graph *g, const tg_node *n);
+
+static _Noreturn void misuse(const char *what) {
+  fprintf(stderr, "tg: internal error: %s\n", what);
+  abort();
+}
+
+bool tg_device_can_shard(const tg_device *d) {
+  return d->x->reduce_scatter && d->x->all_gather && d->x->tensor_view && d->x->value;
+}
+
+tg_tensor *tg_tensor_view(tg_tensor *t, int64_t offset, const tg_type *type) {
+  if (!t->d->x->tensor_view) misuse("a tensor view on a backend without them");
+  if (type->dtype != t->type.dtype || offset < 0 || offset + tg_type_numel(type) > tg_type_numel(&t->type))
+    misuse("a tensor view outside its tensor or of another dtype");
+  tg_tensor *v = t->d->x->tensor_view(t, offset, type);
+  v->d = t->d;
+  v->type = *type;
+  return v;
+}
+
+tg_tensor *tg_exec_value(tg_exec *e, const tg_node *n) {
+  if (!e->d->x->value) misuse("a value's memory on a backend without views");
+  if (!in_graph(e->g, n) || n->type.dtype != TG_F32) misuse("the memory of a value of another graph, or not f32");
+  tg_tensor *v = e->d->x->value(e, n);
+  if (!v) misuse("a value that is not contiguous in memory");
+  v->d = e->d;
+  v->type = n->type;
+  return v;
+}
+
+void tg_device_reduce_scatter(tg_device *d, tg_tensor *const *src, tg_tensor *const *dst, int n, float scale,
+                              bool accumulate) {
+  if (!d->x->reduce_scatter) misuse("a reduce-scatter on a backend without one");
+  /* the shards' sizes are the backend's to check: it knows the ranks */
+  for (int i = 0; i < n; i++)
+    if (src[i]->d != d || src[i]->type.dtype != TG_F32 || (dst[i] && (dst[i]->d != d || dst[i]->type.dtype != TG_F32)))
+      misuse("a reduce-scatter of another device's tensors, or not f32");
+  d->x->reduce_scatter(d, src, dst, n, scale, accumulate);
+}
+
+void tg_device_all_gather(tg_device *d, tg_tensor *const *ts, int n) {
+  if (!d->x->all_gather) misuse("an all-gather on a backend without one");
+  for (int i = 0; i < n; i++)
+    if (ts[i]->d != d) misuse("an all-gather of another device's tensor");
+  d->x->all_gather(d, ts, n);
 }
 
 /* ---- tensors ---------------------------------------------------------------------- */
@@ -146,6 +197,27 @@ void tg_exec_profile(tg_exec *e, tg_profile_level level) { e->d->x->profile(e, l
 void tg_exec_profile_print(const tg_exec *e, FILE *out, int top) { e->d->x->profile_print(e, out, top); }
 
 void tg_exec_phase_seconds(const tg_exec *e, double out[TG_NPHASES]) { e->d->x->phase_seconds(e, out); }
+
+/* ---- ZeRO's collectives in host memory -------------------------------------------- */
+
+int64_t tg_host_pack_shards(void *const *src, const int64_t *numel, int n, int elem, int ranks, void *pack,
+                            int64_t *counts) {
+  char *out = pack;
+  for (int q = 0; q < ranks; q++) {
+    counts[q] = 0;
+    for (int i = 0; i < n; i++) {
+      int64_t first, len = tg_shard_extent(numel[i], ranks, q, &first);
+      memcpy(out, (const char *)src[i] + first * elem, (size_t)(len * elem));
+      out += len * elem;
+      counts[q] += len;
+    }
+  }
+  return (int64_t)(out - (char *)pack) / elem;
+}
+
+void tg_host_shard_layout(int64_t numel, int ranks, int64_t *counts, int64_t *displs) {
+  for (int q = 0; q < ranks; q++) counts[q] = tg_shard_extent(numel, ranks, q, &displs[q]);
+}
 
 /* ---- host arrays ------------------------------------------------------------------ */
 

@@ -156,6 +156,34 @@ void tg_exec_on_bucket(tg_exec *e, tg_bucket_hook fn, void *ctx);
  * of e's graph that is in memory now (a gradient in its bucket hook). */
 void tg_exec_accumulate(tg_exec *e, const tg_node *n, tg_tensor *acc, float scale, bool first);
 
+/* ---- ZeRO: shards and their collectives ------------------------------------------ */
+
+/* Whether d's backend has what ZeRO's stages need: tensor views and the
+ * collectives below (a run asks before any work). */
+bool tg_device_can_shard(const tg_device *d);
+/* A view of elements [offset, offset + numel(type)) of t, as a tensor of
+ * type `type` (of t's dtype): it shares t's memory, so a write through
+ * either shows in both.  Free it (before t) with tg_tensor_free, which
+ * frees none of t's memory. */
+tg_tensor *tg_tensor_view(tg_tensor *t, int64_t offset, const tg_type *type);
+/* The memory that holds value n of e's graph (a gradient, in its bucket
+ * hook), as a view like tg_tensor_view's: it holds n from when the kernels
+ * produce it until they overwrite it in the next run.  n must be f32 and
+ * contiguous in memory (a gradient is); free it before e. */
+tg_tensor *tg_exec_value(tg_exec *e, const tg_node *n);
+/* ZeRO's gradient reduce-scatter, one collective for all n: src[i] is a
+ * whole f32 tensor (this rank's gradient), dst[i] this rank's shard of it
+ * (base/shard.h: tg_shard_extent's elements, of any shape; NULL where the
+ * rank holds none of it), and
+ *   dst[i] = (accumulate ? dst[i] : 0) + scale * (the average over the ranks of their src[i] in this shard),
+ * the average computed as tg_device_allreduce_average computes it.  In a
+ * bucket hook it is queued in order with the step, as the all-reduce is. */
+void tg_device_reduce_scatter(tg_device *d, tg_tensor *const *src, tg_tensor *const *dst, int n, float scale,
+                              bool accumulate);
+/* ZeRO's all-gather, in place: each rank's shard of every whole tensor
+ * ts[i] (base/shard.h) to every rank. */
+void tg_device_all_gather(tg_device *d, tg_tensor *const *ts, int n);
+
 /* ---- profiling ------------------------------------------------------------------- */
 
 /* What a run measures: nothing; the time of each phase (cheap enough for

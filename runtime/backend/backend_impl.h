@@ -38,6 +38,11 @@ struct tg_backend {
   void (*close)(tg_device *d);
   const char *(*describe)(const tg_device *d);
   void (*allreduce_average)(tg_device *d, tg_tensor *const *ts, int n);
+  /* ZeRO (backend.h); NULL in a backend without them: tg_device_can_shard says no */
+  void (*reduce_scatter)(tg_device *d, tg_tensor *const *src, tg_tensor *const *dst, int n, float scale, bool accumulate);
+  void (*all_gather)(tg_device *d, tg_tensor *const *ts, int n);
+  tg_tensor *(*tensor_view)(tg_tensor *t, int64_t offset, const tg_type *type);
+  tg_tensor *(*value)(tg_exec *e, const tg_node *n);
 
   tg_tensor *(*tensor_new)(tg_device *d, const tg_type *t);
   void (*tensor_free)(tg_tensor *t);
@@ -77,6 +82,14 @@ void tg_host_from_f64(const double *src, void *dst, tg_host_type ht, int64_t num
 /* Storage of dtype t (f32, bf16, f16, i32, bool) to and from host arrays. */
 void tg_host_to_storage(const void *src, tg_host_type ht, void *dst, tg_dtype t, int64_t numel);
 void tg_host_from_storage(const void *src, tg_dtype t, void *dst, tg_host_type ht, int64_t numel);
+/* ZeRO's collectives, for backends whose tensors are host memory: the n
+ * whole tensors src[i] (numel[i] elements of elem bytes) packed into pack
+ * rank by rank, each rank's shard of each (base/shard.h), counts[q] the
+ * elements of rank q's block; returns the elements packed.  The shard
+ * layout of one tensor: rank q's counts[q] elements from displs[q]. */
+int64_t tg_host_pack_shards(void *const *src, const int64_t *numel, int n, int elem, int ranks, void *pack,
+                            int64_t *counts);
+void tg_host_shard_layout(int64_t numel, int ranks, int64_t *counts, int64_t *displs);
 /* FNV-1a over bytes. */
 uint64_t tg_hash_bytes(const void *p, size_t n);
 /* The kernels 0 .. n-1 by seconds[k], longest first, ties in kernel order

@@ -218,6 +218,67 @@ void tg_comm_average(float *buf, int64_t n) {
 #endif
 }
 
+#ifdef TG_HAVE_MPI
+/* counts (and displacements) as MPI's ints; NULL displs: none */
+static int *int_counts(const int64_t *counts, const char *what) {
+  int *c = malloc(sizeof *c * (size_t)ranks);
+  if (!c) {
+    fprintf(stderr, "tg: out of memory for %s\n", what);
+    exit(1);
+  }
+  for (int q = 0; q < ranks; q++) {
+    if (counts[q] < 0 || counts[q] > INT32_MAX) {
+      fprintf(stderr, "tg: internal error: %s of %lld elements on rank %d: over MPI's 2^31 - 1\n", what,
+              (long long)counts[q], q);
+      abort();
+    }
+    c[q] = (int)counts[q];
+  }
+  return c;
+}
+#endif
+
+void tg_comm_reduce_scatter_average(const float *send, float *recv, const int64_t *counts) {
+  if (ranks == 1) {
+    memmove(recv, send, sizeof(float) * (size_t)counts[0]);
+    return;
+  }
+#ifdef TG_HAVE_MPI
+  int *c = int_counts(counts, "a reduce-scatter");
+  COLLECTIVE("the gradients' reduce-scatter", MPI_Ireduce_scatter(send, recv, c, MPI_FLOAT, MPI_SUM, coll, &op_));
+  const float inv = 1.0f / (float)ranks;
+  for (int i = 0; i < c[me]; i++) recv[i] *= inv;
+  free(c);
+#endif
+}
+
+void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const int64_t *counts) {
+  if (ranks == 1) {
+    memmove(recv, send, sizeof(double) * (size_t)counts[0]);
+    return;
+  }
+#ifdef TG_HAVE_MPI
+  int *c = int_counts(counts, "a reduce-scatter");
+  COLLECTIVE("the gradients' reduce-scatter", MPI_Ireduce_scatter(send, recv, c, MPI_DOUBLE, MPI_SUM, coll, &op_));
+  for (int i = 0; i < c[me]; i++) recv[i] /= ranks;
+  free(c);
+#endif
+}
+
+void tg_comm_all_gather_in_place(void *buf, const int64_t *counts, const int64_t *displs, int elem_bytes) {
+  if (ranks == 1) return;
+#ifdef TG_HAVE_MPI
+  MPI_Datatype t = elem_bytes == 8 ? MPI_DOUBLE : elem_bytes == 4 ? MPI_FLOAT : elem_bytes == 2 ? MPI_UINT16_T : MPI_BYTE;
+  int *c = int_counts(counts, "an all-gather");
+  int *at = int_counts(displs, "an all-gather's offsets");
+  COLLECTIVE("the parameters' all-gather", MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, at, t, coll, &op_));
+  free(c);
+  free(at);
+#else
+  (void)buf, (void)counts, (void)displs, (void)elem_bytes;
+#endif
+}
+
 void tg_comm_sum_doubles(double *buf, int n) {
   if (ranks == 1) return;
 #ifdef TG_HAVE_MPI

@@ -34,6 +34,19 @@ bool tg_comm_launched(void);
  * doubling, ring, reduce-scatter + allgather) give every rank the same
  * sum bits, so replicas stay identical; tgrun checks that every step. */
 void tg_comm_average(float *buf, int64_t n);
+/* ZeRO's reduce-scatter (base/shard.h): send holds one block for each
+ * rank, one after another, counts[q] elements for rank q; recv receives
+ * counts[rank] elements, the sum over the ranks of their blocks for this
+ * rank, averaged as tg_comm_average averages (times 1/size; the _f64 form,
+ * the reference interpreter's, divides as its all-reduce does).  Counts
+ * above 2^31 - 1 elements are refused (abort: a bucket that large is a
+ * planning error). */
+void tg_comm_reduce_scatter_average(const float *send, float *recv, const int64_t *counts);
+void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const int64_t *counts);
+/* ZeRO's all-gather, in place: buf is one tensor of elements elem_bytes
+ * wide (1, 2, 4 or 8) in which rank q owns counts[q] elements from
+ * displs[q]; afterwards every rank holds every rank's part. */
+void tg_comm_all_gather_in_place(void *buf, const int64_t *counts, const int64_t *displs, int elem_bytes);
 /* Sums a few doubles over the ranks (losses, timings), same bits everywhere. */
 void tg_comm_sum_doubles(double *buf, int n);
 /* Whether every rank passed the same 64-bit value (a hash of its weights). */

@@ -20,6 +20,7 @@
 #include "backend_impl.h"
 #include "lower.h"
 #include "render_c.h"
+#include "shard.h"
 #include "step_abi.h"
 
 typedef struct cpu_device {
@@ -122,6 +123,62 @@ static void cpu_allreduce_average(tg_device *x, tg_tensor *const *ts, int n) {
   }
 }
 
+/* ZeRO's reduce-scatter: the whole gradients packed rank by rank into the
+ * device's pack buffer, one MPI reduce-scatter, this rank's block out into
+ * the shards (backend.h). */
+static void cpu_reduce_scatter(tg_device *x, tg_tensor *const *src, tg_tensor *const *dst, int n, float scale,
+                               bool accumulate) {
+  cpu_device *d = (cpu_device *)x;
+  int ranks = tg_comm_size(), me = tg_comm_rank();
+  int64_t total = 0;
+  void **from = tg_xcalloc((size_t)n + 1, sizeof *from);
+  int64_t *numel = tg_xcalloc((size_t)n + 1, sizeof *numel), *counts = tg_xcalloc((size_t)ranks, sizeof *counts);
+  for (int i = 0; i < n; i++) {
+    from[i] = ((cpu_tensor *)src[i])->data;
+    numel[i] = numel_of(src[i]);
+    total += numel[i];
+    int64_t want = tg_shard_extent(numel[i], ranks, me, NULL);
+    if ((dst[i] ? numel_of(dst[i]) : 0) != want) {
+      fprintf(stderr, "tg: internal error: a reduce-scatter into a shard of %lld elements, not %lld\n",
+              (long long)(dst[i] ? numel_of(dst[i]) : 0), (long long)want);
+      abort();
+    }
+  }
+  if (2 * total > d->pack_cap) { /* the packed gradients, then this rank's block */
+    free(d->pack);
+    d->pack = aligned_zeroed(NULL, 2 * total * (int64_t)sizeof(float));
+    d->pack_cap = 2 * total;
+  }
+  tg_host_pack_shards(from, numel, n, (int)sizeof(float), ranks, d->pack, counts);
+  float *mine = d->pack + total;
+  tg_comm_reduce_scatter_average(d->pack, mine, counts);
+  for (int i = 0; i < n; i++) {
+    if (!dst[i]) continue;
+    float *a = ((cpu_tensor *)dst[i])->data;
+    int64_t m = numel_of(dst[i]);
+    if (!accumulate)
+      for (int64_t k = 0; k < m; k++) a[k] = mine[k] * scale;
+    else
+      for (int64_t k = 0; k < m; k++) a[k] += mine[k] * scale;
+    mine += m;
+  }
+  free(from), free(numel), free(counts);
+}
+
+/* ZeRO's all-gather: in place, tensor by tensor (an MPI all-gather with
+ * each rank's part where it lies, so nothing is packed). */
+static void cpu_all_gather(tg_device *x, tg_tensor *const *ts, int n) {
+  (void)x;
+  int ranks = tg_comm_size();
+  if (ranks == 1) return;
+  int64_t *counts = tg_xcalloc((size_t)ranks, sizeof *counts), *displs = tg_xcalloc((size_t)ranks, sizeof *displs);
+  for (int i = 0; i < n; i++) {
+    tg_host_shard_layout(numel_of(ts[i]), ranks, counts, displs);
+    tg_comm_all_gather_in_place(((cpu_tensor *)ts[i])->data, counts, displs, tg_dtype_size(ts[i]->type.dtype));
+  }
+  free(counts), free(displs);
+}
+
 /* ---- tensors ---------------------------------------------------------------------- */
 
 static cpu_tensor *tensor_around(tg_device *d, const tg_type *t, void *data, bool owned) {
@@ -135,6 +192,11 @@ static cpu_tensor *tensor_around(tg_device *d, const tg_type *t, void *data, boo
 
 static tg_tensor *cpu_tensor_new(tg_device *d, const tg_type *t) {
   return &tensor_around(d, t, aligned_zeroed(NULL, tg_type_numel(t) * tg_dtype_size(t->dtype)), true)->base;
+}
+
+static tg_tensor *cpu_tensor_view(tg_tensor *t, int64_t offset, const tg_type *type) {
+  char *at = (char *)((cpu_tensor *)t)->data + offset * tg_dtype_size(t->type.dtype);
+  return &tensor_around(t->d, type, at, false)->base;
 }
 
 static void cpu_tensor_free(tg_tensor *t) {
@@ -418,6 +480,11 @@ static const float *contiguous_f32(cpu_exec *e, const tg_node *n) {
   return (const float *)base;
 }
 
+static tg_tensor *cpu_value(tg_exec *x, const tg_node *n) {
+  const float *v = contiguous_f32((cpu_exec *)x, n);
+  return v ? &tensor_around(x->d, &n->type, (void *)v, false)->base : NULL;
+}
+
 static void cpu_accumulate(tg_exec *x, const tg_node *n, tg_tensor *acc, float scale, bool first) {
   const float *g = contiguous_f32((cpu_exec *)x, n);
   if (!g) {
@@ -475,6 +542,10 @@ const tg_backend tg_backend_cpu = {
     .close = cpu_close,
     .describe = cpu_describe,
     .allreduce_average = cpu_allreduce_average,
+    .reduce_scatter = cpu_reduce_scatter,
+    .all_gather = cpu_all_gather,
+    .tensor_view = cpu_tensor_view,
+    .value = cpu_value,
     .tensor_new = cpu_tensor_new,
     .tensor_free = cpu_tensor_free,
     .tensor_write = cpu_tensor_write,

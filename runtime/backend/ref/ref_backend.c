@@ -13,6 +13,7 @@
 
 #include "comm.h"
 #include "backend_impl.h"
+#include "shard.h"
 
 typedef struct ref_device {
   tg_device base;
@@ -59,6 +60,58 @@ static void ref_allreduce_average(tg_device *d, tg_tensor *const *ts, int n) {
       for (int k = 0; k < c; k++) v[at + k] /= tg_comm_size();
     }
   }
+}
+
+/* ZeRO's collectives, in the interpreter's doubles (backend.h). */
+static void ref_reduce_scatter(tg_device *d, tg_tensor *const *src, tg_tensor *const *dst, int n, float scale,
+                               bool accumulate) {
+  (void)d;
+  int ranks = tg_comm_size(), me = tg_comm_rank();
+  int64_t total = 0;
+  void **from = tg_xcalloc((size_t)n + 1, sizeof *from);
+  int64_t *numel = tg_xcalloc((size_t)n + 1, sizeof *numel), *counts = tg_xcalloc((size_t)ranks, sizeof *counts);
+  for (int i = 0; i < n; i++) {
+    from[i] = ((ref_tensor *)src[i])->data;
+    numel[i] = numel_of(src[i]);
+    total += numel[i];
+    if ((dst[i] ? numel_of(dst[i]) : 0) != tg_shard_extent(numel[i], ranks, me, NULL)) {
+      fprintf(stderr, "tg: internal error: a reduce-scatter into a tensor that is not this rank's shard\n");
+      abort();
+    }
+  }
+  double *pack = tg_xcalloc((size_t)(2 * total) + 1, sizeof *pack), *mine = pack + total;
+  tg_host_pack_shards(from, numel, n, (int)sizeof(double), ranks, pack, counts);
+  tg_comm_reduce_scatter_average_f64(pack, mine, counts);
+  for (int i = 0; i < n; i++) {
+    if (!dst[i]) continue;
+    double *a = ((ref_tensor *)dst[i])->data;
+    for (int64_t k = 0; k < numel_of(dst[i]); k++) a[k] = (accumulate ? a[k] : 0) + (double)scale * *mine++;
+  }
+  free(pack), free(from), free(numel), free(counts);
+}
+
+static void ref_all_gather(tg_device *d, tg_tensor *const *ts, int n) {
+  (void)d;
+  int ranks = tg_comm_size();
+  if (ranks == 1) return;
+  int64_t *counts = tg_xcalloc((size_t)ranks, sizeof *counts), *displs = tg_xcalloc((size_t)ranks, sizeof *displs);
+  for (int i = 0; i < n; i++) {
+    tg_host_shard_layout(numel_of(ts[i]), ranks, counts, displs);
+    tg_comm_all_gather_in_place(((ref_tensor *)ts[i])->data, counts, displs, (int)sizeof(double));
+  }
+  free(counts), free(displs);
+}
+
+static ref_tensor *ref_wrap(tg_device *d, const tg_type *t, double *data) {
+  ref_tensor *x = tg_xcalloc(1, sizeof *x);
+  x->base.d = d;
+  x->base.type = *t;
+  x->data = data;
+  return x;
+}
+
+static tg_tensor *ref_tensor_view(tg_tensor *t, int64_t offset, const tg_type *type) {
+  return &ref_wrap(t->d, type, ((ref_tensor *)t)->data + offset)->base;
 }
 
 static tg_tensor *ref_tensor_new(tg_device *d, const tg_type *t) {
@@ -150,6 +203,11 @@ static bool ref_read(tg_exec *x, const tg_node *n, void *dst, tg_host_type ht) {
   return true;
 }
 
+static tg_tensor *ref_value(tg_exec *x, const tg_node *n) {
+  const double *v = tg_interp_value(((ref_exec *)x)->it, n);
+  return v ? &ref_wrap(x->d, &n->type, (double *)v)->base : NULL;
+}
+
 static void ref_accumulate(tg_exec *x, const tg_node *n, tg_tensor *acc, float scale, bool first) {
   const double *v = tg_interp_value(((ref_exec *)x)->it, n);
   double *a = ((ref_tensor *)acc)->data;
@@ -175,6 +233,10 @@ const tg_backend tg_backend_ref = {
     .close = ref_close,
     .describe = ref_describe,
     .allreduce_average = ref_allreduce_average,
+    .reduce_scatter = ref_reduce_scatter,
+    .all_gather = ref_all_gather,
+    .tensor_view = ref_tensor_view,
+    .value = ref_value,
     .tensor_new = ref_tensor_new,
     .tensor_free = ref_tensor_free,
     .tensor_write = ref_tensor_write,
