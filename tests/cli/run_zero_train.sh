@@ -23,6 +23,10 @@
 #   checkpoint byte for byte; a stage 1 checkpoint of 2 ranks resumed on 4
 #   ranks at stage 2 takes the same next step as on 4 ranks at stage 0
 #   (the state is resharded, not just reloaded);
+# - failures: a rank stopped (SIGSTOP) at stage 2 ends the job within
+#   rank_timeout (the reduce-scatters and all-gathers wait no longer than
+#   the all-reduce did); a rank killed (SIGKILL) ends it too, and the last
+#   checkpoint resumes;
 # - bad input: stage 3 (planned, not built) and stage 5 are refused before
 #   any work, naming the file and line; stage 1 on one rank trains as
 #   stage 0 with a note.
@@ -145,6 +149,61 @@ done
 run re2 4 zero=2 grad_clip=0 max_steps=11 resume=true
 run re0 4 zero=0 grad_clip=0 max_steps=11 resume=true
 same_ckpt re0 re2 "a 2-rank stage 1 checkpoint resumed on 4 ranks at stage 2"
+
+# rank_pid MARK R: the pid of rank R of the job started with TG_TEST_MARK=MARK
+rank_pid() {
+  for e in /proc/[0-9]*/environ; do
+    [ -r "$e" ] || continue
+    if { tr '\0' '\n' < "$e"; } 2> /dev/null | grep -qx "TG_TEST_MARK=$1" &&
+      { tr '\0' '\n' < "$e"; } 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      basename "$(dirname "$e")"
+      return
+    fi
+  done
+}
+
+# rank 1 stops at stage 2: the new collectives hold rank_timeout too, and
+# rank 0 names rank 1 and ends the job
+TG_TEST_MARK=$tmp.stop "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/stop" zero=2 max_steps=100000000 \
+  log_interval=100000000 rank_timeout=5 > "$tmp/stop.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "^training" "$tmp/stop.out" && break; sleep 0.1; done
+victim=$(rank_pid "$tmp.stop" 1)
+if [ -n "$victim" ]; then
+  kill -STOP "$victim"
+  for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
+  if kill -0 $job 2> /dev/null; then bad "the zero = 2 job did not end within 60 s of a rank stopping"; kill -9 $job; else ok; fi
+  wait $job
+  [ $? -ne 0 ] && ok || bad "the zero = 2 job ended with status 0 after a rank stopped"
+  contains "$tmp/stop.out" "for rank 1, which did not answer"
+  kill -9 "$victim" 2> /dev/null
+else
+  bad "could not find rank 1 of the zero = 2 job"
+  kill $job
+fi
+
+# rank 1 dies (SIGKILL) after checkpoints at stage 2: the job ends, and the
+# last checkpoint (the shards gathered into one file) resumes
+TG_TEST_MARK=$tmp.kill "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/kill" zero=2 max_steps=100000000 \
+  log_interval=100000000 checkpoint_interval=3 rank_timeout=5 > "$tmp/kill.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do [ "$(grep -c '^checkpoint:' "$tmp/kill.out")" -ge 2 ] && break; sleep 0.1; done
+victim=$(rank_pid "$tmp.kill" 1)
+if [ -n "$victim" ]; then
+  kill -9 "$victim"
+  for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
+  if kill -0 $job 2> /dev/null; then bad "the zero = 2 job did not end within 60 s of a rank dying"; kill -9 $job; else ok; fi
+  wait $job
+  [ $? -ne 0 ] && ok || bad "the zero = 2 job ended with status 0 after a rank died"
+  done_steps=$(sed -n 's/^checkpoint: .* at step \([0-9]*\) .*/\1/p' "$tmp/kill.out" | tail -1)
+  if [ -n "$done_steps" ]; then
+    run kill 2 zero=2 resume=true max_steps=$((done_steps + 3))
+    contains "$tmp/out" "$done_steps steps done"
+  else bad "the zero = 2 job wrote no checkpoint before rank 1 was killed"; fi
+else
+  bad "could not find rank 1 of the second zero = 2 job"
+  kill $job
+fi
 
 # bad input, before any work
 expect_status 1 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/z3" zero=3
