@@ -233,4 +233,12 @@ void tg_zero_plan_print(FILE *out, const tg_zero_plan *p, const tg_zero_plan *dd
   tg_memplan_format_bytes(b, sizeof b, p->step_arena_bytes);
   fprintf(out, "zero: not in the peak: the step's outputs in its arena (%s of memplan's %s: gradients, new weights "
           "and moments), which a ZeRO step keeps in the shards above\n", a, b);
+  /* the plan is the design; where tgrun does less, the report says so */
+  if ((p->stage == 1 || p->stage == 2) && p->master_bytes < ddp->master_bytes) {
+    tg_memplan_format_bytes(a, sizeof a, ddp->master_bytes - p->master_bytes);
+    fprintf(out, "zero: tgrun today keeps the f32 master weights whole at stages 1 and 2 (%s more a rank than this "
+            "plan; docs/parallel.md, \"What tgrun holds today\")\n", a);
+  }
+  if (p->stage == 3)
+    fprintf(out, "zero: tgrun does not run stage 3 yet (zero = 3 is refused); this is the plan\n");
 }
