@@ -12,6 +12,7 @@
 #   each element's AdamW is the same arithmetic on a shard as on the whole
 #   tensor, and the norm, whose partial sums are grouped by shard rather
 #   than by tensor, is only reported;
+#   The reference interpreter (backend ref) too, in 3 steps on 2 ranks;
 # - with clipping and 2 micro-steps it is not: the norm differs in its last
 #   bits (measured: 2.3e-7 relative), so the clipping factor does, and
 #   stage 2 averages each micro-step instead of their sum.  Losses must
@@ -124,6 +125,15 @@ for n in 2 4; do
     else bad "stage $stage's losses on $n ranks differ from stage 0's"; fi
   done
 done
+
+# the reference interpreter (its collectives in doubles) likewise, 3 steps
+if [ "$backend" = cpu ]; then
+  for stage in 0 1 2; do
+    run "ref-$stage" 2 zero=$stage grad_clip=0 max_steps=3 backend=ref
+  done
+  same_ckpt ref-0 ref-1 "stage 1 on the reference interpreter"
+  same_ckpt ref-0 ref-2 "stage 2 on the reference interpreter"
+fi
 
 # clipping and accumulation: within the limits argued at the top
 for stage in 0 1 2; do
