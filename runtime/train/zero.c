@@ -152,20 +152,27 @@ static tg_tensor *own(tg_zero *z, int64_t len) {
   return tg_tensor_new(z->dev, &t);
 }
 
-/* This rank's tensors: whole at stage 0, shards above. */
-static void allocate(tg_zero *z) {
+/* This rank's shard of each parameter: all of it at stage 0. */
+static void cut(tg_zero *z) {
+  for (int i = 0; i < z->n; i++) {
+    zparam *q = &z->ps[i];
+    q->numel = tg_type_numel(&q->p.node->type);
+    if (z->stage == 0) q->first = 0, q->len = q->numel;
+    else q->len = tg_shard_extent(q->numel, z->ranks, z->rank, &q->first);
+  }
+}
+
+void tg_zero_allocate(tg_zero *z, tg_tensor *const *values, tg_tensor *const *copies) {
   for (int i = 0; i < z->n; i++) {
     zparam *q = &z->ps[i];
     const tg_type *t = &q->p.node->type;
-    q->numel = tg_type_numel(t);
+    q->p.value = values[i], q->p.copy = copies[i];
     if (z->stage == 0) {
-      q->first = 0, q->len = q->numel;
       q->grad_acc = tg_tensor_new(z->dev, t);
       q->m = tg_tensor_new(z->dev, t);
       q->v = tg_tensor_new(z->dev, t);
       continue;
     }
-    q->len = tg_shard_extent(q->numel, z->ranks, z->rank, &q->first);
     if (z->stage == 1) q->grad_acc = tg_tensor_new(z->dev, t);
     if (!q->len) continue;
     q->grad_shard = z->stage == 1 ? flat(z, q->grad_acc, q->first, q->len) : own(z, q->len);
@@ -192,14 +199,14 @@ tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_g
   z->src = tg_xcalloc((size_t)n + 1, sizeof *z->src);
   z->dst = tg_xcalloc((size_t)n + 1, sizeof *z->dst);
   z->gather = tg_xcalloc(2 * (size_t)n + 1, sizeof *z->gather);
-  allocate(z);
+  cut(z);
 
   /* the whole optimizer writes the copies the forward reads */
   const char **copies = tg_alloc(ctx->arena, sizeof *copies * (size_t)(n + 1));
   const char **decayed = tg_alloc(ctx->arena, sizeof *decayed * (size_t)(n + 1));
   int n_copies = 0, n_decayed = 0;
   for (int i = 0; i < n; i++) {
-    if (ps[i].copy) copies[n_copies++] = ps[i].node->name;
+    if (ps[i].has_copy) copies[n_copies++] = ps[i].node->name;
     if (ps[i].node->type.rank >= 2) decayed[n_decayed++] = ps[i].node->name;
   }
   copies[n_copies] = decayed[n_decayed] = NULL;
@@ -274,7 +281,7 @@ void tg_zero_bind(tg_zero *z, tg_exec *const *es) {
     tg_exec_bind(z->e_opt, s->grad, whole ? q->grad_acc : q->grad_shard);
     tg_exec_bind(z->e_opt, s->m, q->m);
     tg_exec_bind(z->e_opt, s->v, q->v);
-    if (!s->copy != !q->p.copy)
+    if (!s->copy != !q->p.has_copy || !q->p.has_copy != !q->p.copy)
       tg_error(z->ctx, s->param->loc, "internal: the optimizer's bf16 copy of '%s' and the step's disagree", s->param->name);
     if (s->copy) tg_exec_bind(z->e_opt, s->copy, whole ? q->p.copy : q->copy_view);
     if (q->norm_input) tg_exec_bind(z->e_norm, q->norm_input, q->grad_shard);
@@ -418,11 +425,13 @@ void tg_zero_load(tg_zero *z, const tg_weights *w, bool with_state) {
   }
 }
 
-int64_t tg_zero_state_bytes(const tg_zero *z) {
+int64_t tg_zero_state_bytes(const tg_zero *z) { return tg_zero_state_bytes_at(z, z->stage); }
+
+int64_t tg_zero_state_bytes_at(const tg_zero *z, int stage) {
   int64_t b = 0;
   for (int i = 0; i < z->n; i++) {
-    const zparam *q = &z->ps[i];
-    b += (q->grad_acc ? q->numel : 0) + (z->stage == 2 ? q->len : 0) + 2 * q->len;
+    int64_t numel = z->ps[i].numel, len = stage ? tg_shard_extent(numel, z->ranks, z->rank, NULL) : numel;
+    b += (stage < 2 ? numel : len) + 2 * len; /* the accumulator, whole or this rank's; the moments */
   }
   return b * (int64_t)sizeof(float);
 }

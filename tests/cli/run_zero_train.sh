@@ -225,6 +225,10 @@ cat "$tmp/small.cfg" > "$tmp/z4.cfg"
 printf 'zero = 4\n' >> "$tmp/z4.cfg"
 expect_status 1 "$tgrun" "$tmp/z4.cfg" out_dir="$tmp/z4"
 contains "$tmp/out" "z4.cfg:19:8: error: zero must be in [0, 3], not 4"
+# a plan larger than the machine counts every rank on it
+expect_status 1 "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/big" zero=2 batch_size=16777216
+contains "$tmp/out" "for each of the 2 ranks on this machine"
+contains "$tmp/out" "is the largest that would fit"
 # one rank: stage 0, with a note
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/one" zero=1 max_steps=2
 contains "$tmp/out" "note: zero = 1 with one rank: nothing to shard; training as zero = 0"
