@@ -25,8 +25,9 @@
  *
  * as the ZeRO paper counts (Rajbhandari et al. 2020, section 7): stages 1
  * and 2 move what DDP moves, stage 3 half as much again.  At precision bf16
- * stage 3 gathers the bf16 copies the forward reads (half the bytes), so
- * there it moves about as much as stage 0.
+ * stage 3 gathers the bf16 copies the forward reads (half the bytes) and
+ * so moves less: GPT-2 124M 1.16 times stage 0's bytes, not 1 (the
+ * forward reads wte as f32 too, in the embedding's gather).
  *
  * Where each goes, from the kernels (their nodes' phases) and the schedule
  * pass's buckets (g->allreduce):
@@ -37,15 +38,17 @@
  *   - stages 1 and 2 all-gather every parameter's updated f32 value after
  *     the optimizer; each rank casts its bf16 copies from them itself
  *     (the same rounding on every rank gives the owner's bits), which
- *     sends half the bytes gathering the copies too would.  Nothing of
+ *     sends a third less than gathering the copies too.  Nothing of
  *     the step is left to overlap: the next step's first kernel reads them;
  *   - stage 3 gathers a layer (the parameters whose names share the prefix
  *     up to the first number, "h.3"; any other a layer of its own, as
  *     zero_plan.c's memory plan groups them) before the first forward
- *     kernel that reads its weights, in the dtype the forward reads (a
- *     bf16 copy where there is one), and again before the first backward
- *     kernel that reads them, only the tensors the backward reads (a
- *     bias's gradient needs no bias).  Each gather is issued when the
+ *     kernel that reads its weights, the tensors the forward reads (a
+ *     bf16 copy, or the f32 value, or both: GPT-2's wte), and again
+ *     before the first backward kernel that reads them, only the tensors
+ *     the backward reads (a bias's gradient needs no bias).  A layer the
+ *     forward reads at two points (GPT-2's tied wte: the embedding, the
+ *     logits) is gathered once for both.  Each gather is issued when the
  *     layer before it starts computing, so it overlaps that layer's
  *     kernels: one layer computing, the next one's weights arriving (the
  *     memory plan's two gathered layers).
@@ -211,7 +214,7 @@ static layer_use *find_layer_uses(const tg_graph *g, int ranks, int *n_layers) {
         if (l < 0 || seen[(size_t)w->id * 2 + n->phase]) continue;
         seen[(size_t)w->id * 2 + n->phase] = true;
         layer_use *L = &ls[l];
-        if (L->first[n->phase] < 0 || k < L->first[n->phase]) L->first[n->phase] = k;
+        if (L->first[n->phase] < 0) L->first[n->phase] = k; /* kernels in run order */
         L->n_tensors[n->phase]++;
         L->bytes_in[n->phase] += whole_bytes(w);
         L->bytes_sent[n->phase] += shard_bytes(w, ranks) * ring_blocks(TG_ALL_GATHER, ranks);
@@ -256,11 +259,10 @@ static void add_layer_gathers(planner *p) {
   }
 }
 
-static int by_start(const void *a, const void *b) {
-  const tg_collective *x = a, *y = b;
-  if (x->start != y->start) return x->start < y->start ? -1 : 1;
-  if (x->needed != y->needed) return x->needed < y->needed ? -1 : 1;
-  return 0;
+/* Whether x comes after y in the step: it starts later, or as y does but
+ * is needed later. */
+static bool comes_after(const tg_collective *x, const tg_collective *y) {
+  return x->start != y->start ? x->start > y->start : x->needed > y->needed;
 }
 
 bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_plan *out, char *why, size_t whylen) {
@@ -296,7 +298,7 @@ bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_
   for (int i = 1; i < p.n; i++) {
     tg_collective c = p.cs[i];
     int j = i;
-    for (; j > 0 && by_start(&p.cs[j - 1], &c) > 0; j--) p.cs[j] = p.cs[j - 1];
+    for (; j > 0 && comes_after(&p.cs[j - 1], &c); j--) p.cs[j] = p.cs[j - 1];
     p.cs[j] = c;
   }
   out->collectives = p.cs;
