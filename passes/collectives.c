@@ -98,15 +98,22 @@ static int64_t ring_blocks(tg_collective_kind k, int ranks) {
   return (k == TG_ALL_REDUCE ? 2 : 1) * (int64_t)(ranks - 1);
 }
 
-/* A stage 3 layer: its name, and per phase the first kernel that reads its
- * weights (-1: none) and the weights that phase reads. */
+/* A tensor more in collective c: its bytes, and its shard's (times the
+ * ring's blocks once all are in). */
+static void add_tensor(tg_collective *c, const tg_node *n, int ranks) {
+  c->n_tensors++;
+  c->bytes_in += whole_bytes(n);
+  c->bytes_sent += shard_bytes(n, ranks);
+  c->dtypes |= 1u << n->type.dtype;
+}
+
+/* A stage 3 layer: its name, and per phase (TG_PHASE_FORWARD, _BACKWARD)
+ * the gather of the weights that phase reads, needed by the first kernel
+ * that reads one (-1: none). */
 typedef struct layer_use {
   const char *name;
   size_t len;
-  int first[2];              /* TG_PHASE_FORWARD, TG_PHASE_BACKWARD */
-  int n_tensors[2];
-  int64_t bytes_in[2], bytes_sent[2];
-  uint32_t dtypes[2];
+  tg_collective gather[2];
 } layer_use;
 
 typedef struct planner {
@@ -136,13 +143,9 @@ static void add_buckets(planner *p, tg_collective_kind kind) {
   for (int b = 0; b < ar->n_buckets; b++) {
     const tg_bucket *B = &ar->buckets[b];
     int start = B->after_kernel + 1;
-    tg_collective c = {kind, TG_COLLECTIVE_BUCKET, b, NULL, B->n_grads, B->bytes, 0, 0, start,
+    tg_collective c = {kind, TG_COLLECTIVE_BUCKET, b, NULL, 0, 0, 0, 0, start,
                        first_reader(p->g, start, B->grads, B->n_grads)};
-    for (int k = 0; k < B->n_grads; k++) {
-      const tg_node *n = p->g->nodes[B->grads[k]];
-      c.bytes_sent += shard_bytes(n, p->ranks);
-      c.dtypes |= 1u << n->type.dtype;
-    }
+    for (int k = 0; k < B->n_grads; k++) add_tensor(&c, p->g->nodes[B->grads[k]], p->ranks);
     c.bytes_sent *= ring_blocks(kind, p->ranks);
     add(p, c);
   }
@@ -152,14 +155,8 @@ static void add_buckets(planner *p, tg_collective_kind kind) {
 static void add_parameter_gather(planner *p) {
   const tg_graph *g = p->g;
   tg_collective c = {TG_ALL_GATHER, TG_COLLECTIVE_PARAMETERS, -1, NULL, 0, 0, 0, 0, g->n_kernels, g->n_kernels};
-  for (int i = 0; i < g->n_nodes; i++) {
-    const tg_node *n = g->nodes[i];
-    if (n->op != TG_OP_param) continue;
-    c.n_tensors++;
-    c.bytes_in += whole_bytes(n);
-    c.bytes_sent += shard_bytes(n, p->ranks);
-    c.dtypes |= 1u << n->type.dtype;
-  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_param) add_tensor(&c, g->nodes[i], p->ranks);
   c.bytes_sent *= ring_blocks(TG_ALL_GATHER, p->ranks);
   add(p, c);
 }
@@ -195,7 +192,12 @@ static layer_use *find_layer_uses(const tg_graph *g, int ranks, int *n_layers) {
     size_t len = tg_param_layer_len(n->name);
     int l = 0;
     while (l < *n_layers && !(ls[l].len == len && !strncmp(ls[l].name, n->name, len))) l++;
-    if (l == *n_layers) ls[(*n_layers)++] = (layer_use){n->name, len, {-1, -1}, {0}, {0}, {0}, {0}};
+    if (l == *n_layers) {
+      const char *name = tg_sprintf(g->arena, "%.*s", (int)len, n->name);
+      ls[(*n_layers)++] = (layer_use){n->name, len,
+                                      {{TG_ALL_GATHER, TG_COLLECTIVE_LAYER_FORWARD, -1, name, 0, 0, 0, 0, 0, -1},
+                                       {TG_ALL_GATHER, TG_COLLECTIVE_LAYER_BACKWARD, -1, name, 0, 0, 0, 0, 0, -1}}};
+    }
     layer_of[n->id] = l;
     const tg_node *copy = tg_param_copy_of(g, n);
     if (copy) layer_of[copy->id] = l;
@@ -213,27 +215,22 @@ static layer_use *find_layer_uses(const tg_graph *g, int ranks, int *n_layers) {
         int l = layer_of[w->id];
         if (l < 0 || seen[(size_t)w->id * 2 + n->phase]) continue;
         seen[(size_t)w->id * 2 + n->phase] = true;
-        layer_use *L = &ls[l];
-        if (L->first[n->phase] < 0) L->first[n->phase] = k; /* kernels in run order */
-        L->n_tensors[n->phase]++;
-        L->bytes_in[n->phase] += whole_bytes(w);
-        L->bytes_sent[n->phase] += shard_bytes(w, ranks) * ring_blocks(TG_ALL_GATHER, ranks);
-        L->dtypes[n->phase] |= 1u << w->type.dtype;
+        tg_collective *c = &ls[l].gather[n->phase];
+        if (c->needed < 0) c->needed = k; /* kernels in run order */
+        add_tensor(c, w, ranks);
       }
     }
   }
   return ls;
 }
 
-typedef struct gather_at {
-  int layer, phase, needed;
-} gather_at;
-
+/* The order gathers are needed in: by kernel, forward before backward,
+ * then in parameter order (made in that order: ties keep it). */
 static int by_needed(const void *a, const void *b) {
-  const gather_at *x = a, *y = b;
+  const tg_collective *x = *(const tg_collective *const *)a, *y = *(const tg_collective *const *)b;
   if (x->needed != y->needed) return x->needed < y->needed ? -1 : 1;
-  if (x->phase != y->phase) return x->phase < y->phase ? -1 : 1;
-  return x->layer < y->layer ? -1 : x->layer > y->layer;
+  if (x->what != y->what) return x->what < y->what ? -1 : 1;
+  return x < y ? -1 : x > y;
 }
 
 /* Stage 3: a gather per layer and phase that reads its weights, in the
@@ -241,21 +238,18 @@ static int by_needed(const void *a, const void *b) {
 static void add_layer_gathers(planner *p) {
   int n_layers;
   layer_use *ls = find_layer_uses(p->g, p->ranks, &n_layers);
-  gather_at *at = tg_alloc(p->g->arena, sizeof *at * (size_t)(2 * n_layers + 1));
+  tg_collective **at = tg_alloc(p->g->arena, sizeof *at * (size_t)(2 * n_layers + 1));
   int n = 0;
   for (int l = 0; l < n_layers; l++)
     for (int ph = TG_PHASE_FORWARD; ph <= TG_PHASE_BACKWARD; ph++)
-      if (ls[l].first[ph] >= 0) at[n++] = (gather_at){l, ph, ls[l].first[ph]};
+      if (ls[l].gather[ph].needed >= 0) at[n++] = &ls[l].gather[ph];
   qsort(at, (size_t)n, sizeof *at, by_needed);
   int start = 0;
   for (int i = 0; i < n; i++) {
-    const layer_use *L = &ls[at[i].layer];
-    int ph = at[i].phase;
-    const char *name = tg_sprintf(p->g->arena, "%.*s", (int)L->len, L->name);
-    add(p, (tg_collective){TG_ALL_GATHER, ph == TG_PHASE_FORWARD ? TG_COLLECTIVE_LAYER_FORWARD : TG_COLLECTIVE_LAYER_BACKWARD,
-                           -1, name, L->n_tensors[ph], L->bytes_in[ph], L->bytes_sent[ph], L->dtypes[ph], start,
-                           at[i].needed});
-    start = at[i].needed;
+    at[i]->start = start;
+    at[i]->bytes_sent *= ring_blocks(TG_ALL_GATHER, p->ranks);
+    add(p, *at[i]);
+    start = at[i]->needed;
   }
 }
 
@@ -265,8 +259,7 @@ static bool comes_after(const tg_collective *x, const tg_collective *y) {
   return x->start != y->start ? x->start > y->start : x->needed > y->needed;
 }
 
-bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_plan *out, char *why, size_t whylen) {
-  *out = (tg_collective_plan){0};
+bool tg_zero_args_valid(int ranks, int stage, char *why, size_t whylen) {
   if (stage < 0 || stage > TG_ZERO_MAX_STAGE) {
     snprintf(why, whylen, "no ZeRO stage %d: the stages are 0 (plain data parallelism) to %d", stage, TG_ZERO_MAX_STAGE);
     return false;
@@ -275,6 +268,12 @@ bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_
     snprintf(why, whylen, "%d ranks: a run has at least one", ranks);
     return false;
   }
+  return true;
+}
+
+bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_plan *out, char *why, size_t whylen) {
+  *out = (tg_collective_plan){0};
+  if (!tg_zero_args_valid(ranks, stage, why, whylen)) return false;
   if (!g->allreduce) {
     snprintf(why, whylen, "the graph has no gradient buckets: the collectives are of a training step after the "
                           "schedule pass");

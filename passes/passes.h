@@ -267,6 +267,10 @@ bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_
 /* A line per collective of p, then its total next to ddp's (the same
  * ranks at stage 0). */
 void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan *p, const tg_collective_plan *ddp);
+/* What tg_zero_plan_make and tg_collectives_plan ask of their arguments:
+ * false, with why, for a stage outside 0..TG_ZERO_MAX_STAGE or fewer than
+ * one rank. */
+bool tg_zero_args_valid(int ranks, int stage, char *why, size_t whylen);
 /* The length of a parameter name's layer prefix, up to and including its
  * first all-digit component ("h.3.attn.c_attn.weight": 3, "h.3"), else
  * the whole name: how ZeRO stage 3 groups parameters into layers. */

@@ -117,14 +117,7 @@ static int64_t within_step_peak(tg_ctx *ctx, tg_graph *g, int64_t *outlives) {
 
 bool tg_zero_plan_make(tg_ctx *ctx, tg_graph *g, int ranks, int stage, tg_zero_plan *out, char *why, size_t whylen) {
   *out = (tg_zero_plan){0};
-  if (stage < 0 || stage > TG_ZERO_MAX_STAGE) {
-    snprintf(why, whylen, "no ZeRO stage %d: the stages are 0 (plain data parallelism) to %d", stage, TG_ZERO_MAX_STAGE);
-    return false;
-  }
-  if (ranks < 1) {
-    snprintf(why, whylen, "%d ranks: a run has at least one", ranks);
-    return false;
-  }
+  if (!tg_zero_args_valid(ranks, stage, why, whylen)) return false;
   if (!g->memplan) {
     snprintf(why, whylen, "the graph has no memory plan: ZeRO's plan is of a fused training step");
     return false;

@@ -40,10 +40,11 @@
 static const char *const tiny[] = {"n_layer=2", "n_embd=16", "n_head=2", "vocab=50", "block_size=8", "B=2", "T=8"};
 enum { N_TINY = sizeof tiny / sizeof tiny[0] };
 
-/* The tiny gpt2.tg through the pipeline: the training step (step) or the
- * gradient alone. */
-static tg_graph *compile(tg_ctx *ctx, tg_precision_policy precision, bool step) {
-  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), N_TINY, tiny);
+/* gpt2.tg with n_defs config overrides through the pipeline: the training
+ * step (step) or the gradient alone. */
+static tg_graph *compile_with(tg_ctx *ctx, int n_defs, const char *const *defs, tg_precision_policy precision,
+                              bool step) {
+  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), n_defs, defs);
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
@@ -52,6 +53,11 @@ static tg_graph *compile(tg_ctx *ctx, tg_precision_policy precision, bool step) 
   tg_run_pipeline(ctx, g, &po);
   ctx->bail = NULL;
   return g;
+}
+
+/* The tiny gpt2.tg. */
+static tg_graph *compile(tg_ctx *ctx, tg_precision_policy precision, bool step) {
+  return compile_with(ctx, N_TINY, tiny, precision, step);
 }
 
 static tg_zero_plan plan(tg_ctx *ctx, tg_graph *g, int ranks, int stage) {
@@ -227,6 +233,15 @@ START_TEST(test_refused) {
   why[0] = 0;
   ck_assert(!tg_zero_plan_make(ctx, grad_only, 8, 1, &p, why, sizeof why));
   ck_assert_msg(strstr(why, "AdamW moments"), "%s", why);
+  /* the collectives ask the same of the stage and the ranks, and buckets */
+  tg_collective_plan c;
+  ck_assert(!tg_collectives_plan(step, 8, 4, &c, why, sizeof why));
+  ck_assert_msg(strstr(why, "stage 4"), "%s", why);
+  ck_assert(!tg_collectives_plan(step, 0, 1, &c, why, sizeof why));
+  ck_assert_msg(strstr(why, "ranks"), "%s", why);
+  tg_graph *forward = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), N_TINY, tiny);
+  ck_assert(!tg_collectives_plan(forward, 8, 1, &c, why, sizeof why));
+  ck_assert_msg(strstr(why, "buckets"), "%s", why);
   tu_ctx_free(ctx);
 }
 END_TEST
@@ -353,37 +368,13 @@ static void check_collectives(const tg_graph *g, int ranks) {
 
 START_TEST(test_collectives) {
   tg_ctx *ctx = tu_ctx();
-  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), 5, small);
-  jmp_buf bail;
-  ctx->bail = &bail;
-  if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
-  tg_pipeline_opts po = {.precision = TG_PRECISION_F32, .grad = true, .step = true, .adamw = tg_adamw_defaults,
-                         .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
-  tg_run_pipeline(ctx, g, &po);
-  ctx->bail = NULL;
+  tg_graph *g = compile_with(ctx, sizeof small / sizeof small[0], small, TG_PRECISION_F32, true);
   check_collectives(g, 2);
   check_collectives(g, 8);
   /* one rank: stage 0 whatever is asked, and nothing sent */
   tg_collective_plan one = collectives(g, 1, 3);
   ck_assert_int_eq(one.stage, 0);
   ck_assert_int_eq(one.bytes_sent, 0);
-  tu_ctx_free(ctx);
-}
-END_TEST
-
-START_TEST(test_collectives_refused) {
-  tg_ctx *ctx = tu_ctx();
-  tg_graph *step = compile(ctx, TG_PRECISION_F32, true);
-  tg_collective_plan p;
-  char why[256] = "";
-  ck_assert(!tg_collectives_plan(step, 8, 4, &p, why, sizeof why));
-  ck_assert_msg(strstr(why, "stage 4"), "%s", why);
-  ck_assert(!tg_collectives_plan(step, 0, 1, &p, why, sizeof why));
-  ck_assert_msg(strstr(why, "ranks"), "%s", why);
-  tg_graph *forward = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), N_TINY, tiny);
-  why[0] = 0;
-  ck_assert(!tg_collectives_plan(forward, 8, 1, &p, why, sizeof why));
-  ck_assert_msg(strstr(why, "buckets"), "%s", why);
   tu_ctx_free(ctx);
 }
 END_TEST
@@ -398,7 +389,6 @@ int main(void) {
   tcase_add_test(tc, test_padding_counted);
   tcase_add_test(tc, test_refused);
   tcase_add_test(tc, test_collectives);
-  tcase_add_test(tc, test_collectives_refused);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
