@@ -18,16 +18,19 @@
  *
  *   stage 0     all-reduce of every bucket                        2 Psi (N-1)/N
  *   stage 1, 2  reduce-scatter of every bucket at the same point,
- *               all-gather of the updated f32 parameters          2 Psi (N-1)/N
+ *               all-gather of the updated weights                 2 Psi (N-1)/N
  *   stage 3     reduce-scatter of every bucket, and each layer's
  *               weights gathered for the forward and again for
  *               the backward                                      3 Psi (N-1)/N
  *
  * as the ZeRO paper counts (Rajbhandari et al. 2020, section 7): stages 1
- * and 2 move what DDP moves, stage 3 half as much again.  At precision bf16
- * stage 3 gathers the bf16 copies the forward reads (half the bytes) and
- * so moves less: GPT-2 124M 1.16 times stage 0's bytes, not 1 (the
- * forward reads wte as f32 too, in the embedding's gather).
+ * and 2 move what DDP moves, stage 3 half as much again.  At precision
+ * bf16 the gradients stay f32 but what is gathered is what the forward
+ * reads, mostly bf16 copies (half the bytes), so stages 1 to 3 move less
+ * than the paper's count: GPT-2 124M's stages 1 and 2 0.91 times stage
+ * 0's bytes and stage 3 1.16 times (the forward reads wte, a third of
+ * the parameters, twice: as f32 in the embedding's gather, as its bf16
+ * copy in the logits' matmul).
  *
  * Where each goes, from the kernels (their nodes' phases) and the schedule
  * pass's buckets (g->allreduce):
@@ -35,11 +38,11 @@
  *     produces its last gradient and overlaps every kernel up to the first
  *     that reads one of its gradients: the optimizer's (the norm's squares
  *     or the update), so up to the backward's end;
- *   - stages 1 and 2 all-gather every parameter's updated f32 value after
- *     the optimizer; each rank casts its bf16 copies from them itself
- *     (the same rounding on every rank gives the owner's bits), which
- *     sends a third less than gathering the copies too.  Nothing of
- *     the step is left to overlap: the next step's first kernel reads them;
+ *   - stages 1 and 2 all-gather, after the optimizer, every weight the
+ *     forward reads, as it reads it: a bf16 copy (its f32 master stays
+ *     sharded, as the memory plan keeps it) or the f32 value (at precision
+ *     f32, all of them).  Nothing of the step is left to overlap: the next
+ *     step's first kernel reads them;
  *   - stage 3 gathers a layer (the parameters whose names share the prefix
  *     up to the first number, "h.3"; any other a layer of its own, as
  *     zero_plan.c's memory plan groups them) before the first forward
@@ -151,16 +154,6 @@ static void add_buckets(planner *p, tg_collective_kind kind) {
   }
 }
 
-/* Stages 1 and 2: every parameter's updated f32 value, after the step. */
-static void add_parameter_gather(planner *p) {
-  const tg_graph *g = p->g;
-  tg_collective c = {TG_ALL_GATHER, TG_COLLECTIVE_PARAMETERS, -1, NULL, 0, 0, 0, 0, g->n_kernels, g->n_kernels};
-  for (int i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i]->op == TG_OP_param) add_tensor(&c, g->nodes[i], p->ranks);
-  c.bytes_sent *= ring_blocks(TG_ALL_GATHER, p->ranks);
-  add(p, c);
-}
-
 /* Stages 1 to 3: the gradient norm's scalar all-reduce, between the kernel
  * that sums the squares and the first that reads the sum. */
 static void add_norm_reduce(planner *p) {
@@ -222,6 +215,26 @@ static layer_use *find_layer_uses(const tg_graph *g, int ranks, int *n_layers) {
     }
   }
   return ls;
+}
+
+/* Stages 1 and 2: after the optimizer, each rank's updated shard of every
+ * weight the forward reads, to every rank: the f32 value where the forward
+ * reads that, the bf16 copy where it reads the copy (whose f32 master then
+ * stays sharded, as zero_plan.c plans it). */
+static void add_weights_gather(planner *p) {
+  const tg_graph *g = p->g;
+  int n_layers;
+  const layer_use *ls = find_layer_uses(g, p->ranks, &n_layers);
+  tg_collective c = {TG_ALL_GATHER, TG_COLLECTIVE_PARAMETERS, -1, NULL, 0, 0, 0, 0, g->n_kernels, g->n_kernels};
+  for (int l = 0; l < n_layers; l++) {
+    const tg_collective *f = &ls[l].gather[TG_PHASE_FORWARD];
+    c.n_tensors += f->n_tensors;
+    c.bytes_in += f->bytes_in;
+    c.bytes_sent += f->bytes_sent;
+    c.dtypes |= f->dtypes;
+  }
+  c.bytes_sent *= ring_blocks(TG_ALL_GATHER, p->ranks);
+  add(p, c);
 }
 
 /* The order gathers are needed in: by kernel, forward before backward,
@@ -290,7 +303,7 @@ bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_
                0};
   add_buckets(&p, out->stage == 0 ? TG_ALL_REDUCE : TG_REDUCE_SCATTER);
   if (out->stage >= 1) add_norm_reduce(&p);
-  if (out->stage == 1 || out->stage == 2) add_parameter_gather(&p);
+  if (out->stage == 1 || out->stage == 2) add_weights_gather(&p);
   if (out->stage == 3) add_layer_gathers(&p);
   /* step order: by where each starts (an insertion sort: stable, so ties
    * keep the order they were made in) */
@@ -336,9 +349,9 @@ static void print_one(FILE *out, const tg_graph *g, const tg_collective_plan *p,
             c->n_tensors == 1 ? "" : "s", (long long)c->bytes_in, (long long)c->bytes_sent);
     break;
   case TG_COLLECTIVE_PARAMETERS:
-    fprintf(out, "parameters: %d tensors, %lld bytes in (the updated %s master weights%s), %lld bytes sent per rank",
-            c->n_tensors, (long long)c->bytes_in, dtypes,
-            p->bf16_copies ? "; each rank casts its bf16 copies from them" : "", (long long)c->bytes_sent);
+    fprintf(out, "parameters: %d tensors, %lld bytes in (the updated weights as the forward reads them, %s%s), "
+            "%lld bytes sent per rank", c->n_tensors, (long long)c->bytes_in, dtypes,
+            p->bf16_copies ? "; the bf16 copies' f32 masters stay sharded" : "", (long long)c->bytes_sent);
     break;
   case TG_COLLECTIVE_NORM:
     fprintf(out, "gradient norm: this rank's sum of squares, 8 bytes in (a double), not in the totals (a scalar: "
@@ -364,8 +377,8 @@ static void print_one(FILE *out, const tg_graph *g, const tg_collective_plan *p,
 
 static const char *const stage_moves[] = {
     "each bucket's gradients all-reduced",
-    "each bucket reduce-scattered, the updated parameters all-gathered",
-    "each bucket reduce-scattered, the updated parameters all-gathered",
+    "each bucket reduce-scattered, the updated weights all-gathered",
+    "each bucket reduce-scattered, the updated weights all-gathered",
     "each bucket reduce-scattered, each layer's weights all-gathered for the forward and the backward",
 };
 

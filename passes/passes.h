@@ -226,8 +226,8 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE 
  * ranks at ZeRO stage S, in step order, with the bytes each rank sends
  * (ring algorithms on base/shard.h's shards) and the kernels it overlaps:
  * stage 0 all-reduces each bucket of g->allreduce; stages 1 and 2
- * reduce-scatter each bucket and all-gather the updated f32 parameters
- * after the optimizer; stage 3 reduce-scatters each bucket and all-gathers
+ * reduce-scatter each bucket and all-gather the updated weights the
+ * forward reads (bf16 copies or f32) after the optimizer; stage 3 reduce-scatters each bucket and all-gathers
  * each layer's weights before the forward and again before the backward
  * reads them; stages 1 to 3 also all-reduce the gradient norm's scalar.
  * tgc --report schedule --ranks N --zero S prints it after the buckets. */
@@ -235,7 +235,7 @@ typedef enum tg_collective_kind { TG_ALL_REDUCE, TG_REDUCE_SCATTER, TG_ALL_GATHE
 const char *tg_collective_kind_name(tg_collective_kind k); /* "all_reduce", "reduce_scatter", "all_gather" */
 typedef enum tg_collective_what {
   TG_COLLECTIVE_BUCKET,         /* a bucket's gradients */
-  TG_COLLECTIVE_PARAMETERS,     /* every parameter's updated f32 value (stages 1, 2) */
+  TG_COLLECTIVE_PARAMETERS,     /* the weights the forward reads, updated (stages 1, 2) */
   TG_COLLECTIVE_NORM,           /* the gradient norm's sum of squares (a scalar) */
   TG_COLLECTIVE_LAYER_FORWARD,  /* stage 3: a layer's weights the forward reads */
   TG_COLLECTIVE_LAYER_BACKWARD, /* ... and those the backward reads */
@@ -259,7 +259,7 @@ typedef struct tg_collective_plan {
   tg_collective *collectives; /* in the graph's arena, ordered by start */
   int n_collectives;
   int64_t bytes_sent;  /* per rank and step, the scalar norm's left out */
-  bool bf16_copies;    /* the step has bf16 copies (each rank casts its own) */
+  bool bf16_copies;    /* the step has bf16 copies */
 } tg_collective_plan;
 /* Fills *out for g (after the schedule pass).  False, with why, for a
  * stage outside 0..3, fewer than one rank, or a graph without buckets. */

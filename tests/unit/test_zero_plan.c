@@ -27,6 +27,8 @@
  *   - every bucket has one collective, at its point; stages 1 and 2 gather
  *     every parameter after the last kernel; stage 3 gathers every
  *     parameter for the forward and less for the backward (no biases);
+ *   - at bf16, stages 1 and 2 gather what the forward reads (bf16 copies,
+ *     f32 weights), as stage 3 does for the forward;
  *   - collectives come in step order, each within the step;
  *   - one rank sends nothing; a bad stage, no ranks, or a graph without
  *     buckets are refused with why. */
@@ -375,6 +377,17 @@ START_TEST(test_collectives) {
   tg_collective_plan one = collectives(g, 1, 3);
   ck_assert_int_eq(one.stage, 0);
   ck_assert_int_eq(one.bytes_sent, 0);
+  /* bf16: the gradients stay f32 but the gathers move what the forward
+   * reads, bf16 copies where it reads them: stages 1 and 2's one gather is
+   * what stage 3 gathers for the forward layer by layer.  (Not fewer bytes
+   * than the f32 weights here: wte, most of this small model, is read as
+   * f32 by the embedding and as bf16 by the logits, and gathered both.) */
+  tg_graph *bf = compile_with(ctx, sizeof small / sizeof small[0], small, TG_PRECISION_BF16, true);
+  tg_collective_plan b0 = collectives(bf, 8, 0), b1 = collectives(bf, 8, 1), b3 = collectives(bf, 8, 3);
+  ck_assert_int_eq(sent(&b1, TG_COLLECTIVE_BUCKET), sent(&b0, TG_COLLECTIVE_BUCKET) / 2);
+  ck_assert_int_eq(sent(&b1, TG_COLLECTIVE_PARAMETERS), sent(&b3, TG_COLLECTIVE_LAYER_FORWARD));
+  ck_assert(b1.bf16_copies);
+  ck_assert_int_eq(b1.collectives[b1.n_collectives - 1].dtypes, (1u << TG_BF16) | (1u << TG_F32));
   tu_ctx_free(ctx);
 }
 END_TEST
