@@ -38,6 +38,9 @@
  *     produces its last gradient and overlaps every kernel up to the first
  *     that reads one of its gradients: the optimizer's (the norm's squares
  *     or the update), so up to the backward's end;
+ *   - the step is one micro-step; with several, stage 2 reduce-scatters
+ *     every micro-step's buckets (it keeps no whole accumulator), stages 0
+ *     and 1 the last one's only;
  *   - stages 1 and 2 all-gather, after the optimizer, every weight the
  *     forward reads, as it reads it: a bf16 copy (its f32 master stays
  *     sharded, as the memory plan keeps it) or the f32 value (at precision
