@@ -49,7 +49,6 @@
  * lives only until its reduce-scatter, a few MiB, not counted), and its
  * optimizer updates each shard in place.  They are reported apart
  * (step_outputs_bytes), outside the peak. */
-#include <ctype.h>
 #include <string.h>
 
 #include "passes.h"
@@ -60,21 +59,6 @@ static int64_t bytes_of(const tg_node *n) { return tg_type_numel(&n->type) * tg_
 static int64_t held_bytes(const tg_node *n, bool sharded, int ranks) {
   if (!sharded) return bytes_of(n);
   return tg_shard_elements(tg_type_numel(&n->type), ranks) * tg_dtype_size(n->type.dtype);
-}
-
-/* The length of name's layer: up to and including its first all-digit
- * component ("h.3.attn.c_attn.weight" -> "h.3"), else all of it. */
-static size_t layer_prefix(const char *name) {
-  const char *c = name;
-  for (;;) {
-    const char *end = strchr(c, '.');
-    size_t len = end ? (size_t)(end - c) : strlen(c);
-    bool digits = len > 0;
-    for (size_t i = 0; i < len; i++) digits &= isdigit((unsigned char)c[i]) != 0;
-    if (digits) return (size_t)(c - name) + len;
-    if (!end) return strlen(name);
-    c = end + 1;
-  }
 }
 
 /* The state leaf named prefix + name among states, or NULL. */
@@ -93,7 +77,7 @@ typedef struct layer {
 
 /* Adds a parameter's forward weight bytes to its layer (made if new). */
 static void add_to_layer(layer *layers, int *n, const char *name, int64_t bytes) {
-  size_t len = layer_prefix(name);
+  size_t len = tg_param_layer_len(name);
   for (int i = 0; i < *n; i++)
     if (layers[i].len == len && !strncmp(layers[i].name, name, len)) {
       layers[i].bytes += bytes;
@@ -133,14 +117,7 @@ static int64_t within_step_peak(tg_ctx *ctx, tg_graph *g, int64_t *outlives) {
 
 bool tg_zero_plan_make(tg_ctx *ctx, tg_graph *g, int ranks, int stage, tg_zero_plan *out, char *why, size_t whylen) {
   *out = (tg_zero_plan){0};
-  if (stage < 0 || stage > TG_ZERO_MAX_STAGE) {
-    snprintf(why, whylen, "no ZeRO stage %d: the stages are 0 (plain data parallelism) to %d", stage, TG_ZERO_MAX_STAGE);
-    return false;
-  }
-  if (ranks < 1) {
-    snprintf(why, whylen, "%d ranks: a run has at least one", ranks);
-    return false;
-  }
+  if (!tg_zero_args_valid(ranks, stage, why, whylen)) return false;
   if (!g->memplan) {
     snprintf(why, whylen, "the graph has no memory plan: ZeRO's plan is of a fused training step");
     return false;
