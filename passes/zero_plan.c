@@ -55,6 +55,17 @@
 
 static int64_t bytes_of(const tg_node *n) { return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype); }
 
+/* Whether a kernel of the forward or the backward reads n. */
+static bool step_reads(const tg_graph *g, const tg_node *n) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *u = g->nodes[i];
+    if (u->phase != TG_PHASE_FORWARD && u->phase != TG_PHASE_BACKWARD) continue;
+    for (int k = 0; k < u->nin; k++)
+      if (u->in[k] == n) return true;
+  }
+  return false;
+}
+
 /* A leaf's bytes on one rank: whole, or its shard. */
 static int64_t held_bytes(const tg_node *n, bool sharded, int ranks) {
   if (!sharded) return bytes_of(n);
@@ -151,8 +162,10 @@ bool tg_zero_plan_make(tg_ctx *ctx, tg_graph *g, int ranks, int stage, tg_zero_p
     }
     out->n_params++;
     out->n_elements += tg_type_numel(&n->type);
-    /* the f32 master is the optimizer's alone where the forward reads a copy */
-    out->master_bytes += held_bytes(n, s >= 3 || (s >= 1 && copy), ranks);
+    /* the f32 master is the optimizer's alone where the forward reads a
+     * copy and nothing but the optimizer reads the f32 (GPT-2's wte: the
+     * embedding's gather reads it as f32, the logits the copy) */
+    out->master_bytes += held_bytes(n, s >= 3 || (s >= 1 && copy && !step_reads(g, n)), ranks);
     if (copy) out->copy_bytes += held_bytes(copy, s >= 3, ranks);
     out->grad_bytes += held_bytes(n, s >= 2, ranks); /* the accumulator: the parameter's type */
     out->optimizer_bytes += held_bytes(m, s >= 1, ranks) + held_bytes(v, s >= 1, ranks);
