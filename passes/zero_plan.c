@@ -13,9 +13,11 @@
  *   2      shard (*)    whole       shard       shard
  *   3      shard        shard       shard       shard      + gathered layers
  *
- * (*) only where a bf16 copy is what the forward reads; a parameter the
- * forward reads as f32 (all of them at precision f32; layernorms' and
- * biases' at bf16) is the forward's weight and stays whole until stage 3.
+ * (*) only where a bf16 copy is all the step reads; a parameter the
+ * forward or backward reads as f32 (all of them at precision f32; at bf16
+ * the layernorms', wpe and wte, whose embedding gathers the f32 table) is
+ * the step's weight and stays whole until stage 3.  runtime/train/zero.c
+ * holds the same (its own test of what the model's graphs read).
  *
  * Shards (base/shard.h, the rule the runtime cuts by): each parameter is
  * flattened and cut into N shards of the same
@@ -224,11 +226,6 @@ void tg_zero_plan_print(FILE *out, const tg_zero_plan *p, const tg_zero_plan *dd
   fprintf(out, "zero: not in the peak: the step's outputs in its arena (%s of memplan's %s: gradients, new weights "
           "and moments), which a ZeRO step keeps in the shards above\n", a, b);
   /* the plan is the design; where tgrun does less, the report says so */
-  if ((p->stage == 1 || p->stage == 2) && p->master_bytes < ddp->master_bytes) {
-    tg_memplan_format_bytes(a, sizeof a, ddp->master_bytes - p->master_bytes);
-    fprintf(out, "zero: tgrun today keeps the f32 master weights whole at stages 1 and 2 (%s more a rank than this "
-            "plan; docs/parallel.md, \"What tgrun holds today\")\n", a);
-  }
   if (p->stage == 3)
     fprintf(out, "zero: tgrun does not run stage 3 yet (zero = 3 is refused); this is the plan\n");
 }
