@@ -830,12 +830,14 @@ static void train_loop(run *r) {
       }
       if (!tg_metrics_append(mf, &row, why, sizeof why)) tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "%s", why);
     }
+    /* the checkpoint first: nothing slow (an evaluation, a long sample)
+     * stands between a step and its being kept */
+    if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
     if (r->rank == 0 && due(step, c->eval_interval, c->max_steps)) {
       evaluate(r, &cols, mf, step);
       write_plot(r, metrics_path);
     }
     if (r->rank == 0 && due(step, c->sample_interval, c->max_steps)) sample(r, step);
-    if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
   }
   r->mf = NULL;
   if (mf && !tg_metrics_close(mf, why, sizeof why)) tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "%s", why);

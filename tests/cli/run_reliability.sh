@@ -49,6 +49,17 @@ contains "$tmp/out" "sample_prompt cannot be encoded"
 if grep -q "^step" "$tmp/out"; then bad "the bad prompt was found after training"; else ok; fi
 expect_status 0 "$tgrun" "$s" out_dir="$tmp/p" 'sample_prompt=é' sample_tokens=0
 
+# the checkpoint comes before a step's sample and evaluation: a run killed
+# in a long sample (2^24 tokens) still kept its last step
+"$tgrun" "$s" out_dir="$tmp/longsample" max_steps=2 sample_interval=2 sample_tokens=16777216 > "$tmp/ls.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q '^checkpoint:' "$tmp/ls.out" && break; sleep 0.1; done
+sleep 1
+kill -9 $job 2> /dev/null
+wait $job 2> /dev/null
+contains "$tmp/ls.out" "ckpt.safetensors at step 2"
+[ -f "$tmp/longsample/ckpt.safetensors" ] && ok || bad "the run killed in its sample left no checkpoint"
+
 # val.bin too short for one sequence: refused before any step;
 # prepare --val-fraction 0 writes an empty one
 mkdir -p "$tmp/short"
