@@ -23,6 +23,11 @@
 /* The 1-based optimizer step number, an f32 scalar input the adamw pass
  * adds (Adam's bias corrections). */
 #define TG_INPUT_STEP "step"
+/* The global gradient norm given to a sharded optimizer (ZeRO: each rank
+ * holds a shard of every gradient, so the norm is summed over the ranks
+ * outside the graph), an f32 scalar input the adamw pass adds instead of
+ * computing the norm. */
+#define TG_INPUT_GRAD_NORM "grad_norm"
 /* The decode step's token position, i32 [1], an input the decode pass adds
  * in place of the position table's iota. */
 #define TG_INPUT_POS "pos"
@@ -37,6 +42,9 @@
 /* The global gradient norm before clipping, an f32 scalar output of the
  * adamw pass. */
 #define TG_OUTPUT_GRAD_NORM "grad_norm"
+/* The sum of squares of a shard of the gradients, an f32 scalar output of
+ * a ZeRO rank's norm graph (runtime/train/zero.c). */
+#define TG_OUTPUT_GRAD_SQUARES "grad_squares"
 
 /* ---- prefixes of names made per parameter or per layer ------------------- */
 

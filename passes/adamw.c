@@ -20,7 +20,7 @@
 
 #include "passes.h"
 
-const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0, NULL};
+const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0, NULL, NULL, false};
 
 typedef struct opt {
   tg_ctx *ctx;
@@ -97,6 +97,38 @@ static tg_node *squares_stage2(opt *O, tg_node *part) {
   return add(O, r);
 }
 
+/* Σ x² over every element of xs (locs: whose location each part gets;
+ * NULL: the xs'), or the constant 0. */
+static tg_node *square_sum(opt *O, tg_node *const *locs, tg_node *const *xs, int n) {
+  tg_node *total = NULL;
+  tg_node **part = tg_alloc(O->g->arena, sizeof *part * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    O->loc = (locs ? locs[i] : xs[i])->loc;
+    part[i] = squares_stage1(O, xs[i]);
+  }
+  for (int i = 0; i < n; i++) {
+    O->loc = (locs ? locs[i] : xs[i])->loc;
+    tg_node *s = squares_stage2(O, part[i]);
+    total = total ? op2(O, TG_OP_add, total, s) : s;
+  }
+  O->loc = (tg_loc){O->g->source, 1, 1};
+  return total ? total : cst(O, 0);
+}
+
+tg_node *tg_append_square_sum(tg_ctx *ctx, tg_graph *g, tg_node *const *xs, int n) {
+  opt O = {ctx, g, {g->source, 1, 1}};
+  return square_sum(&O, NULL, xs, n);
+}
+
+/* Whether p's update decays it: by name when the caller lists them, else
+ * matrices and higher (not biases, gains or other vectors). */
+static bool decays(const tg_adamw_opts *o, const tg_node *p) {
+  if (!o->decayed) return p->type.rank >= 2;
+  for (int i = 0; o->decayed[i]; i++)
+    if (!strcmp(o->decayed[i], p->name)) return true;
+  return false;
+}
+
 static int by_name(const void *x, const void *y) {
   return strcmp((*(tg_node *const *)x)->name, (*(tg_node *const *)y)->name);
 }
@@ -161,20 +193,14 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
   qsort(copies, (size_t)n_copies, sizeof *copies, by_name);
 
   /* Global norm over all gradients, then one clipping factor for all. */
-  tg_node *total = NULL;
-  tg_node **part = tg_alloc(g->arena, sizeof *part * (size_t)(nparams + 1));
-  for (int i = 0; i < nparams; i++) {
-    O.loc = params[i]->loc;
-    part[i] = squares_stage1(&O, grads[i]);
+  tg_node *norm;
+  if (o->norm_input) {
+    norm = leaf(&O, TG_OP_input, TG_INPUT_GRAD_NORM, &scalar);
+  } else {
+    norm = op1(&O, TG_OP_sqrt, square_sum(&O, params, grads, nparams));
+    O.loc = (tg_loc){g->source, 1, 1};
+    tg_graph_add_output(g, TG_OUTPUT_GRAD_NORM, norm);
   }
-  for (int i = 0; i < nparams; i++) {
-    O.loc = params[i]->loc;
-    tg_node *s = squares_stage2(&O, part[i]);
-    total = total ? op2(&O, TG_OP_add, total, s) : s;
-  }
-  O.loc = (tg_loc){g->source, 1, 1};
-  tg_node *norm = total ? op1(&O, TG_OP_sqrt, total) : cst(&O, 0);
-  tg_graph_add_output(g, TG_OUTPUT_GRAD_NORM, norm);
   tg_node *coef = NULL;
   if (o->grad_clip > 0) {
     tg_node *c = op2(&O, TG_OP_div, cst(&O, o->grad_clip), op2(&O, TG_OP_add, norm, cst(&O, 1e-6)));
@@ -197,7 +223,7 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
     tg_node *m = leaf(&O, TG_OP_state, tg_sprintf(ctx->arena, TG_ADAM_M_PREFIX "%s", p->name), &p->type);
     tg_node *v = leaf(&O, TG_OP_state, tg_sprintf(ctx->arena, TG_ADAM_V_PREFIX "%s", p->name), &p->type);
     tg_node *pd = p;
-    if (o->weight_decay > 0 && p->type.rank >= 2) {
+    if (o->weight_decay > 0 && decays(o, p)) {
       tg_node *keep = op2(&O, TG_OP_sub, cst(&O, 1), op2(&O, TG_OP_mul, lr, cst(&O, o->weight_decay)));
       pd = op2(&O, TG_OP_mul, p, keep);
     }

@@ -40,6 +40,14 @@ typedef struct tg_adamw_opts {
    * forward reads (tg_hoist_param_copies): an optimizer-only graph's;
    * NULL-terminated names, or NULL */
   const char *const *copies;
+  /* the parameters to decay, NULL-terminated names; NULL: those of rank
+   * >= 2.  A ZeRO optimizer's parameters are flattened shards, all of rank
+   * 1, and name the decayed ones */
+  const char *const *decayed;
+  /* true: the global norm is the run-time input "grad_norm" (a ZeRO
+   * optimizer's, summed over the ranks' shards outside the graph) instead
+   * of computed from the graph's gradients, and not an output */
+  bool norm_input;
 } tg_adamw_opts;
 
 /* nanoGPT's defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1. */
@@ -63,6 +71,10 @@ typedef struct tg_adamw_slot {
  * scalars).  Returns one slot per parameter, in graph order (in the
  * arena), and their count in *n_slots (may be NULL). */
 tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts, int *n_slots);
+/* The sum of the squares of every element of xs[0 .. n), appended to g
+ * as the adamw pass sums them for the global norm (row sums first); a
+ * constant 0 when n is 0. */
+tg_node *tg_append_square_sum(tg_ctx *ctx, tg_graph *g, tg_node *const *xs, int n);
 
 /* flash_attn.c: replaces each causal self-attention written from primitive
  * ops (softmax of masked, scaled q @ kᵀ, times v; see models/std.tg) by a

@@ -279,6 +279,22 @@ void tg_comm_all_gather_in_place(void *buf, const int64_t *counts, const int64_t
 #endif
 }
 
+void tg_comm_gather_to_root(const float *mine, float *all, const int64_t *counts, const int64_t *displs) {
+  if (ranks == 1) {
+    memmove(all + displs[0], mine, sizeof(float) * (size_t)counts[0]);
+    return;
+  }
+#ifdef TG_HAVE_MPI
+  int *c = int_counts(counts, "a gather");
+  int *at = int_counts(displs, "a gather's offsets");
+  COLLECTIVE("the optimizer state's gather", MPI_Igatherv(mine, c[me], MPI_FLOAT, all, c, at, MPI_FLOAT, 0, coll, &op_));
+  free(c);
+  free(at);
+#else
+  (void)mine, (void)all;
+#endif
+}
+
 void tg_comm_sum_doubles(double *buf, int n) {
   if (ranks == 1) return;
 #ifdef TG_HAVE_MPI

@@ -47,6 +47,10 @@ void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const 
  * wide (1, 2, 4 or 8) in which rank q owns counts[q] elements from
  * displs[q]; afterwards every rank holds every rank's part. */
 void tg_comm_all_gather_in_place(void *buf, const int64_t *counts, const int64_t *displs, int elem_bytes);
+/* Every rank's counts[rank] floats at mine into rank 0's all (a whole
+ * tensor: rank q's part at displs[q]; all is ignored elsewhere): ZeRO's
+ * shards of the optimizer state, gathered for a checkpoint. */
+void tg_comm_gather_to_root(const float *mine, float *all, const int64_t *counts, const int64_t *displs);
 /* Sums a few doubles over the ranks (losses, timings), same bits everywhere. */
 void tg_comm_sum_doubles(double *buf, int n);
 /* Whether every rank passed the same 64-bit value (a hash of its weights). */

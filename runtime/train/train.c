@@ -51,6 +51,7 @@
 #include "tokens_file.h"
 #include "train_config.h"
 #include "weights.h"
+#include "zero.h"
 
 #define TG_TRAIN_VERSION "tgrun 0.1.0"
 
@@ -68,7 +69,7 @@ typedef struct param {
   tg_type type;      /* the graph's (padded) shape */
   int64_t numel;
   const tg_node *grad; /* its gradient output in the grad graph (NULL: none) */
-  tg_tensor *value, *grad_acc, *m, *v;
+  tg_tensor *value;
   tg_tensor *copy;   /* its bf16 copy (precision bf16: passes/precision.c), or NULL */
 } param;
 
@@ -82,17 +83,18 @@ typedef struct run {
   int32_t vocab;
   tg_tokens *train, *val;
   tg_device *dev;
-  tg_graph *g_grad, *g_opt, *g_eval, *g_sample;
-  tg_exec *e_grad, *e_opt, *e_eval, *e_sample;
-  tg_adamw_slot *slots; /* the optimizer graph's, one per parameter, in params order */
+  tg_graph *g_grad, *g_eval, *g_sample;
+  tg_exec *e_grad, *e_eval, *e_sample;
+  tg_zero *zero;       /* the gradients, the optimizer and its state, at the run's ZeRO stage (zero.h) */
+  tg_graph *g_zero[TG_ZERO_MAX_GRAPHS]; /* its graphs ... */
+  tg_exec *e_zero[TG_ZERO_MAX_GRAPHS];  /* ... compiled with the others */
+  int n_zero;
   param *params;
   int n_params;
-  int *param_of_grad; /* per g_grad node: index into params of the grad it is, or -1 */
-  tg_tensor **bucket; /* a bucket's accumulators, for the all-reduce */
   int32_t *idx, *tgt;  /* a batch staged on the host, B x T each */
   int32_t *sample_in;  /* a sample's context, T */
   float *logits;       /* the sample graph's logits, [1, T, vocab padded] */
-  int micro, accum;   /* the micro-step running, of how many */
+  int accum;          /* micro-steps a step */
   tg_loader **loaders; /* one per micro-step; freed by tg_train, also after an error */
   int n_loaders;
   tg_metrics_file *mf; /* rank 0's metrics file */
@@ -173,45 +175,15 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   return g;
 }
 
-/* The optimizer alone: the model's parameters, their gradients as inputs
- * ("grad:NAME", the accumulated and averaged gradients), and the adamw
- * pass appended, as it is to a training step. */
-static tg_graph *optimizer_graph(run *r, const tg_graph *model, const tg_adamw_opts *o, tg_adamw_slot **slots) {
-  tg_graph *g = tg_graph_new(r->ctx->arena);
-  g->source = model->source;
-  for (int i = 0; i < model->n_config; i++) tg_graph_set_config(g, model->config[i].name, model->config[i].value);
-  for (int i = 0; i < model->n_nodes; i++) {
-    const tg_node *p = model->nodes[i];
-    if (p->op != TG_OP_param) continue;
-    tg_node *q = tg_node_new(g, TG_OP_param, p->loc);
-    q->type = p->type;
-    q->name = p->name;
-    q->init = p->init;
-    const char *why = tg_graph_add(g, q);
-    tg_node *gr = tg_node_new(g, TG_OP_input, p->loc);
-    gr->type = p->type;
-    gr->name = tg_sprintf(r->ctx->arena, TG_GRAD_PREFIX "%s", p->name);
-    gr->phase = TG_PHASE_OPTIMIZER;
-    if (!why) why = tg_graph_add(g, gr);
-    if (why) tg_error(r->ctx, p->loc, "cannot build the optimizer graph: %s", why);
-    tg_graph_add_output(g, gr->name, gr);
-  }
-  *slots = tg_append_adamw(r->ctx, g, o, NULL);
-  /* only the norm is an output; the gradients were only for the pass */
-  int k = 0;
-  for (int i = 0; i < g->n_outputs; i++)
-    if (strncmp(g->outputs[i].name, TG_GRAD_PREFIX, strlen(TG_GRAD_PREFIX))) g->outputs[k++] = g->outputs[i];
-  g->n_outputs = k;
-  if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
-  return g;
-}
-
 /* Compiles the run's graphs for its device, their compilers running in
  * parallel where the backend can (the CPU: one cc a graph, one per core);
  * their generated sources kept in out_dir/kernels/NAME.c or .cu for the
  * reader; every parameter leaf bound to the shared copy.  Returns the
  * wall time of it all. */
 static double compile_for_device(run *r, tg_graph *const *gs, const char *const *names, int n, tg_exec **out) {
+  /* the model's graphs (grad, eval, sample) read the whole parameters; the
+   * optimizer's (zero.c) bind their own */
+  const int n_model = 3;
   const char *kdir = path_in(r, r->cfg.out_dir, "kernels");
   const char *suffix = tg_device_source_suffix(r->dev);
   tg_exec_opts *eo = tg_alloc(r->ctx->arena, sizeof *eo * (size_t)n);
@@ -229,7 +201,7 @@ static double compile_for_device(run *r, tg_graph *const *gs, const char *const 
     tg_compile_stats st = tg_exec_compile_stats(e);
     say(r, "built %-9s %3d kernels  %s%s (%.1f s)\n", names[k], g->n_kernels, src[k] ? src[k] : "",
         tg_exec_from_cache(e) ? ", from the cache" : "", st.front_seconds + st.back_seconds);
-    for (int i = 0; i < r->n_params; i++) {
+    for (int i = 0; k < n_model && i < r->n_params; i++) {
       const tg_node *p = tg_graph_leaf(g, TG_OP_param, r->params[i].name);
       if (p) tg_exec_bind(e, p, r->params[i].value);
       const tg_node *copy = p ? tg_param_copy_of(g, p) : NULL;
@@ -242,15 +214,16 @@ static double compile_for_device(run *r, tg_graph *const *gs, const char *const 
   return wall;
 }
 
-/* One line for the four graphs: the front end (parsing, the passes, and
+/* One line for the run's graphs: the front end (parsing, the passes, and
  * the backends' lowering and rendering) and the back end (the compilers:
  * the wall time of compiling less the backends' front ends, the
  * compilers having run in parallel), and whether the compilers' results
  * came from the cache. */
 static void say_compile_time(run *r, double front, double wall) {
-  tg_exec *es[4] = {r->e_grad, r->e_opt, r->e_eval, r->e_sample};
+  tg_exec *es[3 + TG_ZERO_MAX_GRAPHS] = {r->e_grad, r->e_eval, r->e_sample};
+  for (int i = 0; i < r->n_zero; i++) es[3 + i] = r->e_zero[i];
   tg_compile_stats t = {0};
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 3 + r->n_zero; i++) {
     tg_compile_stats s = tg_exec_compile_stats(es[i]);
     t.front_seconds += s.front_seconds, t.back_seconds += s.back_seconds;
     t.kernels += s.kernels, t.units += s.units, t.cached += s.cached;
@@ -333,15 +306,17 @@ static int64_t arena_of(tg_ctx *ctx, tg_graph *g) {
   return p ? p->arena_bytes : 0;
 }
 
-/* The planned peak (the four graphs' arenas, and each parameter's value,
- * gradient accumulator, two moments and bf16 copy) against the memory the
+/* The planned peak (the graphs' arenas, each parameter's value and bf16
+ * copy, and the gradients and optimizer state this rank keeps at its ZeRO
+ * stage: zero.c) against the memory the
  * machine has free, for backends whose tensors are host memory; refuses a
  * plan that cannot fit, with the largest batch_size that would. */
 static void check_memory(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!strcmp(c->backend, "cuda")) return; /* device memory: the CUDA backend's own check */
-  int64_t fixed = arena_of(r->ctx, r->g_opt) + arena_of(r->ctx, r->g_sample);
-  for (int i = 0; i < r->n_params; i++) fixed += r->params[i].numel * (int64_t)sizeof(float) * (r->params[i].copy ? 5 : 4);
+  int64_t fixed = arena_of(r->ctx, r->g_sample) + tg_zero_state_bytes(r->zero);
+  for (int i = 0; i < r->n_zero; i++) fixed += arena_of(r->ctx, r->g_zero[i]);
+  for (int i = 0; i < r->n_params; i++) fixed += r->params[i].numel * (r->params[i].copy ? 6 : 4);
   int64_t per_batch = arena_of(r->ctx, r->g_grad) + arena_of(r->ctx, r->g_eval);
   int64_t peak = fixed + per_batch;
   const char *what;
@@ -371,14 +346,38 @@ static void check_memory(run *r) {
            (double)avail / gib, what);
 }
 
+/* The ZeRO stage against what runs it, before any compiling: stage 3 is
+ * planned (tgc --report memplan) but not built; stages 1 and 2 need the
+ * backend's collectives; one rank has nothing to shard. */
+static void check_zero(run *r) {
+  const tg_train_config *c = &r->cfg;
+  if (!c->zero) return;
+  int key = -1;
+  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+    if (!strcmp(tg_train_config_key(k), "zero")) key = k;
+  tg_cfg_origin o = c->origin[key];
+  tg_loc at = o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col};
+  if (c->zero == 3)
+    tg_error(r->ctx, at, "zero = 3 (parameters sharded too) is not built yet: tgrun runs stages 0, 1 and 2; "
+             "tgc --report memplan --ranks N --zero 3 plans it (docs/parallel.md)");
+  if (r->nranks == 1) {
+    say(r, "note: zero = %lld with one rank: nothing to shard; training as zero = 0\n", (long long)c->zero);
+    return;
+  }
+  if (!tg_device_can_shard(r->dev))
+    tg_error(r->ctx, at, "zero = %lld: the %s backend has no reduce-scatter and all-gather yet; use zero = 0 or "
+             "another backend", (long long)c->zero, c->backend);
+}
+
 /* The graphs of the run, their kernels and the fusion report. */
 static void build(run *r) {
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
+  check_zero(r);
   double t_front = now(); /* parsing and the passes of every graph: the front end */
   const tg_train_config *c = &r->cfg;
   const tg_precision_policy prec = tg_train_config_precision(c);
-  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL};
+  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL, NULL, false};
   const char *kdir = path_in(r, c->out_dir, "kernels");
   if (r->rank == 0) mkdirs(r, kdir);
 
@@ -392,9 +391,7 @@ static void build(run *r) {
   /* the parameters, in the grad graph's order */
   for (int i = 0; i < r->g_grad->n_nodes; i++) r->n_params += r->g_grad->nodes[i]->op == TG_OP_param;
   r->params = tg_xcalloc((size_t)r->n_params, sizeof *r->params);
-  r->param_of_grad = tg_xcalloc((size_t)r->g_grad->n_nodes + 1, sizeof(int));
-  r->bucket = tg_xcalloc((size_t)r->n_params + 1, sizeof *r->bucket);
-  for (int i = 0; i < r->g_grad->n_nodes; i++) r->param_of_grad[i] = -1;
+  tg_zero_param *zp = tg_alloc(r->ctx->arena, sizeof *zp * (size_t)(r->n_params + 1));
   int k = 0;
   for (int i = 0; i < r->g_grad->n_nodes; i++) {
     const tg_node *n = r->g_grad->nodes[i];
@@ -404,26 +401,15 @@ static void build(run *r) {
     p->type = n->type;
     p->numel = tg_type_numel(&n->type);
     p->value = tg_tensor_new(r->dev, &n->type);
-    p->grad_acc = tg_tensor_new(r->dev, &n->type);
-    p->m = tg_tensor_new(r->dev, &n->type);
-    p->v = tg_tensor_new(r->dev, &n->type);
     p->grad = tg_gradient_of(r->g_grad, n);
-    if (p->grad) r->param_of_grad[tg_kernel_base(p->grad)->id] = k;
     const tg_node *copy = tg_param_copy_of(r->g_grad, n);
     if (copy) p->copy = tg_tensor_new(r->dev, &copy->type);
+    zp[k] = (tg_zero_param){n, p->grad, p->value, p->copy};
     k++;
   }
-
-  /* the optimizer writes the copies the forward reads */
-  const char **copies = tg_alloc(r->ctx->arena, sizeof *copies * (size_t)(r->n_params + 1));
-  int n_copies = 0;
-  for (int i = 0; i < r->n_params; i++)
-    if (r->params[i].copy) copies[n_copies++] = r->params[i].name;
-  copies[n_copies] = NULL;
-  ao.copies = copies;
-  r->g_opt = optimizer_graph(r, r->g_grad, &ao, &r->slots);
-  tg_pipeline_opts pk = {.kernels = true};
-  tg_run_pipeline(r->ctx, r->g_opt, &pk);
+  const char *zero_names[TG_ZERO_MAX_GRAPHS];
+  r->zero = tg_zero_new(r->ctx, r->dev, (int)c->zero, r->g_grad, zp, r->n_params, &ao);
+  r->n_zero = tg_zero_graphs(r->zero, r->g_zero, zero_names);
   r->g_eval = compile_model(r, c->batch_size, false);
   tg_pipeline_opts pe = {.precision = prec, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(r->ctx, r->g_eval, &pe);
@@ -437,50 +423,16 @@ static void build(run *r) {
   r->sample_in = tg_xcalloc((size_t)c->block_size, sizeof *r->sample_in);
   r->logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_sample, TG_OUTPUT_LOGITS)->type), sizeof *r->logits);
   t_front = now() - t_front;
-  tg_graph *gs[4] = {r->g_grad, r->g_opt, r->g_eval, r->g_sample};
-  const char *names[4] = {"grad", "optimizer", "eval", "sample"};
-  tg_exec *es[4];
-  double wall = compile_for_device(r, gs, names, 4, es);
-  r->e_grad = es[0], r->e_opt = es[1], r->e_eval = es[2], r->e_sample = es[3];
+  tg_graph *gs[3 + TG_ZERO_MAX_GRAPHS] = {r->g_grad, r->g_eval, r->g_sample};
+  const char *names[3 + TG_ZERO_MAX_GRAPHS] = {"grad", "eval", "sample"};
+  for (int i = 0; i < r->n_zero; i++) gs[3 + i] = r->g_zero[i], names[3 + i] = zero_names[i];
+  tg_exec *es[3 + TG_ZERO_MAX_GRAPHS];
+  double wall = compile_for_device(r, gs, names, 3 + r->n_zero, es);
+  r->e_grad = es[0], r->e_eval = es[1], r->e_sample = es[2];
+  for (int i = 0; i < r->n_zero; i++) r->e_zero[i] = es[3 + i];
+  tg_zero_bind(r->zero, r->e_zero);
   say_compile_time(r, t_front, wall);
-  /* the optimizer's gradient inputs and moments are the run's tensors; the
-   * optimizer graph has the grad graph's parameters, in the same order */
-  for (int i = 0; i < r->n_params; i++) {
-    const tg_adamw_slot *s = &r->slots[i];
-    param *p = &r->params[i];
-    if (strcmp(s->param->name, p->name))
-      tg_error(r->ctx, s->param->loc, "internal: the optimizer's parameter %d is '%s', not '%s'", i, s->param->name,
-               p->name);
-    tg_exec_bind(r->e_opt, s->grad, p->grad_acc);
-    tg_exec_bind(r->e_opt, s->m, p->m);
-    tg_exec_bind(r->e_opt, s->v, p->v);
-    if (!s->copy != !p->copy)
-      tg_error(r->ctx, s->param->loc, "internal: the optimizer's bf16 copy of '%s' and the step's disagree", p->name);
-    if (s->copy) tg_exec_bind(r->e_opt, s->copy, p->copy);
-  }
   tg_exec_profile(r->e_grad, TG_PROFILE_PHASES);
-}
-
-/* ---- gradients: accumulated, then averaged over the ranks ------------------------ */
-
-/* Called by the grad graph's step after each bucket of gradients is
- * complete: the backend adds them into the accumulators (the device does
- * the work, queued in order with the step), and on a step's last
- * micro-step the bucket is averaged over the ranks in one all-reduce. */
-static void on_bucket(tg_exec *e, int bucket, void *ctx) {
-  run *r = ctx;
-  const tg_bucket *B = &r->g_grad->allreduce->buckets[bucket];
-  const float scale = 1.0f / (float)r->accum;
-  int n = 0;
-  for (int i = 0; i < B->n_grads; i++) {
-    int pi = r->param_of_grad[B->grads[i]];
-    if (pi < 0) continue;
-    param *p = &r->params[pi];
-    tg_exec_accumulate(e, p->grad, p->grad_acc, scale, r->micro == 0);
-    r->bucket[n++] = p->grad_acc;
-  }
-  /* only the last micro-step communicates */
-  if (r->micro == r->accum - 1 && r->nranks > 1) tg_device_allreduce_average(r->dev, r->bucket, n);
 }
 
 /* ---- evaluation and samples ------------------------------------------------------ */
@@ -570,42 +522,25 @@ static void sample(run *r, int64_t step) {
 
 /* ---- checkpoints ------------------------------------------------------------------ */
 
-/* The optimizer graph's params and moments by node id, read from the
- * device into host arrays, as the checkpoint wants them; free with
- * free_leaf_values. */
-static float **leaf_values(run *r) {
-  float **v = tg_xcalloc((size_t)r->g_opt->n_nodes + 1, sizeof(float *));
-  for (int i = 0; i < r->n_params; i++) {
-    const tg_adamw_slot *s = &r->slots[i];
-    const param *p = &r->params[i];
-    const tg_node *leaf[3] = {s->param, s->m, s->v};
-    tg_tensor *from[3] = {p->value, p->m, p->v};
-    for (int k = 0; k < 3; k++) {
-      v[leaf[k]->id] = tg_xmalloc(sizeof(float) * (size_t)p->numel);
-      tg_tensor_read(from[k], v[leaf[k]->id], TG_HOST_F32);
-    }
-  }
-  return v;
-}
-
-static void free_leaf_values(run *r, float **v) {
-  for (int i = 0; i < r->g_opt->n_nodes; i++) free(v[i]);
-  free(v);
-}
-
+/* Every rank takes part (ZeRO's shards of the optimizer state are gathered
+ * to rank 0); rank 0 checks and writes. */
 static void save_checkpoint(run *r, int64_t step, uint64_t position) {
-  if (r->rank != 0) return;
+  double t0 = now();
+  float **v = tg_zero_state_values(r->zero);
+  if (r->rank != 0) {
+    tg_zero_free_state_values(r->zero, v);
+    return;
+  }
+  const tg_graph *sg = tg_zero_state_graph(r->zero);
   tg_ckpt_meta m = {.step = step, .data_position = position, .seed = (uint64_t)r->cfg.seed, .model = r->cfg.model,
                     .writer = TG_TRAIN_VERSION};
   char why[1024];
-  double t0 = now();
-  float **v = leaf_values(r);
   /* a checkpoint of non-finite weights would rotate the last good one out */
   for (int i = 0; i < r->n_params; i++) {
-    const float *w = v[r->slots[i].param->id];
+    const float *w = v[tg_graph_leaf(sg, TG_OP_param, r->params[i].name)->id];
     for (int64_t k = 0; k < r->params[i].numel; k++)
       if (!isfinite(w[k])) {
-        free_leaf_values(r, v);
+        tg_zero_free_state_values(r->zero, v);
         tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
                  "step %lld: parameter '%s' holds %s: training diverged; no checkpoint written, %s/" TG_CKPT_FILE
                  " keeps the last good one (lower learning_rate or set grad_clip, then resume = true)",
@@ -619,14 +554,14 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
   tg_exec_run(r->ctx, r->e_eval);
   float check = read_scalar(r, r->e_eval, TG_OUTPUT_LOSS);
   if (!isfinite(check)) {
-    free_leaf_values(r, v);
+    tg_zero_free_state_values(r->zero, v);
     tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
              "step %lld: the weights give a loss of %g on a training batch: training diverged; no checkpoint written, "
              "%s/" TG_CKPT_FILE " keeps the last good one (lower learning_rate or set grad_clip, then resume = true)",
              (long long)step, (double)check, r->cfg.out_dir);
   }
-  bool ok = tg_ckpt_save_in_dir(r->cfg.out_dir, r->g_opt, v, &m, why, sizeof why);
-  free_leaf_values(r, v);
+  bool ok = tg_ckpt_save_in_dir(r->cfg.out_dir, sg, v, &m, why, sizeof why);
+  tg_zero_free_state_values(r->zero, v);
   if (!ok) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot write the checkpoint: %s", why);
   say(r, "checkpoint: %s/" TG_CKPT_FILE " at step %lld (%.2f s)\n", r->cfg.out_dir, (long long)step, now() - t0);
 }
@@ -656,18 +591,11 @@ static int64_t initial_state(run *r, uint64_t *position) {
   if (c->resume) {
     tg_ckpt_meta m = {0};
     char *used_m = NULL;
-    tg_weights *w = tg_ckpt_load_latest(r->ctx, r->g_opt, c->out_dir, true, &m, &used_m);
+    tg_weights *w = tg_ckpt_load_latest(r->ctx, tg_zero_state_graph(r->zero), c->out_dir, true, &m, &used_m);
     const char *used = used_m ? tg_strdup(r->ctx->arena, used_m) : NULL;
     free(used_m);
     if (!w) tg_bail(r->ctx);
-    for (int i = 0; i < r->n_params; i++) {
-      const tg_adamw_slot *s = &r->slots[i];
-      param *p = &r->params[i];
-      const tg_node *leaf[3] = {s->param, s->m, s->v};
-      tg_tensor *to[3] = {p->value, p->m, p->v};
-      for (int k = 0; k < 3; k++)
-        if (w->values[leaf[k]->id]) tg_tensor_write(to[k], w->values[leaf[k]->id], TG_HOST_F32);
-    }
+    tg_zero_load(r->zero, w, true); /* each rank takes its shards of the optimizer state */
     tg_weights_free(w);
     refresh_copies(r);
     *position = m.data_position;
@@ -696,9 +624,10 @@ static int64_t initial_state(run *r, uint64_t *position) {
   }
   /* init_from: a tg checkpoint or a plain weights file (Hugging Face's
    * GPT-2, tgrun init/step output); only its weights are taken */
-  const tg_graph *wg = c->init_from && *c->init_from ? r->g_opt : r->g_grad;
+  const tg_graph *sg = tg_zero_state_graph(r->zero);
+  const tg_graph *wg = c->init_from && *c->init_from ? sg : r->g_grad;
   tg_ckpt_meta m = {0};
-  tg_weights *w = c->init_from && *c->init_from ? tg_ckpt_load(r->ctx, r->g_opt, c->init_from, false, &m)
+  tg_weights *w = c->init_from && *c->init_from ? tg_ckpt_load(r->ctx, sg, c->init_from, false, &m)
                                                  : tg_weights_init(r->g_grad, (uint64_t)c->seed);
   if (!w) tg_bail(r->ctx);
   for (int i = 0; i < r->n_params; i++) {
@@ -792,10 +721,8 @@ static void train_loop(run *r) {
     if (!mf) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
   }
 
-  tg_tensor *lr_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, TG_INPUT_LR));
-  tg_tensor *step_in = tg_exec_leaf(r->e_opt, tg_graph_leaf(r->g_opt, TG_OP_input, TG_INPUT_STEP));
-  tg_exec_on_bucket(r->e_grad, on_bucket, r);
   r->accum = (int)c->grad_accum;
+  tg_zero_attach(r->zero, r->e_grad, r->accum);
 
   int64_t tokens_per_step = c->batch_size * c->block_size * c->grad_accum * r->nranks;
   int64_t nparams;
@@ -810,6 +737,7 @@ static void train_loop(run *r) {
         tg_train_config_precision(c) == TG_PRECISION_BF16
             ? "bf16 (f32 master weights, optimizer and statistics)"
             : "f32");
+    if (r->nranks > 1) say(r, "%s\n", tg_zero_describe(r->zero));
     tg_log_legend(stdout, &cols);
     if (r->log) tg_log_legend(r->log, &cols);
   }
@@ -821,19 +749,16 @@ static void train_loop(run *r) {
     double lr = tg_lr_at(&sched, s);
     tg_exec_phase_seconds(r->e_grad, phase0);
     double loss_sum = 0;
-    for (r->micro = 0; r->micro < r->accum; r->micro++) {
-      tg_loader_next(loaders[r->micro], r->idx, r->tgt);
+    for (int micro = 0; micro < r->accum; micro++) {
+      tg_zero_micro_step(r->zero, micro);
+      tg_loader_next(loaders[micro], r->idx, r->tgt);
       feed(r, r->e_grad, r->idx, r->tgt);
       tg_exec_run(r->ctx, r->e_grad);
       loss_sum += read_scalar(r, r->e_grad, TG_OUTPUT_LOSS);
     }
     double phase1[TG_NPHASES];
     tg_exec_phase_seconds(r->e_grad, phase1);
-    float lr_f = (float)lr, step_f = (float)(s + 1);
-    tg_tensor_write(lr_in, &lr_f, TG_HOST_F32);
-    tg_tensor_write(step_in, &step_f, TG_HOST_F32);
-    tg_exec_run(r->ctx, r->e_opt);
-    float gn = read_scalar(r, r->e_opt, TG_OUTPUT_GRAD_NORM);
+    float gn = tg_zero_step(r->zero, lr, s + 1);
     double stats[1] = {loss_sum / r->accum};
     tg_comm_sum_doubles(stats, 1);
     double dt = now() - t0;
@@ -1135,19 +1060,15 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   free(r->loaders);
   if (r->lock_fd >= 0) close(r->lock_fd); /* releases the lock; the file stays, harmlessly */
   tg_exec_free(r->e_grad);
-  tg_exec_free(r->e_opt);
+  for (int i = 0; i < r->n_zero; i++) tg_exec_free(r->e_zero[i]);
+  tg_zero_free(r->zero);
   tg_exec_free(r->e_eval);
   tg_exec_free(r->e_sample);
   for (int i = 0; i < r->n_params; i++) {
     tg_tensor_free(r->params[i].value);
-    tg_tensor_free(r->params[i].grad_acc);
-    tg_tensor_free(r->params[i].m);
-    tg_tensor_free(r->params[i].v);
     tg_tensor_free(r->params[i].copy);
   }
   free(r->params);
-  free(r->param_of_grad);
-  free(r->bucket);
   free(r->idx);
   free(r->tgt);
   free(r->sample_in);

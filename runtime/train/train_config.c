@@ -81,6 +81,9 @@ static const key_info keys[] = {
     /* 65536 OpenMP threads crashed the run (SIGSEGV); 1024 work */
     {"threads", K_INT, F(threads), "0", 0, 1024, 0, 0, NULL, NULL},
     {"rank_timeout", K_INT, F(rank_timeout), "300", 1, 86400, 0, 0, NULL, NULL},
+    /* ZeRO's stage (runtime/train/zero.c, docs/parallel.md); 3 is planned
+     * (tgc --report memplan) but not yet run: refused in tg_train */
+    {"zero", K_INT, F(zero), "0", 0, 3, 0, 0, NULL, NULL},
     {"peak_flops", K_FLOAT, F(peak_flops), "0", 0, INFINITY, 0, 0, NULL, NULL},
     {"metrics_file", K_STR, F(metrics_file), "metrics.jsonl", 0, 0, 0, 0, check_file_name, NULL},
 };

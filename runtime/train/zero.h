@@ -1,0 +1,70 @@
+/* zero.h: the gradients, optimizer state and optimizer step of a
+ * data-parallel run, at ZeRO stage 0, 1 or 2 (zero.c; docs/parallel.md).
+ *
+ * The training loop (train.c) keeps the parameters' whole values (and bf16
+ * copies) that its graphs read; everything from the gradients on is here:
+ * the accumulators, the collectives at each bucket of gradients, the
+ * optimizer's graphs and their state, the step, and the optimizer state's
+ * way into and out of a checkpoint (one file in today's format whatever
+ * the stage and the number of ranks). */
+#ifndef TG_ZERO_H
+#define TG_ZERO_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "passes.h"
+#include "weights.h"
+
+typedef struct tg_zero tg_zero;
+
+/* One parameter as the training loop holds it. */
+typedef struct tg_zero_param {
+  const tg_node *node;  /* the grad graph's parameter */
+  const tg_node *grad;  /* its gradient output in the grad graph; NULL: none */
+  tg_tensor *value;     /* the whole f32 master weights every graph reads */
+  tg_tensor *copy;      /* the whole bf16 copy the forward reads, or NULL */
+} tg_zero_param;
+
+/* Builds stage `stage`'s optimizer graphs (fused and planned) and
+ * allocates its state on dev for this rank of the job (runtime/comm);
+ * g_grad is the grad graph after the pipeline (its schedule's buckets).
+ * Stage 3 and stages above 0 on a backend without the collectives are
+ * the caller's to refuse (tg_device_can_shard); one rank is stage 0. */
+tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_grad, const tg_zero_param *ps, int n,
+                     const tg_adamw_opts *o);
+void tg_zero_free(tg_zero *z);
+int tg_zero_stage(const tg_zero *z);
+
+/* The graphs to compile for the device, with their names (for the
+ * kernels' files): into gs and names, at most TG_ZERO_MAX_GRAPHS; returns
+ * how many.  Then tg_zero_bind with their execs, in the same order. */
+enum { TG_ZERO_MAX_GRAPHS = 2 };
+int tg_zero_graphs(tg_zero *z, tg_graph **gs, const char **names);
+void tg_zero_bind(tg_zero *z, tg_exec *const *es);
+/* Hooks the grad graph's buckets, for steps of `accum` micro-steps. */
+void tg_zero_attach(tg_zero *z, tg_exec *e_grad, int accum);
+/* Before each micro-step's run of the grad graph: which one it is. */
+void tg_zero_micro_step(tg_zero *z, int micro);
+/* After a step's micro-steps: clipping and AdamW at learning rate lr for
+ * the 1-based step `step`, and at stages 1 and 2 the updated parameters
+ * gathered to every rank.  Returns the global gradient norm. */
+float tg_zero_step(tg_zero *z, double lr, int64_t step);
+
+/* The whole optimizer graph, whose leaves lay out a checkpoint. */
+const tg_graph *tg_zero_state_graph(const tg_zero *z);
+/* Every parameter's value and moments, whole, into v[node id of the state
+ * graph] (malloc'ed arrays) on rank 0; every rank must call it (the
+ * shards are gathered).  Free with tg_zero_free_state_values. */
+float **tg_zero_state_values(tg_zero *z);
+void tg_zero_free_state_values(const tg_zero *z, float **v);
+/* The parameters' values and, with_state, moments from w (loaded against
+ * the state graph): each rank takes its shards. */
+void tg_zero_load(tg_zero *z, const tg_weights *w, bool with_state);
+/* The bytes this rank holds of the parameters' gradients and optimizer
+ * state (not the values and copies): for the memory check. */
+int64_t tg_zero_state_bytes(const tg_zero *z);
+/* One line on what each rank keeps and moves (for the log). */
+const char *tg_zero_describe(const tg_zero *z);
+
+#endif
