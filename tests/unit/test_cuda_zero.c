@@ -4,7 +4,9 @@
  *
  * Started alone (as ctest starts it) the test runs itself again under
  * `mpirun -np 2`, as tgrun --nproc does; where there is no mpirun or no
- * MPI in this build it runs on one rank and says so.  Each rank runs every
+ * MPI in this build, or TG_ZERO_TEST_ONE_RANK is set (the sanitizer build
+ * sets it: LeakSanitizer reads Open MPI's allocations as leaks), it runs on
+ * one rank.  Each rank runs every
  * test; a failed check on one rank leaves the other waiting in a
  * collective until the rank timeout (60 s here) ends the job.
  *
