@@ -24,7 +24,8 @@
  *   runs (the first overwriting, then accumulating: the warm-up, the
  *   captured CUDA graph and its replay); the shards must hold exactly
  *   (overwrite ? 0 : shard) + scale * the ranks' average of the gradient
- *   read back from the device, averaged here as tg_comm_average does. */
+ *   read back from the device, averaged here as tg_comm_average does; and
+ *   a tensor all-gathered from the last hook, every element its owner's. */
 #include "testutil.h"
 
 #include <math.h>
@@ -234,6 +235,7 @@ typedef struct hooked {
   tg_tensor **shard; /* per graph node: its gradient's shard, or NULL */
   float scale;
   bool accumulate;
+  tg_tensor *gathered; /* all-gathered in the last bucket's hook */
 } hooked;
 
 static void on_bucket(tg_exec *e, int bucket, void *ctx) {
@@ -245,6 +247,7 @@ static void on_bucket(tg_exec *e, int bucket, void *ctx) {
     dst[i] = h->shard[B->grads[i]];
   }
   tg_device_reduce_scatter(h->dev, src, dst, B->n_grads, h->scale, h->accumulate);
+  if (bucket == h->g->allreduce->n_buckets - 1) tg_device_all_gather(h->dev, &h->gathered, 1);
   for (int i = 0; i < B->n_grads; i++) tg_tensor_free(src[i]); /* the views; the work is queued or recorded */
   free(src), free(dst);
 }
@@ -272,7 +275,9 @@ START_TEST(reduce_scatter_in_the_step) {
   ck_assert_int_ge(g->allreduce->n_buckets, 2);
   tg_exec_opts eo = {.name = "zero", .remat = -1};
   tg_exec *e = tg_exec_compile(s.dev, s.ctx, g, &eo);
-  hooked h = {s.dev, g, calloc((size_t)g->n_nodes, sizeof(tg_tensor *)), 0.25f, false};
+  tg_type gt = vector(TG_F32, sizes[0]);
+  hooked h = {s.dev, g, calloc((size_t)g->n_nodes, sizeof(tg_tensor *)), 0.25f, false, tg_tensor_new(s.dev, &gt)};
+  float *gathered = malloc(sizeof(float) * (size_t)sizes[0]);
   int n_grads = 0;
   for (int b = 0; b < g->allreduce->n_buckets; b++)
     for (int i = 0; i < g->allreduce->buckets[b].n_grads; i++) {
@@ -297,7 +302,17 @@ START_TEST(reduce_scatter_in_the_step) {
   float *want[8] = {0}; /* per gradient: the shard it should hold */
   for (int run = 0; run < 4; run++) {
     h.accumulate = run > 0;
+    /* this rank's part of `gathered` (another each run), NaN elsewhere */
+    int64_t s_elems = tg_shard_elements(sizes[0], ranks);
+    for (int64_t i = 0; i < sizes[0]; i++) gathered[i] = i / s_elems == me ? owned(i, run, me) : NAN;
+    tg_tensor_write(h.gathered, gathered, TG_HOST_F32);
     tg_exec_run(s.ctx, e);
+    tg_tensor_read(h.gathered, gathered, TG_HOST_F32);
+    for (int64_t i = 0; i < sizes[0]; i++) {
+      float want = owned(i, run, (int)(i / s_elems));
+      ck_assert_msg(!memcmp(&gathered[i], &want, 4), "rank %d, run %d: element %lld of the tensor all-gathered in "
+                    "the hook is %.9g, its owner wrote %.9g", me, run, (long long)i, gathered[i], want);
+    }
     for (int b = 0, k = 0; b < g->allreduce->n_buckets; b++)
       for (int i = 0; i < g->allreduce->buckets[b].n_grads; i++, k++) {
         const tg_node *n = g->nodes[g->allreduce->buckets[b].grads[i]];
@@ -317,9 +332,12 @@ START_TEST(reduce_scatter_in_the_step) {
         free(got);
       }
   }
-  printf("rank %d of %d: %d gradients in %d buckets reduce-scattered from the hooks over 4 runs (warm-up, capture, "
-         "replay): every shard exact\n", me, ranks, n_grads, g->allreduce->n_buckets);
+  printf("rank %d of %d: %d gradients in %d buckets reduce-scattered, and a tensor all-gathered, from the hooks over 4 "
+         "runs (warm-up, capture, replay): every shard exact, every gathered element its owner's\n", me, ranks, n_grads,
+         g->allreduce->n_buckets);
   for (int k = 0; k < 8; k++) free(want[k]);
+  free(gathered);
+  tg_tensor_free(h.gathered);
   for (int i = 0; i < g->n_nodes; i++)
     if (h.shard[i]) tg_tensor_free(h.shard[i]);
   free(h.shard);
