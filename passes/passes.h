@@ -222,6 +222,60 @@ void tg_zero_plan_print(FILE *out, const tg_zero_plan *p, const tg_zero_plan *dd
 enum { TG_BUCKET_BYTES_DEFAULT = 4 << 20 };
 void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE *report);
 
+/* collectives.c: every collective of one training step on N data-parallel
+ * ranks at ZeRO stage S, in step order, with the bytes each rank sends
+ * (ring algorithms on base/shard.h's shards) and the kernels it overlaps:
+ * stage 0 all-reduces each bucket of g->allreduce; stages 1 and 2
+ * reduce-scatter each bucket and all-gather the updated weights the
+ * forward reads (bf16 copies or f32) after the optimizer; stage 3 reduce-scatters each bucket and all-gathers
+ * each layer's weights before the forward and again before the backward
+ * reads them; stages 1 to 3 also all-reduce the gradient norm's scalar.
+ * tgc --report schedule --ranks N --zero S prints it after the buckets. */
+typedef enum tg_collective_kind { TG_ALL_REDUCE, TG_REDUCE_SCATTER, TG_ALL_GATHER } tg_collective_kind;
+const char *tg_collective_kind_name(tg_collective_kind k); /* "all_reduce", "reduce_scatter", "all_gather" */
+typedef enum tg_collective_what {
+  TG_COLLECTIVE_BUCKET,         /* a bucket's gradients */
+  TG_COLLECTIVE_PARAMETERS,     /* the weights the forward reads, updated (stages 1, 2) */
+  TG_COLLECTIVE_NORM,           /* the gradient norm's sum of squares (a scalar) */
+  TG_COLLECTIVE_LAYER_FORWARD,  /* stage 3: a layer's weights the forward reads */
+  TG_COLLECTIVE_LAYER_BACKWARD, /* ... and those the backward reads */
+} tg_collective_what;
+typedef struct tg_collective {
+  tg_collective_kind kind;
+  tg_collective_what what;
+  int bucket;          /* TG_COLLECTIVE_BUCKET: its index in g->allreduce; else -1 */
+  const char *layer;   /* the layers': "h.3", "wte.weight"; else NULL */
+  int n_tensors;
+  int64_t bytes_in;    /* the tensors' bytes, whole */
+  int64_t bytes_sent;  /* what each rank sends (0 on one rank) */
+  uint32_t dtypes;     /* bit (1 << tg_dtype) per dtype of its tensors */
+  /* kernel positions: it starts once kernel start - 1 is done and its
+   * result is first read by kernel needed (n_kernels: the step's end);
+   * the kernels start .. needed - 1 run while it is in flight */
+  int start, needed;
+} tg_collective;
+typedef struct tg_collective_plan {
+  int ranks, stage;    /* stage: 0 whatever was asked when ranks == 1 */
+  tg_collective *collectives; /* in the graph's arena, ordered by start */
+  int n_collectives;
+  int64_t bytes_sent;  /* per rank and step, the scalar norm's left out */
+  bool bf16_copies;    /* the step has bf16 copies */
+} tg_collective_plan;
+/* Fills *out for g (after the schedule pass).  False, with why, for a
+ * stage outside 0..3, fewer than one rank, or a graph without buckets. */
+bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_plan *out, char *why, size_t whylen);
+/* A line per collective of p, then its total next to ddp's (the same
+ * ranks at stage 0). */
+void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan *p, const tg_collective_plan *ddp);
+/* What tg_zero_plan_make and tg_collectives_plan ask of their arguments:
+ * false, with why, for a stage outside 0..TG_ZERO_MAX_STAGE or fewer than
+ * one rank. */
+bool tg_zero_args_valid(int ranks, int stage, char *why, size_t whylen);
+/* The length of a parameter name's layer prefix, up to and including its
+ * first all-digit component ("h.3.attn.c_attn.weight": 3, "h.3"), else
+ * the whole name: how ZeRO stage 3 groups parameters into layers. */
+size_t tg_param_layer_len(const char *name);
+
 /* decode.c: the forward graph (compiled at T = 1, after flash_attn, no
  * backward) as one decode step with a key/value cache: a new input "pos"
  * (i32 [1], the token's position) replaces the position table's iota;

@@ -13,9 +13,11 @@
  *   2      shard (*)    whole       shard       shard
  *   3      shard        shard       shard       shard      + gathered layers
  *
- * (*) only where a bf16 copy is what the forward reads; a parameter the
- * forward reads as f32 (all of them at precision f32; layernorms' and
- * biases' at bf16) is the forward's weight and stays whole until stage 3.
+ * (*) only where a bf16 copy is all the step reads; a parameter the
+ * forward or backward reads as f32 (all of them at precision f32; at bf16
+ * the layernorms', wpe and wte, whose embedding gathers the f32 table) is
+ * the step's weight and stays whole until stage 3.  runtime/train/zero.c
+ * holds the same (its own test of what the model's graphs read).
  *
  * Shards (base/shard.h, the rule the runtime cuts by): each parameter is
  * flattened and cut into N shards of the same
@@ -49,32 +51,27 @@
  * lives only until its reduce-scatter, a few MiB, not counted), and its
  * optimizer updates each shard in place.  They are reported apart
  * (step_outputs_bytes), outside the peak. */
-#include <ctype.h>
 #include <string.h>
 
 #include "passes.h"
 
 static int64_t bytes_of(const tg_node *n) { return tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype); }
 
+/* Whether a kernel of the forward or the backward reads n. */
+static bool step_reads(const tg_graph *g, const tg_node *n) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *u = g->nodes[i];
+    if (u->phase != TG_PHASE_FORWARD && u->phase != TG_PHASE_BACKWARD) continue;
+    for (int k = 0; k < u->nin; k++)
+      if (u->in[k] == n) return true;
+  }
+  return false;
+}
+
 /* A leaf's bytes on one rank: whole, or its shard. */
 static int64_t held_bytes(const tg_node *n, bool sharded, int ranks) {
   if (!sharded) return bytes_of(n);
   return tg_shard_elements(tg_type_numel(&n->type), ranks) * tg_dtype_size(n->type.dtype);
-}
-
-/* The length of name's layer: up to and including its first all-digit
- * component ("h.3.attn.c_attn.weight" -> "h.3"), else all of it. */
-static size_t layer_prefix(const char *name) {
-  const char *c = name;
-  for (;;) {
-    const char *end = strchr(c, '.');
-    size_t len = end ? (size_t)(end - c) : strlen(c);
-    bool digits = len > 0;
-    for (size_t i = 0; i < len; i++) digits &= isdigit((unsigned char)c[i]) != 0;
-    if (digits) return (size_t)(c - name) + len;
-    if (!end) return strlen(name);
-    c = end + 1;
-  }
 }
 
 /* The state leaf named prefix + name among states, or NULL. */
@@ -93,7 +90,7 @@ typedef struct layer {
 
 /* Adds a parameter's forward weight bytes to its layer (made if new). */
 static void add_to_layer(layer *layers, int *n, const char *name, int64_t bytes) {
-  size_t len = layer_prefix(name);
+  size_t len = tg_param_layer_len(name);
   for (int i = 0; i < *n; i++)
     if (layers[i].len == len && !strncmp(layers[i].name, name, len)) {
       layers[i].bytes += bytes;
@@ -133,14 +130,7 @@ static int64_t within_step_peak(tg_ctx *ctx, tg_graph *g, int64_t *outlives) {
 
 bool tg_zero_plan_make(tg_ctx *ctx, tg_graph *g, int ranks, int stage, tg_zero_plan *out, char *why, size_t whylen) {
   *out = (tg_zero_plan){0};
-  if (stage < 0 || stage > TG_ZERO_MAX_STAGE) {
-    snprintf(why, whylen, "no ZeRO stage %d: the stages are 0 (plain data parallelism) to %d", stage, TG_ZERO_MAX_STAGE);
-    return false;
-  }
-  if (ranks < 1) {
-    snprintf(why, whylen, "%d ranks: a run has at least one", ranks);
-    return false;
-  }
+  if (!tg_zero_args_valid(ranks, stage, why, whylen)) return false;
   if (!g->memplan) {
     snprintf(why, whylen, "the graph has no memory plan: ZeRO's plan is of a fused training step");
     return false;
@@ -174,8 +164,10 @@ bool tg_zero_plan_make(tg_ctx *ctx, tg_graph *g, int ranks, int stage, tg_zero_p
     }
     out->n_params++;
     out->n_elements += tg_type_numel(&n->type);
-    /* the f32 master is the optimizer's alone where the forward reads a copy */
-    out->master_bytes += held_bytes(n, s >= 3 || (s >= 1 && copy), ranks);
+    /* the f32 master is the optimizer's alone where the forward reads a
+     * copy and nothing but the optimizer reads the f32 (GPT-2's wte: the
+     * embedding's gather reads it as f32, the logits the copy) */
+    out->master_bytes += held_bytes(n, s >= 3 || (s >= 1 && copy && !step_reads(g, n)), ranks);
     if (copy) out->copy_bytes += held_bytes(copy, s >= 3, ranks);
     out->grad_bytes += held_bytes(n, s >= 2, ranks); /* the accumulator: the parameter's type */
     out->optimizer_bytes += held_bytes(m, s >= 1, ranks) + held_bytes(v, s >= 1, ranks);
@@ -233,4 +225,7 @@ void tg_zero_plan_print(FILE *out, const tg_zero_plan *p, const tg_zero_plan *dd
   tg_memplan_format_bytes(b, sizeof b, p->step_arena_bytes);
   fprintf(out, "zero: not in the peak: the step's outputs in its arena (%s of memplan's %s: gradients, new weights "
           "and moments), which a ZeRO step keeps in the shards above\n", a, b);
+  /* the plan is the design; where tgrun does less, the report says so */
+  if (p->stage == 3)
+    fprintf(out, "zero: tgrun does not run stage 3 yet (zero = 3 is refused); this is the plan\n");
 }

@@ -76,10 +76,14 @@ static const char usage[] =
     "                     bf16 by default for --emit cuda, f32 otherwise\n"
     "  --ranks N          with --report memplan: also each of N data-parallel ranks'\n"
     "                     memory (parameters, gradients, optimizer state,\n"
-    "                     activations, peak) next to plain data parallelism's\n"
+    "                     activations, peak) next to plain data parallelism's;\n"
+    "                     with --report schedule: every collective of a step\n"
+    "                     (all-reduce, reduce-scatter, all-gather), the bytes each\n"
+    "                     rank sends and the kernels it overlaps, and the total\n"
+    "                     next to plain data parallelism's\n"
     "  --zero S           ... at ZeRO stage S: 0 (none), 1 (optimizer state\n"
-    "                     sharded), 2 (and gradients), 3 (and parameters); a plan\n"
-    "                     only, the training side is not built (docs/parallel.md)\n"
+    "                     sharded), 2 (and gradients), 3 (and parameters)\n"
+    "                     (docs/parallel.md)\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -180,17 +184,29 @@ static void release(held *h) {
   *h = (held){0};
 }
 
-/* --ranks and --zero: the per-rank memory of ZeRO's stages (docs/parallel.md). */
+/* --ranks and --zero: ZeRO's stages on N ranks, for --report memplan (the
+ * per-rank memory) or --report schedule (the collectives) (docs/parallel.md). */
 typedef struct zero_args {
   bool given;
   int ranks, stage;
 } zero_args;
 
-/* After --report memplan's own lines: one rank's memory at the stage asked
- * for and at stage 0.  Returns the exit status. */
-static int report_zero(tg_ctx *ctx, tg_graph *g, const zero_args *z) {
-  tg_zero_plan at_stage, ddp;
+/* After the report's own lines (memplan's or schedule's): one rank's
+ * memory, or every collective of a step, at the stage asked for next to
+ * stage 0.  Returns the exit status. */
+static int report_zero(tg_ctx *ctx, tg_graph *g, const char *report, const zero_args *z) {
   char why[256];
+  if (!strcmp(report, TG_REPORT_SCHEDULE)) {
+    tg_collective_plan at_stage, ddp;
+    if (!tg_collectives_plan(g, z->ranks, z->stage, &at_stage, why, sizeof why) ||
+        !tg_collectives_plan(g, z->ranks, 0, &ddp, why, sizeof why)) {
+      fprintf(stderr, "tgc: error: %s\n", why);
+      return 1;
+    }
+    tg_collectives_print(stdout, g, &at_stage, &ddp);
+    return 0;
+  }
+  tg_zero_plan at_stage, ddp;
   if (!tg_zero_plan_make(ctx, g, z->ranks, z->stage, &at_stage, why, sizeof why) ||
       !tg_zero_plan_make(ctx, g, z->ranks, 0, &ddp, why, sizeof why)) {
     fprintf(stderr, "tgc: error: %s\n", why);
@@ -248,7 +264,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
-  if (status == 0 && zero->given) status = report_zero(ctx, g, zero);
+  if (status == 0 && zero->given) status = report_zero(ctx, g, popts->report_name, zero);
   emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && what == EMIT_CUDA) {
@@ -418,9 +434,9 @@ static int parse_zero_arg(int argc, char **argv, int *i, cli *c) {
  * exit status of a usage error. */
 static int settle_zero_args(cli *c) {
   if (!c->zero.given) return -1;
-  if (!c->report || strcmp(c->report, TG_REPORT_MEMPLAN))
-    return usage_error("%s", "--ranks and --zero are for --report memplan: the memory plan per rank (ZeRO's training "
-                             "side is not built yet; docs/parallel.md)");
+  if (!c->report || (strcmp(c->report, TG_REPORT_MEMPLAN) && strcmp(c->report, TG_REPORT_SCHEDULE)))
+    return usage_error("%s", "--ranks and --zero are for --report memplan (the memory plan per rank) and --report "
+                             "schedule (the collectives of a step); docs/parallel.md");
   if (c->decode) return usage_error("%s", "--ranks and --zero plan a training step; --decode has no gradient or optimizer");
   if (c->zero.stage > 0 && c->zero.ranks == 1)
     fprintf(stderr, "tgc: note: --zero %d with --ranks 1: one rank has nothing to shard; planning stage 0\n", c->zero.stage);

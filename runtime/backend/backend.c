@@ -215,6 +215,16 @@ int64_t tg_host_pack_shards(void *const *src, const int64_t *numel, int n, int e
   return (int64_t)(out - (char *)pack) / elem;
 }
 
+void tg_host_unpack_shards(const void *pack, void *const *dst, const int64_t *numel, int n, int elem, int ranks) {
+  const char *in = pack;
+  for (int q = 0; q < ranks; q++)
+    for (int i = 0; i < n; i++) {
+      int64_t first, len = tg_shard_extent(numel[i], ranks, q, &first);
+      memcpy((char *)dst[i] + first * elem, in, (size_t)(len * elem));
+      in += len * elem;
+    }
+}
+
 void tg_host_shard_layout(int64_t numel, int ranks, int64_t *counts, int64_t *displs) {
   for (int q = 0; q < ranks; q++) counts[q] = tg_shard_extent(numel, ranks, q, &displs[q]);
 }

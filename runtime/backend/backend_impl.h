@@ -89,6 +89,8 @@ void tg_host_from_storage(const void *src, tg_dtype t, void *dst, tg_host_type h
  * layout of one tensor: rank q's counts[q] elements from displs[q]. */
 int64_t tg_host_pack_shards(void *const *src, const int64_t *numel, int n, int elem, int ranks, void *pack,
                             int64_t *counts);
+/* The inverse: every rank's shards from pack back into the whole tensors. */
+void tg_host_unpack_shards(const void *pack, void *const *dst, const int64_t *numel, int n, int elem, int ranks);
 void tg_host_shard_layout(int64_t numel, int ranks, int64_t *counts, int64_t *displs);
 /* FNV-1a over bytes. */
 uint64_t tg_hash_bytes(const void *p, size_t n);

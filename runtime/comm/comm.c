@@ -140,6 +140,15 @@ int tg_comm_size(void) { return ranks; }
 
 int tg_comm_rank(void) { return me; }
 
+int tg_comm_local_size(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 0) return atoi(v);
+  }
+  return 1;
+}
+
 int tg_comm_local_rank(void) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"};
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {

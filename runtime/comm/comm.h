@@ -25,6 +25,10 @@ int tg_comm_size(void);
  * environment (Open MPI, MPICH, Slurm); 0 when not launched.  The CUDA
  * backend takes GPU number local_rank. */
 int tg_comm_local_rank(void);
+/* How many ranks share this machine, from the launcher's environment (Open
+ * MPI, MPICH, PMI); 1 when not launched or not said.  Host memory is
+ * theirs together. */
+int tg_comm_local_size(void);
 /* Rank 0's n bytes at buf, to every rank (the NCCL unique id). */
 void tg_comm_broadcast(void *buf, size_t n);
 /* Whether the environment is an mpirun/srun launch. */

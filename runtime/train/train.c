@@ -70,6 +70,7 @@ typedef struct param {
   int64_t numel;
   const tg_node *grad; /* its gradient output in the grad graph (NULL: none) */
   tg_tensor *value;
+  const tg_node *copy_node; /* the grad graph's bf16 copy of it, or NULL */
   tg_tensor *copy;   /* its bf16 copy (precision bf16: passes/precision.c), or NULL */
 } param;
 
@@ -203,7 +204,8 @@ static double compile_for_device(run *r, tg_graph *const *gs, const char *const 
         tg_exec_from_cache(e) ? ", from the cache" : "", st.front_seconds + st.back_seconds);
     for (int i = 0; k < n_model && i < r->n_params; i++) {
       const tg_node *p = tg_graph_leaf(g, TG_OP_param, r->params[i].name);
-      if (p) tg_exec_bind(e, p, r->params[i].value);
+      /* a master zero.c shards is read by no model graph: nothing to bind */
+      if (p && r->params[i].value) tg_exec_bind(e, p, r->params[i].value);
       const tg_node *copy = p ? tg_param_copy_of(g, p) : NULL;
       if (copy && !r->params[i].copy)
         tg_error(r->ctx, copy->loc, "internal: graph '%s' reads a bf16 copy of '%s' that the training step has not",
@@ -251,7 +253,7 @@ static void refresh_copies(run *r) {
   int64_t cap = 0;
   for (int i = 0; i < r->n_params; i++) {
     param *p = &r->params[i];
-    if (!p->copy) continue;
+    if (!p->copy || !p->value) continue; /* no value whole: zero.c wrote the copy */
     if (p->numel > cap) {
       free(host);
       host = tg_xmalloc(sizeof *host * (size_t)p->numel);
@@ -314,17 +316,30 @@ static int64_t arena_of(tg_ctx *ctx, tg_graph *g) {
 static void check_memory(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!strcmp(c->backend, "cuda")) return; /* device memory: the CUDA backend's own check */
-  int64_t fixed = arena_of(r->ctx, r->g_sample) + tg_zero_state_bytes(r->zero);
+  int64_t state = tg_zero_state_bytes(r->zero);
+  int64_t fixed = arena_of(r->ctx, r->g_sample) + state;
   for (int i = 0; i < r->n_zero; i++) fixed += arena_of(r->ctx, r->g_zero[i]);
-  for (int i = 0; i < r->n_params; i++) fixed += r->params[i].numel * (r->params[i].copy ? 6 : 4);
+  for (int i = 0; i < r->n_params; i++) /* the whole values and copies (a sharded master is zero.c's) */
+    fixed += r->params[i].numel * ((tg_zero_master_sharded(r->zero, i) ? 0 : 4) + (r->params[i].copy_node ? 2 : 0));
   int64_t per_batch = arena_of(r->ctx, r->g_grad) + arena_of(r->ctx, r->g_eval);
-  int64_t peak = fixed + per_batch;
+  /* the ranks on this machine share its memory */
+  int local = tg_comm_local_size();
+  int64_t peak = (fixed + per_batch) * local;
   const char *what;
   int64_t avail = available_memory(&what);
   if (avail < 0 || peak <= avail) return;
   double gib = 1024.0 * 1024.0 * 1024.0;
   int64_t per_seq = per_batch / (c->batch_size > 0 ? c->batch_size : 1);
-  int64_t fit = per_seq > 0 && avail > fixed ? (avail - fixed) / per_seq : 0;
+  int64_t fit = per_seq > 0 && avail / local > fixed ? (avail / local - fixed) / per_seq : 0;
+  /* a higher ZeRO stage that would fit, if any */
+  const char *zero_hint = "";
+  for (int s = tg_zero_stage(r->zero) + 1; r->nranks > 1 && s <= 2 && !*zero_hint; s++) {
+    int64_t at_s = tg_zero_state_bytes_at(r->zero, s);
+    if ((fixed - state + at_s + per_batch) * local <= avail)
+      zero_hint = tg_sprintf(r->ctx->arena, "; or zero = %d, at which a rank keeps %.2f GiB of gradients and optimizer "
+                             "state instead of %.2f GiB, and the run would fit", s, (double)at_s / gib, (double)state / gib);
+  }
+  const char *ranks = local == 1 ? "" : tg_sprintf(r->ctx->arena, " for each of the %d ranks on this machine", local);
   int key = -1;
   for (int k = 0; k < TG_TRAIN_NKEYS; k++)
     if (!strcmp(tg_train_config_key(k), "batch_size")) key = k;
@@ -332,18 +347,30 @@ static void check_memory(run *r) {
   tg_loc at = o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col};
   if (fit > 0)
     tg_error(r->ctx, at,
-             "the run needs about %.2f GiB (planned peak: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
+             "the run needs about %.2f GiB (planned peak%s: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
              "parameters, optimizer state and the other graphs) but this machine has %.2f GiB free (%s): "
              "batch_size %lld is the largest that would fit; lower batch_size (and raise grad_accum to keep the "
-             "tokens per step) or block_size",
-             (double)peak / gib, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
-             (double)avail / gib, what, (long long)fit);
+             "tokens per step) or block_size%s",
+             (double)peak / gib, ranks, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
+             (double)avail / gib, what, (long long)fit, zero_hint);
   tg_error(r->ctx, at,
-           "the run needs about %.2f GiB (planned peak: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
+           "the run needs about %.2f GiB (planned peak%s: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
            "parameters, optimizer state and the other graphs) but this machine has %.2f GiB free (%s): not even "
-           "batch_size 1 fits; use a smaller model (model.n_layer, model.n_embd) or block_size",
-           (double)peak / gib, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
-           (double)avail / gib, what);
+           "batch_size 1 fits; use a smaller model (model.n_layer, model.n_embd) or block_size%s",
+           (double)peak / gib, ranks, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
+           (double)avail / gib, what, zero_hint);
+}
+
+/* Whether any of the graphs reads parameter `name` itself (not only its
+ * bf16 copy): any node taking it as an input. */
+static bool reads_param(const tg_graph *const *gs, int n, const char *name) {
+  for (int k = 0; k < n; k++) {
+    const tg_node *p = tg_graph_leaf(gs[k], TG_OP_param, name);
+    for (int i = 0; p && i < gs[k]->n_nodes; i++)
+      for (int j = 0; j < gs[k]->nodes[i]->nin; j++)
+        if (gs[k]->nodes[i]->in[j] == p) return true;
+  }
+  return false;
 }
 
 /* The ZeRO stage against what runs it, before any compiling: stage 3 is
@@ -400,22 +427,31 @@ static void build(run *r) {
     p->name = n->name;
     p->type = n->type;
     p->numel = tg_type_numel(&n->type);
-    p->value = tg_tensor_new(r->dev, &n->type);
     p->grad = tg_gradient_of(r->g_grad, n);
-    const tg_node *copy = tg_param_copy_of(r->g_grad, n);
-    if (copy) p->copy = tg_tensor_new(r->dev, &copy->type);
-    zp[k] = (tg_zero_param){n, p->grad, p->value, p->copy};
+    p->copy_node = tg_param_copy_of(r->g_grad, n);
+    zp[k] = (tg_zero_param){n, p->grad, p->copy_node != NULL, false, NULL, NULL};
     k++;
   }
-  const char *zero_names[TG_ZERO_MAX_GRAPHS];
-  r->zero = tg_zero_new(r->ctx, r->dev, (int)c->zero, r->g_grad, zp, r->n_params, &ao);
-  r->n_zero = tg_zero_graphs(r->zero, r->g_zero, zero_names);
   r->g_eval = compile_model(r, c->batch_size, false);
   tg_pipeline_opts pe = {.precision = prec, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(r->ctx, r->g_eval, &pe);
   r->g_sample = compile_model(r, 1, true);
   tg_run_pipeline(r->ctx, r->g_sample, &pe);
+  const tg_graph *model[3] = {r->g_grad, r->g_eval, r->g_sample};
+  for (int i = 0; i < r->n_params; i++) zp[i].read_as_f32 = reads_param(model, 3, r->params[i].name);
+  const char *zero_names[TG_ZERO_MAX_GRAPHS];
+  r->zero = tg_zero_new(r->ctx, r->dev, (int)c->zero, r->g_grad, zp, r->n_params, &ao);
+  r->n_zero = tg_zero_graphs(r->zero, r->g_zero, zero_names);
   check_memory(r);
+  /* only now that they fit: the parameters and the optimizer's state */
+  tg_tensor **values = tg_alloc(r->ctx->arena, sizeof *values * (size_t)(r->n_params + 1));
+  tg_tensor **copies = tg_alloc(r->ctx->arena, sizeof *copies * (size_t)(r->n_params + 1));
+  for (int i = 0; i < r->n_params; i++) {
+    param *p = &r->params[i];
+    values[i] = p->value = tg_zero_master_sharded(r->zero, i) ? NULL : tg_tensor_new(r->dev, &p->type);
+    copies[i] = p->copy = p->copy_node ? tg_tensor_new(r->dev, &p->copy_node->type) : NULL;
+  }
+  tg_zero_allocate(r->zero, values, copies);
 
   int64_t bt = c->batch_size * c->block_size;
   r->idx = tg_xcalloc((size_t)bt, sizeof *r->idx);
@@ -632,7 +668,7 @@ static int64_t initial_state(run *r, uint64_t *position) {
   if (!w) tg_bail(r->ctx);
   for (int i = 0; i < r->n_params; i++) {
     const tg_node *n = tg_graph_leaf(wg, TG_OP_param, r->params[i].name);
-    tg_tensor_write(r->params[i].value, w->values[n->id], TG_HOST_F32);
+    tg_zero_set_value(r->zero, i, w->values[n->id]);
   }
   tg_weights_free(w);
   refresh_copies(r);
@@ -643,7 +679,10 @@ static int64_t initial_state(run *r, uint64_t *position) {
 /* A hash of every parameter's bits: replicas must agree exactly. */
 static uint64_t weights_hash(const run *r) {
   uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < r->n_params; i++) h = (h ^ tg_tensor_hash(r->params[i].value)) * 1099511628211ull;
+  for (int i = 0; i < r->n_params; i++) {
+    const param *p = &r->params[i];
+    h = (h ^ tg_tensor_hash(p->value ? p->value : p->copy)) * 1099511628211ull; /* a sharded master: its copy */
+  }
   return h;
 }
 

@@ -45,6 +45,7 @@ typedef struct zparam {
   tg_tensor *grad_acc;             /* whole accumulator (stages 0, 1) */
   tg_tensor *grad_shard;           /* the averaged shard the optimizer reads: a view of grad_acc (1), own (2) */
   tg_tensor *m, *v;                /* whole (0) or the shard's (1, 2); NULL where len is 0 */
+  bool master_sharded;             /* its f32 master is this rank's shard only (value_view, own) */
   tg_tensor *value_view, *copy_view; /* the shard of the whole value and copy, for the shard optimizer */
   tg_tensor *grad_value;           /* stage 2: the grad graph's memory of the gradient */
   const tg_adamw_slot *slot;       /* in the graph the device runs */
@@ -152,26 +153,37 @@ static tg_tensor *own(tg_zero *z, int64_t len) {
   return tg_tensor_new(z->dev, &t);
 }
 
-/* This rank's tensors: whole at stage 0, shards above. */
-static void allocate(tg_zero *z) {
+/* This rank's shard of each parameter: all of it at stage 0. */
+static void cut(tg_zero *z) {
+  for (int i = 0; i < z->n; i++) {
+    zparam *q = &z->ps[i];
+    q->numel = tg_type_numel(&q->p.node->type);
+    if (z->stage == 0) q->first = 0, q->len = q->numel;
+    else q->len = tg_shard_extent(q->numel, z->ranks, z->rank, &q->first);
+    /* the master is the optimizer's alone where the model's graphs read
+     * only its bf16 copy: then this rank keeps its shard, and the copies
+     * are what the all-gather moves */
+    q->master_sharded = z->stage >= 1 && q->p.has_copy && !q->p.read_as_f32;
+  }
+}
+
+void tg_zero_allocate(tg_zero *z, tg_tensor *const *values, tg_tensor *const *copies) {
   for (int i = 0; i < z->n; i++) {
     zparam *q = &z->ps[i];
     const tg_type *t = &q->p.node->type;
-    q->numel = tg_type_numel(t);
+    q->p.value = values[i], q->p.copy = copies[i];
     if (z->stage == 0) {
-      q->first = 0, q->len = q->numel;
       q->grad_acc = tg_tensor_new(z->dev, t);
       q->m = tg_tensor_new(z->dev, t);
       q->v = tg_tensor_new(z->dev, t);
       continue;
     }
-    q->len = tg_shard_extent(q->numel, z->ranks, z->rank, &q->first);
     if (z->stage == 1) q->grad_acc = tg_tensor_new(z->dev, t);
     if (!q->len) continue;
     q->grad_shard = z->stage == 1 ? flat(z, q->grad_acc, q->first, q->len) : own(z, q->len);
     q->m = own(z, q->len);
     q->v = own(z, q->len);
-    q->value_view = flat(z, q->p.value, q->first, q->len);
+    q->value_view = q->master_sharded ? own(z, q->len) : flat(z, q->p.value, q->first, q->len);
     if (q->p.copy) q->copy_view = flat(z, q->p.copy, q->first, q->len);
   }
 }
@@ -192,14 +204,14 @@ tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_g
   z->src = tg_xcalloc((size_t)n + 1, sizeof *z->src);
   z->dst = tg_xcalloc((size_t)n + 1, sizeof *z->dst);
   z->gather = tg_xcalloc(2 * (size_t)n + 1, sizeof *z->gather);
-  allocate(z);
+  cut(z);
 
   /* the whole optimizer writes the copies the forward reads */
   const char **copies = tg_alloc(ctx->arena, sizeof *copies * (size_t)(n + 1));
   const char **decayed = tg_alloc(ctx->arena, sizeof *decayed * (size_t)(n + 1));
   int n_copies = 0, n_decayed = 0;
   for (int i = 0; i < n; i++) {
-    if (ps[i].copy) copies[n_copies++] = ps[i].node->name;
+    if (ps[i].has_copy) copies[n_copies++] = ps[i].node->name;
     if (ps[i].node->type.rank >= 2) decayed[n_decayed++] = ps[i].node->name;
   }
   copies[n_copies] = decayed[n_decayed] = NULL;
@@ -274,7 +286,7 @@ void tg_zero_bind(tg_zero *z, tg_exec *const *es) {
     tg_exec_bind(z->e_opt, s->grad, whole ? q->grad_acc : q->grad_shard);
     tg_exec_bind(z->e_opt, s->m, q->m);
     tg_exec_bind(z->e_opt, s->v, q->v);
-    if (!s->copy != !q->p.copy)
+    if (!s->copy != !q->p.has_copy || !q->p.has_copy != !q->p.copy)
       tg_error(z->ctx, s->param->loc, "internal: the optimizer's bf16 copy of '%s' and the step's disagree", s->param->name);
     if (s->copy) tg_exec_bind(z->e_opt, s->copy, whole ? q->p.copy : q->copy_view);
     if (q->norm_input) tg_exec_bind(z->e_norm, q->norm_input, q->grad_shard);
@@ -358,7 +370,7 @@ float tg_zero_step(tg_zero *z, double lr, int64_t step) {
   /* every rank's updated shards to every rank: the next forward reads them whole */
   z->n_gather = 0;
   for (int i = 0; i < z->n; i++) {
-    z->gather[z->n_gather++] = z->ps[i].p.value;
+    if (!z->ps[i].master_sharded) z->gather[z->n_gather++] = z->ps[i].p.value;
     if (z->ps[i].p.copy) z->gather[z->n_gather++] = z->ps[i].p.copy;
   }
   tg_device_all_gather(z->dev, z->gather, z->n_gather);
@@ -392,7 +404,9 @@ float **tg_zero_state_values(tg_zero *z) {
     zparam *q = &z->ps[i];
     v[s->m->id] = gather_moment(z, q, q->m);
     v[s->v->id] = gather_moment(z, q, q->v);
-    if (z->rank == 0) {
+    if (q->master_sharded)
+      v[s->param->id] = gather_moment(z, q, q->value_view);
+    else if (z->rank == 0) {
       v[s->param->id] = tg_xmalloc(sizeof(float) * (size_t)q->numel);
       tg_tensor_read(q->p.value, v[s->param->id], TG_HOST_F32);
     }
@@ -410,7 +424,7 @@ void tg_zero_load(tg_zero *z, const tg_weights *w, bool with_state) {
   for (int i = 0; i < z->n; i++) {
     const tg_adamw_slot *s = &z->whole_slots[i];
     zparam *q = &z->ps[i];
-    if (w->values[s->param->id]) tg_tensor_write(q->p.value, w->values[s->param->id], TG_HOST_F32);
+    if (w->values[s->param->id]) tg_zero_set_value(z, i, w->values[s->param->id]);
     if (!with_state || !q->m) continue;
     const float *m = w->values[s->m->id], *v = w->values[s->v->id];
     if (m) tg_tensor_write(q->m, m + q->first, TG_HOST_F32);
@@ -418,11 +432,26 @@ void tg_zero_load(tg_zero *z, const tg_weights *w, bool with_state) {
   }
 }
 
-int64_t tg_zero_state_bytes(const tg_zero *z) {
+void tg_zero_set_value(tg_zero *z, int i, const float *whole) {
+  zparam *q = &z->ps[i];
+  if (!q->master_sharded) {
+    tg_tensor_write(q->p.value, whole, TG_HOST_F32);
+    return;
+  }
+  if (q->len) tg_tensor_write(q->value_view, whole + q->first, TG_HOST_F32);
+  tg_tensor_write(q->p.copy, whole, TG_HOST_F32); /* rounded to bf16 as the optimizer's cast rounds */
+}
+
+bool tg_zero_master_sharded(const tg_zero *z, int i) { return z->ps[i].master_sharded; }
+
+int64_t tg_zero_state_bytes(const tg_zero *z) { return tg_zero_state_bytes_at(z, z->stage); }
+
+int64_t tg_zero_state_bytes_at(const tg_zero *z, int stage) {
   int64_t b = 0;
   for (int i = 0; i < z->n; i++) {
-    const zparam *q = &z->ps[i];
-    b += (q->grad_acc ? q->numel : 0) + (z->stage == 2 ? q->len : 0) + 2 * q->len;
+    int64_t numel = z->ps[i].numel, len = stage ? tg_shard_extent(numel, z->ranks, z->rank, NULL) : numel;
+    b += (stage < 2 ? numel : len) + 2 * len; /* the accumulator, whole or this rank's; the moments */
+    if (stage >= 1 && z->ps[i].p.has_copy && !z->ps[i].p.read_as_f32) b += len; /* the master's shard */
   }
   return b * (int64_t)sizeof(float);
 }
@@ -431,8 +460,14 @@ const char *tg_zero_describe(const tg_zero *z) {
   if (z->stage == 0)
     return z->ranks > 1 ? "zero 0: every rank keeps every gradient and AdamW moment; the gradients are all-reduced"
                         : "zero 0: one rank";
-  return z->stage == 1 ? "zero 1: each rank keeps AdamW's moments of its shard of every parameter; the gradients "
-                         "are reduce-scattered, the updated weights all-gathered"
-                       : "zero 2: each rank keeps the gradients and AdamW's moments of its shard of every parameter; "
-                         "the gradients are reduce-scattered every micro-step, the updated weights all-gathered";
+  int sharded = 0;
+  for (int i = 0; i < z->n; i++) sharded += z->ps[i].master_sharded;
+  const char *masters = sharded ? tg_sprintf(z->ctx->arena, ", and the f32 master weights of the %d (of %d) the model "
+                                             "reads only as bf16 copies", sharded, z->n)
+                                : "";
+  return tg_sprintf(z->ctx->arena,
+                    "zero %d: each rank keeps %s of its shard of every parameter%s; the gradients are "
+                    "reduce-scattered%s, the updated weights all-gathered",
+                    z->stage, z->stage == 1 ? "AdamW's moments" : "the gradients and AdamW's moments", masters,
+                    z->stage == 2 ? " every micro-step" : "");
 }

@@ -10,6 +10,7 @@
 #ifndef TG_ZERO_H
 #define TG_ZERO_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -22,17 +23,25 @@ typedef struct tg_zero tg_zero;
 typedef struct tg_zero_param {
   const tg_node *node;  /* the grad graph's parameter */
   const tg_node *grad;  /* its gradient output in the grad graph; NULL: none */
-  tg_tensor *value;     /* the whole f32 master weights every graph reads */
+  bool has_copy;        /* the forward reads a bf16 copy of it */
+  bool read_as_f32;     /* a model graph (grad, eval, sample) reads the f32 value itself */
+  /* set by tg_zero_allocate: */
+  tg_tensor *value;     /* the whole f32 weights the model's graphs read; NULL where
+                         * tg_zero_master_sharded (zero.c keeps the shard) */
   tg_tensor *copy;      /* the whole bf16 copy the forward reads, or NULL */
 } tg_zero_param;
 
-/* Builds stage `stage`'s optimizer graphs (fused and planned) and
- * allocates its state on dev for this rank of the job (runtime/comm);
+/* Builds stage `stage`'s optimizer graphs (fused and planned) for this
+ * rank of the job (runtime/comm), allocating nothing yet;
  * g_grad is the grad graph after the pipeline (its schedule's buckets).
  * Stage 3 and stages above 0 on a backend without the collectives are
  * the caller's to refuse (tg_device_can_shard); one rank is stage 0. */
 tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_grad, const tg_zero_param *ps, int n,
                      const tg_adamw_opts *o);
+/* After the memory check: the state on the device, for the parameters'
+ * whole values and copies (copies[i] NULL where it has none), in the
+ * order given to tg_zero_new. */
+void tg_zero_allocate(tg_zero *z, tg_tensor *const *values, tg_tensor *const *copies);
 void tg_zero_free(tg_zero *z);
 int tg_zero_stage(const tg_zero *z);
 
@@ -61,9 +70,20 @@ void tg_zero_free_state_values(const tg_zero *z, float **v);
 /* The parameters' values and, with_state, moments from w (loaded against
  * the state graph): each rank takes its shards. */
 void tg_zero_load(tg_zero *z, const tg_weights *w, bool with_state);
+/* Whether this rank keeps only its shard of parameter i's f32 master (ZeRO
+ * stage 1 on, where the model's graphs read only the bf16 copy): then it
+ * has no whole value, and its copy is what the step and the checks read.
+ * Known from tg_zero_new on, so that the caller allocates accordingly. */
+bool tg_zero_master_sharded(const tg_zero *z, int i);
+/* Parameter i's weights from a whole host array (initial weights): its
+ * value (whole, or this rank's shard and the bf16 copy from the whole). */
+void tg_zero_set_value(tg_zero *z, int i, const float *whole);
 /* The bytes this rank holds of the parameters' gradients and optimizer
- * state (not the values and copies): for the memory check. */
+ * state, and of the f32 masters it shards (not the whole values and the
+ * copies): for the memory check. */
 int64_t tg_zero_state_bytes(const tg_zero *z);
+/* ... as they would be at another stage (for advice when they do not fit). */
+int64_t tg_zero_state_bytes_at(const tg_zero *z, int stage);
 /* One line on what each rank keeps and moves (for the log). */
 const char *tg_zero_describe(const tg_zero *z);
 

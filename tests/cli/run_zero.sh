@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # run_zero.sh TGC SRCDIR: tgc's --ranks and --zero (ZeRO's per-rank memory
-# plan, docs/parallel.md), end to end.
+# plan and a step's collectives, docs/parallel.md), end to end.
 #
 # Checks that --report memplan is unchanged byte for byte without them and
 # is followed by the per-rank summary with them; that one rank runs as
 # stage 0 with a note; and that a bad stage, a bad rank count, or the
 # options where there is no training step to plan exit 2 with a message
-# naming what was wrong, before any compiling.
+# naming what was wrong, before any compiling.  Then --report schedule:
+# its bucket lines unchanged, followed by a collective line for every
+# bucket at every stage, and totals where stages 1 and 2 send what stage 0
+# sends and stage 3 about 1.5 times as much (tests/unit/test_zero_plan.c
+# checks the same numbers through the C interface, and more).
 set -u
 src=$(cd "$2" && pwd)
 . "$src/tests/cli/testlib.sh"
@@ -29,6 +33,9 @@ if cmp -s "$tmp/without" "$tmp/plain"; then ok; else bad "--ranks/--zero changed
 # stage 3 names the layers it keeps gathered
 expect_status 0 "$tgc" "${small[@]}" --precision bf16 --report memplan --ranks 4 --zero 3
 contains "$tmp/out" "parameters, gathered ("
+# where tgrun does not run the stage (3), the report says so
+expect_status 0 "$tgc" "${small[@]}" --precision bf16 --report memplan --ranks 4 --zero 3
+contains "$tmp/out" "zero: tgrun does not run stage 3 yet"
 # --ranks alone: stage 0 per rank
 expect_status 0 "$tgc" "${small[@]}" --report memplan --ranks 4
 contains "$tmp/out" "zero: stage 0 on 4 ranks: nothing sharded"
@@ -56,6 +63,49 @@ expect_status 2 "$tgc" "${small[@]}" --ranks 8 --zero 1
 contains "$tmp/out" "tgc: error: --ranks and --zero are for --report memplan"
 expect_status 2 "$tgc" "${small[@]}" --decode --report memplan --ranks 8 --zero 1
 contains "$tmp/out" "tgc: error: --ranks and --zero plan a training step; --decode has no gradient or optimizer"
+# --report schedule: the buckets as they were, then the collectives
+expect_status 0 "$tgc" "${small[@]}" --report schedule
+cp "$tmp/out" "$tmp/schedule"
+if grep -q '^collective:' "$tmp/schedule"; then bad "--report schedule alone prints collectives"; else ok; fi
+buckets=$(grep -c '^schedule: bucket ' "$tmp/schedule")
+if [ "$buckets" -gt 1 ]; then ok; else bad "expected several buckets, got $buckets"; fi
+# total_of FILE: the bytes a rank sends per step, from the totals line
+total_of() { sed -n 's/^collective: total per step per rank: \([0-9]*\) bytes sent (stage 0: \([0-9]*\);.*/\1 \2/p' "$1"; }
+for ranks in 2 8; do
+  for stage in 0 1 2 3; do
+    expect_status 0 "$tgc" "${small[@]}" --report schedule --ranks "$ranks" --zero "$stage"
+    cp "$tmp/out" "$tmp/coll-$stage"
+    grep -v '^collective:' "$tmp/out" > "$tmp/without"
+    if cmp -s "$tmp/without" "$tmp/schedule"; then ok; else bad "--ranks/--zero changed the schedule's own lines"; fi
+    contains "$tmp/out" "collective: stage $stage on $ranks ranks:"
+    if [ "$stage" -eq 0 ]; then kind=all_reduce; else kind=reduce_scatter; fi
+    for ((b = 0; b < buckets; b++)); do
+      n=$(grep -c "^collective: $kind bucket $b: " "$tmp/out")
+      if [ "$n" -eq 1 ]; then ok; else bad "stage $stage on $ranks ranks: $n $kind lines for bucket $b"; fi
+    done
+    read -r sent ddp < <(total_of "$tmp/out")
+    if [ -n "$sent" ] && [ "$sent" -gt 0 ]; then ok; else bad "stage $stage on $ranks ranks: no totals line"; fi
+    case $stage in
+      0) if [ "$sent" = "$ddp" ]; then ok; else bad "stage 0's total $sent is not its own $ddp"; fi ;;
+      1|2) # a reduce-scatter and an all-gather are an all-reduce cut in two
+        if [ "$sent" = "$ddp" ]; then ok; else bad "stage $stage on $ranks ranks sends $sent bytes, stage 0 $ddp"; fi
+        contains "$tmp/out" "collective: all_gather parameters: " ;;
+      3) # the weights gathered for the forward and again for the backward:
+         # 3 passes over the parameters where stage 0 makes 2 (the ZeRO paper's 1.5x)
+        if awk -v a="$sent" -v b="$ddp" 'BEGIN { r = a / b; exit !(r >= 1.4 && r <= 1.6) }'; then ok
+        else bad "stage 3 on $ranks ranks sends $sent bytes, stage 0 $ddp: not about 1.5 times"; fi
+        contains "$tmp/out" "collective: all_gather layer h.1 for the forward:"
+        contains "$tmp/out" "collective: all_gather layer h.1 for the backward:" ;;
+    esac
+  done
+done
+expect_status 2 "$tgc" "${small[@]}" --report schedule --ranks 8 --zero 5
+contains "$tmp/out" "tgc: error: --zero 5: the ZeRO stages are 0 (plain data parallelism)"
+expect_status 2 "$tgc" "${small[@]}" --report schedule --ranks 0 --zero 2
+contains "$tmp/out" "tgc: error: --ranks 0: expected a whole number of ranks from 1 to 65536"
+expect_status 2 "$tgc" "${small[@]}" --report fusion --ranks 8 --zero 1
+contains "$tmp/out" "tgc: error: --ranks and --zero are for --report memplan (the memory plan per rank) and --report schedule"
+
 # a misspelling is caught like any other option's
 expect_status 2 "$tgc" "${small[@]}" --report memplan --zeros 1
 contains "$tmp/out" "did you mean '--zero'?"

@@ -12,6 +12,10 @@
 #   each element's AdamW is the same arithmetic on a shard as on the whole
 #   tensor, and the norm, whose partial sums are grouped by shard rather
 #   than by tensor, is only reported;
+#   The reference interpreter (backend ref) too, in 3 steps on 2 ranks,
+#   and precision bf16, where the f32 masters of the parameters the model
+#   reads only as bf16 copies are sharded too (16 of the 28 here: the
+#   matmuls' weights and biases);
 # - with clipping and 2 micro-steps it is not: the norm differs in its last
 #   bits (measured: 2.3e-7 relative), so the clipping factor does, and
 #   stage 2 averages each micro-step instead of their sum.  Losses must
@@ -153,6 +157,28 @@ for n in 2 4; do
   done
 done
 
+# precision bf16: the f32 masters the model reads only as bf16 copies are
+# sharded too, and the copies are what the all-gather moves; the same bytes
+for stage in 0 1 2; do
+  run "bf16-$stage" 2 zero=$stage grad_clip=0 precision=bf16
+done
+contains "$tmp/bf16-1.out" "and the f32 master weights of the 16 (of 28) the model reads only as bf16 copies"
+same_ckpt bf16-0 bf16-1 "stage 1 at bf16"
+same_ckpt bf16-0 bf16-2 "stage 2 at bf16"
+# and they resume: 10 + 10 steps at stage 1, bf16
+run bf16-half 2 zero=1 grad_clip=0 precision=bf16 max_steps=10
+run bf16-half 2 zero=1 grad_clip=0 precision=bf16 resume=true
+same_ckpt bf16-1 bf16-half "10 + 10 steps at stage 1, bf16"
+
+# the reference interpreter (its collectives in doubles) likewise, 3 steps
+if [ "$backend" = cpu ]; then
+  for stage in 0 1 2; do
+    run "ref-$stage" 2 zero=$stage grad_clip=0 max_steps=3 backend=ref
+  done
+  same_ckpt ref-0 ref-1 "stage 1 on the reference interpreter"
+  same_ckpt ref-0 ref-2 "stage 2 on the reference interpreter"
+fi
+
 # clipping and accumulation: within the limits argued at the top
 for stage in 0 1 2; do
   run "clip-$stage" 2 zero=$stage grad_accum=2
@@ -243,6 +269,10 @@ cat "$tmp/small.cfg" > "$tmp/z4.cfg"
 printf 'zero = 4\n' >> "$tmp/z4.cfg"
 expect_status 1 "$tgrun" "$tmp/z4.cfg" out_dir="$tmp/z4"
 contains "$tmp/out" "z4.cfg:19:8: error: zero must be in [0, 3], not 4"
+# a plan larger than the machine counts every rank on it
+expect_status 1 "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/big" zero=2 batch_size=16777216
+contains "$tmp/out" "for each of the 2 ranks on this machine"
+contains "$tmp/out" "is the largest that would fit"
 # one rank: stage 0, with a note
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/one" zero=1 max_steps=2
 contains "$tmp/out" "note: zero = 1 with one rank: nothing to shard; training as zero = 0"

@@ -17,7 +17,21 @@
  *   - with more ranks than elements in any parameter, every shard is one
  *     TG_ZERO_SHARD_ALIGN block: the padding is counted, not approximated;
  *   - a stage outside 0..3, no ranks, or a graph without the optimizer
- *     are refused with why. */
+ *     are refused with why.
+ * And the collectives of a step (passes/collectives.c), on the GPT-2 that
+ * tests/cli/run_zero.sh reports on, at 2 and 8 ranks:
+ *   - stages 1 and 2 send exactly stage 0's bytes, stage 3 1.4 to 1.6
+ *     times as many;
+ *   - stage 0's all-reduces are 2(N - 1) shards of every parameter, counted
+ *     here from the parameters, not the buckets;
+ *   - every bucket has one collective, at its point; stages 1 and 2 gather
+ *     every parameter after the last kernel; stage 3 gathers every
+ *     parameter for the forward and less for the backward (no biases);
+ *   - at bf16, stages 1 and 2 gather what the forward reads (bf16 copies,
+ *     f32 weights), as stage 3 does for the forward;
+ *   - collectives come in step order, each within the step;
+ *   - one rank sends nothing; a bad stage, no ranks, or a graph without
+ *     buckets are refused with why. */
 #include <stdio.h>
 #include <string.h>
 
@@ -28,10 +42,11 @@
 static const char *const tiny[] = {"n_layer=2", "n_embd=16", "n_head=2", "vocab=50", "block_size=8", "B=2", "T=8"};
 enum { N_TINY = sizeof tiny / sizeof tiny[0] };
 
-/* The tiny gpt2.tg through the pipeline: the training step (step) or the
- * gradient alone. */
-static tg_graph *compile(tg_ctx *ctx, tg_precision_policy precision, bool step) {
-  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), N_TINY, tiny);
+/* gpt2.tg with n_defs config overrides through the pipeline: the training
+ * step (step) or the gradient alone. */
+static tg_graph *compile_with(tg_ctx *ctx, int n_defs, const char *const *defs, tg_precision_policy precision,
+                              bool step) {
+  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), n_defs, defs);
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
@@ -40,6 +55,11 @@ static tg_graph *compile(tg_ctx *ctx, tg_precision_policy precision, bool step) 
   tg_run_pipeline(ctx, g, &po);
   ctx->bail = NULL;
   return g;
+}
+
+/* The tiny gpt2.tg. */
+static tg_graph *compile(tg_ctx *ctx, tg_precision_policy precision, bool step) {
+  return compile_with(ctx, N_TINY, tiny, precision, step);
 }
 
 static tg_zero_plan plan(tg_ctx *ctx, tg_graph *g, int ranks, int stage) {
@@ -215,6 +235,159 @@ START_TEST(test_refused) {
   why[0] = 0;
   ck_assert(!tg_zero_plan_make(ctx, grad_only, 8, 1, &p, why, sizeof why));
   ck_assert_msg(strstr(why, "AdamW moments"), "%s", why);
+  /* the collectives ask the same of the stage and the ranks, and buckets */
+  tg_collective_plan c;
+  ck_assert(!tg_collectives_plan(step, 8, 4, &c, why, sizeof why));
+  ck_assert_msg(strstr(why, "stage 4"), "%s", why);
+  ck_assert(!tg_collectives_plan(step, 0, 1, &c, why, sizeof why));
+  ck_assert_msg(strstr(why, "ranks"), "%s", why);
+  tg_graph *forward = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), N_TINY, tiny);
+  ck_assert(!tg_collectives_plan(forward, 8, 1, &c, why, sizeof why));
+  ck_assert_msg(strstr(why, "buckets"), "%s", why);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+/* The GPT-2 tests/cli/run_zero.sh and docs/parallel.md's small example
+ * use: f32, tgc's default for reports. */
+static const char *const small[] = {"n_layer=2", "n_embd=64", "n_head=4", "B=2", "T=64"};
+
+static tg_collective_plan collectives(const tg_graph *g, int ranks, int stage) {
+  tg_collective_plan p;
+  char why[256] = "";
+  ck_assert_msg(tg_collectives_plan(g, ranks, stage, &p, why, sizeof why), "refused: %s", why);
+  ck_assert_int_eq(p.ranks, ranks);
+  /* step order, each collective within the step, and the total its sum */
+  int64_t sum = 0;
+  for (int i = 0; i < p.n_collectives; i++) {
+    const tg_collective *c = &p.collectives[i];
+    if (i) ck_assert_int_le(p.collectives[i - 1].start, c->start);
+    ck_assert_int_ge(c->start, 0);
+    ck_assert_int_le(c->start, c->needed);
+    ck_assert_int_le(c->needed, g->n_kernels);
+    ck_assert_int_gt(c->bytes_in, 0);
+    if (c->what != TG_COLLECTIVE_NORM) sum += c->bytes_sent;
+  }
+  ck_assert_int_eq(p.bytes_sent, sum);
+  return p;
+}
+
+/* How many collectives of p are of kind `what` (and of bucket b, for
+ * buckets; -1: any). */
+static int count(const tg_collective_plan *p, tg_collective_what what, int b) {
+  int n = 0;
+  for (int i = 0; i < p->n_collectives; i++)
+    n += p->collectives[i].what == what && (b < 0 || p->collectives[i].bucket == b);
+  return n;
+}
+
+static int64_t sent(const tg_collective_plan *p, tg_collective_what what) {
+  int64_t b = 0;
+  for (int i = 0; i < p->n_collectives; i++)
+    if (p->collectives[i].what == what) b += p->collectives[i].bytes_sent;
+  return b;
+}
+
+static int64_t bytes_in(const tg_collective_plan *p, tg_collective_what what) {
+  int64_t b = 0;
+  for (int i = 0; i < p->n_collectives; i++)
+    if (p->collectives[i].what == what) b += p->collectives[i].bytes_in;
+  return b;
+}
+
+static void check_collectives(const tg_graph *g, int ranks) {
+  tg_collective_plan p[TG_ZERO_MAX_STAGE + 1];
+  for (int s = 0; s <= TG_ZERO_MAX_STAGE; s++) {
+    p[s] = collectives(g, ranks, s);
+    ck_assert_int_eq(p[s].stage, s);
+  }
+  /* stage 0 from the parameters: an all-reduce is a reduce-scatter and an
+   * all-gather, 2(N - 1) shards of each gradient, a parameter's size */
+  int64_t shards = 0, params = 0;
+  int n_params = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_param) {
+      shards += tg_shard_elements(tg_type_numel(&g->nodes[i]->type), ranks) * 4;
+      params += bytes_of(g->nodes[i]);
+      n_params++;
+    }
+  ck_assert_int_eq(p[0].bytes_sent, 2 * (int64_t)(ranks - 1) * shards);
+  /* ZeRO's claim: a reduce-scatter and an all-gather are an all-reduce cut
+   * in two, so stages 1 and 2 move exactly what DDP moves */
+  ck_assert_int_eq(p[1].bytes_sent, p[0].bytes_sent);
+  ck_assert_int_eq(p[2].bytes_sent, p[0].bytes_sent);
+  /* stage 3 gathers the weights twice (forward, backward) besides the
+   * gradients' reduce-scatter: 3 passes over the parameters where DDP
+   * makes 2 (the ZeRO paper, section 7: 1.5x); a little less here, as the
+   * backward reads no bias and no position table */
+  double ratio = (double)p[3].bytes_sent / (double)p[0].bytes_sent;
+  ck_assert_msg(ratio >= 1.4 && ratio <= 1.6, "stage 3 sends %.3f times stage 0's bytes on %d ranks", ratio, ranks);
+  ck_assert_msg(ratio < 1.5, "the backward gathers less than the forward: %.4f", ratio);
+  /* every bucket once, right after the kernel that closes it */
+  const tg_allreduce_plan *ar = g->allreduce;
+  ck_assert_int_gt(ar->n_buckets, 1);
+  for (int s = 0; s <= TG_ZERO_MAX_STAGE; s++) {
+    ck_assert_int_eq(count(&p[s], TG_COLLECTIVE_BUCKET, -1), ar->n_buckets);
+    for (int b = 0; b < ar->n_buckets; b++) ck_assert_int_eq(count(&p[s], TG_COLLECTIVE_BUCKET, b), 1);
+    for (int i = 0; i < p[s].n_collectives; i++) {
+      const tg_collective *c = &p[s].collectives[i];
+      if (c->what != TG_COLLECTIVE_BUCKET) continue;
+      ck_assert_int_eq(c->kind, s == 0 ? TG_ALL_REDUCE : TG_REDUCE_SCATTER);
+      ck_assert_int_eq(c->start, ar->buckets[c->bucket].after_kernel + 1);
+      ck_assert_int_eq(c->bytes_in, ar->buckets[c->bucket].bytes);
+    }
+    ck_assert_int_eq(count(&p[s], TG_COLLECTIVE_NORM, -1), s > 0); /* sharded gradients' norm */
+  }
+  ck_assert_int_eq(sent(&p[1], TG_COLLECTIVE_BUCKET), sent(&p[0], TG_COLLECTIVE_BUCKET) / 2);
+  /* stages 1 and 2: every parameter gathered once the step is done */
+  for (int s = 1; s <= 2; s++) {
+    ck_assert_int_eq(count(&p[s], TG_COLLECTIVE_PARAMETERS, -1), 1);
+    const tg_collective *last = &p[s].collectives[p[s].n_collectives - 1];
+    ck_assert_int_eq(last->what, TG_COLLECTIVE_PARAMETERS);
+    ck_assert_int_eq(last->start, g->n_kernels);
+    ck_assert_int_eq(last->n_tensors, n_params);
+    ck_assert_int_eq(last->bytes_in, params);
+    ck_assert_int_eq(last->bytes_sent, (int64_t)(ranks - 1) * shards);
+  }
+  /* stage 3: no gather after the step; each layer for the forward, whole
+   * (the forward reads every parameter, f32 here), and less for the
+   * backward */
+  ck_assert_int_eq(count(&p[3], TG_COLLECTIVE_PARAMETERS, -1), 0);
+  ck_assert_int_eq(bytes_in(&p[3], TG_COLLECTIVE_LAYER_FORWARD), params);
+  ck_assert_int_eq(sent(&p[3], TG_COLLECTIVE_LAYER_FORWARD), (int64_t)(ranks - 1) * shards);
+  ck_assert_int_gt(sent(&p[3], TG_COLLECTIVE_LAYER_BACKWARD), 0);
+  ck_assert_int_lt(bytes_in(&p[3], TG_COLLECTIVE_LAYER_BACKWARD), params);
+  /* a layer per block, and wte, wpe and ln_f's two parameters one each */
+  double n_layer = 0;
+  ck_assert(tg_graph_get_config(g, "n_layer", &n_layer));
+  ck_assert_int_eq(count(&p[3], TG_COLLECTIVE_LAYER_FORWARD, -1), (int)n_layer + 4);
+  /* h.1's forward gather is in flight while h.0 computes */
+  for (int i = 0; i < p[3].n_collectives; i++) {
+    const tg_collective *c = &p[3].collectives[i];
+    if (c->what == TG_COLLECTIVE_LAYER_FORWARD && !strcmp(c->layer, "h.1")) ck_assert_int_gt(c->needed, c->start);
+  }
+}
+
+START_TEST(test_collectives) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = compile_with(ctx, sizeof small / sizeof small[0], small, TG_PRECISION_F32, true);
+  check_collectives(g, 2);
+  check_collectives(g, 8);
+  /* one rank: stage 0 whatever is asked, and nothing sent */
+  tg_collective_plan one = collectives(g, 1, 3);
+  ck_assert_int_eq(one.stage, 0);
+  ck_assert_int_eq(one.bytes_sent, 0);
+  /* bf16: the gradients stay f32 but the gathers move what the forward
+   * reads, bf16 copies where it reads them: stages 1 and 2's one gather is
+   * what stage 3 gathers for the forward layer by layer.  (Not fewer bytes
+   * than the f32 weights here: wte, most of this small model, is read as
+   * f32 by the embedding and as bf16 by the logits, and gathered both.) */
+  tg_graph *bf = compile_with(ctx, sizeof small / sizeof small[0], small, TG_PRECISION_BF16, true);
+  tg_collective_plan b0 = collectives(bf, 8, 0), b1 = collectives(bf, 8, 1), b3 = collectives(bf, 8, 3);
+  ck_assert_int_eq(sent(&b1, TG_COLLECTIVE_BUCKET), sent(&b0, TG_COLLECTIVE_BUCKET) / 2);
+  ck_assert_int_eq(sent(&b1, TG_COLLECTIVE_PARAMETERS), sent(&b3, TG_COLLECTIVE_LAYER_FORWARD));
+  ck_assert(b1.bf16_copies);
+  ck_assert_int_eq(b1.collectives[b1.n_collectives - 1].dtypes, (1u << TG_BF16) | (1u << TG_F32));
   tu_ctx_free(ctx);
 }
 END_TEST
@@ -228,6 +401,7 @@ int main(void) {
   tcase_add_test(tc, test_stages_f32);
   tcase_add_test(tc, test_padding_counted);
   tcase_add_test(tc, test_refused);
+  tcase_add_test(tc, test_collectives);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
