@@ -30,7 +30,11 @@ void tg_render_cuda_from(FILE *out, const tg_program *p, const tg_cuda_plan *pla
  * cuBLASLt's epilogues as kernels for a matmul whose epilogue cuBLASLt has
  * no algorithm for: tg_lt_epilogue_{f32,bf16} (bias, GELU with its aux,
  * GELU's derivative on a column-major D) and tg_lt_bgrad_{f32,bf16} (a
- * bias gradient: sums over k of op(A)'s rows or op(B)'s columns). */
+ * bias gradient: sums over k of op(A)'s rows or op(B)'s columns); and
+ * ZeRO's tg_shard_pack_b{32,16,8} (T *pack, const T *t, long long numel,
+ * s, block, at, q0, nq) and tg_shard_unpack_b{32,16,8} (T *t, const T
+ * *pack, numel, s, block, at), which move shards of s elements between a
+ * tensor and NCCL's staging buffer of `block` elements a rank. */
 void tg_render_cuda_runtime(FILE *out);
 
 /* The manifest (codegen/manifest.h) of the .cu file named file: every

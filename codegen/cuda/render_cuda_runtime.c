@@ -1,6 +1,7 @@
 /* render_cuda_runtime.c: the CUDA backend's own kernels (render_cuda.h), those
  * it needs besides the generated step: the gradient accumulation of the
- * bucket hooks, and the cuBLASLt epilogues as kernels, for a matmul whose
+ * bucket hooks, ZeRO's packing of shards for NCCL's reduce-scatter and
+ * all-gather, and the cuBLASLt epilogues as kernels, for a matmul whose
  * epilogue cuBLASLt has no algorithm for (the backend then runs the plain
  * GEMM and these after it: cuda_backend.c, make_lt_call).  Written here, beside the step's renderer, so that they
  * are spelled the same way (the memory macros that let the emulated device
@@ -9,17 +10,82 @@
 #include "flash_cuda.h"
 #include "render_cuda.h"
 
+/* ZeRO's staging kernels (render_cuda.h), one pair for each element width. */
+static void render_shard_kernels(FILE *out) {
+  fputs("// ZeRO's staging buffer (cuda_backend.c): a tensor t of numel elements is cut\n"
+        "// into shards of s elements (base/shard.h: rank q holds [q s, q s + s)); the\n"
+        "// buffer holds `block` elements a rank, rank after rank, and this tensor's part\n"
+        "// of each rank's block starts at element `at` of it.  pack copies shards q0 ..\n"
+        "// q0 + nq - 1 into their blocks, zeros past t's end; unpack copies every\n"
+        "// rank's shard back to its place in t.  T: the elements' bits (4, 2 or 1 bytes:\n"
+        "// nothing is computed, so one kernel serves every type of a size).\n"
+        "template <typename T, typename P, typename Q>\n"
+        "static __device__ void tg_shard_pack(P pack, Q t, long long numel, long long s, long long block, long long at,\n"
+        "                                     long long q0, long long nq) {\n"
+        "  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < nq * s;\n"
+        "       e += (long long)gridDim.x * blockDim.x) {\n"
+        "    const long long q = q0 + e / s, j = e % s;\n"
+        "    T v = 0;\n"
+        "    if (q * s + j < numel) {\n"
+        "      const T x = t[q * s + j];\n"
+        "      v = x;\n"
+        "    }\n"
+        "    pack[q * block + at + j] = v;\n"
+        "  }\n"
+        "}\n"
+        "template <typename T, typename P, typename Q>\n"
+        "static __device__ void tg_shard_unpack(P t, Q pack, long long numel, long long s, long long block, long long at) {\n"
+        "  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < numel;\n"
+        "       e += (long long)gridDim.x * blockDim.x) {\n"
+        "    const T x = pack[e / s * block + at + e % s];\n"
+        "    t[e] = x;\n"
+        "  }\n"
+        "}\n",
+        out);
+  static const struct {
+    int bits;
+    const char *type;
+  } widths[] = {{32, "unsigned int"}, {16, "unsigned short"}, {8, "unsigned char"}};
+  for (int w = 0; w < 3; w++) {
+    int b = widths[w].bits;
+    const char *T = widths[w].type;
+    fprintf(out,
+            "// tg kernel: tg_shard_pack_b%d\n"
+            "extern \"C\" __global__ void tg_shard_pack_b%d(TG_ARG(%s) pack, TG_ARG(const %s) t, long long numel, long long s,\n"
+            "                                            long long block, long long at, long long q0, long long nq) {\n"
+            "  tg_shard_pack<%s>(pack, t, numel, s, block, at, q0, nq);\n"
+            "}\n"
+            "// tg kernel: tg_shard_unpack_b%d\n"
+            "extern \"C\" __global__ void tg_shard_unpack_b%d(TG_ARG(%s) t, TG_ARG(const %s) pack, long long numel, long long s,\n"
+            "                                              long long block, long long at) {\n"
+            "  tg_shard_unpack<%s>(t, pack, numel, s, block, at);\n"
+            "}\n",
+            b, b, T, T, T, b, b, T, T, T);
+  }
+}
+
 void tg_render_cuda_runtime(FILE *out) {
   fputs("// The CUDA backend's own kernels (codegen/cuda/render_cuda_runtime.c).\n", out);
   tg_cuda_emit_memory_macros(out);
   fputs("// tg kernel: tg_accumulate\n"
         "// The bucket hooks' gradient accumulation: acc = (first ? 0 : acc) + scale * g,\n"
-        "// grid-stride, so that a fixed grid serves any size.\n"
+        "// grid-stride, so that a fixed grid serves any size; and ZeRO's reduce-scatter\n"
+        "// adds its averaged block into the shards with it.  The product is rounded\n"
+        "// before the sum (no fused multiply-add), as the CPU backend rounds it: the\n"
+        "// same bits on both (backend.h).\n"
         "extern \"C\" __global__ void tg_accumulate(TG_ARG(float) acc, TG_ARG(const float) g, float scale, int first,\n"
         "                                           long long n) {\n"
         "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-        "       i += (long long)gridDim.x * blockDim.x)\n"
-        "    acc[i] = first ? g[i] * scale : acc[i] + g[i] * scale;\n"
+        "       i += (long long)gridDim.x * blockDim.x) {\n"
+        "    const float x = g[i];\n"
+        "    const float product = __fmul_rn(x, scale);\n"
+        "    if (first) {\n"
+        "      acc[i] = product;\n"
+        "    } else {\n"
+        "      const float a = acc[i];\n"
+        "      acc[i] = __fadd_rn(a, product);\n"
+        "    }\n"
+        "  }\n"
         "}\n\n"
         "// The cuBLASLt epilogues (cublasLt.h's definitions) on a column-major D\n"
         "// of m x n (leading dimension ldd) that the plain GEMM wrote: mode 0 BIAS,\n"
@@ -99,12 +165,17 @@ void tg_render_cuda_runtime(FILE *out) {
         "extern \"C\" __global__ void tg_lt_bgrad_bf16(TG_ARG(const unsigned short) x, TG_ARG(unsigned short) out,\n"
         "                                              long long count, long long k, long long si, long long sp) {\n"
         "  tg_lt_bgrad<unsigned short>(x, out, count, k, si, sp);\n"
-        "}\n\n"
+        "}\n\n",
+        out);
+  render_shard_kernels(out);
+  fputs("\n"
         "#ifndef __CUDA_ARCH__\n"
         "// The kernels by name, for the emulated device (runtime/cuda/emu/cuda_emu.h).\n"
         "TG_EMU_KERNEL_TABLE(\n"
         "  TG_EMU_KERNEL(tg_accumulate) TG_EMU_KERNEL(tg_lt_epilogue_f32) TG_EMU_KERNEL(tg_lt_epilogue_bf16)\n"
         "  TG_EMU_KERNEL(tg_lt_bgrad_f32) TG_EMU_KERNEL(tg_lt_bgrad_bf16)\n"
+        "  TG_EMU_KERNEL(tg_shard_pack_b32) TG_EMU_KERNEL(tg_shard_unpack_b32) TG_EMU_KERNEL(tg_shard_pack_b16)\n"
+        "  TG_EMU_KERNEL(tg_shard_unpack_b16) TG_EMU_KERNEL(tg_shard_pack_b8) TG_EMU_KERNEL(tg_shard_unpack_b8)\n"
         ")\n"
         "#endif\n",
         out);

@@ -164,7 +164,10 @@ typedef int ncclResult_t;
 enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclInProgress = 7 };
 typedef struct ncclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
-typedef enum ncclDataType_t { ncclFloat32 = 7, ncclBfloat16 = 9 } ncclDataType_t;
+typedef enum ncclDataType_t {
+  ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5, ncclFloat16 = 6,
+  ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 /* the fp8 types of NCCL 2.24+ are not used */
+} ncclDataType_t;
 typedef enum ncclRedOp_t { ncclSum = 0, ncclAvg = 4 } ncclRedOp_t;
 
 /* ---- the table --------------------------------------------------------------- */
@@ -264,6 +267,14 @@ typedef struct tg_cuda_api {
   ncclResult_t (*ncclCommAbort)(ncclComm_t comm);
   ncclResult_t (*ncclAllReduce)(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                 ncclComm_t comm, CUstream s);
+  /* ZeRO: recvbuff's recvcount elements are rank r's block of sendbuff's
+   * nranks x recvcount (in place: recvbuff == sendbuff + rank * recvcount);
+   * every rank's sendcount elements of sendbuff to recvbuff + r * sendcount
+   * (in place: sendbuff == recvbuff + rank * sendcount). */
+  ncclResult_t (*ncclReduceScatter)(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
+                                    ncclRedOp_t op, ncclComm_t comm, CUstream stream);
+  ncclResult_t (*ncclAllGather)(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                ncclComm_t comm, CUstream stream);
   ncclResult_t (*ncclGroupStart)(void);
   ncclResult_t (*ncclGroupEnd)(void);
   const char *(*ncclGetErrorString)(ncclResult_t r);

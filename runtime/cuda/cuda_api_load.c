@@ -125,13 +125,16 @@ static void load_nccl(tg_cuda_api *api) {
   FN(lib, ncclCommDestroy, "ncclCommDestroy");
   FN(lib, ncclCommAbort, "ncclCommAbort");
   FN(lib, ncclAllReduce, "ncclAllReduce");
+  FN(lib, ncclReduceScatter, "ncclReduceScatter");
+  FN(lib, ncclAllGather, "ncclAllGather");
   FN(lib, ncclGroupStart, "ncclGroupStart");
   FN(lib, ncclGroupEnd, "ncclGroupEnd");
   FN(lib, ncclGetErrorString, "ncclGetErrorString");
   tg_sb_free(&tried);
   if (!ok) {
     api->ncclGetUniqueId = NULL, api->ncclCommInitRank = NULL, api->ncclCommDestroy = NULL;
-    api->ncclCommAbort = NULL, api->ncclAllReduce = NULL, api->ncclGroupStart = NULL;
+    api->ncclCommAbort = NULL, api->ncclAllReduce = NULL, api->ncclReduceScatter = NULL, api->ncclAllGather = NULL;
+    api->ncclGroupStart = NULL;
     api->ncclGroupEnd = NULL, api->ncclGetErrorString = NULL;
     if (lib) dlclose(lib);
   }

@@ -34,6 +34,15 @@
 # - bad input: stage 3 (planned, not built) and stage 5 are refused before
 #   any work, naming the file and line; stage 1 on one rank trains as
 #   stage 0 with a note.
+#
+# BACKEND cuda-emu (ctest cuda_emu_zero) runs a short form, the rest taking
+# minutes on the emulated device and being the same code above the
+# backend: the exact case on 2 ranks, 4 steps, where the CUDA backend's
+# reduce-scatter and all-gather (NCCL's, emulated over MPI) run from the
+# bucket hooks of a captured CUDA graph; the traces (TG_CUDA_TRACE, both
+# ranks) show the grad step run op by op no more often at stages 1 and 2
+# than at stage 0 (one "allreduce B" line a bucket point, and at stages 1
+# and 2 one reduce-scatter there), the other steps being replays.
 set -u
 src=$(cd "$2" && pwd)
 backend=${3:-cpu}
@@ -91,6 +100,25 @@ same_ckpt() {
     /usr/bin/python3 tests/cli/compare_safetensors.py "$tmp/$1/ckpt.safetensors" "$tmp/$2/ckpt.safetensors" 0 | tail -3
   fi
 }
+
+if [ "$backend" = cuda-emu ]; then
+  for stage in 0 1 2; do
+    TG_CUDA_TRACE=$tmp/trace$stage run "emu-$stage" 2 zero=$stage grad_clip=0 max_steps=4 lr_decay_steps=4 eval_batches=1
+    contains "$tmp/emu-$stage.out" "bit-identical after every step"
+  done
+  points0=$(grep -c '^allreduce ' "$tmp/trace0")
+  if [ "$points0" -gt 0 ] && [ "$points0" -lt 8 ]; then ok; else bad "stage 0: $points0 bucket points run op by op in 2 x 4 steps"; fi
+  for stage in 1 2; do
+    same_ckpt emu-0 "emu-$stage" "stage $stage on 2 ranks of cuda-emu"
+    if cmp -s <(grep -o '"loss":[^,]*' "$tmp/emu-0/metrics.jsonl") <(grep -o '"loss":[^,]*' "$tmp/emu-$stage/metrics.jsonl")
+    then ok; else bad "stage $stage's losses on cuda-emu differ from stage 0's"; fi
+    points=$(grep -c '^allreduce ' "$tmp/trace$stage") scatters=$(grep -c '^reduce-scatter of' "$tmp/trace$stage")
+    if [ "$points" -eq "$points0" ] && [ "$scatters" -eq "$points" ]; then ok
+    else bad "stage $stage: $points bucket points and $scatters reduce-scatters run op by op, stage 0 $points0 points"; fi
+  done
+  finish
+  exit
+fi
 
 # close_runs A B: losses within 1e-6 relative, grad norms within 1e-5,
 # weights and moments within 5e-3 of each tensor's scale (see the top)

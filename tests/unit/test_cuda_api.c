@@ -53,6 +53,7 @@ static const constant ours[] = {
     C(CUBLASLT_MATRIX_LAYOUT_COLS), C(CUBLASLT_MATRIX_LAYOUT_LD), C(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT),
     C(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET), C(CUBLASLT_MATMUL_PREF_SEARCH_MODE),
     C(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES), C(ncclSuccess), C(ncclInvalidArgument), C(ncclInvalidUsage), C(ncclInProgress), C(ncclFloat32), C(ncclBfloat16),
+    C(ncclInt8), C(ncclUint8), C(ncclInt32), C(ncclUint32), C(ncclInt64), C(ncclUint64), C(ncclFloat16), C(ncclFloat64),
     C(ncclSum), C(ncclAvg),
     {"sizeof(cublasLtMatmulHeuristicResult_t)", (long long)sizeof(cublasLtMatmulHeuristicResult_t)},
     {"sizeof(cublasLtMatmulAlgo_t)", (long long)sizeof(cublasLtMatmulAlgo_t)},
@@ -133,6 +134,11 @@ START_TEST(loading_says_what_is_missing) {
     ck_assert_ptr_nonnull(api.cuLaunchKernel);
     ck_assert_ptr_nonnull(api.cuGraphInstantiateWithFlags);
     ck_assert_ptr_nonnull(api.cublasLtMatmul);
+    /* NCCL is optional; where it was found, ZeRO's collectives came with it */
+    if (api.ncclAllReduce) {
+      ck_assert_ptr_nonnull(api.ncclReduceScatter);
+      ck_assert_ptr_nonnull(api.ncclAllGather);
+    }
     ck_assert_ptr_nonnull(api.compile);
     printf("test_cuda_api: loaded %s\n", api.name);
   } else {

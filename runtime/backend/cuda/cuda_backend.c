@@ -32,12 +32,25 @@
  * replays with one launch.  Inputs (the batch, lr, step) are written into
  * their fixed tensors before a replay; outputs are read once per step.
  *
+ * ZeRO (backend.h): a tensor view is a pointer into its tensor; a value's
+ * memory, a pointer into the arena.  NCCL's reduce-scatter and all-gather
+ * move one count for every rank, so each tensor's shards (base/shard.h) are
+ * packed, padded to S elements, rank by rank into a staging buffer on the
+ * device (tg_shard_pack, kept and grown as needed), NCCL runs in place on
+ * it, and the result is unpacked: this rank's averaged block added into its
+ * shards (tg_accumulate), or every rank's block back into the whole
+ * tensors.  All of it goes on the communication stream after an event, as
+ * the all-reduce does; in a bucket hook it is recorded and replayed with
+ * the step, like the all-reduce.
+ *
  * Errors name the call, the kernel or matmul, and the .tg lines it came
  * from.  TG_CUDA_SYNC=1 synchronises and checks after every launch (and
  * turns the graphs off), so that an error is pinned on the launch that
  * made it; TG_CUDA_GRAPHS=0 turns the graphs off alone; TG_CUDA_TRACE=FILE
  * appends a line per launch, matmul and all-reduce run one by one, and one
- * per replay of a captured step. */
+ * per replay of a captured step; TG_CUDA_SHARD_CHUNK=BYTES sets the
+ * staging one ZeRO collective takes at most (SHARD_CHUNK_BYTES), so that a
+ * test can cut small tensors into several chunks. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +65,7 @@
 #include "lower.h"
 #include "nvrtc.h"
 #include "render_cuda.h"
+#include "shard.h"
 
 /* ---- the device ------------------------------------------------------------------ */
 
@@ -61,7 +75,15 @@ typedef struct algo_entry {
   uint32_t fallback; /* the epilogue run as a kernel after the plain GEMM (lt_call) */
 } algo_entry;
 
+/* The most staging one ZeRO collective takes (its nranks blocks), unless
+ * one tensor alone needs more: a bucket's or a model's tensors are moved in
+ * chunks of this, one after another on the communication stream, so that
+ * the staging buffer stays small beside the model.  Each chunk is one NCCL
+ * call, large enough to run at NCCL's bandwidth. */
+enum { SHARD_CHUNK_BYTES = 64 << 20 };
+
 typedef struct cuda_exec cuda_exec;
+typedef struct hook_list hook_list;
 
 typedef struct cuda_device {
   tg_device base;
@@ -78,6 +100,7 @@ typedef struct cuda_device {
   CUmodule rt_module;
   CUfunction k_accumulate;
   CUfunction k_lt_epilogue[2], k_lt_bgrad[2]; /* cuBLASLt's epilogues as kernels: [0] f32, [1] bf16 */
+  CUfunction k_shard_pack[3], k_shard_unpack[3]; /* ZeRO's staging, elements of [0] 4, [1] 2, [2] 1 bytes */
   bool emulated;       /* the emulated device: the whole .cu is one module */
   ncclComm_t nccl;
   int rank, nranks;
@@ -87,6 +110,12 @@ typedef struct cuda_device {
   bool graphs;         /* capture and replay steps (off with TG_CUDA_SYNC or TG_CUDA_GRAPHS=0) */
   FILE *trace;         /* TG_CUDA_TRACE: what runs, a line each */
   cuda_exec *recording; /* the exec whose bucket hooks are being recorded */
+  hook_list *recording_into; /* ... and the list of the bucket whose hook is called */
+  CUdeviceptr shard_staging; /* ZeRO's collectives' staging buffer (0: none yet) */
+  size_t shard_staging_bytes;
+  size_t shard_chunk_bytes; /* SHARD_CHUNK_BYTES, or TG_CUDA_SHARD_CHUNK */
+  uint64_t shard_staging_generation; /* bumped when it moves: captured steps hold its address */
+  CUevent comm_ready, comm_over; /* a ZeRO collective outside a step: after the compute stream's work, before its next */
   char *staging;       /* host memory for conversions */
   size_t staging_cap;
 } cuda_device;
@@ -96,24 +125,36 @@ typedef struct cuda_tensor {
   CUdeviceptr ptr;
   size_t bytes;
   bool owned; /* false: a leaf's own storage, freed with its exec */
+  bool view;  /* a view (tg_tensor_view, tg_exec_value): the memory is another's */
 } cuda_tensor;
 
+/* One tensor of a ZeRO collective, by value, so that a hook's views may be
+ * freed as soon as it returns. */
+typedef struct shard_part {
+  CUdeviceptr whole; /* the whole tensor: the gradient reduced, the parameter gathered */
+  CUdeviceptr shard; /* reduce-scatter: this rank's shard of it (0: the rank holds none) */
+  int64_t numel;     /* whole's */
+  int elem;          /* bytes an element */
+} shard_part;
+
 /* What a bucket hook asked for, kept until its point in the step. */
-typedef enum hook_kind { HOOK_ACCUMULATE, HOOK_ALLREDUCE } hook_kind;
+typedef enum hook_kind { HOOK_ACCUMULATE, HOOK_ALLREDUCE, HOOK_REDUCE_SCATTER, HOOK_ALL_GATHER } hook_kind;
 typedef struct hook_op {
   hook_kind kind;
   const tg_node *n;   /* ACCUMULATE: the value to add */
   cuda_tensor *acc;   /* ACCUMULATE: into this */
-  float scale;
-  bool first;
+  float scale;        /* ACCUMULATE, REDUCE_SCATTER */
+  bool first;         /* ACCUMULATE; REDUCE_SCATTER: overwrite the shards (not accumulate) */
   cuda_tensor **ts;   /* ALLREDUCE: these tensors */
   int n_ts;
+  shard_part *parts;  /* REDUCE_SCATTER, ALL_GATHER: these tensors */
+  int n_parts;
 } hook_op;
 
-typedef struct hook_list {
+struct hook_list {
   hook_op *ops;
   int n, cap;
-} hook_list;
+};
 
 typedef struct graph_entry {
   uint64_t key;
@@ -248,6 +289,10 @@ static const char *lt_error(cuda_device *d, cublasStatus_t s) {
 
 /* ---- opening ------------------------------------------------------------------------ */
 
+/* render_cuda_runtime.c's staging kernels, by element width (k_shard_pack's order) */
+static const char *const shard_pack_names[3] = {"tg_shard_pack_b32", "tg_shard_pack_b16", "tg_shard_pack_b8"};
+static const char *const shard_unpack_names[3] = {"tg_shard_unpack_b32", "tg_shard_unpack_b16", "tg_shard_unpack_b8"};
+
 static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulated) {
   cuda_device *d = tg_xcalloc(1, sizeof *d);
   d->ctx = ctx;
@@ -269,6 +314,8 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
   const char *sync = getenv("TG_CUDA_SYNC"), *graphs = getenv("TG_CUDA_GRAPHS");
   d->sync_each = sync && *sync && strcmp(sync, "0");
   d->graphs = !d->sync_each && !(graphs && !strcmp(graphs, "0"));
+  const char *chunk = getenv("TG_CUDA_SHARD_CHUNK");
+  d->shard_chunk_bytes = chunk && atoll(chunk) > 0 ? (size_t)atoll(chunk) : SHARD_CHUNK_BYTES;
   const char *trace = getenv("TG_CUDA_TRACE");
   if (trace && *trace && !(d->trace = fopen(trace, "a")))
     tg_error(ctx, (tg_loc){0}, "TG_CUDA_TRACE: cannot open '%s' for appending", trace);
@@ -325,6 +372,13 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
     CU(d, ctx, A->cuModuleGetFunction(&d->k_lt_epilogue[t], d->rt_module, epilogue_kernels[0][t]), epilogue_kernels[0][t]);
     CU(d, ctx, A->cuModuleGetFunction(&d->k_lt_bgrad[t], d->rt_module, epilogue_kernels[1][t]), epilogue_kernels[1][t]);
   }
+  for (int w = 0; w < 3; w++) {
+    CU(d, ctx, A->cuModuleGetFunction(&d->k_shard_pack[w], d->rt_module, shard_pack_names[w]), shard_pack_names[w]);
+    CU(d, ctx, A->cuModuleGetFunction(&d->k_shard_unpack[w], d->rt_module, shard_unpack_names[w]),
+       shard_unpack_names[w]);
+  }
+  CU(d, ctx, A->cuEventCreate(&d->comm_ready, CU_EVENT_DISABLE_TIMING), "ZeRO's collectives");
+  CU(d, ctx, A->cuEventCreate(&d->comm_over, CU_EVENT_DISABLE_TIMING), "ZeRO's collectives");
 
   if (d->nranks > 1) {
     if (!A->ncclCommInitRank)
@@ -348,7 +402,11 @@ static void cuda_close(tg_device *x) {
   cuda_device *d = (cuda_device *)x;
   tg_cuda_api *A = &d->api;
   if (A->cuStreamSynchronize && d->stream) A->cuStreamSynchronize(d->stream);
+  if (A->cuStreamSynchronize && d->comm_stream) A->cuStreamSynchronize(d->comm_stream);
   if (d->nccl && A->ncclCommDestroy) A->ncclCommDestroy(d->nccl);
+  if (d->shard_staging) A->cuMemFree(d->shard_staging);
+  if (d->comm_ready) A->cuEventDestroy(d->comm_ready);
+  if (d->comm_over) A->cuEventDestroy(d->comm_over);
   if (d->rt_module) A->cuModuleUnload(d->rt_module);
   if (d->workspace) A->cuMemFree(d->workspace);
   if (d->lt) A->cublasLtDestroy(d->lt);
@@ -389,12 +447,30 @@ static tg_tensor *cuda_tensor_new(tg_device *x, const tg_type *t) { return &tens
 
 static void tensor_release(cuda_tensor *t) {
   cuda_device *d = (cuda_device *)t->base.d;
-  d->api.cuStreamSynchronize(d->stream);
-  d->api.cuMemFree(t->ptr);
+  if (!t->view) { /* a view frees nothing, so waits for nothing (a hook may free its views) */
+    d->api.cuStreamSynchronize(d->stream);
+    d->api.cuMemFree(t->ptr);
+  }
   free(t);
 }
 
 static void cuda_tensor_free(tg_tensor *t) { tensor_release((cuda_tensor *)t); }
+
+/* A tensor of type t over the device memory at p, which it does not own. */
+static tg_tensor *view_at(cuda_device *d, CUdeviceptr p, const tg_type *t) {
+  cuda_tensor *x = tg_xcalloc(1, sizeof *x);
+  x->base.d = &d->base;
+  x->base.type = *t;
+  x->ptr = p;
+  x->bytes = (size_t)tg_type_numel(t) * (size_t)tg_dtype_size(t->dtype);
+  x->view = true;
+  return &x->base;
+}
+
+static tg_tensor *cuda_tensor_view(tg_tensor *t, int64_t offset, const tg_type *type) {
+  return view_at((cuda_device *)t->d, ((cuda_tensor *)t)->ptr + (CUdeviceptr)(offset * tg_dtype_size(t->type.dtype)),
+                 type);
+}
 
 static void cuda_tensor_write(tg_tensor *x, const void *src, tg_host_type ht) {
   cuda_tensor *t = (cuda_tensor *)x;
@@ -454,20 +530,198 @@ static void hook_push(hook_list *l, hook_op op) {
   l->ops[l->n++] = op;
 }
 
-static int current_bucket; /* set while a hook is recorded */
-
 static void cuda_allreduce_average(tg_device *x, tg_tensor *const *ts, int n) {
   cuda_device *d = (cuda_device *)x;
   if (d->nranks == 1 || n == 0) return;
-  if (d->recording) {
+  if (d->recording_into) {
     cuda_tensor **copy = tg_xmalloc(sizeof *copy * (size_t)n);
     for (int i = 0; i < n; i++) copy[i] = (cuda_tensor *)ts[i];
-    hook_push(&d->recording->hooks[current_bucket], (hook_op){HOOK_ALLREDUCE, NULL, NULL, 0, false, copy, n});
+    hook_push(d->recording_into, (hook_op){HOOK_ALLREDUCE, NULL, NULL, 0, false, copy, n, NULL, 0});
     return;
   }
   /* outside a step: now, and wait for it */
   enqueue_allreduce(d, d->ctx, (cuda_tensor *const *)ts, n);
   CU(d, d->ctx, d->api.cuStreamSynchronize(d->comm_stream), "an all-reduce");
+}
+
+/* ---- ZeRO: shards and their collectives ----------------------------------------------- */
+
+static void launch_own(cuda_device *d, tg_ctx *ctx, CUfunction f, long long work, void **args, int n,
+                       const char *const *names, const size_t *extents, const char *fn, const char *where, CUstream s);
+static void launch_accumulate(cuda_device *d, tg_ctx *ctx, CUdeviceptr acc, CUdeviceptr g, long long n, float scale,
+                              bool first, CUstream s, const char *where);
+
+static int64_t shard_elements(const cuda_device *d, const shard_part *p) {
+  return tg_shard_elements(p->numel, d->nranks);
+}
+
+/* The end of the chunk of parts that starts at `from`: as many as fit in
+ * SHARD_CHUNK_BYTES of staging (one at least); *block gets the bytes of a
+ * rank's block, every part's shard padded to S elements. */
+static int chunk_end(const cuda_device *d, const shard_part *p, int n, int from, size_t *block) {
+  size_t bytes = 0;
+  int i = from;
+  for (; i < n; i++) {
+    size_t add = (size_t)shard_elements(d, &p[i]) * (size_t)p[i].elem;
+    if (i > from && (bytes + add) * (size_t)d->nranks > d->shard_chunk_bytes) break;
+    bytes += add;
+  }
+  *block = bytes;
+  return i;
+}
+
+/* Makes the staging buffer large enough for the chunks of parts.  Moving
+ * it waits for the work queued on it; the captured steps that name the old
+ * one are never replayed again (record_hooks keys them by its generation). */
+static void reserve_staging(cuda_device *d, const shard_part *p, int n) {
+  size_t need = 0, block;
+  for (int i = 0, end; i < n; i = end) {
+    end = chunk_end(d, p, n, i, &block);
+    if (block * (size_t)d->nranks > need) need = block * (size_t)d->nranks;
+  }
+  if (need <= d->shard_staging_bytes) return;
+  tg_cuda_api *A = &d->api;
+  CU(d, d->ctx, A->cuStreamSynchronize(d->stream), "ZeRO's staging buffer");
+  CU(d, d->ctx, A->cuStreamSynchronize(d->comm_stream), "ZeRO's staging buffer");
+  if (d->shard_staging) CU(d, d->ctx, A->cuMemFree(d->shard_staging), "ZeRO's staging buffer");
+  d->shard_staging = 0, d->shard_staging_bytes = 0;
+  CU(d, d->ctx, A->cuMemAlloc(&d->shard_staging, need),
+     tg_sprintf(d->ctx->arena, "ZeRO's staging buffer of %zu bytes", need));
+  d->shard_staging_bytes = need;
+  d->shard_staging_generation++;
+}
+
+/* Part p's shards between its tensor and the chunk's staging (rank blocks
+ * of `block` bytes, the part's at byte `at` of each) on the communication
+ * stream: pack ranks q0 .. q0 + nq - 1 in, or unpack every rank out. */
+static void shard_copy(cuda_device *d, tg_ctx *ctx, const shard_part *p, bool pack, size_t at, size_t block, int q0,
+                       int nq) {
+  const int w = p->elem == 4 ? 0 : p->elem == 2 ? 1 : 2;
+  CUdeviceptr staging = d->shard_staging, whole = p->whole;
+  long long numel = p->numel, s = shard_elements(d, p), blk = (long long)block / p->elem,
+            at_el = (long long)at / p->elem, first = q0, count = nq;
+  const size_t ext[] = {(size_t)d->nranks * block, (size_t)numel * (size_t)p->elem, 0, 0, 0, 0, 0, 0};
+  if (pack) {
+    void *args[] = {&staging, &whole, &numel, &s, &blk, &at_el, &first, &count};
+    const char *names[] = {"pack", "t", "numel", "s", "block", "at", "q0", "nq"};
+    launch_own(d, ctx, d->k_shard_pack[w], count * s, args, 8, names, ext, shard_pack_names[w],
+               "ZeRO's shards into the staging buffer", d->comm_stream);
+  } else {
+    void *args[] = {&whole, &staging, &numel, &s, &blk, &at_el};
+    const char *names[] = {"t", "pack", "numel", "s", "block", "at"};
+    const size_t ext_out[] = {ext[1], ext[0], 0, 0, 0, 0};
+    launch_own(d, ctx, d->k_shard_unpack[w], numel, args, 6, names, ext_out, shard_unpack_names[w],
+               "ZeRO's shards from the staging buffer", d->comm_stream);
+  }
+}
+
+/* The reduce-scatter, on the communication stream (which already waits for
+ * the gradients): chunk by chunk, every rank's shards packed, NCCL's
+ * average into this rank's block in place, and the block added into the
+ * shards: shard = (overwrite ? 0 : shard) + scale * block, as the hooks'
+ * accumulation adds.  One rank averages nothing: its shard is the whole. */
+static void enqueue_reduce_scatter(cuda_device *d, tg_ctx *ctx, const shard_part *p, int n, float scale,
+                                   bool overwrite) {
+  const char *what = "ZeRO's gradient reduce-scatter";
+  for (int i = 0, end; i < n; i = end) {
+    size_t block = 0, at = 0;
+    end = d->nranks > 1 ? chunk_end(d, p, n, i, &block) : n;
+    CUdeviceptr mine = d->shard_staging + (CUdeviceptr)((size_t)d->rank * block);
+    if (d->nranks > 1) {
+      for (int k = i; k < end; at += (size_t)shard_elements(d, &p[k]) * 4, k++)
+        shard_copy(d, ctx, &p[k], true, at, block, 0, d->nranks);
+      NC(d, ctx,
+         d->api.ncclReduceScatter((const void *)d->shard_staging, (void *)mine, block / 4, ncclFloat32, ncclAvg, d->nccl,
+                                  d->comm_stream),
+         what);
+    }
+    at = 0;
+    for (int k = i; k < end; at += (size_t)shard_elements(d, &p[k]) * 4, k++) {
+      long long len = tg_shard_extent(p[k].numel, d->nranks, d->rank, NULL);
+      if (len) launch_accumulate(d, ctx, p[k].shard, d->nranks > 1 ? mine + at : p[k].whole, len, scale, overwrite,
+                                 d->comm_stream, what);
+    }
+  }
+}
+
+/* The all-gather, in place, on the communication stream: chunk by chunk,
+ * this rank's shards packed into its block, NCCL's all-gather in place,
+ * and every block unpacked into the whole tensors.  One NCCL call over a
+ * padded staging buffer rather than one in-place ncclBroadcast per rank
+ * and tensor: nranks x tensors broadcasts (thousands for a large model on
+ * 8 ranks) each pay NCCL's per-operation cost, even grouped, where the
+ * all-gather is one ring pass at full bandwidth; the staging it costs is
+ * bounded by the chunks (SHARD_CHUNK_BYTES), and the reduce-scatter packs
+ * the same way.  Bytes are bytes here: the chunk goes as ncclUint8, so
+ * tensors of any dtype share one call. */
+static void enqueue_all_gather(cuda_device *d, tg_ctx *ctx, const shard_part *p, int n) {
+  for (int i = 0, end; i < n; i = end) {
+    size_t block = 0, at = 0;
+    end = chunk_end(d, p, n, i, &block);
+    CUdeviceptr mine = d->shard_staging + (CUdeviceptr)((size_t)d->rank * block);
+    for (int k = i; k < end; at += (size_t)(shard_elements(d, &p[k]) * p[k].elem), k++)
+      shard_copy(d, ctx, &p[k], true, at, block, d->rank, 1);
+    NC(d, ctx,
+       d->api.ncclAllGather((const void *)mine, (void *)d->shard_staging, block, ncclUint8, d->nccl, d->comm_stream),
+       "ZeRO's parameter all-gather");
+    at = 0;
+    for (int k = i; k < end; at += (size_t)(shard_elements(d, &p[k]) * p[k].elem), k++)
+      shard_copy(d, ctx, &p[k], false, at, block, 0, d->nranks);
+  }
+}
+
+static void enqueue_shard_op(cuda_device *d, tg_ctx *ctx, const hook_op *h) {
+  if (h->kind == HOOK_REDUCE_SCATTER) enqueue_reduce_scatter(d, ctx, h->parts, h->n_parts, h->scale, h->first);
+  else enqueue_all_gather(d, ctx, h->parts, h->n_parts);
+}
+
+/* A ZeRO collective (h owns its parts): recorded in a bucket hook, to run
+ * at its point in the step; elsewhere queued now, on the communication
+ * stream after the work queued so far on the compute stream, and before
+ * whatever is queued there next (the host does not wait). */
+static void shard_collective(cuda_device *d, hook_op h) {
+  if (d->nranks > 1) reserve_staging(d, h.parts, h.n_parts);
+  if (d->recording_into) {
+    hook_push(d->recording_into, h);
+    return;
+  }
+  tg_cuda_api *A = &d->api;
+  const char *what = h.kind == HOOK_REDUCE_SCATTER ? "ZeRO's gradient reduce-scatter" : "ZeRO's parameter all-gather";
+  CU(d, d->ctx, A->cuEventRecord(d->comm_ready, d->stream), what);
+  CU(d, d->ctx, A->cuStreamWaitEvent(d->comm_stream, d->comm_ready, 0), what);
+  enqueue_shard_op(d, d->ctx, &h);
+  CU(d, d->ctx, A->cuEventRecord(d->comm_over, d->comm_stream), what);
+  CU(d, d->ctx, A->cuStreamWaitEvent(d->stream, d->comm_over, 0), what);
+  if (d->sync_each) CU(d, d->ctx, A->cuStreamSynchronize(d->stream), what);
+  free(h.parts);
+}
+
+static void cuda_reduce_scatter(tg_device *x, tg_tensor *const *src, tg_tensor *const *dst, int n, float scale,
+                                bool accumulate) {
+  cuda_device *d = (cuda_device *)x;
+  if (n == 0) return;
+  shard_part *parts = tg_xcalloc((size_t)n, sizeof *parts);
+  for (int i = 0; i < n; i++) {
+    int64_t numel = tg_type_numel(&src[i]->type), want = tg_shard_extent(numel, d->nranks, d->rank, NULL);
+    int64_t have = dst[i] ? tg_type_numel(&dst[i]->type) : 0;
+    if (have != want) {
+      free(parts);
+      tg_error(d->ctx, (tg_loc){0}, "internal: a reduce-scatter into a shard of %lld elements, not %lld",
+               (long long)have, (long long)want);
+    }
+    parts[i] = (shard_part){((cuda_tensor *)src[i])->ptr, dst[i] ? ((cuda_tensor *)dst[i])->ptr : 0, numel, 4};
+  }
+  hook_op h = {.kind = HOOK_REDUCE_SCATTER, .scale = scale, .first = !accumulate, .parts = parts, .n_parts = n};
+  shard_collective(d, h);
+}
+
+static void cuda_all_gather(tg_device *x, tg_tensor *const *ts, int n) {
+  cuda_device *d = (cuda_device *)x;
+  if (d->nranks == 1 || n == 0) return;
+  shard_part *parts = tg_xcalloc((size_t)n, sizeof *parts);
+  for (int i = 0; i < n; i++)
+    parts[i] = (shard_part){((cuda_tensor *)ts[i])->ptr, 0, tg_type_numel(&ts[i]->type), tg_dtype_size(ts[i]->type.dtype)};
+  shard_collective(d, (hook_op){.kind = HOOK_ALL_GATHER, .parts = parts, .n_parts = n});
 }
 
 /* ---- compiling ------------------------------------------------------------------------- */
@@ -884,7 +1138,7 @@ static void drop_graphs(cuda_exec *e) {
 static void free_hooks(cuda_exec *e) {
   const tg_allreduce_plan *ar = e->base.g->allreduce;
   for (int b = 0; ar && b < ar->n_buckets; b++) {
-    for (int i = 0; i < e->hooks[b].n; i++) free(e->hooks[b].ops[i].ts);
+    for (int i = 0; i < e->hooks[b].n; i++) free(e->hooks[b].ops[i].ts), free(e->hooks[b].ops[i].parts);
     e->hooks[b].n = 0;
   }
 }
@@ -1050,16 +1304,26 @@ static void launch(cuda_exec *e, tg_ctx *ctx, int i) {
 }
 
 /* Launches fn, one of the backend's own grid-stride kernels, over `work`
- * items with n arguments, described for the emulated device (names and
- * byte extents); `where` says what it is for. */
+ * items with n arguments on stream s, described for the emulated device
+ * (names and byte extents); `where` says what it is for. */
 static void launch_own(cuda_device *d, tg_ctx *ctx, CUfunction f, long long work, void **args, int n,
-                       const char *const *names, const size_t *extents, const char *fn, const char *where) {
+                       const char *const *names, const size_t *extents, const char *fn, const char *where, CUstream s) {
   unsigned blocks = (unsigned)((work + 255) / 256 < 8 * d->sm_count ? (work + 255) / 256 : 8 * d->sm_count);
   if (blocks == 0) blocks = 1;
   if (d->api.emu_describe_launch) d->api.emu_describe_launch(fn, where, n, names, extents);
   char what[512];
   snprintf(what, sizeof what, "%s (%s)", fn, where);
-  CU(d, ctx, d->api.cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, d->stream, args, NULL), what);
+  CU(d, ctx, d->api.cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, s, args, NULL), what);
+}
+
+/* acc = (first ? 0 : acc) + scale * g over n f32 elements, on stream s. */
+static void launch_accumulate(cuda_device *d, tg_ctx *ctx, CUdeviceptr acc, CUdeviceptr g, long long n, float scale,
+                              bool first, CUstream s, const char *where) {
+  int f = first;
+  void *args[] = {&acc, &g, &scale, &f, &n};
+  const char *names[] = {"acc", "g", "scale", "first", "n"};
+  size_t ext[] = {(size_t)n * 4, (size_t)n * 4, 0, 0, 0};
+  launch_own(d, ctx, d->k_accumulate, n, args, 5, names, ext, "tg_accumulate", where, s);
 }
 
 /* The epilogue cuBLASLt had no algorithm for (lt_call's fallback), after
@@ -1085,7 +1349,7 @@ static void epilogue_kernel(cuda_exec *e, tg_ctx *ctx, int i, CUdeviceptr da, CU
     const char *names[] = {of_a ? "A" : "B", "bias", "count", "k", "si", "sp"};
     size_t ext[] = {(size_t)((cols - 1) * ld + rows) * es, (size_t)count * es, 0, 0, 0, 0};
     launch_own(d, ctx, d->k_lt_bgrad[bf16], count, args, 6, names, ext, bf16 ? "tg_lt_bgrad_bf16" : "tg_lt_bgrad_f32",
-               what);
+               what, d->stream);
     return;
   }
   int mode = epi == CUBLASLT_EPILOGUE_BIAS ? 0 : epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? 1 : 2;
@@ -1096,7 +1360,7 @@ static void epilogue_kernel(cuda_exec *e, tg_ctx *ctx, int i, CUdeviceptr da, CU
   size_t ext[] = {(size_t)((n - 1) * ldd + m) * es, (size_t)(mode <= 1 ? m : (n - 1) * ldd + m) * es,
                   (size_t)((n - 1) * ldaux + m) * es, 0, 0, 0, 0, 0};
   launch_own(d, ctx, d->k_lt_epilogue[bf16], mn, args, 8, names, ext,
-             bf16 ? "tg_lt_epilogue_bf16" : "tg_lt_epilogue_f32", what);
+             bf16 ? "tg_lt_epilogue_bf16" : "tg_lt_epilogue_f32", what, d->stream);
 }
 
 static void matmul(cuda_exec *e, tg_ctx *ctx, int i) {
@@ -1152,14 +1416,13 @@ static void enqueue_accumulate(cuda_exec *e, tg_ctx *ctx, const hook_op *h) {
   cuda_device *d = dev_of(&e->base);
   CUdeviceptr g = contiguous_f32(e, h->n);
   if (!g) tg_error(ctx, h->n->loc, "internal: the gradient to accumulate is not contiguous in memory");
-  long long n = (long long)tg_type_numel(&h->acc->base.type);
-  CUdeviceptr acc = h->acc->ptr;
-  float scale = h->scale;
-  int first = h->first;
-  void *args[] = {&acc, &g, &scale, &first, &n};
-  const char *names[] = {"acc", "g", "scale", "first", "n"};
-  size_t ext[] = {h->acc->bytes, (size_t)n * 4, 0, 0, 0};
-  launch_own(d, ctx, d->k_accumulate, n, args, 5, names, ext, "tg_accumulate", "the gradient accumulation");
+  launch_accumulate(d, ctx, h->acc->ptr, g, (long long)tg_type_numel(&h->acc->base.type), h->scale, h->first, d->stream,
+                    "the gradient accumulation");
+}
+
+static tg_tensor *cuda_value(tg_exec *x, const tg_node *n) {
+  CUdeviceptr p = contiguous_f32((cuda_exec *)x, n);
+  return p ? view_at(dev_of(x), p, &n->type) : NULL;
 }
 
 static int phase_of(cuda_exec *e, int i) {
@@ -1222,11 +1485,15 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
           if (d->trace && !capturing) fprintf(d->trace, "launch tg_accumulate\n");
           enqueue_accumulate(e, ctx, ho);
         } else {
+          static const char *const kinds[] = {"", "all-reduce", "reduce-scatter", "all-gather"};
+          if (d->trace && !capturing && ho->kind != HOOK_ALLREDUCE)
+            fprintf(d->trace, "%s of %d tensors\n", kinds[ho->kind], ho->n_parts);
           /* the bucket is complete on the compute stream: the
            * communication stream waits for that, and only that */
           CU(d, ctx, A->cuEventRecord(e->bucket_ev[op->bucket], d->stream), op_what(e, i));
           CU(d, ctx, A->cuStreamWaitEvent(d->comm_stream, e->bucket_ev[op->bucket], 0), op_what(e, i));
-          enqueue_allreduce(d, ctx, ho->ts, ho->n_ts);
+          if (ho->kind == HOOK_ALLREDUCE) enqueue_allreduce(d, ctx, ho->ts, ho->n_ts);
+          else enqueue_shard_op(d, ctx, ho);
           comm = true;
         }
       }
@@ -1244,16 +1511,18 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
 }
 
 /* Calls the bucket hooks, recording what they ask for; returns the key of
- * this run's graph. */
+ * this run's graph: everything a captured step holds, the memory a ZeRO
+ * collective touches among it. */
 static uint64_t record_hooks(cuda_exec *e) {
   cuda_device *d = dev_of(&e->base);
   free_hooks(e);
   uint64_t key = mix(1469598103934665603ull, e->generation);
   const tg_allreduce_plan *ar = e->base.g->allreduce;
   if (!e->base.hook || !ar) return key;
+  bool shards = false;
   d->recording = e;
   for (int b = 0; b < ar->n_buckets; b++) {
-    current_bucket = b;
+    d->recording_into = &e->hooks[b];
     tg_exec_call_hook(&e->base, b);
     for (int h = 0; h < e->hooks[b].n; h++) {
       const hook_op *o = &e->hooks[b].ops[h];
@@ -1261,10 +1530,15 @@ static uint64_t record_hooks(cuda_exec *e) {
       uint32_t sb;
       memcpy(&sb, &o->scale, 4);
       key = mix(mix(key, sb), o->kind == HOOK_ACCUMULATE ? (uint64_t)o->acc->ptr : (uint64_t)o->n_ts);
+      for (int k = 0; k < o->n_parts; k++)
+        key = mix(mix(mix(key, o->parts[k].whole), o->parts[k].shard), (uint64_t)o->parts[k].numel);
+      shards = shards || o->n_parts;
     }
   }
   d->recording = NULL;
-  return key;
+  d->recording_into = NULL;
+  /* the staging buffer may have moved since (reserve_staging) */
+  return shards ? mix(key, d->shard_staging_generation) : key;
 }
 
 static graph_entry *graph_for(cuda_exec *e, uint64_t key) {
@@ -1374,8 +1648,8 @@ static bool cuda_read(tg_exec *x, const tg_node *n, void *dst, tg_host_type ht) 
 static void cuda_accumulate(tg_exec *x, const tg_node *n, tg_tensor *acc, float scale, bool first) {
   cuda_exec *e = (cuda_exec *)x;
   cuda_device *d = dev_of(x);
-  hook_op h = {HOOK_ACCUMULATE, n, (cuda_tensor *)acc, scale, first, NULL, 0};
-  if (d->recording == e) hook_push(&e->hooks[current_bucket], h);
+  hook_op h = {HOOK_ACCUMULATE, n, (cuda_tensor *)acc, scale, first, NULL, 0, NULL, 0};
+  if (d->recording == e) hook_push(d->recording_into, h);
   else enqueue_accumulate(e, d->ctx, &h);
 }
 
@@ -1412,6 +1686,7 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
 
 #define CUDA_BACKEND_FUNCTIONS                                                                                     \
   .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .allreduce_average = cuda_allreduce_average, \
+  .reduce_scatter = cuda_reduce_scatter, .all_gather = cuda_all_gather, .tensor_view = cuda_tensor_view, .value = cuda_value, \
   .tensor_new = cuda_tensor_new, .tensor_free = cuda_tensor_free, .tensor_write = cuda_tensor_write,                 \
   .tensor_read = cuda_tensor_read, .tensor_hash = cuda_tensor_hash, .compile = cuda_compile, .free = cuda_free,     \
   .from_cache = cuda_from_cache, .compile_stats = cuda_compile_stats, .leaf = cuda_leaf, .bind = cuda_bind, .run = cuda_run, .read = cuda_read,          \

@@ -795,8 +795,18 @@ inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+/* CUDA never merges __fmul_rn or __fadd_rn into a fused multiply-add; the
+ * host compiler (-ffp-contract=fast) would, once the call is inlined.  So
+ * the product leaves through a volatile and the sum's operands come in
+ * through them: each is rounded to float, as on the GPU. */
+inline float __fadd_rn(float a, float b) {
+  volatile float x = a, y = b;
+  return x + y;
+}
+inline float __fmul_rn(float a, float b) {
+  volatile float p = a * b;
+  return p;
+}
 inline float __saturatef(float x) { return x != x ? 0.0f : x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 inline int __float2int_rz(float x) { return (int)x; }
