@@ -59,7 +59,8 @@ int tgrun_train_main(int argc, char **argv) {
   tg_ctx_free(ctx);
   if (status < 0) status = tg_train(&cfg, rank, nranks);
   tg_train_config_free(&cfg);
-  if (status && nranks > 1) {
+  /* a stop on a signal is agreed by every rank: they end together */
+  if (status && status != TG_TRAIN_STOPPED && nranks > 1) {
     fflush(stderr);
     /* one rank's error must not leave the others waiting in a collective */
     exit(status);

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,38 @@
 #include "zero.h"
 
 #define TG_TRAIN_VERSION "tgrun 0.1.0"
+
+/* ---- stopping on a signal -------------------------------------------------------- */
+
+/* The first stopping signal received (0: none).  The handler only sets it;
+ * the loop reads it after each step. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+  if (stop_signal) { /* the second: at once, as the signal's default would */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  stop_signal = sig;
+}
+
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGUSR1};
+
+static void catch_stop_signals(bool on) {
+  for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on ? on_stop_signal : SIG_DFL;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(stop_signals[i], &sa, NULL);
+  }
+  if (!on) stop_signal = 0;
+}
+
+static const char *signal_name(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
 
 static double now(void) {
   struct timespec t;
@@ -96,6 +129,7 @@ typedef struct run {
   int32_t *sample_in;  /* a sample's context, T */
   float *logits;       /* the sample graph's logits, [1, T, vocab padded] */
   int accum;          /* micro-steps a step */
+  bool stopped;       /* a signal stopped the run (TG_TRAIN_STOPPED) */
   tg_loader **loaders; /* one per micro-step; freed by tg_train, also after an error */
   int n_loaders;
   tg_metrics_file *mf; /* rank 0's metrics file */
@@ -524,7 +558,7 @@ static void sample(run *r, int64_t step) {
   float *scratch = tg_xcalloc((size_t)r->vocab * 2 + 16, sizeof(float));
   tg_rng rng;
   tg_rng_seed(&rng, (uint64_t)c->seed, 0x5a5a0000u + (uint64_t)step);
-  while (n < total) {
+  while (n < total && !stop_signal) { /* a stop cuts a sample short */
     /* the last T tokens, left-aligned: causal attention makes the logits at
      * position t depend only on tokens up to t, so the padding after is inert */
     int64_t from = n > T ? n - T : 0, len = n - from;
@@ -798,8 +832,10 @@ static void train_loop(run *r) {
     double phase1[TG_NPHASES];
     tg_exec_phase_seconds(r->e_grad, phase1);
     float gn = tg_zero_step(r->zero, lr, s + 1);
-    double stats[1] = {loss_sum / r->accum};
-    tg_comm_sum_doubles(stats, 1);
+    /* the loss, and whether any rank was asked to stop: every rank then
+     * stops after the same step */
+    double stats[2] = {loss_sum / r->accum, stop_signal};
+    tg_comm_sum_doubles(stats, 2);
     double dt = now() - t0;
     if (r->nranks > 1 && !tg_comm_all_equal(weights_hash(r)))
       tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "the ranks' weights differ after step %lld", (long long)s + 1);
@@ -838,6 +874,14 @@ static void train_loop(run *r) {
       write_plot(r, metrics_path);
     }
     if (r->rank == 0 && due(step, c->sample_interval, c->max_steps)) sample(r, step);
+    if (stats[1] > 0) {
+      if (!due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
+      int sig = stop_signal ? stop_signal : SIGTERM; /* another rank's, if not this one's */
+      say(r, "stopped by %s after step %lld of %lld: the checkpoint holds it; resume with resume = true\n",
+          stop_signal ? signal_name(sig) : "a signal to another rank", (long long)step, (long long)c->max_steps);
+      r->stopped = true;
+      break;
+    }
   }
   r->mf = NULL;
   if (mf && !tg_metrics_close(mf, why, sizeof why)) tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "%s", why);
@@ -1067,7 +1111,7 @@ static int train(run *r) {
   build(r);
   train_loop(r);
   if (r->rank == 0) {
-    say(r, "\ndone. run directory %s:\n", c->out_dir);
+    say(r, "\n%s. run directory %s:\n", r->stopped ? "stopped" : "done", c->out_dir);
     say(r, "  log       %s/train.log\n  metrics   %s/%s\n  plot      %s/loss.svg\n  samples   %s/samples.txt\n",
         c->out_dir, c->out_dir, c->metrics_file, c->out_dir, c->out_dir);
     const char *suffix = tg_device_source_suffix(r->dev);
@@ -1075,7 +1119,7 @@ static int train(run *r) {
     if (suffix) say(r, "  kernels   %s/kernels/*%s\n", c->out_dir, suffix);
     say(r, "  fusion    %s/kernels/fusion.txt\n", c->out_dir);
   }
-  return 0;
+  return r->stopped ? TG_TRAIN_STOPPED : 0;
 }
 
 int tg_train(const tg_train_config *cfg, int rank, int nranks) {
@@ -1090,8 +1134,10 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   int status;
   /* the work is in a function of its own: nothing of it lives in this
    * frame across the longjmp of an error */
+  catch_stop_signals(true);
   if (setjmp(bail)) status = 1;
   else status = train(r);
+  catch_stop_signals(false);
   if (r->log) fclose(r->log);
   if (r->mf) {
     char why[256];
