@@ -52,6 +52,10 @@ static _Noreturn void misuse(const char *what) {
   abort();
 }
 
+int64_t tg_device_memory_free(tg_device *d, const char **what) {
+  return d->x->memory_free ? d->x->memory_free(d, what) : -1;
+}
+
 bool tg_device_can_shard(const tg_device *d) {
   return d->x->reduce_scatter && d->x->all_gather && d->x->tensor_view && d->x->value;
 }

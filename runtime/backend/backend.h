@@ -91,6 +91,12 @@ const char *tg_device_describe(const tg_device *d);
  * NULL when it generates none: what to name tg_exec_opts.source_path. */
 const char *tg_device_source_suffix(const tg_device *d);
 
+/* The bytes of memory free on d for its tensors, and in *what where that
+ * figure comes from ("cuMemGetInfo on GPU 0"), for a device with memory
+ * of its own; -1 for a device whose tensors are host memory (the caller
+ * asks the host).  For the memory check before a run. */
+int64_t tg_device_memory_free(tg_device *d, const char **what);
+
 /* Averages the tensors over the ranks of a data-parallel run (runtime/comm):
  * one all-reduce for all of them, then one division, the same bits on
  * every rank.  Nothing to do on one rank. */

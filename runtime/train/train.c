@@ -344,23 +344,28 @@ static int64_t arena_of(tg_ctx *ctx, tg_graph *g) {
 
 /* The planned peak (the graphs' arenas, each parameter's value and bf16
  * copy, and the gradients and optimizer state this rank keeps at its ZeRO
- * stage: zero.c) against the memory the
- * machine has free, for backends whose tensors are host memory; refuses a
- * plan that cannot fit, with the largest batch_size that would. */
+ * stage: zero.c) against the memory free where the tensors live: a GPU's
+ * own (tg_device_memory_free), or the host's, shared by the ranks on it.
+ * Refuses a plan that cannot fit, with the largest batch_size that would
+ * and a ZeRO stage that would. */
 static void check_memory(run *r) {
   const tg_train_config *c = &r->cfg;
-  if (!strcmp(c->backend, "cuda")) return; /* device memory: the CUDA backend's own check */
   int64_t state = tg_zero_state_bytes(r->zero);
   int64_t fixed = arena_of(r->ctx, r->g_sample) + state;
   for (int i = 0; i < r->n_zero; i++) fixed += arena_of(r->ctx, r->g_zero[i]);
   for (int i = 0; i < r->n_params; i++) /* the whole values and copies (a sharded master is zero.c's) */
     fixed += r->params[i].numel * ((tg_zero_master_sharded(r->zero, i) ? 0 : 4) + (r->params[i].copy_node ? 2 : 0));
   int64_t per_batch = arena_of(r->ctx, r->g_grad) + arena_of(r->ctx, r->g_eval);
-  /* the ranks on this machine share its memory */
-  int local = tg_comm_local_size();
-  int64_t peak = (fixed + per_batch) * local;
+  /* a device with memory of its own (a GPU, one a rank) is asked for
+   * it; otherwise the ranks on this machine share its memory */
   const char *what;
-  int64_t avail = available_memory(&what);
+  int64_t avail = tg_device_memory_free(r->dev, &what);
+  int local = 1;
+  if (avail < 0) {
+    local = tg_comm_local_size();
+    avail = available_memory(&what);
+  }
+  int64_t peak = (fixed + per_batch) * local;
   if (avail < 0 || peak <= avail) return;
   double gib = 1024.0 * 1024.0 * 1024.0;
   int64_t per_seq = per_batch / (c->batch_size > 0 ? c->batch_size : 1);
@@ -382,14 +387,14 @@ static void check_memory(run *r) {
   if (fit > 0)
     tg_error(r->ctx, at,
              "the run needs about %.2f GiB (planned peak%s: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
-             "parameters, optimizer state and the other graphs) but this machine has %.2f GiB free (%s): "
+             "parameters, optimizer state and the other graphs) but %.2f GiB are free (%s): "
              "batch_size %lld is the largest that would fit; lower batch_size (and raise grad_accum to keep the "
              "tokens per step) or block_size%s",
              (double)peak / gib, ranks, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
              (double)avail / gib, what, (long long)fit, zero_hint);
   tg_error(r->ctx, at,
            "the run needs about %.2f GiB (planned peak%s: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
-           "parameters, optimizer state and the other graphs) but this machine has %.2f GiB free (%s): not even "
+           "parameters, optimizer state and the other graphs) but %.2f GiB are free (%s): not even "
            "batch_size 1 fits; use a smaller model (model.n_layer, model.n_embd) or block_size%s",
            (double)peak / gib, ranks, (double)per_batch / gib, (long long)c->batch_size, (double)fixed / gib,
            (double)avail / gib, what, zero_hint);

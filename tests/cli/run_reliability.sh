@@ -83,7 +83,7 @@ contains "$tmp/out" "val.bin has 0 tokens"
 # a memory plan larger than the machine: refused with the peak and the
 # largest batch that fits (16M sequences of 16 tokens need terabytes)
 expect_status 1 "$tgrun" "$s" out_dir="$tmp/m" batch_size=16777216
-contains "$tmp/out" "GiB free"
+contains "$tmp/out" "GiB are free (MemAvailable"
 contains "$tmp/out" "is the largest that would fit"
 
 # metrics_file naming the run's own files

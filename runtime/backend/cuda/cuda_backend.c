@@ -92,6 +92,7 @@ typedef struct cuda_device {
   CUdevice dev;
   CUcontext cuctx;
   char name[256], arch[16], describe[512];
+  char memory_what[320]; /* where tg_device_memory_free's figure comes from */
   int sm_count;
   size_t total_mem;
   CUstream stream, comm_stream;
@@ -397,6 +398,19 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
 
 static tg_device *cuda_open(tg_ctx *ctx, const tg_device_opts *o) { return open_device(ctx, o, false); }
 static tg_device *emu_open(tg_ctx *ctx, const tg_device_opts *o) { return open_device(ctx, o, true); }
+
+/* The real device's free memory; the emulated device's is host memory
+ * (its 80 GiB are a model of an H100's, not a reservation), so the caller
+ * asks the host for it. */
+static int64_t cuda_memory_free(tg_device *x, const char **what) {
+  cuda_device *d = (cuda_device *)x;
+  if (d->emulated) return -1;
+  size_t free_bytes = 0, total = 0;
+  if (!d->api.cuMemGetInfo || d->api.cuMemGetInfo(&free_bytes, &total) != CUDA_SUCCESS) return -1;
+  snprintf(d->memory_what, sizeof d->memory_what, "cuMemGetInfo's free memory on %s", d->name);
+  *what = d->memory_what;
+  return (int64_t)free_bytes;
+}
 
 static void cuda_close(tg_device *x) {
   cuda_device *d = (cuda_device *)x;
@@ -1685,7 +1699,7 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
 }
 
 #define CUDA_BACKEND_FUNCTIONS                                                                                     \
-  .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .allreduce_average = cuda_allreduce_average, \
+  .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .memory_free = cuda_memory_free, .allreduce_average = cuda_allreduce_average, \
   .reduce_scatter = cuda_reduce_scatter, .all_gather = cuda_all_gather, .tensor_view = cuda_tensor_view, .value = cuda_value, \
   .tensor_new = cuda_tensor_new, .tensor_free = cuda_tensor_free, .tensor_write = cuda_tensor_write,                 \
   .tensor_read = cuda_tensor_read, .tensor_hash = cuda_tensor_hash, .compile = cuda_compile, .free = cuda_free,     \
