@@ -70,7 +70,9 @@ static const key_info keys[] = {
     {"log_interval", K_INT, F(log_interval), "1", 1, BIG, 0, 0, NULL, NULL},
     {"sample_interval", K_INT, F(sample_interval), "500", 0, BIG, 0, 0, NULL, "samples"},
     {"sample_prompt", K_STR, F(sample_prompt), "\n", 0, 0, 0, 0, check_nonempty, NULL},
-    {"sample_tokens", K_INT, F(sample_tokens), "200", 0, DIM_MAX, 0, 0, NULL, NULL},
+    /* at most 65536: a sample runs between steps, on rank 0 while the other
+     * ranks wait (rank_timeout); a long text is `tgrun sample`'s job */
+    {"sample_tokens", K_INT, F(sample_tokens), "200", 0, 65536, 0, 0, NULL, NULL},
     {"temperature", K_FLOAT, F(temperature), "0.8", 1e-30, INFINITY, 0, 0, NULL, NULL},
     {"top_k", K_INT, F(top_k), "200", 0, DIM_MAX, 0, 0, NULL, NULL},
     {"checkpoint_interval", K_INT, F(checkpoint_interval), "500", 0, BIG, 0, 0, NULL, "checkpoints"},

@@ -50,8 +50,11 @@ if grep -q "^step" "$tmp/out"; then bad "the bad prompt was found after training
 expect_status 0 "$tgrun" "$s" out_dir="$tmp/p" 'sample_prompt=é' sample_tokens=0
 
 # the checkpoint comes before a step's sample and evaluation: a run killed
-# in a long sample (2^24 tokens) still kept its last step
-"$tgrun" "$s" out_dir="$tmp/longsample" max_steps=2 sample_interval=2 sample_tokens=16777216 > "$tmp/ls.out" 2>&1 &
+# in a long sample (65536 tokens, the most) still kept its last step; and
+# more is refused
+expect_status 2 "$tgrun" "$s" out_dir="$tmp/longsample" sample_tokens=65537
+contains "$tmp/out" "sample_tokens must be in [0, 65536], not 65537"
+"$tgrun" "$s" out_dir="$tmp/longsample" max_steps=2 sample_interval=2 sample_tokens=65536 > "$tmp/ls.out" 2>&1 &
 job=$!
 for _ in $(seq 600); do grep -q '^checkpoint:' "$tmp/ls.out" && break; sleep 0.1; done
 sleep 1
