@@ -341,6 +341,7 @@ START_TEST(reduce_scatter_in_the_step) {
   for (int i = 0; i < g->n_nodes; i++)
     if (h.shard[i]) tg_tensor_free(h.shard[i]);
   free(h.shard);
+  const int n_buckets = g->allreduce->n_buckets; /* g lives in the side's arena, freed next */
   tg_exec_free(e);
   close_side(&s);
   /* run by run: launched op by op twice (overwriting, then the accumulating
@@ -352,7 +353,7 @@ START_TEST(reduce_scatter_in_the_step) {
   for (const char *p = text; (p = strstr(p, "reduce-scatter of ")); p++) collectives++;
   ck_assert_msg(replays == 2, "%d launches of a captured step in %s, not 2 (the capture's and the replay's)", replays,
                 trace);
-  ck_assert_msg(collectives == 2 * g->allreduce->n_buckets, "%d reduce-scatters run op by op, not one a bucket in 2 runs",
+  ck_assert_msg(collectives == 2 * n_buckets, "%d reduce-scatters run op by op, not one a bucket in 2 runs",
                 collectives);
   free(text);
   remove(trace);
