@@ -83,6 +83,7 @@ typedef enum tg_attr_kind {
   TG_ATTR_PERM,  /* transpose: permutation */
   TG_ATTR_SLICE, /* slice: axis, start, len */
   TG_ATTR_DTYPE, /* cast: target dtype (the result's dtype) */
+  TG_ATTR_RANKS, /* collectives: the group size N */
 } tg_attr_kind;
 
 typedef struct tg_op_info {
@@ -100,6 +101,10 @@ bool tg_op_lookup(const char *name, size_t n, tg_op *out);
  * forward, its saved lse, the three backward ops), one special kernel each
  * in fusion and code generation, and bf16 throughout under precision. */
 bool tg_op_is_flash_attention(tg_op op);
+/* The collectives (all_reduce, all_gather, reduce_scatter): a kernel of
+ * their own in fusion, refused by code generation, run over runtime/comm
+ * by the reference interpreter. */
+bool tg_op_is_collective(tg_op op);
 
 /* ---- nodes and graphs ------------------------------------------------- */
 
@@ -137,6 +142,7 @@ typedef struct tg_node {
   int perm[TG_MAX_RANK]; /* transpose */
   int64_t start, len;    /* slice */
   tg_init init;          /* param */
+  int ranks;             /* collectives: the number of ranks in the group */
   int kernel;            /* index into g->kernels after the fuse pass; -1: none
                           * (leaves, views, and every node before fusion) */
 } tg_node;

@@ -387,7 +387,8 @@ static void read_attrs(reader *r, tg_node *n) {
   static const char *const forms[] = {
       [TG_ATTR_INIT] = "{init=...}",   [TG_ATTR_VALUE] = "{value=...}",
       [TG_ATTR_AXIS] = "{axis=...}",   [TG_ATTR_AXES] = "{axes=[...]}",
-      [TG_ATTR_PERM] = "{perm=[...]}", [TG_ATTR_SLICE] = "{axis=..., start=..., len=...}"};
+      [TG_ATTR_PERM] = "{perm=[...]}", [TG_ATTR_SLICE] = "{axis=..., start=..., len=...}",
+      [TG_ATTR_RANKS] = "{ranks=...}"};
   bool needs = kind != TG_ATTR_NONE && kind != TG_ATTR_NAME && kind != TG_ATTR_DTYPE;
   bool has = peek(r, '{');
   char buf[128];
@@ -409,6 +410,10 @@ static void read_attrs(reader *r, tg_node *n) {
   case TG_ATTR_AXIS:
     expect_key(r, op, "axis");
     n->axis = read_axis(r);
+    break;
+  case TG_ATTR_RANKS:
+    expect_key(r, op, "ranks");
+    n->ranks = (int)read_int(r, false, INT_MAX, "a rank count");
     break;
   case TG_ATTR_AXES:
     expect_key(r, op, "axes");

@@ -47,6 +47,10 @@ bool tg_op_is_flash_attention(tg_op op) {
          op == TG_OP_flash_attention_dk || op == TG_OP_flash_attention_dv;
 }
 
+bool tg_op_is_collective(tg_op op) {
+  return op == TG_OP_all_reduce || op == TG_OP_all_gather || op == TG_OP_reduce_scatter;
+}
+
 static const struct {
   const char *name;
   int size;
@@ -461,6 +465,30 @@ static bool infer_assign(const tg_node *n, tg_type *out, char *why, size_t whyle
 }
 
 /* Flash attention ops: check_flash's shapes; the result is q's, or f32 statistics. */
+/* Collectives: 1-D values only, as base/shard.h's flat shards are; the
+ * group size is the node's ranks attribute. */
+static bool infer_collective(const tg_node *n, tg_type *out, char *why, size_t whylen) {
+  const char *opn = tg_ops[n->op].name;
+  const tg_type *a = &n->in[0]->type;
+  char sa[TG_TYPE_STR_MAX];
+  if (n->ranks < 1) FAIL("%s needs ranks >= 1, got %d", opn, n->ranks);
+  if (a->rank != 1)
+    FAIL("%s takes a 1-D value, not %s (flatten it first)", opn, tg_type_str(a, sa, sizeof sa));
+  *out = *a;
+  int64_t size = a->dim[0].size;
+  if (n->op == TG_OP_all_gather) {
+    if (size > TG_MAX_ELEMS / n->ranks)
+      FAIL("all_gather of %s over %d ranks is too large", tg_type_str(a, sa, sizeof sa), n->ranks);
+    out->dim[0] = (tg_dim){size * n->ranks, NULL};
+  } else if (n->op == TG_OP_reduce_scatter) {
+    if (size % n->ranks != 0)
+      FAIL("reduce_scatter of %s: %lld elements do not split into %d equal blocks",
+           tg_type_str(a, sa, sizeof sa), (long long)size, n->ranks);
+    out->dim[0] = (tg_dim){size / n->ranks, NULL};
+  }
+  return check_shape(out, why, whylen);
+}
+
 static bool infer_flash(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   const tg_type *a = &n->in[0]->type;
   switch (n->op) {
@@ -546,6 +574,8 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   case TG_OP_flash_attention_lse: case TG_OP_flash_attention: case TG_OP_flash_attention_dq:
   case TG_OP_flash_attention_dk: case TG_OP_flash_attention_dv:
     return infer_flash(n, out, why, whylen);
+  case TG_OP_all_reduce: case TG_OP_all_gather: case TG_OP_reduce_scatter:
+    return infer_collective(n, out, why, whylen);
   case TG_OP_matmul:
     return infer_matmul(n, out, why, whylen);
   default:

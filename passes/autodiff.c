@@ -326,6 +326,41 @@ static void grad_scatter_add(ad *A, const tg_node *n, const tg_node *g) {
   if (n->nin == 3 && WANTED(2)) accumulate(A, IN(2), (tg_node *)g);
 }
 
+/* Collectives.  Each rank differentiates its own copy of the graph, so a
+ * rule says what one rank's gradient is given the incoming gradient g it
+ * holds.
+ *
+ * all_reduce -> identity: assumes every rank computes the same loss from
+ * the reduced value, counted once (Megatron's g operator after a
+ * row-parallel layer); the gradient of the sum with respect to each
+ * addend is then g itself, already the same on every rank.
+ *
+ * all_gather -> reduce_scatter: assumes the objective is the sum of the
+ * ranks' losses (each its own micro-batch, as under ZeRO); rank q's block
+ * of the gathered value feeds every rank's loss, so its gradient is the
+ * sum over ranks of their g's block q, which reduce_scatter gives.
+ *
+ * reduce_scatter -> all_gather: under the same sum, rank r's input x_r
+ * reaches rank q's result through block q only, with weight one, so x_r's
+ * gradient is every rank's g laid side by side. */
+static tg_node *collective(ad *A, tg_op op, const tg_node *g, int ranks) {
+  tg_node *c = mk(A, op, 1, g, NULL, NULL);
+  c->ranks = ranks;
+  return add(A, c);
+}
+
+static void grad_all_reduce(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), (tg_node *)g);
+}
+
+static void grad_all_gather(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), collective(A, TG_OP_reduce_scatter, g, n->ranks));
+}
+
+static void grad_reduce_scatter(ad *A, const tg_node *n, const tg_node *g) {
+  accumulate(A, IN(0), collective(A, TG_OP_all_gather, g, n->ranks));
+}
+
 /* The gradient aᵀ g of a weight b [K, N] (a [R, K], g [R, N]).  When b is
  * the transpose of a matrix W [N, K] (a tied head, x @ transpose(wte)), it
  * is made as (gᵀ a)ᵀ: the product lies in memory as W does, so W's

@@ -414,6 +414,81 @@ START_TEST(test_unused_and_reused) {
 }
 END_TEST
 
+/* The collectives' rules, by structure (the interpreter runs them only
+ * under mpirun): p [8] -> all_gather {ranks=4} [32] -> * r ->
+ * reduce_scatter {ranks=2} [16] -> all_reduce {ranks=2} -> sum.  The
+ * all_reduce's gradient is the incoming one itself, the reduce_scatter's an
+ * all_gather over its 2 ranks, the all_gather's a reduce_scatter over its 4. */
+static tg_node *collective_node(tg_graph *g, tg_op op, tg_node *x, int ranks) {
+  tg_node *c = tg_node_new(g, op, (tg_loc){"t.tg", 1, 1});
+  tg_node_set_inputs(g, c, 1, &x);
+  c->ranks = ranks;
+  ck_assert_ptr_null(tg_graph_add(g, c));
+  return c;
+}
+
+START_TEST(test_collective_rules) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = tg_graph_new(ctx->arena);
+  tg_loc loc = {"t.tg", 1, 1};
+  tg_node *p = tg_node_new(g, TG_OP_param, loc);
+  p->name = "p";
+  p->type = (tg_type){TG_F32, 1, {{8, NULL}}};
+  ck_assert_ptr_null(tg_graph_add(g, p));
+  tg_node *ag = collective_node(g, TG_OP_all_gather, p, 4);
+  ck_assert_int_eq(ag->type.dim[0].size, 32);
+  tg_node *r = tg_node_new(g, TG_OP_input, loc);
+  r->name = "r";
+  r->type = ag->type;
+  ck_assert_ptr_null(tg_graph_add(g, r));
+  tg_node *m = tg_node_new(g, TG_OP_mul, loc);
+  tg_node_set_inputs(g, m, 2, (tg_node *[]){ag, r});
+  ck_assert_ptr_null(tg_graph_add(g, m));
+  tg_node *rs = collective_node(g, TG_OP_reduce_scatter, m, 2);
+  ck_assert_int_eq(rs->type.dim[0].size, 16);
+  tg_node *ar = collective_node(g, TG_OP_all_reduce, rs, 2);
+  tg_node *s = tg_node_new(g, TG_OP_sum, loc);
+  tg_node_set_inputs(g, s, 1, &ar);
+  s->axes = 1;
+  ck_assert_ptr_null(tg_graph_add(g, s));
+  tg_node *loss = tg_node_new(g, TG_OP_reshape, loc);
+  tg_node_set_inputs(g, loss, 1, &s);
+  loss->type = (tg_type){.dtype = TG_F32};
+  ck_assert_ptr_null(tg_graph_add(g, loss));
+  tg_graph_add_output(g, TG_OUTPUT_LOSS, loss);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("autodiff failed: %s", tu_errors(ctx));
+  int before = g->n_nodes;
+  tg_autodiff(ctx, g);
+  ctx->bail = NULL;
+  ck_assert(tg_verify(ctx, g));
+
+  const tg_node *dp = output(g, TG_GRAD_PREFIX "p");
+  ck_assert_int_eq(dp->op, TG_OP_reduce_scatter);
+  ck_assert_int_eq(dp->ranks, 4);
+  ck_assert_int_eq(dp->type.dim[0].size, 8);
+  const tg_node *dm = dp->in[0]; /* the gradient of ag: d(m) * r */
+  ck_assert_int_eq(dm->op, TG_OP_mul);
+  const tg_node *gathered = dm->in[0]->op == TG_OP_all_gather ? dm->in[0] : dm->in[1];
+  ck_assert_int_eq(gathered->op, TG_OP_all_gather);
+  ck_assert_int_eq(gathered->ranks, 2);
+  ck_assert_int_eq(gathered->type.dim[0].size, 32);
+  /* all_reduce's gradient passed through: no collective beneath */
+  ck_assert(!tg_op_is_collective(gathered->in[0]->op));
+  ck_assert_int_eq(gathered->in[0]->type.dim[0].size, 16);
+  int collectives = 0, all_reduces = 0;
+  for (int i = before; i < g->n_nodes; i++) {
+    collectives += tg_op_is_collective(g->nodes[i]->op);
+    all_reduces += g->nodes[i]->op == TG_OP_all_reduce;
+  }
+  ck_assert_int_eq(collectives, 2);
+  ck_assert_int_eq(all_reduces, 0);
+  tg_graph_free(g);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("autodiff");
   TCase *tc = tcase_create("autodiff");
@@ -426,6 +501,7 @@ int main(void) {
   tcase_add_test(tc, test_tied_embedding_sums_both_uses);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_unused_and_reused);
+  tcase_add_test(tc, test_collective_rules);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }

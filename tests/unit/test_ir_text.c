@@ -160,6 +160,17 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   fa_in[3] = o, fa_in[4] = lse, fa_in[5] = h;
   for (tg_op op = TG_OP_flash_attention_dq; op <= TG_OP_flash_attention_dv; op++)
     add(g, flash(g, op, 6, fa_in));
+  /* the collectives, on a 1-D shard */
+  tg_node *shard = add(g, leaf(g, TG_OP_input, ty(TG_F32, 1, DIMS({8, NULL})), "shard"));
+  tg_node *ar = node(g, TG_OP_all_reduce, 1, shard, NULL, NULL);
+  ar->ranks = 4;
+  add(g, ar);
+  tg_node *ag = node(g, TG_OP_all_gather, 1, ar, NULL, NULL);
+  ag->ranks = 4;
+  add(g, ag);
+  tg_node *rsc = node(g, TG_OP_reduce_scatter, 1, ag, NULL, NULL);
+  rsc->ranks = 2;
+  add(g, rsc);
   tg_node *loss = node(g, TG_OP_sum, 1, logits, NULL, NULL);
   loss->axes = 7;
   add(g, loss);
@@ -263,12 +274,12 @@ START_TEST(test_round_trip_every_op) {
    * kind, or the round trip would not test all of the format. */
   tg_stats s;
   tg_graph_stats(g, &s);
-  bool attr_seen[TG_ATTR_DTYPE + 1] = {false};
+  bool attr_seen[TG_ATTR_RANKS + 1] = {false};
   for (int op = 0; op < TG_NOPS; op++) {
     ck_assert_msg(s.by_op[op] > 0, "op %s is not in the round-trip graph", tg_ops[op].name);
     attr_seen[tg_ops[op].attr] = true;
   }
-  for (int a = 0; a <= TG_ATTR_DTYPE; a++)
+  for (int a = 0; a <= TG_ATTR_RANKS; a++)
     ck_assert_msg(attr_seen[a], "attribute kind %d unused", a);
   for (int i = 0; i < 3; i++) ck_assert(g->nodes[1 + i]->op == TG_OP_param);
   ck_assert_int_eq(g->nodes[1]->init.kind, TG_INIT_NORMAL);
@@ -286,6 +297,9 @@ START_TEST(test_round_trip_every_op) {
   ck_assert_ptr_nonnull(strstr(text, "{perm=[0, 2, 1]}"));
   ck_assert_ptr_nonnull(strstr(text, "{axes=[0, 2]}"));
   ck_assert_ptr_nonnull(strstr(text, "{axis=2, start=2, len=3}"));
+  ck_assert_ptr_nonnull(strstr(text, "all_gather %"));
+  ck_assert_ptr_nonnull(strstr(text, " {ranks=4} : f32[32] @"));
+  ck_assert_ptr_nonnull(strstr(text, " {ranks=2} : f32[16] @"));
   ck_assert_ptr_nonnull(strstr(text, "output \"mask \\\"fill\\\"\" = %"));
   assert_round_trip(g);
 
@@ -309,6 +323,7 @@ START_TEST(test_round_trip_every_op) {
     ck_assert_int_eq(b->id, k);
     ck_assert(tg_type_equal(&a->type, &b->type));
     ck_assert_int_eq(a->axes, b->axes);
+    if (tg_op_is_collective(a->op)) ck_assert_int_eq(a->ranks, b->ranks);
     if (a->op == TG_OP_const)
       ck_assert(memcmp(&a->value, &b->value, sizeof a->value) == 0 ||
                 (a->value != a->value && b->value != b->value));
@@ -429,6 +444,16 @@ static const bad_case bad_cases[] = {
      "matmul: inner dimensions differ: f32[4, 3] @ f32[4, 3] (3 vs 4)"},
     {H X0 "%1 = add %0 : f32[4, 3]\n", 3, 6, "add takes 2 inputs, got 1"},
     {H X0 "%1 = concat {axis=0} : f32[4, 3]\n", 3, 6, "concat needs at least one input"},
+    {H X0 "%1 = all_gather %0 {ranks=2} : f32[24]\n", 3, 6,
+     "all_gather takes a 1-D value, not f32[4, 3] (flatten it first)"},
+    {H "%0 = input : f32[5] \"x\"\n%1 = reduce_scatter %0 {ranks=2} : f32[2]\n", 3, 6,
+     "reduce_scatter of f32[5]: 5 elements do not split into 2 equal blocks"},
+    {H "%0 = input : f32[4] \"x\"\n%1 = all_reduce %0 {ranks=0} : f32[4]\n", 3, 6,
+     "all_reduce needs ranks >= 1, got 0"},
+    {H "%0 = input : f32[4] \"x\"\n%1 = all_reduce %0 {ranks=-2} : f32[4]\n", 3, 27,
+     "expected a rank count"},
+    {H "%0 = input : f32[4] \"x\"\n%1 = all_reduce %0 : f32[4]\n", 3, 20,
+     "expected all_reduce's attributes {ranks=...}"},
     {H "%0 = param {init=normal(-1.0)} : f32[2]\n", 2, 6,
      "normal() needs a finite standard deviation"},
     {H "%0 = param {init=normal(abc)} : f32[2]\n", 2, 25,
