@@ -1451,6 +1451,11 @@ tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g
 tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   if (!g->n_kernels || !g->memplan)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "code generation needs a fused and planned graph");
+  for (int i = 0; i < g->n_nodes; i++)
+    if (tg_op_is_collective(g->nodes[i]->op))
+      tg_error(ctx, g->nodes[i]->loc,
+               "collective op %s cannot be lowered yet: only the reference interpreter runs it",
+               tg_ops[g->nodes[i]->op].name);
   tg_program *p = tg_alloc(ctx->arena, sizeof *p);
   p->g = g;
   p->store = tg_alloc(ctx->arena, sizeof(tg_storage) * (size_t)g->n_nodes + 1);

@@ -264,6 +264,7 @@ static const char *phase_why(const fuser *f, const tg_node *n, int k) {
 static const char *why_not(fuser *f, const tg_node *n, int k) {
   const char *why = phase_why(f, n, k);
   if (why) return why;
+  if (tg_op_is_collective(n->op)) return "a collective is a kernel of its own (it talks to the other ranks)";
   if (n->op == TG_OP_matmul) return "a matmul is a kernel of its own (with an optional epilogue)";
   if (n->op == TG_OP_scatter_add) return "scatter_add is a kernel of its own (blocks own table rows: no atomics)";
   switch (f->g->kernels[k].kind) {
@@ -287,7 +288,7 @@ static int new_kernel(fuser *f, const tg_node *n) {
   if (n->op == TG_OP_matmul) {
     kind = TG_KERNEL_MATMUL;
     s.epilogue = n->phase == TG_PHASE_FORWARD;
-  } else if (tg_op_is_flash_attention(n->op) || n->op == TG_OP_scatter_add) {
+  } else if (tg_op_is_flash_attention(n->op) || n->op == TG_OP_scatter_add || tg_op_is_collective(n->op)) {
     kind = TG_KERNEL_SPECIAL;
     s.flash = tg_op_is_flash_attention(n->op);
   } else if (n->phase == TG_PHASE_OPTIMIZER || (n->op == TG_OP_sum && n->in[0]->op == TG_OP_sum)) {
@@ -515,7 +516,8 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   f.operand = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
-    if (n->op == TG_OP_matmul || n->op == TG_OP_scatter_add || tg_op_is_flash_attention(n->op))
+    if (n->op == TG_OP_matmul || n->op == TG_OP_scatter_add || tg_op_is_flash_attention(n->op) ||
+        tg_op_is_collective(n->op))
       for (int j = 0; j < n->nin; j++) f.operand[tg_kernel_base(n->in[j])->id] = true;
   }
   for (int i = 0; i < g->n_nodes; i++) {

@@ -240,7 +240,8 @@ static void rewrite(rewriter *w, tg_node *n) {
     for (int k = 0; k < nin; k++)
       if (!(n->op == TG_OP_flash_attention && k == 3)) in[k] = as_bf16(w, in[k], R_ATTENTION);
     r = R_ATTENTION;
-  } else if (info->kind == TG_KIND_REDUCTION) {
+  } else if (info->kind == TG_KIND_REDUCTION || tg_op_is_collective(n->op)) {
+    /* collectives sum across ranks: in f32, as reductions */
     if (in[0]->type.dtype == TG_BF16) in[0] = widened(w, in[0]);
     r = R_REDUCE;
   } else if (n->op == TG_OP_cast) {
