@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "gelu.h"
 
 struct tg_interp {
@@ -455,6 +456,42 @@ static void iota(tg_interp *it, int i) {
   }
 }
 
+/* ---- collectives ---------------------------------------------------------- */
+
+/* tg_comm_sum_doubles takes an int count: a long value goes in pieces. */
+static void sum_over_ranks(double *v, int64_t n) {
+  for (int64_t at = 0; at < n; at += 1 << 30) tg_comm_sum_doubles(v + at, (int)(n - at < (1 << 30) ? n - at : 1 << 30));
+}
+
+/* all_reduce: every rank's x summed; all_gather: rank q's [S] at [q*S, q*S+S)
+ * of the [N*S] result; reduce_scatter: this rank's block of the sum of the
+ * [N*S] inputs.  The sums are plain (not averaged) and the same bits on every
+ * rank; tg_interp_check has made sure the graph's ranks is tg_comm_size(). */
+static void collective(tg_interp *it, int i) {
+  const tg_node *n = it->g->nodes[i];
+  const double *x = it->val[n->in[0]->id];
+  int64_t in_n = it->numel[n->in[0]->id];
+  int me = tg_comm_rank(), ranks = n->ranks;
+  if (n->op == TG_OP_all_reduce) {
+    memcpy(it->val[i], x, sizeof(double) * (size_t)in_n);
+    sum_over_ranks(it->val[i], in_n);
+  } else if (n->op == TG_OP_all_gather) {
+    int64_t *counts = tg_xcalloc((size_t)ranks, sizeof *counts), *displs = tg_xcalloc((size_t)ranks, sizeof *displs);
+    for (int q = 0; q < ranks; q++) counts[q] = in_n, displs[q] = (int64_t)q * in_n;
+    memcpy(it->val[i] + displs[me], x, sizeof(double) * (size_t)in_n);
+    if (ranks > 1) tg_comm_all_gather_in_place(it->val[i], counts, displs, (int)sizeof(double));
+    free(counts);
+    free(displs);
+  } else { /* reduce_scatter: the whole sum, then this rank's block (exact, unlike average-and-multiply) */
+    double *all = tg_xcalloc((size_t)in_n, sizeof *all);
+    memcpy(all, x, sizeof(double) * (size_t)in_n);
+    sum_over_ranks(all, in_n);
+    int64_t block = in_n / ranks;
+    memcpy(it->val[i], all + (int64_t)me * block, sizeof(double) * (size_t)block);
+    free(all);
+  }
+}
+
 /* ---- one node ----------------------------------------------------------- */
 
 /* Computes node i into its buffer.  Adding an op is one case here (and,
@@ -495,6 +532,7 @@ static void eval(tg_ctx *ctx, tg_interp *it, int i) {
   case TG_OP_flash_attention_dq: case TG_OP_flash_attention_dk: case TG_OP_flash_attention_dv:
     flash_attention(it, i);
     return;
+  case TG_OP_all_reduce: case TG_OP_all_gather: case TG_OP_reduce_scatter: collective(it, i); return;
   case TG_OP_assign: /* gives its value; the leaf is updated after the run */
     memcpy(it->val[i], it->val[n->in[1]->id], sizeof(double) * (size_t)it->numel[i]);
     return;
@@ -549,6 +587,14 @@ bool tg_interp_check(const tg_graph *g, char *why, size_t whylen) {
                "interpreter keeps every node's value as doubles and allows at most %lld",
                (long long)TG_INTERP_MAX_VALUES, (long long)total, i,
                (long long)TG_INTERP_MAX_VALUES);
+      return false;
+    }
+    const tg_node *n = g->nodes[i];
+    if (tg_op_is_collective(n->op) && n->ranks != tg_comm_size()) {
+      snprintf(why, whylen,
+               "node %%%d (%s) is a collective over %d ranks, but this run has %d process%s; "
+               "run it under mpirun -np %d",
+               i, tg_ops[n->op].name, n->ranks, tg_comm_size(), tg_comm_size() == 1 ? "" : "es", n->ranks);
       return false;
     }
   }
