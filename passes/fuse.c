@@ -78,6 +78,7 @@ typedef struct fuser {
   bool *barrier; /* a value complete only at its kernel's end */
   bool *outside; /* read by another kernel already: it is written to memory */
   bool *operand; /* read by a matmul or a special op, which read memory */
+  bool *sent;    /* read by a collective, which sends it from memory: never recomputed */
   stop *stops;
   int n_stops, cap_stops;
 } fuser;
@@ -346,7 +347,7 @@ static int producer_kernel(const fuser *f, const tg_node *n) {
  * gelu_grad of a stored value, for the same reason: the GELU's input is
  * kept in memory anyway, and its derivative is cheap to recompute. */
 static bool is_free(const fuser *f, const tg_node *n) {
-  if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return false;
+  if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE || f->sent[n->id]) return false;
   if (tg_is_widening(n) && tg_ops[tg_kernel_base(n->in[0])->op].kind != TG_KIND_LEAF) return !f->operand[n->id];
   /* gelu_grad(x) too, with x in memory (the forward's GELU keeps it): the
    * backward matmul that multiplies by it computes it (DGELU) */
@@ -514,11 +515,13 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   memset(f.free_, 0, (size_t)g->n_nodes + 1);
   memset(f.barrier, 0, (size_t)g->n_nodes + 1);
   f.operand = tg_xcalloc((size_t)g->n_nodes + 1, 1);
+  f.sent = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
     if (n->op == TG_OP_matmul || n->op == TG_OP_scatter_add || tg_op_is_flash_attention(n->op) ||
         tg_op_is_collective(n->op))
       for (int j = 0; j < n->nin; j++) f.operand[tg_kernel_base(n->in[j])->id] = true;
+    if (tg_op_is_collective(n->op)) f.sent[tg_kernel_base(n->in[0])->id] = true;
   }
   for (int i = 0; i < g->n_nodes; i++) {
     tg_node *n = g->nodes[i];
@@ -543,5 +546,6 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   free(f.barrier);
   free(f.outside);
   free(f.operand);
+  free(f.sent);
   free(f.stops);
 }

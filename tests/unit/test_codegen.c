@@ -481,6 +481,41 @@ START_TEST(computed_matmul_operand) {
 }
 END_TEST
 
+/* A collective gets a kernel of its own from fusion, and lowering refuses
+ * it with a message (only the reference interpreter runs collectives). */
+START_TEST(collectives_are_refused_cleanly) {
+  static const char text[] = "# tg IR 1\n"
+                             "%0 = input : f32[8] \"x\"\n"
+                             "%1 = exp %0 : f32[8]\n"
+                             "%2 = all_gather %1 {ranks=2} : f32[16]\n"
+                             "%3 = exp %2 : f32[16]\n"
+                             "output \"y\" = %3\n";
+  tg_ctx *ctx = tu_ctx();
+  const tg_source *src = tg_source_add(ctx, "t.tgir", text, strlen(text));
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) {
+    ctx->bail = NULL;
+    ck_assert_msg(strstr(tu_errors(ctx), "error: collective op all_gather cannot be lowered yet: only the "
+                                         "reference interpreter runs it"),
+                  "%s", tu_errors(ctx));
+    tu_ctx_free(ctx);
+    return;
+  }
+  tg_graph *g = tg_read_ir(ctx, src);
+  tg_fuse(ctx, g, NULL);
+  tg_memplan(ctx, g, NULL);
+  const tg_node *ag = g->nodes[2];
+  ck_assert_int_ge(ag->kernel, 0);
+  ck_assert_int_eq(g->kernels[ag->kernel].kind, TG_KERNEL_SPECIAL);
+  ck_assert_int_eq(g->kernels[ag->kernel].n_nodes, 1);
+  ck_assert_int_ne(g->nodes[3]->kernel, ag->kernel);
+  ck_assert(tg_verify(ctx, g));
+  tg_lower(ctx, g);
+  ck_abort_msg("lowering accepted a collective");
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("codegen");
   TCase *t = tcase_create("codegen");
@@ -493,6 +528,7 @@ static Suite *suite(void) {
   tcase_add_test(t, c_builds_cleanly);
   tcase_add_loop_test(t, recomputing_changes_nothing, 0, 2); /* f32, bf16 */
   tcase_add_test(t, computed_matmul_operand);
+  tcase_add_test(t, collectives_are_refused_cleanly);
   suite_add_tcase(s, t);
   return s;
 }
