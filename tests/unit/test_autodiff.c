@@ -175,6 +175,20 @@ START_TEST(test_op_rules) {
 }
 END_TEST
 
+/* The output "loss": x summed over axes, as a scalar. */
+static void add_loss(tg_graph *g, tg_node *x, uint32_t axes) {
+  tg_loc loc = {"t.tg", 1, 1};
+  tg_node *s = tg_node_new(g, TG_OP_sum, loc);
+  tg_node_set_inputs(g, s, 1, &x);
+  s->axes = axes;
+  ck_assert_ptr_null(tg_graph_add(g, s));
+  tg_node *loss = tg_node_new(g, TG_OP_reshape, loc);
+  tg_node_set_inputs(g, loss, 1, &s);
+  loss->type = (tg_type){.dtype = TG_F32};
+  ck_assert_ptr_null(tg_graph_add(g, loss));
+  tg_graph_add_output(g, TG_OUTPUT_LOSS, loss);
+}
+
 /* The rules for ops that only autodiff makes (expand, pad, scatter_add),
  * on graphs built directly. */
 START_TEST(test_gradient_op_rules) {
@@ -209,15 +223,7 @@ START_TEST(test_gradient_op_rules) {
   tg_node *m = tg_node_new(g, TG_OP_mul, loc);
   tg_node_set_inputs(g, m, 2, (tg_node *[]){sc, r});
   ck_assert_ptr_null(tg_graph_add(g, m));
-  tg_node *s = tg_node_new(g, TG_OP_sum, loc);
-  tg_node_set_inputs(g, s, 1, &m);
-  s->axes = 7;
-  ck_assert_ptr_null(tg_graph_add(g, s));
-  tg_node *loss = tg_node_new(g, TG_OP_reshape, loc);
-  tg_node_set_inputs(g, loss, 1, &s);
-  loss->type = (tg_type){.dtype = TG_F32};
-  ck_assert_ptr_null(tg_graph_add(g, loss));
-  tg_graph_add_output(g, TG_OUTPUT_LOSS, loss);
+  add_loss(g, m, 7);
   ck_assert_int_eq(check_gradients(ctx, g, 4, 1.0), 3);
   tg_graph_free(g);
   tu_ctx_free(ctx);
@@ -447,15 +453,7 @@ START_TEST(test_collective_rules) {
   tg_node *rs = collective_node(g, TG_OP_reduce_scatter, m, 2);
   ck_assert_int_eq(rs->type.dim[0].size, 16);
   tg_node *ar = collective_node(g, TG_OP_all_reduce, rs, 2);
-  tg_node *s = tg_node_new(g, TG_OP_sum, loc);
-  tg_node_set_inputs(g, s, 1, &ar);
-  s->axes = 1;
-  ck_assert_ptr_null(tg_graph_add(g, s));
-  tg_node *loss = tg_node_new(g, TG_OP_reshape, loc);
-  tg_node_set_inputs(g, loss, 1, &s);
-  loss->type = (tg_type){.dtype = TG_F32};
-  ck_assert_ptr_null(tg_graph_add(g, loss));
-  tg_graph_add_output(g, TG_OUTPUT_LOSS, loss);
+  add_loss(g, ar, 1);
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("autodiff failed: %s", tu_errors(ctx));
