@@ -1,0 +1,182 @@
+/* test_collectives.c: the IR's collectives (all_reduce, all_gather,
+ * reduce_scatter) run by the reference interpreter over MPI, and their
+ * derivative rules checked numerically.
+ *
+ * Started alone (as ctest starts it) the test runs itself again under
+ * `mpirun -np 2`, as test_cuda_zero does; where there is no mpirun or no MPI
+ * in this build, or TG_COLLECTIVES_TEST_ONE_RANK is set (the sanitizer build:
+ * LeakSanitizer reads Open MPI's allocations as leaks), it runs on one rank,
+ * where {ranks=1} is the identity.  The graphs are built for N = the number
+ * of ranks; every rank's inputs are a formula of its rank, so each rank
+ * computes the others' values by hand and checks:
+ * - forward: all_gather's [N*S] holds rank q's x at [q*S, q*S+S);
+ *   reduce_scatter gives this rank's block of the sum over ranks; all_reduce
+ *   the sum over ranks;
+ * - backward, for L = sum(w * all_gather(x)) + sum(u * reduce_scatter(v))
+ *   + sum(c * all_reduce(a)), the objective summed over ranks as under ZeRO:
+ *   grad x = reduce_scatter(w) (sum over ranks of their w's block for this
+ *   rank), grad v = all_gather(u), grad a = c (c the same on every rank:
+ *   the all_reduce's derivative is the identity);
+ * - a graph whose ranks differs from the run's is refused, naming the op. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "interp.h"
+#include "passes.h"
+#include "testutil.h"
+
+enum { S = 4 }; /* elements in one rank's shard */
+static int me, ranks = 1;
+
+static double x_of(int r, int i) { return 10.0 * r + i + 1; }
+static double w_of(int r, int j) { return 0.5 * (r + 1) + j; }
+static double v_of(int r, int j) { return 100.0 * r + j; }
+static double u_of(int r, int i) { return r + 2.0 * i; }
+static double a_of(int r, int i) { return r - i; }
+static double c_of(int i) { return i + 1; }
+
+static tg_graph *graph_for(tg_ctx *ctx, int n) {
+  static char text[4096];
+  snprintf(text, sizeof text,
+           "# tg IR 1\n"
+           "%%0 = param {init=zeros} : f32[%d] \"x\"\n"
+           "%%1 = input : f32[%d] \"w\"\n"
+           "%%2 = all_gather %%0 {ranks=%d} : f32[%d]\n"
+           "%%3 = mul %%2, %%1 : f32[%d]\n"
+           "%%4 = sum %%3 {axes=[0]} : f32[1]\n"
+           "%%5 = param {init=zeros} : f32[%d] \"v\"\n"
+           "%%6 = input : f32[%d] \"u\"\n"
+           "%%7 = reduce_scatter %%5 {ranks=%d} : f32[%d]\n"
+           "%%8 = mul %%7, %%6 : f32[%d]\n"
+           "%%9 = sum %%8 {axes=[0]} : f32[1]\n"
+           "%%10 = param {init=zeros} : f32[%d] \"a\"\n"
+           "%%11 = input : f32[%d] \"c\"\n"
+           "%%12 = all_reduce %%10 {ranks=%d} : f32[%d]\n"
+           "%%13 = mul %%12, %%11 : f32[%d]\n"
+           "%%14 = sum %%13 {axes=[0]} : f32[1]\n"
+           "%%15 = add %%4, %%9 : f32[1]\n"
+           "%%16 = add %%15, %%14 : f32[1]\n"
+           "%%17 = reshape %%16 : f32[]\n"
+           "output \"loss\" = %%17\n"
+           "output \"ag\" = %%2\n"
+           "output \"rs\" = %%7\n"
+           "output \"ar\" = %%12\n",
+           S, n * S, n, n * S, n * S, n * S, S, n, S, S, S, S, n, S, S);
+  const tg_source *src = tg_source_add(ctx, "collectives.tgir", text, strlen(text));
+  return tg_read_ir(ctx, src);
+}
+
+static const tg_node *named(const tg_graph *g, const char *name) {
+  for (int i = 0; i < g->n_outputs; i++)
+    if (!strcmp(g->outputs[i].name, name)) return g->outputs[i].node;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->name && !strcmp(g->nodes[i]->name, name)) return g->nodes[i];
+  ck_abort_msg("no node %s", name);
+  return NULL;
+}
+
+static void fill(tg_interp *it, const tg_graph *g, const char *name, int64_t n, double (*f)(int, int)) {
+  double *v = tg_interp_leaf(it, named(g, name));
+  ck_assert_ptr_nonnull(v);
+  for (int64_t i = 0; i < n; i++) v[i] = f(me, (int)i);
+}
+
+static double c_of_rank(int r, int i) { return (void)r, c_of(i); }
+
+START_TEST(forward_and_gradients) {
+  tg_ctx *ctx = tu_ctx();
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("failed: %s", tu_errors(ctx));
+  tg_graph *g = graph_for(ctx, ranks);
+  tg_autodiff(ctx, g);
+  ctx->bail = NULL;
+  ck_assert(tg_verify(ctx, g));
+  tg_interp *it = tg_interp_new(g, TG_PREC_F64);
+  ck_assert_ptr_nonnull(it);
+  fill(it, g, "x", S, x_of);
+  fill(it, g, "w", (int64_t)ranks * S, w_of);
+  fill(it, g, "v", (int64_t)ranks * S, v_of);
+  fill(it, g, "u", S, u_of);
+  fill(it, g, "a", S, a_of);
+  fill(it, g, "c", S, c_of_rank);
+  ctx->bail = &bail;
+  tg_interp_run(ctx, it);
+  ctx->bail = NULL;
+
+  const double *ag = tg_interp_value(it, named(g, "ag")), *rs = tg_interp_value(it, named(g, "rs"));
+  const double *ar = tg_interp_value(it, named(g, "ar"));
+  for (int q = 0; q < ranks; q++)
+    for (int i = 0; i < S; i++) ck_assert_double_eq(ag[q * S + i], x_of(q, i));
+  for (int i = 0; i < S; i++) {
+    double rs_want = 0, ar_want = 0, dx_want = 0;
+    for (int q = 0; q < ranks; q++) {
+      rs_want += v_of(q, me * S + i);
+      ar_want += a_of(q, i);
+      dx_want += w_of(q, me * S + i);
+    }
+    ck_assert_double_eq(rs[i], rs_want);
+    ck_assert_double_eq(ar[i], ar_want);
+    ck_assert_double_eq(tg_interp_value(it, named(g, TG_GRAD_PREFIX "x"))[i], dx_want);
+    ck_assert_double_eq(tg_interp_value(it, named(g, TG_GRAD_PREFIX "a"))[i], c_of(i));
+  }
+  const double *dv = tg_interp_value(it, named(g, TG_GRAD_PREFIX "v"));
+  for (int q = 0; q < ranks; q++)
+    for (int i = 0; i < S; i++) ck_assert_double_eq(dv[q * S + i], u_of(q, i));
+  tg_interp_free(it);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(other_group_size_is_refused) {
+  tg_ctx *ctx = tu_ctx();
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("failed: %s", tu_errors(ctx));
+  tg_graph *g = graph_for(ctx, ranks + 1);
+  ctx->bail = NULL;
+  char why[512] = "";
+  ck_assert(!tg_interp_check(g, why, sizeof why));
+  ck_assert_msg(strstr(why, "all_gather") && strstr(why, "mpirun -np"), "%s", why);
+  ck_assert_ptr_null(tg_interp_new(g, TG_PREC_F64));
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("collectives");
+  TCase *t = tcase_create("collectives");
+  tcase_set_timeout(t, 120);
+  tcase_add_test(t, forward_and_gradients);
+  tcase_add_test(t, other_group_size_is_refused);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  if (!tg_comm_launched() && tg_comm_available() && !getenv("TG_COLLECTIVES_TEST_ONE_RANK")) {
+    if (getuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[len > 0 ? len : 0] = 0;
+    char *args[] = {"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", len > 0 ? self : argv[0], NULL};
+    fflush(stdout);
+    execvp("mpirun", args);
+    printf("test_collectives: no mpirun (%s): one rank only\n", len > 0 ? "exec failed" : "no path");
+  }
+  char why[1024];
+  if (!tg_comm_init(&argc, &argv, &me, &ranks, why, sizeof why)) {
+    fprintf(stderr, "test_collectives: %s\n", why);
+    return 1;
+  }
+  tg_comm_set_timeout(60);
+  setenv("CK_FORK", "no", 1); /* one process a rank: a forked child would share the rank's MPI connections */
+  printf("test_collectives: rank %d of %d\n", me, ranks);
+  int rc = tu_run(suite());
+  tg_comm_finalize();
+  return rc;
+}
