@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "comm.h"
 #include "interp.h"
@@ -158,23 +157,7 @@ static Suite *suite(void) {
 }
 
 int main(int argc, char **argv) {
-  if (!tg_comm_launched() && tg_comm_available() && !getenv("TG_COLLECTIVES_TEST_ONE_RANK")) {
-    if (getuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[len > 0 ? len : 0] = 0;
-    char *args[] = {"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", len > 0 ? self : argv[0], NULL};
-    fflush(stdout);
-    execvp("mpirun", args);
-    printf("test_collectives: no mpirun (%s): one rank only\n", len > 0 ? "exec failed" : "no path");
-  }
-  char why[1024];
-  if (!tg_comm_init(&argc, &argv, &me, &ranks, why, sizeof why)) {
-    fprintf(stderr, "test_collectives: %s\n", why);
-    return 1;
-  }
-  tg_comm_set_timeout(60);
-  setenv("CK_FORK", "no", 1); /* one process a rank: a forked child would share the rank's MPI connections */
+  if (!tu_mpi_start(&argc, &argv, 2, "TG_COLLECTIVES_TEST_ONE_RANK", &me, &ranks)) return 1;
   printf("test_collectives: rank %d of %d\n", me, ranks);
   int rc = tu_run(suite());
   tg_comm_finalize();

@@ -38,6 +38,17 @@ char *tu_slurp(const char *path, size_t *size);
 /* Removes a directory and everything in it (a test's temp dir). */
 void tu_remove_tree(const char *path);
 
+/* For a test over MPI ranks: started alone (as ctest starts it), runs this
+ * executable again under `mpirun -np ranks --oversubscribe` and does not
+ * return; returns (to run on one rank) where this process is an MPI rank
+ * already, this build has no MPI, the environment variable one_rank_env is
+ * set (the sanitizer build: LeakSanitizer reads Open MPI's allocations as
+ * leaks), or there is no mpirun.  Then initialises runtime/comm with a 60 s
+ * timeout and CK_FORK=no (a forked child would share the rank's MPI
+ * connections), giving this rank and the number of ranks; false with a
+ * message on stderr if that fails. */
+bool tu_mpi_start(int *argc, char ***argv, int ranks, const char *one_rank_env, int *rank, int *size);
+
 /* Runs a Check suite and returns the process exit status. */
 int tu_run(Suite *s);
 
