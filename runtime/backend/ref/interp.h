@@ -22,8 +22,10 @@ typedef struct tg_interp tg_interp;
  * a double kept for the whole run, so this is 16 GiB. */
 #define TG_INTERP_MAX_VALUES ((int64_t)1 << 31)
 
-/* Whether tg_interp_new can take g: false, with a message naming the size
- * in why, when the graph holds more than TG_INTERP_MAX_VALUES values. */
+/* Whether tg_interp_new can take g: false, with a message in why, when the
+ * graph holds more than TG_INTERP_MAX_VALUES values (naming the size), or
+ * has a collective whose ranks is not this run's tg_comm_size() (naming
+ * the node: run it under mpirun -np ranks). */
 bool tg_interp_check(const tg_graph *g, char *why, size_t whylen);
 
 /* NULL when tg_interp_check refuses g (ask it why) or memory runs out.
