@@ -473,24 +473,8 @@ static Suite *suite(void) {
 }
 
 int main(int argc, char **argv) {
-  if (!tg_comm_launched() && tg_comm_available() && !getenv("TG_ZERO_TEST_ONE_RANK")) {
-    /* again as 2 ranks, as tgrun --nproc 2 starts them */
-    if (getuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    char self[4096];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[len > 0 ? len : 0] = 0;
-    char *args[] = {"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", len > 0 ? self : argv[0], NULL};
-    fflush(stdout);
-    execvp("mpirun", args);
-    printf("test_cuda_zero: no mpirun (%s): one rank only\n", len > 0 ? "exec failed" : "no path");
-  }
-  char why[1024];
-  if (!tg_comm_init(&argc, &argv, &me, &ranks, why, sizeof why)) {
-    fprintf(stderr, "test_cuda_zero: %s\n", why);
-    return 1;
-  }
-  tg_comm_set_timeout(60);
-  setenv("CK_FORK", "no", 1); /* one process a rank: a forked child would share the rank's MPI connections */
+  /* again as 2 ranks, as tgrun --nproc 2 starts them */
+  if (!tu_mpi_start(&argc, &argv, 2, "TG_ZERO_TEST_ONE_RANK", &me, &ranks)) return 1;
   setenv("TG_CUDA_SHARD_CHUNK", "8192", 1);
   int rc = tu_run(suite());
   tg_comm_finalize();
