@@ -178,6 +178,11 @@ bool tg_exec_read(tg_exec *e, const tg_node *n, void *dst, tg_host_type ht) {
   return e->d->x->read(e, n, dst, ht);
 }
 
+bool tg_exec_read_scalar(tg_exec *e, const char *name, float *v) {
+  const tg_node *n = tg_graph_output(e->g, name);
+  return n && tg_exec_read(e, n, v, TG_HOST_F32);
+}
+
 void tg_exec_on_bucket(tg_exec *e, tg_bucket_hook fn, void *ctx) {
   e->hook = fn;
   e->hook_ctx = ctx;

@@ -149,6 +149,10 @@ void tg_exec_run(tg_ctx *ctx, tg_exec *e);
  * is not in memory then. */
 bool tg_exec_read(tg_exec *e, const tg_node *n, void *dst, tg_host_type ht);
 
+/* The f32 value of e's scalar output `name` after a run (the loss, the
+ * gradient norm); false when the graph has no such output in memory. */
+bool tg_exec_read_scalar(tg_exec *e, const char *name, float *v);
+
 /* ---- gradients, bucket by bucket ----------------------------------------------- */
 
 /* Called during each run for each bucket of gradients (g->allreduce,

@@ -522,9 +522,8 @@ static void feed(run *r, tg_exec *e, const int32_t *idx, const int32_t *targets)
 
 /* A graph's scalar output after a run. */
 static float read_scalar(run *r, tg_exec *e, const char *name) {
-  const tg_node *n = tg_graph_output(tg_exec_graph(e), name);
-  float v;
-  if (!n || !tg_exec_read(e, n, &v, TG_HOST_F32))
+  float v = 0;
+  if (!tg_exec_read_scalar(e, name, &v))
     tg_error(r->ctx, (tg_loc){r->cfg.model, 1, 1}, "internal: output '%s' is not in memory after the step", name);
   return v;
 }
@@ -881,9 +880,8 @@ static void train_loop(run *r) {
     if (r->rank == 0 && due(step, c->sample_interval, c->max_steps)) sample(r, step);
     if (stats[1] > 0) {
       if (!due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
-      int sig = stop_signal ? stop_signal : SIGTERM; /* another rank's, if not this one's */
       say(r, "stopped by %s after step %lld of %lld: the checkpoint holds it; resume with resume = true\n",
-          stop_signal ? signal_name(sig) : "a signal to another rank", (long long)step, (long long)c->max_steps);
+          stop_signal ? signal_name(stop_signal) : "a signal to another rank", (long long)step, (long long)c->max_steps);
       r->stopped = true;
       break;
     }

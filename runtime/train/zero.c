@@ -142,9 +142,8 @@ static tg_graph *norm_graph(tg_zero *z, const int64_t *len) {
   return g;
 }
 
-static tg_tensor *flat(tg_zero *z, tg_tensor *whole, int64_t first, int64_t len) {
+static tg_tensor *flat(tg_tensor *whole, int64_t first, int64_t len) {
   tg_type t = {.dtype = tg_tensor_type(whole)->dtype, .rank = 1, .dim = {{.size = len}}};
-  (void)z;
   return tg_tensor_view(whole, first, &t);
 }
 
@@ -152,6 +151,10 @@ static tg_tensor *own(tg_zero *z, int64_t len) {
   tg_type t = {.dtype = TG_F32, .rank = 1, .dim = {{.size = len}}};
   return tg_tensor_new(z->dev, &t);
 }
+
+/* Whether a rank keeps only its shard of p's f32 master at stage s: from
+ * stage 1 on, where the model's graphs read only its bf16 copy. */
+static bool shards_master(const tg_zero_param *p, int s) { return s >= 1 && p->has_copy && !p->read_as_f32; }
 
 /* This rank's shard of each parameter: all of it at stage 0. */
 static void cut(tg_zero *z) {
@@ -163,7 +166,7 @@ static void cut(tg_zero *z) {
     /* the master is the optimizer's alone where the model's graphs read
      * only its bf16 copy: then this rank keeps its shard, and the copies
      * are what the all-gather moves */
-    q->master_sharded = z->stage >= 1 && q->p.has_copy && !q->p.read_as_f32;
+    q->master_sharded = shards_master(&q->p, z->stage);
   }
 }
 
@@ -180,11 +183,11 @@ void tg_zero_allocate(tg_zero *z, tg_tensor *const *values, tg_tensor *const *co
     }
     if (z->stage == 1) q->grad_acc = tg_tensor_new(z->dev, t);
     if (!q->len) continue;
-    q->grad_shard = z->stage == 1 ? flat(z, q->grad_acc, q->first, q->len) : own(z, q->len);
+    q->grad_shard = z->stage == 1 ? flat(q->grad_acc, q->first, q->len) : own(z, q->len);
     q->m = own(z, q->len);
     q->v = own(z, q->len);
-    q->value_view = q->master_sharded ? own(z, q->len) : flat(z, q->p.value, q->first, q->len);
-    if (q->p.copy) q->copy_view = flat(z, q->p.copy, q->first, q->len);
+    q->value_view = q->master_sharded ? own(z, q->len) : flat(q->p.value, q->first, q->len);
+    if (q->p.copy) q->copy_view = flat(q->p.copy, q->first, q->len);
   }
 }
 
@@ -337,9 +340,8 @@ void tg_zero_micro_step(tg_zero *z, int micro) { z->micro = micro; }
 /* ---- the step -------------------------------------------------------------------- */
 
 static float read_scalar(tg_zero *z, tg_exec *e, const char *name) {
-  const tg_node *n = tg_graph_output(tg_exec_graph(e), name);
   float v = 0;
-  if (!n || !tg_exec_read(e, n, &v, TG_HOST_F32))
+  if (!tg_exec_read_scalar(e, name, &v))
     tg_error(z->ctx, (tg_loc){z->g_grad->source, 1, 1}, "internal: the optimizer's output '%s' is missing", name);
   return v;
 }
@@ -381,8 +383,9 @@ float tg_zero_step(tg_zero *z, double lr, int64_t step) {
 
 const tg_graph *tg_zero_state_graph(const tg_zero *z) { return z->g_whole; }
 
-/* A moment, whole, on rank 0 (into *out, malloc'ed there; NULL elsewhere). */
-static float *gather_moment(tg_zero *z, const zparam *q, tg_tensor *shard) {
+/* A shard's tensor (a moment, a master) gathered whole on rank 0:
+ * malloc'ed there, NULL elsewhere. */
+static float *gather_shard(tg_zero *z, const zparam *q, tg_tensor *shard) {
   float *whole = z->rank == 0 ? tg_xmalloc(sizeof(float) * (size_t)(q->numel + 1)) : NULL;
   if (z->stage == 0) {
     if (whole) tg_tensor_read(shard, whole, TG_HOST_F32);
@@ -402,10 +405,10 @@ float **tg_zero_state_values(tg_zero *z) {
   for (int i = 0; i < z->n; i++) {
     const tg_adamw_slot *s = &z->whole_slots[i];
     zparam *q = &z->ps[i];
-    v[s->m->id] = gather_moment(z, q, q->m);
-    v[s->v->id] = gather_moment(z, q, q->v);
+    v[s->m->id] = gather_shard(z, q, q->m);
+    v[s->v->id] = gather_shard(z, q, q->v);
     if (q->master_sharded)
-      v[s->param->id] = gather_moment(z, q, q->value_view);
+      v[s->param->id] = gather_shard(z, q, q->value_view);
     else if (z->rank == 0) {
       v[s->param->id] = tg_xmalloc(sizeof(float) * (size_t)q->numel);
       tg_tensor_read(q->p.value, v[s->param->id], TG_HOST_F32);
@@ -451,7 +454,7 @@ int64_t tg_zero_state_bytes_at(const tg_zero *z, int stage) {
   for (int i = 0; i < z->n; i++) {
     int64_t numel = z->ps[i].numel, len = stage ? tg_shard_extent(numel, z->ranks, z->rank, NULL) : numel;
     b += (stage < 2 ? numel : len) + 2 * len; /* the accumulator, whole or this rank's; the moments */
-    if (stage >= 1 && z->ps[i].p.has_copy && !z->ps[i].p.read_as_f32) b += len; /* the master's shard */
+    if (shards_master(&z->ps[i].p, stage)) b += len; /* the master's shard */
   }
   return b * (int64_t)sizeof(float);
 }
