@@ -67,7 +67,8 @@ const char tgrun_check_usage[] =
     "                     --clip 0 turns clipping off)\n"
     "  --help, --version\n"
     "\n"
-    "Exit status: 0 on success, 1 for a bad model, weights or batch file, 2 for bad usage.\n";
+    "Exit status: 0 on success, 1 for a bad model, weights or batch file, 2 for bad usage;\n"
+    "training also 75 when a signal (SIGTERM, SIGINT, SIGUSR1) stopped it with its checkpoint.\n";
 
 typedef enum command { CMD_INIT, CMD_GRAD, CMD_STEP } command;
 

@@ -21,7 +21,12 @@ static const char train_usage[] =
     "train.log, metrics.jsonl, loss.svg, samples.txt, checkpoints, the generated\n"
     "kernels (kernels/*.c) and the fusion report (kernels/fusion.txt).\n"
     "--nproc N runs N data-parallel ranks with mpirun; tgrun also runs as a rank\n"
-    "when started by mpirun or srun itself.\n";
+    "when started by mpirun or srun itself (zero = 1|2 shards the optimizer state:\n"
+    "docs/parallel.md).  SIGTERM, SIGINT or SIGUSR1 stop training after its step,\n"
+    "with a checkpoint (resume = true continues); a second one ends it at once.\n"
+    "\n"
+    "Exit status: 0 on success, 1 for a bad config, model or data or a failed run,\n"
+    "2 for bad usage, 75 when a signal stopped the run with its checkpoint.\n";
 
 
 /* The config as loaded, overridden and validated; returns -1 to go on,
