@@ -68,8 +68,6 @@ struct tg_zero {
   int micro, accum;
   tg_tensor **src, **dst;  /* a bucket's, for the collectives */
   tg_tensor **gather;      /* every whole value and copy, for the all-gather */
-  int n_gather;
-  char *line;
 };
 
 /* A graph for the optimizer: config and source from the model. */
@@ -370,12 +368,12 @@ float tg_zero_step(tg_zero *z, double lr, int64_t step) {
     tg_exec_run(z->ctx, z->e_opt);
   }
   /* every rank's updated shards to every rank: the next forward reads them whole */
-  z->n_gather = 0;
+  int n = 0;
   for (int i = 0; i < z->n; i++) {
-    if (!z->ps[i].master_sharded) z->gather[z->n_gather++] = z->ps[i].p.value;
-    if (z->ps[i].p.copy) z->gather[z->n_gather++] = z->ps[i].p.copy;
+    if (!z->ps[i].master_sharded) z->gather[n++] = z->ps[i].p.value;
+    if (z->ps[i].p.copy) z->gather[n++] = z->ps[i].p.copy;
   }
-  tg_device_all_gather(z->dev, z->gather, z->n_gather);
+  tg_device_all_gather(z->dev, z->gather, n);
   return norm;
 }
 
