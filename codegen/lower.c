@@ -10,7 +10,10 @@
  *                             of stored values (each parameter's m, v and
  *                             new value), so every tensor is its own loop;
  *   matmul                    a gemm, then its epilogue as a nest;
- *   special                   a flash attention step, or a scatter.
+ *   special                   a flash attention step, or a scatter;
+ *   collective                an all_reduce, all_gather or reduce_scatter:
+ *                             a step with no code, which the backend runs
+ *                             at the step's collective point.
  *
  * Values cross steps only through memory: each kernel output has an
  * arena place (planned here, as the memplan pass plans, once recomputation
@@ -588,6 +591,15 @@ static void gemm_step(lowerer *L, const tg_node *mm) {
   if (!blas_2d(G->m, G->k, sam, sak, &G->trans_a, &G->lda) || !blas_2d(G->k, G->n, sbk, sbn, &G->trans_b, &G->ldb))
     tg_error(L->ctx, mm->loc, "cannot lower matmul %%%d: an operand's strides are not a BLAS layout", mm->id);
   G->ldc = G->n;
+}
+
+/* A collective: no loops, only its output kept in memory (its input is,
+ * since the fuse pass never recomputes what a collective sends). */
+static void collective_step(lowerer *L, const tg_node *n) {
+  int s = new_step(L, TG_STEP_COLLECTIVE);
+  own(L, s, n->id);
+  L->stored[n->id] = true;
+  L->steps[s].node = n->id;
 }
 
 static void scatter_step(lowerer *L, const tg_node *n) {
@@ -1254,6 +1266,7 @@ static void lower_kernel(lowerer *L, int k) {
   case TG_KERNEL_MATMUL: matmul_steps(L, K, k); break;
   case TG_KERNEL_SPECIAL:
     if (first->op == TG_OP_scatter_add) scatter_step(L, first);
+    else if (tg_op_is_collective(first->op)) collective_step(L, first);
     else if (tg_op_is_flash_attention(first->op)) flash_step(L, K);
     else tg_error(L->ctx, first->loc, "cannot lower a special kernel of %s", tg_ops[first->op].name);
     break;
@@ -1310,6 +1323,49 @@ static void place_values(lowerer *L) {
     if (top > p->scratch_bytes) p->scratch_bytes = top;
   }
   free(leaf_index);
+}
+
+/* Whether a layout covers its type's elements one after another in memory. */
+static bool one_run(const tg_layout *l, const tg_type *t) {
+  int64_t s = 1;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    if (t->dim[d].size > 1 && l->stride[d] != s) return false;
+    s *= t->dim[d].size;
+  }
+  return true;
+}
+
+const tg_node *tg_kernel_collective(const tg_program *p, int k) {
+  const tg_lkernel *lk = &p->kernels[k];
+  return lk->n_steps == 1 && lk->steps[0].kind == TG_STEP_COLLECTIVE ? p->g->nodes[lk->steps[0].node] : NULL;
+}
+
+tg_collective_operands tg_collective_operands_of(const tg_program *p, const tg_node *n) {
+  tg_collective_operands c = {.in_numel = tg_type_numel(&n->in[0]->type), .out_numel = tg_type_numel(&n->type)};
+  tg_layout_of(p, n->in[0], &c.in);
+  tg_layout_of(p, n, &c.out);
+  return c;
+}
+
+/* A collective hands the ranks' libraries (MPI, NCCL) two plain buffers:
+ * its input and output must each be one run of memory, in memory (a leaf
+ * or the arena, not a kernel's scratch), and not the same memory. */
+static void check_collectives(tg_ctx *ctx, const tg_program *p) {
+  for (int k = 0; k < p->n_kernels; k++) {
+    const tg_node *n = tg_kernel_collective(p, k);
+    if (!n) continue;
+    tg_layout in, out;
+    bool ok_in = tg_layout_of(p, n->in[0], &in) && one_run(&in, &n->in[0]->type) &&
+                 p->store[in.base].place != TG_PLACE_SCRATCH && p->store[in.base].place != TG_PLACE_NONE;
+    bool ok_out = tg_layout_of(p, n, &out) && out.base == n->id && p->store[n->id].place == TG_PLACE_ARENA;
+    if (!ok_in || !ok_out)
+      tg_error(ctx, n->loc, "cannot lower %s: its %s is not one contiguous buffer in memory", tg_ops[n->op].name,
+               ok_in ? "output" : "input");
+    /* MPI has no bf16 sum, and NCCL's would round at every hop */
+    if (n->op != TG_OP_all_gather && n->type.dtype != TG_F32)
+      tg_error(ctx, n->loc, "cannot lower %s of %s: the backends sum in f32 only (cast to f32 first)",
+               tg_ops[n->op].name, tg_dtype_name(n->type.dtype));
+  }
 }
 
 /* An assign writes its leaf in place: nothing may read the leaf's old value
@@ -1451,11 +1507,6 @@ tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g
 tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   if (!g->n_kernels || !g->memplan)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "code generation needs a fused and planned graph");
-  for (int i = 0; i < g->n_nodes; i++)
-    if (tg_op_is_collective(g->nodes[i]->op))
-      tg_error(ctx, g->nodes[i]->loc,
-               "collective op %s cannot be lowered yet: only the reference interpreter runs it",
-               tg_ops[g->nodes[i]->op].name);
   tg_program *p = tg_alloc(ctx->arena, sizeof *p);
   p->g = g;
   p->store = tg_alloc(ctx->arena, sizeof(tg_storage) * (size_t)g->n_nodes + 1);
@@ -1520,6 +1571,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.marked.v);
   place_values(&L);
   check_assigns(&L);
+  check_collectives(ctx, p);
   bool *args_r = tg_xcalloc((size_t)g->n_nodes + 1, 1), *args_w = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int k = 0; k < g->n_kernels; k++) kernel_args(&L, k, args_r, args_w);
   free(args_r);

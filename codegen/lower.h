@@ -118,7 +118,14 @@ typedef struct tg_gemm {
 /* tg_program.step_of of a value an earlier kernel's GEMM writes. */
 enum { TG_STEP_ELSEWHERE = -2 };
 
-typedef enum tg_step_kind { TG_STEP_NEST, TG_STEP_GEMM, TG_STEP_FLASH_FWD, TG_STEP_FLASH_BWD, TG_STEP_SCATTER } tg_step_kind;
+/* COLLECTIVE: an all_reduce, all_gather or reduce_scatter (node), which no
+ * generated code computes: the step's entry point hands it to the backend
+ * at its collective point (codegen/c/step_abi.h; the CUDA plan's
+ * TG_CUDA_OP_COLLECTIVE), which moves the input's memory to the output's
+ * between the ranks (tg_collective_operands). */
+typedef enum tg_step_kind {
+  TG_STEP_NEST, TG_STEP_GEMM, TG_STEP_FLASH_FWD, TG_STEP_FLASH_BWD, TG_STEP_SCATTER, TG_STEP_COLLECTIVE
+} tg_step_kind;
 
 typedef struct tg_step {
   tg_step_kind kind;
@@ -127,7 +134,8 @@ typedef struct tg_step {
   tg_gemm gemm;           /* GEMM */
   tg_flash_shape flash;   /* FLASH_*: strides relative to each operand's base */
   int flash_args[9];      /* FLASH_*: base values of q k v o lse do dq dk dv (-1: unused) */
-  int node;               /* SCATTER: the scatter_add; FLASH_*: an op of it; a NEST
+  int node;               /* SCATTER: the scatter_add; COLLECTIVE: the collective;
+                           * FLASH_*: an op of it; a NEST
                            * that copies a view for a matmul: the view; else -1 */
   const char *fn;         /* the generated function's name */
   int64_t table_rows;     /* SCATTER: the table's rows (dim 0) */
@@ -188,6 +196,18 @@ bool tg_layout_of(const tg_program *p, const tg_node *n, tg_layout *out);
  * a binary search: the optimizer's kernel has four arguments per
  * parameter, looked up for each of its steps), or -1. */
 int tg_lkernel_arg(const tg_lkernel *lk, long node);
+
+/* The kernel k's collective (a kernel of one TG_STEP_COLLECTIVE step), or
+ * NULL: a collective kernel is the backend's to run, at its point. */
+const tg_node *tg_kernel_collective(const tg_program *p, int k);
+/* Where a collective's input and output are: element offsets into their
+ * base values' memory (each contiguous, lower.c checks), and the count of
+ * elements each holds. */
+typedef struct tg_collective_operands {
+  tg_layout in, out;
+  int64_t in_numel, out_numel;
+} tg_collective_operands;
+tg_collective_operands tg_collective_operands_of(const tg_program *p, const tg_node *n);
 
 /* Does the value vary along domain axis `axis` (its shape broadcast into dom)? */
 bool tg_varies(const tg_type *t, const tg_type *dom, int axis);

@@ -66,4 +66,11 @@ void tg_manifest_allreduce(FILE *out, const tg_graph *g, int b) {
   fprintf(out, "]}");
 }
 
+void tg_manifest_collective(FILE *out, const tg_node *n) {
+  const tg_node *in = n->in[0];
+  fprintf(out, "{\"collective\": \"%s\", \"ranks\": %d, \"in\": \"b%d\", \"out\": \"b%d\", \"bytes\": %lld}",
+          tg_ops[n->op].name, n->ranks, tg_kernel_base(in)->id, n->id,
+          (long long)(tg_type_numel(&in->type) * tg_dtype_size(in->type.dtype)));
+}
+
 void tg_manifest_tail(FILE *out) { fprintf(out, "\n  ]\n}\n"); }

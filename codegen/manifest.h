@@ -32,6 +32,10 @@ void tg_manifest_kernel_head(FILE *out, const tg_program *p, const tg_lkernel *l
 /* All-reduce bucket b of the graph's plan. */
 void tg_manifest_allreduce(FILE *out, const tg_graph *g, int b);
 
+/* An IR collective (lower.h: TG_STEP_COLLECTIVE): the op, its group and
+ * the bytes each rank sends. */
+void tg_manifest_collective(FILE *out, const tg_node *n);
+
 /* Everything after the last kernel. */
 void tg_manifest_tail(FILE *out);
 

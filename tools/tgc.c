@@ -303,7 +303,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
       int launches = 0, functions = 0;
       if (what == EMIT_CUDA) {
         functions = e.ks->n_units;
-        for (int i = 0; i < e.plan->n_ops; i++) launches += e.plan->ops[i].kind != TG_CUDA_ALLREDUCE;
+        for (int i = 0; i < e.plan->n_ops; i++) launches += e.plan->ops[i].kind != TG_CUDA_COLLECTIVE;
         printf("wrote %s/%s (%d launches, %d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, launches,
                functions, out_path, out_path);
       } else {

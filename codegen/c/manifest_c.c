@@ -25,6 +25,10 @@ static void kernel_steps(FILE *out, const tg_program *p, const tg_c_functions *f
       cblas_json(out, &st->gemm);
       continue;
     }
+    if (st->kind == TG_STEP_COLLECTIVE) { /* no code: the backend runs it at the step's collective point */
+      tg_manifest_collective(out, g->nodes[st->node]);
+      continue;
+    }
     fprintf(out, "{\"function\": \"%s\", \"step\": \"%s\", \"kind\": \"%s\"", tg_c_function_of(fns, k, s), st->fn,
             st->kind == TG_STEP_NEST ? "nest" : st->kind == TG_STEP_SCATTER ? "scatter" : "flash");
     if (st->kind == TG_STEP_NEST || st->kind == TG_STEP_SCATTER)

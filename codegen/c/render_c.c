@@ -622,18 +622,24 @@ void tg_render_c(FILE *out, const tg_program *p) {
   fprintf(out, "int " TG_PROFILE_SYMBOL " = 0;\n");
   fprintf(out, "double " TG_KERNEL_SECONDS_SYMBOL "[%d];\n", p->n_kernels ? p->n_kernels : 1);
   fprintf(out, "double omp_get_wtime(void);\n");
-  fprintf(out, "/* allreduce, when not NULL, is called with each bucket of gradients as soon as\n"
-               " * the bucket's last gradient exists (passes/schedule.c). */\n");
+  fprintf(out, "/* collective is called at each collective point (step_abi.h): with k where\n"
+               " * kernel k is a collective of the IR, which it runs, and after a kernel k\n"
+               " * that completes a bucket of gradients (passes/schedule.c). */\n");
   fprintf(out, "void " TG_STEP_SYMBOL "(" TG_STEP_PARAMS ") {\n");
   fprintf(out, "  static int blas_threads_set;\n  if (!blas_threads_set) openblas_set_num_threads(1), blas_threads_set = 1;\n");
   fprintf(out, "  double t = " TG_PROFILE_SYMBOL " ? omp_get_wtime() : 0, u;\n  (void)u;\n");
   const tg_allreduce_plan *ar = p->g->allreduce;
   for (int k = 0; k < p->n_kernels; k++) {
-    fprintf(out, "  k%d(leaves, arena, scratch);\n  if (" TG_PROFILE_SYMBOL ") u = omp_get_wtime(), " TG_KERNEL_SECONDS_SYMBOL
-                 "[%d] += u - t, t = u;\n", k, k);
-    for (int b = 0; ar && b < ar->n_buckets; b++)
-      if (ar->buckets[b].after_kernel == k) fprintf(out, "  if (allreduce) allreduce(%d, ctx);  /* bucket %d */\n", b, b);
+    const tg_node *c = tg_kernel_collective(p, k);
+    if (c) fprintf(out, "  collective(%d, ctx);  /* %s */\n", k, tg_ops[c->op].name);
+    else fprintf(out, "  k%d(leaves, arena, scratch);\n", k);
+    fprintf(out, "  if (" TG_PROFILE_SYMBOL ") u = omp_get_wtime(), " TG_KERNEL_SECONDS_SYMBOL "[%d] += u - t, t = u;\n", k);
+    for (int b = 0; ar && b < ar->n_buckets && !c; b++)
+      if (ar->buckets[b].after_kernel == k) {
+        fprintf(out, "  if (collective) collective(%d, ctx);  /* bucket %d */\n", k, b);
+        break;
+      }
   }
-  fprintf(out, "  (void)allreduce, (void)ctx;\n");
+  fprintf(out, "  (void)collective, (void)ctx;\n");
   fprintf(out, "}\n");
 }

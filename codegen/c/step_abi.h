@@ -6,9 +6,15 @@
  *
  *   tg_step            runs the whole step: leaves[i] points at leaf i's
  *                      elements (leaf order: tg_program.leaves), arena and
- *                      scratch are the planned buffers; allreduce, when
- *                      not NULL, is called with each bucket of gradients
- *                      as soon as its last gradient exists
+ *                      scratch are the planned buffers; collective is
+ *                      called with kernel k's index at each of the
+ *                      step's collective points: where kernel k is an IR
+ *                      collective (all_reduce, all_gather, reduce_scatter:
+ *                      the call runs it, no generated code does), and
+ *                      after a kernel k that completes a bucket of
+ *                      gradients (passes/schedule.c: the call runs that
+ *                      bucket's hooks).  It may be NULL only in a step
+ *                      with no IR collective.
  *   tg_arena_bytes     the sizes those buffers must have
  *   tg_scratch_bytes
  *   tg_n_leaves        how many leaves the step takes
@@ -18,8 +24,8 @@
 #ifndef TG_STEP_ABI_H
 #define TG_STEP_ABI_H
 
-#define TG_STEP_PARAMS "void *const *leaves, char *arena, char *scratch, void (*allreduce)(int, void *), void *ctx"
-typedef void tg_step_fn(void *const *leaves, char *arena, char *scratch, void (*allreduce)(int, void *), void *ctx);
+#define TG_STEP_PARAMS "void *const *leaves, char *arena, char *scratch, void (*collective)(int, void *), void *ctx"
+typedef void tg_step_fn(void *const *leaves, char *arena, char *scratch, void (*collective)(int, void *), void *ctx);
 
 #define TG_STEP_SYMBOL "tg_step"
 #define TG_ARENA_BYTES_SYMBOL "tg_arena_bytes"     /* const long */

@@ -3,8 +3,10 @@
  * Per fused kernel, wave by wave: a wave's matmuls and flash-attention
  * launches in step order, then one launch of the wave's __global__
  * function holding all its nests (the blocks divided among the steps, as
- * render_cuda.c writes the function); after the kernel, the all-reduce of
- * every bucket whose last gradient it produced.  Steps of a wave are
+ * render_cuda.c writes the function); a collective of the IR is one op
+ * of its own (the backend runs it on the communication stream); after a
+ * kernel, the collective point of every bucket whose last gradient it
+ * produced.  Steps of a wave are
  * independent (lower.h), so the order within a wave is free; this one is
  * the manifest's. */
 #include "cuda_plan.h"
@@ -283,12 +285,35 @@ tg_cuda_plan *tg_cuda_plan_make(tg_arena *a, const tg_program *p) {
         b.ops[b.n - 1].lkernel = k, b.ops[b.n - 1].wave = w, b.ops[b.n - 1].step = -1;
       }
     }
+    const tg_node *c = tg_kernel_collective(p, k);
+    if (c) {
+      tg_cuda_op *op = push(&b, TG_CUDA_COLLECTIVE, lk->kernel);
+      op->bucket = -1, op->node = c->id, op->lkernel = k, op->step = -1;
+    }
     const tg_allreduce_plan *ar = g->allreduce;
     for (int x = 0; ar && x < ar->n_buckets; x++)
       if (ar->buckets[x].after_kernel == lk->kernel) {
-        tg_cuda_op *op = push(&b, TG_CUDA_ALLREDUCE, lk->kernel);
-        op->bucket = x, op->lkernel = k, op->step = -1;
+        tg_cuda_op *op = push(&b, TG_CUDA_COLLECTIVE, lk->kernel);
+        op->bucket = x, op->node = -1, op->lkernel = k, op->step = -1;
       }
+  }
+  /* where each IR collective's output is first read: until then the
+   * compute stream need not wait for it */
+  for (int i = 0; i < b.n; i++) {
+    tg_cuda_op *op = &b.ops[i];
+    if (op->kind != TG_CUDA_COLLECTIVE || op->node < 0) continue;
+    op->ready_at = b.n;
+    for (int j = i + 1; j < b.n && op->ready_at == b.n; j++) {
+      const tg_cuda_op *r = &b.ops[j];
+      bool reads = false;
+      if (r->kind == TG_CUDA_COLLECTIVE && r->node >= 0)
+        reads = tg_kernel_base(g->nodes[r->node]->in[0])->id == op->node;
+      else if (r->kind != TG_CUDA_COLLECTIVE) {
+        int a = tg_lkernel_arg(&p->kernels[r->lkernel], op->node);
+        reads = a >= 0 && p->kernels[r->lkernel].arg_read[a];
+      }
+      if (reads) op->ready_at = j;
+    }
   }
   plan->ops = b.ops;
   plan->n_ops = b.n;

@@ -14,7 +14,8 @@
 typedef enum tg_cuda_op_kind {
   TG_CUDA_LAUNCH,    /* a __global__ function of the generated .cu */
   TG_CUDA_MATMUL,    /* one cublasLtMatmul (maybe a strided batch of products) */
-  TG_CUDA_ALLREDUCE, /* a bucket of gradients is complete (passes/schedule.c) */
+  TG_CUDA_COLLECTIVE, /* a collective point (codegen/c/step_abi.h): an IR collective
+                       * (node), or a bucket of gradients complete (bucket) */
 } tg_cuda_op_kind;
 
 /* One pointer argument: a base value (graph position) and how the kernel
@@ -123,7 +124,11 @@ typedef struct tg_cuda_op {
                              * wave's function (every launched step of the wave) */
   tg_cuda_launch launch;    /* TG_CUDA_LAUNCH */
   tg_cuda_matmul matmul;    /* TG_CUDA_MATMUL */
-  int bucket;               /* TG_CUDA_ALLREDUCE: index into g->allreduce */
+  int bucket;               /* TG_CUDA_COLLECTIVE: index into g->allreduce, or -1 */
+  int node;                 /* TG_CUDA_COLLECTIVE: the IR collective (graph position), or -1 */
+  int ready_at;             /* TG_CUDA_COLLECTIVE with a node: the first op that reads
+                             * its output (n_ops: none in the step), where the
+                             * compute stream must wait for it */
 } tg_cuda_op;
 
 typedef struct tg_cuda_plan {

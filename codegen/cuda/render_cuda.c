@@ -115,7 +115,9 @@ static void manifest_cuda(FILE *out, const tg_program *p) {
       fprintf(out, "%s\n       ", first ? "" : ",");
       if (o->kind == TG_CUDA_MATMUL) {
         cublaslt_json(out, &o->matmul);
-      } else if (o->kind == TG_CUDA_ALLREDUCE) {
+      } else if (o->kind == TG_CUDA_COLLECTIVE && o->node >= 0) {
+        tg_manifest_collective(out, p->g->nodes[o->node]);
+      } else if (o->kind == TG_CUDA_COLLECTIVE) {
         tg_manifest_allreduce(out, p->g, o->bucket);
       } else {
         const tg_cuda_launch *L = &o->launch;

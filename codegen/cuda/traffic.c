@@ -168,7 +168,7 @@ tg_traffic *tg_traffic_count(tg_arena *a, const tg_cuda_plan *plan, const tg_gpu
   t->launch = tg_alloc(a, sizeof *t->launch * (size_t)(plan->n_ops + 1));
   for (int i = 0; i < plan->n_ops; i++) {
     const tg_cuda_op *op = &plan->ops[i];
-    if (op->kind == TG_CUDA_ALLREDUCE) continue;
+    if (op->kind == TG_CUDA_COLLECTIVE) continue; /* the network's bytes: --report schedule */
     tg_launch_traffic *L = &t->launch[t->n++];
     L->op = i;
     if (op->kind == TG_CUDA_MATMUL) {

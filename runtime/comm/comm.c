@@ -274,6 +274,32 @@ void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const 
 #endif
 }
 
+void tg_comm_sum_floats(float *buf, int64_t n) {
+  if (ranks == 1) return;
+#ifdef TG_HAVE_MPI
+  for (int64_t at = 0; at < n; at += 1 << 28) { /* MPI counts are int */
+    int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
+    COLLECTIVE("an all_reduce", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, coll, &op_));
+  }
+#else
+  (void)buf, (void)n;
+#endif
+}
+
+void tg_comm_reduce_scatter_sum(const float *send, float *recv, int64_t block) {
+  if (ranks == 1) {
+    memmove(recv, send, sizeof(float) * (size_t)block);
+    return;
+  }
+#ifdef TG_HAVE_MPI
+  if (block > INT32_MAX) {
+    fprintf(stderr, "tg: internal error: a reduce_scatter of %lld elements a rank: over MPI's 2^31 - 1\n", (long long)block);
+    abort();
+  }
+  COLLECTIVE("a reduce_scatter", MPI_Ireduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, coll, &op_));
+#endif
+}
+
 void tg_comm_all_gather_in_place(void *buf, const int64_t *counts, const int64_t *displs, int elem_bytes) {
   if (ranks == 1) return;
 #ifdef TG_HAVE_MPI

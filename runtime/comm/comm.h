@@ -47,6 +47,12 @@ void tg_comm_average(float *buf, int64_t n);
  * planning error). */
 void tg_comm_reduce_scatter_average(const float *send, float *recv, const int64_t *counts);
 void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const int64_t *counts);
+/* The IR's collectives (ir/ops.def) on f32, as sums (not averages):
+ * all_reduce in place over n elements; reduce_scatter from send, one
+ * block of `block` elements for each rank one after another, into recv,
+ * this rank's block of the sum. */
+void tg_comm_sum_floats(float *buf, int64_t n);
+void tg_comm_reduce_scatter_sum(const float *send, float *recv, int64_t block);
 /* ZeRO's all-gather, in place: buf is one tensor of elements elem_bytes
  * wide (1, 2, 4 or 8) in which rank q owns counts[q] elements from
  * displs[q]; afterwards every rank holds every rank's part. */

@@ -481,9 +481,20 @@ START_TEST(computed_matmul_operand) {
 }
 END_TEST
 
-/* A collective gets a kernel of its own from fusion, and lowering refuses
- * it with a message (only the reference interpreter runs collectives). */
-START_TEST(collectives_are_refused_cleanly) {
+/* A collective gets a kernel of its own from fusion, which lowers to one
+ * step with no code (the backend's, at the step's collective point: the C
+ * calls `collective(k, ctx)` there); a sum of bf16 is refused with a
+ * message (the backends sum f32 only). */
+static tg_program *lower_text(tg_ctx *ctx, const char *text) {
+  const tg_source *src = tg_source_add(ctx, "t.tgir", text, strlen(text));
+  tg_graph *g = tg_read_ir(ctx, src);
+  tg_fuse(ctx, g, NULL);
+  tg_memplan(ctx, g, NULL);
+  ck_assert(tg_verify(ctx, g));
+  return tg_lower(ctx, g);
+}
+
+START_TEST(collectives_lower_to_collective_points) {
   static const char text[] = "# tg IR 1\n"
                              "%0 = input : f32[8] \"x\"\n"
                              "%1 = exp %0 : f32[8]\n"
@@ -491,28 +502,47 @@ START_TEST(collectives_are_refused_cleanly) {
                              "%3 = exp %2 : f32[16]\n"
                              "output \"y\" = %3\n";
   tg_ctx *ctx = tu_ctx();
-  const tg_source *src = tg_source_add(ctx, "t.tgir", text, strlen(text));
   jmp_buf bail;
   ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
+  tg_program *p = lower_text(ctx, text);
+  const tg_node *ag = p->g->nodes[2];
+  ck_assert_int_ge(ag->kernel, 0);
+  ck_assert_int_eq(p->g->kernels[ag->kernel].kind, TG_KERNEL_SPECIAL);
+  ck_assert_int_eq(p->g->kernels[ag->kernel].n_nodes, 1);
+  ck_assert_int_ne(p->g->nodes[3]->kernel, ag->kernel);
+  ck_assert_ptr_eq(tg_kernel_collective(p, ag->kernel), ag);
+  ck_assert_ptr_null(tg_kernel_collective(p, p->g->nodes[3]->kernel));
+  tg_collective_operands c = tg_collective_operands_of(p, ag);
+  ck_assert_int_eq(c.in.base, 1);
+  ck_assert_int_eq(c.out.base, 2);
+  ck_assert_int_eq(c.in_numel, 8);
+  ck_assert_int_eq(c.out_numel, 16);
+  ck_assert_int_eq(p->store[1].place, TG_PLACE_ARENA);
+  char *src = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&src, &len);
+  tg_render_c(f, p);
+  fclose(f);
+  char want[64];
+  snprintf(want, sizeof want, "collective(%d, ctx);", ag->kernel);
+  ck_assert_msg(strstr(src, want), "the step does not call %s", want);
+  free(src);
+
+  static const char bf16[] = "# tg IR 1\n"
+                             "%0 = input : f32[16] \"x\"\n"
+                             "%1 = cast %0 : bf16[16]\n"
+                             "%2 = reduce_scatter %1 {ranks=2} : bf16[8]\n"
+                             "output \"y\" = %2\n";
   if (setjmp(bail)) {
     ctx->bail = NULL;
-    ck_assert_msg(strstr(tu_errors(ctx), "error: collective op all_gather cannot be lowered yet: only the "
-                                         "reference interpreter runs it"),
-                  "%s", tu_errors(ctx));
+    ck_assert_msg(strstr(tu_errors(ctx), "cannot lower reduce_scatter of bf16: the backends sum in f32 only"), "%s",
+                  tu_errors(ctx));
     tu_ctx_free(ctx);
     return;
   }
-  tg_graph *g = tg_read_ir(ctx, src);
-  tg_fuse(ctx, g, NULL);
-  tg_memplan(ctx, g, NULL);
-  const tg_node *ag = g->nodes[2];
-  ck_assert_int_ge(ag->kernel, 0);
-  ck_assert_int_eq(g->kernels[ag->kernel].kind, TG_KERNEL_SPECIAL);
-  ck_assert_int_eq(g->kernels[ag->kernel].n_nodes, 1);
-  ck_assert_int_ne(g->nodes[3]->kernel, ag->kernel);
-  ck_assert(tg_verify(ctx, g));
-  tg_lower(ctx, g);
-  ck_abort_msg("lowering accepted a collective");
+  lower_text(ctx, bf16);
+  ck_abort_msg("lowering accepted a reduce_scatter of bf16");
 }
 END_TEST
 
@@ -528,7 +558,7 @@ static Suite *suite(void) {
   tcase_add_test(t, c_builds_cleanly);
   tcase_add_loop_test(t, recomputing_changes_nothing, 0, 2); /* f32, bf16 */
   tcase_add_test(t, computed_matmul_operand);
-  tcase_add_test(t, collectives_are_refused_cleanly);
+  tcase_add_test(t, collectives_lower_to_collective_points);
   suite_add_tcase(s, t);
   return s;
 }

@@ -17,12 +17,18 @@
  *   grad x = reduce_scatter(w) (sum over ranks of their w's block for this
  *   rank), grad v = all_gather(u), grad a = c (c the same on every rank:
  *   the all_reduce's derivative is the identity);
+ * - the same graph, fused and planned, compiled by the ref, cpu and cuda-emu
+ * backends (the collectives lowered as kernels of their own, run at the step's
+ *   collective points): the same values, exactly (every value here is a
+ *   small integer or half, so f32 sums are exact in any order);
  * - a graph whose ranks differs from the run's is refused, naming the op. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "backends.h"
 #include "comm.h"
 #include "interp.h"
 #include "passes.h"
@@ -131,6 +137,82 @@ START_TEST(forward_and_gradients) {
 }
 END_TEST
 
+static void fill_leaf(tg_exec *e, const tg_graph *g, const char *name, int64_t n, double (*f)(int, int)) {
+  float *v = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) v[i] = (float)f(me, (int)i);
+  tg_tensor_write(tg_exec_leaf(e, named(g, name)), v, TG_HOST_F32);
+  free(v);
+}
+
+static double *read_out(tg_exec *e, const tg_graph *g, const char *name) {
+  const tg_node *n = named(g, name);
+  double *v = malloc(sizeof(double) * (size_t)tg_type_numel(&n->type));
+  ck_assert_msg(tg_exec_read(e, n, v, TG_HOST_F64), "%s is not readable", name);
+  return v;
+}
+
+static void check_outputs(tg_exec *e, const tg_graph *g, const char *backend, int run) {
+  double *ag = read_out(e, g, "ag"), *rs = read_out(e, g, "rs"), *ar = read_out(e, g, "ar");
+  double *dx = read_out(e, g, TG_GRAD_PREFIX "x"), *dv = read_out(e, g, TG_GRAD_PREFIX "v");
+  double *da = read_out(e, g, TG_GRAD_PREFIX "a");
+  for (int q = 0; q < ranks; q++)
+    for (int i = 0; i < S; i++) {
+      ck_assert_msg(ag[q * S + i] == x_of(q, i), "%s run %d: all_gather[%d] = %g", backend, run, q * S + i,
+                    ag[q * S + i]);
+      ck_assert_msg(dv[q * S + i] == u_of(q, i), "%s run %d: grad v[%d] = %g", backend, run, q * S + i, dv[q * S + i]);
+    }
+  for (int i = 0; i < S; i++) {
+    double rs_want = 0, ar_want = 0, dx_want = 0;
+    for (int q = 0; q < ranks; q++) {
+      rs_want += v_of(q, me * S + i);
+      ar_want += a_of(q, i);
+      dx_want += w_of(q, me * S + i);
+    }
+    ck_assert_msg(rs[i] == rs_want, "%s run %d: reduce_scatter[%d] = %g, not %g", backend, run, i, rs[i], rs_want);
+    ck_assert_msg(ar[i] == ar_want, "%s run %d: all_reduce[%d] = %g, not %g", backend, run, i, ar[i], ar_want);
+    ck_assert_msg(dx[i] == dx_want, "%s run %d: grad x[%d] = %g, not %g", backend, run, i, dx[i], dx_want);
+    ck_assert_msg(da[i] == c_of(i), "%s run %d: grad a[%d] = %g", backend, run, i, da[i]);
+  }
+  free(ag), free(rs), free(ar), free(dx), free(dv), free(da);
+}
+
+static void run_on(const char *backend) {
+  tg_ctx *ctx = tu_ctx();
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("%s failed: %s", backend, tu_errors(ctx));
+  tg_graph *g = graph_for(ctx, ranks);
+  tg_autodiff(ctx, g);
+  tg_pipeline_opts po = {.kernels = true};
+  tg_run_pipeline(ctx, g, &po);
+  tg_device_opts o = {.precision = TG_PREC_F32};
+  tg_device *d = tg_device_open_named(ctx, backend, &o);
+  tg_exec *e = tg_exec_compile(d, ctx, g, &(tg_exec_opts){.name = "collectives", .remat = -1});
+  fill_leaf(e, g, "x", S, x_of);
+  fill_leaf(e, g, "w", (int64_t)ranks * S, w_of);
+  fill_leaf(e, g, "v", (int64_t)ranks * S, v_of);
+  fill_leaf(e, g, "u", S, u_of);
+  fill_leaf(e, g, "a", S, a_of);
+  fill_leaf(e, g, "c", S, c_of_rank);
+  /* three runs: on the CUDA backend the first runs eagerly, the second is
+   * captured as a CUDA graph, the third replays it */
+  for (int run = 0; run < 3; run++) {
+    tg_exec_run(ctx, e);
+    check_outputs(e, g, backend, run);
+  }
+  ctx->bail = NULL;
+  tg_exec_free(e);
+  tg_device_close(d);
+  tu_ctx_free(ctx);
+}
+
+START_TEST(lowered_on_the_backends) {
+  run_on("ref");
+  run_on("cpu");
+  run_on("cuda-emu");
+}
+END_TEST
+
 START_TEST(other_group_size_is_refused) {
   tg_ctx *ctx = tu_ctx();
   jmp_buf bail;
@@ -151,6 +233,7 @@ static Suite *suite(void) {
   TCase *t = tcase_create("collectives");
   tcase_set_timeout(t, 120);
   tcase_add_test(t, forward_and_gradients);
+  tcase_add_test(t, lowered_on_the_backends);
   tcase_add_test(t, other_group_size_is_refused);
   suite_add_tcase(s, t);
   return s;

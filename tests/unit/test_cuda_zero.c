@@ -410,8 +410,8 @@ START_TEST(emulated_nccl_calls) {
   static const struct {
     const char *what, *says;
   } refusals[] = {
-      {"a reduce-scatter of bf16", "averages f32 only"},
-      {"a reduce-scatter's sum (the emulation averages only)", "averages f32 only"},
+      {"a reduce-scatter of bf16", "averages and sums f32 only"},
+      {"a reduce-scatter's maximum (the emulation averages and sums only)", "averages and sums f32 only"},
       {"a reduce-scatter into its send buffer, not in place", "other than in place"},
       {"an all-gather from its receive buffer, not in place", "other than in place"},
       {"an all-gather of a type nccl.h lacks", "none of nccl.h's"},
@@ -425,7 +425,7 @@ START_TEST(emulated_nccl_calls) {
     ncclResult_t r;
     switch (k) {
     case 0: r = api.ncclReduceScatter(send, (void *)part, COUNT, ncclBfloat16, ncclAvg, comm, st); break;
-    case 1: r = api.ncclReduceScatter(send, (void *)part, COUNT, ncclFloat32, ncclSum, comm, st); break;
+    case 1: r = api.ncclReduceScatter(send, (void *)part, COUNT, ncclFloat32, (ncclRedOp_t)2, comm, st); break;
     case 2: r = api.ncclReduceScatter(send, at_wrong, COUNT, ncclFloat32, ncclAvg, comm, st); break;
     case 3: r = api.ncclAllGather(at_wrong, (void *)whole, COUNT, ncclFloat32, comm, st); break;
     case 4: r = api.ncclAllGather((void *)part, (void *)whole, COUNT, (ncclDataType_t)12, comm, st); break;

@@ -446,14 +446,51 @@ static void cpu_bind(tg_exec *x, const tg_node *n, tg_tensor *t) {
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static void on_bucket(int bucket, void *ctx) { tg_exec_call_hook(ctx, bucket); }
+/* Where a collective's operand starts in memory: its leaf or the arena. */
+static char *operand_at(cpu_exec *e, const tg_layout *l, tg_dtype dt) {
+  const tg_storage *s = &e->p->store[l->base];
+  char *base = s->place == TG_PLACE_LEAF ? e->leaves[s->leaf] : e->arena + s->offset;
+  return base + l->offset * tg_dtype_size(dt);
+}
+
+/* An IR collective (lower.h: TG_STEP_COLLECTIVE) over MPI: sums in f32
+ * (lower.c refuses other dtypes for the sums), gathers of any dtype. */
+static void run_collective(cpu_exec *e, const tg_node *n) {
+  tg_collective_operands c = tg_collective_operands_of(e->p, n);
+  tg_dtype dt = n->type.dtype;
+  char *in = operand_at(e, &c.in, dt), *out = operand_at(e, &c.out, dt);
+  int size = tg_dtype_size(dt), me = tg_comm_rank();
+  if (n->op == TG_OP_all_reduce) {
+    memmove(out, in, (size_t)(c.in_numel * size));
+    tg_comm_sum_floats((float *)out, c.out_numel);
+  } else if (n->op == TG_OP_reduce_scatter) {
+    tg_comm_reduce_scatter_sum((const float *)in, (float *)out, c.out_numel);
+  } else {
+    int64_t *counts = tg_xcalloc((size_t)n->ranks, sizeof *counts), *displs = tg_xcalloc((size_t)n->ranks, sizeof *displs);
+    for (int q = 0; q < n->ranks; q++) counts[q] = c.in_numel, displs[q] = q * c.in_numel;
+    memmove(out + displs[me] * size, in, (size_t)(c.in_numel * size));
+    tg_comm_all_gather_in_place(out, counts, displs, size);
+    free(counts), free(displs);
+  }
+}
+
+/* The step's collective point after (or at) kernel k (step_abi.h): the
+ * kernel's collective, then the hooks of the buckets it completes. */
+static void at_collective_point(int k, void *ctx) {
+  cpu_exec *e = ctx;
+  const tg_node *n = tg_kernel_collective(e->p, k);
+  if (n) run_collective(e, n);
+  const tg_allreduce_plan *ar = e->base.g->allreduce;
+  for (int b = 0; ar && b < ar->n_buckets; b++)
+    if (ar->buckets[b].after_kernel == k) tg_exec_call_hook(&e->base, b);
+}
 
 static void cpu_run(tg_ctx *ctx, tg_exec *x) {
   (void)ctx;
   cpu_exec *e = (cpu_exec *)x;
   for (int i = 0; i < e->p->n_leaves; i++)
     if (!e->leaves[i]) own_leaf(e, i);
-  e->step((void *const *)e->leaves, e->arena, e->scratch, x->hook ? on_bucket : NULL, x);
+  e->step((void *const *)e->leaves, e->arena, e->scratch, at_collective_point, e);
 }
 
 /* Where a graph value's elements are, as a layout over a base in memory:

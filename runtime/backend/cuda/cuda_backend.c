@@ -191,6 +191,9 @@ struct cuda_exec {
   bool from_cache;
   hook_list *hooks;    /* per bucket: what the hook asked for this run */
   CUevent *bucket_ev;  /* per bucket: the gradients are complete */
+  CUevent *coll_ev;    /* per plan op: an IR collective is done (on the communication stream) */
+  CUevent coll_start;  /* an IR collective's input is ready (on the compute stream) */
+  int *coll_pending;   /* IR collectives the compute stream has not yet waited for (plan ops) */
   CUevent comm_done;
   graph_entry *graphs;
   int n_graphs, cap_graphs;
@@ -883,7 +886,9 @@ static const char *op_what(cuda_exec *e, int i) {
   const char *where = e->plan->where[op->kernel];
   if (op->kind == TG_CUDA_LAUNCH) return tg_sprintf(e->arena, "kernel %s (%s)", op->launch.function, where);
   if (op->kind == TG_CUDA_MATMUL) return tg_sprintf(e->arena, "the matmul of k%d (%s)", op->kernel, where);
-  return tg_sprintf(e->arena, "the all-reduce of bucket %d after k%d", op->bucket, op->kernel);
+  if (op->node >= 0)
+    return tg_sprintf(e->arena, "the %s of k%d (%s)", tg_ops[e->base.g->nodes[op->node]->op].name, op->kernel, where);
+  return tg_sprintf(e->arena, "the collectives of bucket %d after k%d", op->bucket, op->kernel);
 }
 
 /* Compiling the units on several threads: each takes the next unit. */
@@ -1135,6 +1140,12 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
   e->bucket_ev = tg_xcalloc((size_t)nb + 1, sizeof *e->bucket_ev);
   for (int b = 0; b < nb; b++) CU(d, ctx, A->cuEventCreate(&e->bucket_ev[b], CU_EVENT_DISABLE_TIMING), name);
   CU(d, ctx, A->cuEventCreate(&e->comm_done, CU_EVENT_DISABLE_TIMING), name);
+  CU(d, ctx, A->cuEventCreate(&e->coll_start, CU_EVENT_DISABLE_TIMING), name);
+  e->coll_ev = tg_xcalloc((size_t)e->plan->n_ops + 1, sizeof *e->coll_ev);
+  e->coll_pending = tg_xcalloc((size_t)e->plan->n_ops + 1, sizeof *e->coll_pending);
+  for (int i = 0; i < e->plan->n_ops; i++)
+    if (e->plan->ops[i].kind == TG_CUDA_COLLECTIVE && e->plan->ops[i].node >= 0)
+      CU(d, ctx, A->cuEventCreate(&e->coll_ev[i], CU_EVENT_DISABLE_TIMING), name);
   for (int ph = 0; ph <= TG_NPHASES; ph++) CU(d, ctx, A->cuEventCreate(&e->phase_ev[ph], CU_EVENT_DEFAULT), name);
   e->kernel_seconds = tg_xcalloc((size_t)g->n_kernels + 1, sizeof *e->kernel_seconds);
   return &e->base;
@@ -1170,6 +1181,9 @@ static void cuda_free(tg_exec *x) {
     A->cuEventDestroy(e->bucket_ev[b]);
   }
   A->cuEventDestroy(e->comm_done);
+  if (e->coll_start) A->cuEventDestroy(e->coll_start);
+  for (int i = 0; e->coll_ev && i < e->plan->n_ops; i++)
+    if (e->coll_ev[i]) A->cuEventDestroy(e->coll_ev[i]);
   for (int ph = 0; ph <= TG_NPHASES; ph++) A->cuEventDestroy(e->phase_ev[ph]);
   if (e->op_ev)
     for (int i = 0; i <= e->plan->n_ops; i++) A->cuEventDestroy(e->op_ev[i]);
@@ -1191,6 +1205,8 @@ static void cuda_free(tg_exec *x) {
   free(e->modules);
   free(e->hooks);
   free(e->bucket_ev);
+  free(e->coll_ev);
+  free(e->coll_pending);
   free(e->op_ev);
   free(e->kernel_seconds);
   free(e->own);
@@ -1461,6 +1477,44 @@ static void record_phase(cuda_exec *e, tg_ctx *ctx, CUevent ev, bool capturing) 
   else CU(d, ctx, A->cuEventRecord(ev, d->stream), "profiling");
 }
 
+/* An IR collective (lower.h: TG_STEP_COLLECTIVE), plan op i, on the
+ * communication stream once the compute stream has reached it: NCCL's
+ * sum (f32; lower.c refuses other sums) or its all-gather, bytes as
+ * bytes.  The compute stream waits for it where its output is first read
+ * (tg_cuda_op.ready_at), so that a gather of parameters runs under the
+ * kernels before; but at once where its input is an intermediate, whose
+ * memory the kernels after it may reuse (memplan frees it after its last
+ * reader, the collective).  One rank: a copy. */
+static void enqueue_ir_collective(cuda_exec *e, tg_ctx *ctx, int i, int *n_pending) {
+  cuda_device *d = dev_of(&e->base);
+  tg_cuda_api *A = &d->api;
+  const tg_cuda_op *op = &e->plan->ops[i];
+  const tg_node *n = e->base.g->nodes[op->node];
+  tg_collective_operands c = tg_collective_operands_of(e->p, n);
+  size_t size = (size_t)tg_dtype_size(n->type.dtype);
+  CUdeviceptr in = value_ptr(e, c.in.base, NULL) + (CUdeviceptr)((size_t)c.in.offset * size);
+  CUdeviceptr out = value_ptr(e, c.out.base, NULL) + (CUdeviceptr)((size_t)c.out.offset * size);
+  const char *what = op_what(e, i);
+  CU(d, ctx, A->cuEventRecord(e->coll_start, d->stream), what);
+  CU(d, ctx, A->cuStreamWaitEvent(d->comm_stream, e->coll_start, 0), what);
+  if (d->nranks == 1 || !d->nccl)
+    CU(d, ctx, A->cuMemcpyDtoDAsync(out, in, (size_t)c.out_numel * size, d->comm_stream), what);
+  else if (n->op == TG_OP_all_gather)
+    NC(d, ctx, A->ncclAllGather((const void *)in, (void *)out, (size_t)c.in_numel * size, ncclUint8, d->nccl,
+                                d->comm_stream), what);
+  else if (n->op == TG_OP_reduce_scatter)
+    NC(d, ctx, A->ncclReduceScatter((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32, ncclSum, d->nccl,
+                                    d->comm_stream), what);
+  else
+    NC(d, ctx, A->ncclAllReduce((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32, ncclSum, d->nccl,
+                                d->comm_stream), what);
+  CU(d, ctx, A->cuEventRecord(e->coll_ev[i], d->comm_stream), what);
+  if (e->p->store[c.in.base].place != TG_PLACE_LEAF || op->ready_at == i + 1)
+    CU(d, ctx, A->cuStreamWaitEvent(d->stream, e->coll_ev[i], 0), what);
+  else
+    e->coll_pending[(*n_pending)++] = i;
+}
+
 /* Queues the whole step; returns whether communication was queued. */
 static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
   cuda_device *d = dev_of(&e->base);
@@ -1468,11 +1522,18 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
   bool comm = false, kernels = e->profile == TG_PROFILE_KERNELS && !capturing;
   bool phases = e->profile != TG_PROFILE_OFF;
   for (int ph = 0; ph < TG_NPHASES; ph++) e->phase_started[ph] = false;
-  int last_phase = -1;
+  int last_phase = -1, n_pending = 0;
   for (int i = 0; i < e->plan->n_ops; i++) {
     const tg_cuda_op *op = &e->plan->ops[i];
+    /* the IR collectives this op reads: the compute stream waits for them now */
+    for (int j = 0; j < n_pending;)
+      if (e->plan->ops[e->coll_pending[j]].ready_at == i) {
+        CU(d, ctx, A->cuStreamWaitEvent(d->stream, e->coll_ev[e->coll_pending[j]], 0), op_what(e, i));
+        e->coll_pending[j] = e->coll_pending[--n_pending];
+      } else
+        j++;
     if (kernels) CU(d, ctx, A->cuEventRecord(e->op_ev[i], d->stream), "profiling");
-    if (phases && op->kind != TG_CUDA_ALLREDUCE) {
+    if (phases && op->kind != TG_CUDA_COLLECTIVE) {
       int ph = phase_of(e, i);
       if (ph != last_phase && !e->phase_started[ph]) {
         record_phase(e, ctx, e->phase_ev[ph], capturing);
@@ -1485,12 +1546,16 @@ static void enqueue(cuda_exec *e, tg_ctx *ctx, bool capturing) {
       else if (op->kind == TG_CUDA_MATMUL && e->lt[i].fallback)
         fprintf(d->trace, "matmul k%d, then its epilogue as a kernel\n", op->kernel);
       else if (op->kind == TG_CUDA_MATMUL) fprintf(d->trace, "matmul k%d\n", op->kernel);
+      else if (op->node >= 0) fprintf(d->trace, "%s k%d\n", tg_ops[e->base.g->nodes[op->node]->op].name, op->kernel);
       else fprintf(d->trace, "allreduce %d\n", op->bucket);
     }
     if (op->kind == TG_CUDA_LAUNCH) {
       launch(e, ctx, i);
     } else if (op->kind == TG_CUDA_MATMUL) {
       matmul(e, ctx, i);
+    } else if (op->node >= 0) {
+      enqueue_ir_collective(e, ctx, i, &n_pending);
+      comm = true;
     } else {
       const hook_list *l = &e->hooks[op->bucket];
       for (int h = 0; h < l->n; h++) {

@@ -6,8 +6,9 @@
  * runs everything at once, or recorded in a capture and run when the
  * graph is replayed.  Only what the CUDA backend asks of NCCL is here: a
  * communicator over every rank of the MPI job, an in-place or
- * out-of-place f32 average (all-reduce, and ZeRO's reduce-scatter), and
- * ZeRO's all-gather of any type.  What real NCCL would refuse or leave
+ * out-of-place f32 average or sum (all-reduce and reduce-scatter: the
+ * data-parallel average, ZeRO's, and the IR's sums), and an all-gather of
+ * any type.  What real NCCL would refuse or leave
  * undefined is refused (a NULL buffer, a type it lacks, buffers that
  * overlap other than in nccl.h's in-place layout), and what only this
  * emulation lacks (another type or operation, counts past MPI's int)
@@ -72,6 +73,7 @@ typedef struct coll_args {
   uintptr_t send, recv;
   size_t count; /* elements: the all-reduce's; a rank's for the reduce-scatter (recvcount) and all-gather (sendcount) */
   size_t elem;  /* bytes an element */
+  bool sum;     /* ncclSum, not ncclAvg */
 } coll_args;
 
 /* Runs fn(a) in stream order on s: at once, or recorded in a capture to
@@ -92,7 +94,7 @@ static ncclResult_t in_stream_order(const char *call, CUstream s, emu_host_fn fn
   return r ? ncclInvalidArgument : ncclSuccess;
 }
 
-/* The average, in place in recv; the same bits on every rank
+/* The average or sum, in place in recv; the same bits on every rank
  * (tg_comm_average: one sum, then one division). */
 static CUresult average(const void *arg, char *why, size_t whylen) {
   const coll_args *a = arg;
@@ -100,7 +102,8 @@ static CUresult average(const void *arg, char *why, size_t whylen) {
       !emu_range_ok(a->recv, a->count * 4, "ncclAllReduce's receive buffer", why, whylen))
     return CUDA_ERROR_ILLEGAL_ADDRESS;
   if (a->send != a->recv) memmove((void *)a->recv, (const void *)a->send, a->count * 4);
-  tg_comm_average((float *)a->recv, (int64_t)a->count);
+  if (a->sum) tg_comm_sum_floats((float *)a->recv, (int64_t)a->count);
+  else tg_comm_average((float *)a->recv, (int64_t)a->count);
   return CUDA_SUCCESS;
 }
 
@@ -111,12 +114,12 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
     emu_set_error("%s: no communicator", call);
     return ncclInvalidArgument;
   }
-  if (type != ncclFloat32 || op != ncclAvg) {
-    emu_set_error("%s: the emulated NCCL averages f32 only (ncclFloat32, ncclAvg); got type %d, op %d", call, (int)type,
-                  (int)op);
+  if (type != ncclFloat32 || (op != ncclAvg && op != ncclSum)) {
+    emu_set_error("%s: the emulated NCCL averages and sums f32 only (ncclFloat32, ncclAvg or ncclSum); got type %d, "
+                  "op %d", call, (int)type, (int)op);
     return ncclInvalidArgument;
   }
-  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4};
+  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4, op == ncclSum};
   const emu_access access[] = {{.lo = a.send, .hi = a.send + count * 4, .write = false, .what = "its send buffer"},
                                {.lo = a.recv, .hi = a.recv + count * 4, .write = true, .what = "its receive buffer"}};
   return in_stream_order(call, s, average, &a, access);
@@ -173,8 +176,8 @@ static bool shard_call_ok(const char *call, ncclComm_t comm, const void *send, c
   return true;
 }
 
-/* The reduce-scatter's average: rank r's block of every rank's send, summed
- * and scaled as the all-reduce's average is (tg_comm_reduce_scatter_average);
+/* The reduce-scatter: rank r's block of every rank's send, summed, and for
+ * ncclAvg scaled as the all-reduce's average is (tg_comm_reduce_scatter_average);
  * in place through a copy, since MPI allows no overlap. */
 static CUresult reduce_scatter_average(const void *arg, char *why, size_t whylen) {
   const coll_args *a = arg;
@@ -191,7 +194,8 @@ static CUresult reduce_scatter_average(const void *arg, char *why, size_t whylen
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   for (int q = 0; q < nranks; q++) counts[q] = (int64_t)a->count;
-  tg_comm_reduce_scatter_average((const float *)a->send, mine, counts);
+  if (a->sum) tg_comm_reduce_scatter_sum((const float *)a->send, mine, (int64_t)a->count);
+  else tg_comm_reduce_scatter_average((const float *)a->send, mine, counts);
   memcpy((void *)a->recv, mine, bytes);
   free(counts), free(mine);
   return CUDA_SUCCESS;
@@ -201,13 +205,13 @@ static ncclResult_t reduce_scatter(const void *send, void *recv, size_t count, n
                                    ncclComm_t comm, CUstream s) {
   static const char call[] = "ncclReduceScatter";
   if (!shard_call_ok(call, comm, send, recv, count, 4)) return ncclInvalidArgument;
-  if (type != ncclFloat32 || op != ncclAvg) {
-    emu_set_error("%s: the emulated NCCL averages f32 only (ncclFloat32, ncclAvg); got type %d, op %d", call, (int)type,
-                  (int)op);
+  if (type != ncclFloat32 || (op != ncclAvg && op != ncclSum)) {
+    emu_set_error("%s: the emulated NCCL averages and sums f32 only (ncclFloat32, ncclAvg or ncclSum); got type %d, "
+                  "op %d", call, (int)type, (int)op);
     return ncclInvalidArgument;
   }
   if (!count) return ncclSuccess;
-  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4};
+  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4, op == ncclSum};
   bool in_place;
   if (!layout_ok(call, a.send, a.recv, count * 4, comm->nranks, comm->rank, "sendbuff", "recvbuff", &in_place))
     return ncclInvalidArgument;
@@ -250,7 +254,7 @@ static ncclResult_t all_gather(const void *send, void *recv, size_t count, ncclD
   }
   if (!shard_call_ok(call, comm, send, recv, count, elem)) return ncclInvalidArgument;
   if (!count) return ncclSuccess;
-  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, elem};
+  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, elem, false};
   bool in_place;
   if (!layout_ok(call, a.recv, a.send, count * elem, comm->nranks, comm->rank, "recvbuff", "sendbuff", &in_place))
     return ncclInvalidArgument;
