@@ -58,9 +58,13 @@ bool tg_varies(const tg_type *t, const tg_type *dom, int axis) {
 
 static bool is_reduction(const tg_node *n) { return n->op == TG_OP_sum || n->op == TG_OP_max; }
 
-static bool is_stored_leaf(const tg_node *n) {
-  return n->op == TG_OP_input || n->op == TG_OP_param || n->op == TG_OP_state;
-}
+static bool is_leaf_op(const tg_node *n) { return n->op == TG_OP_input || n->op == TG_OP_param || n->op == TG_OP_state; }
+
+/* A leaf the step has memory for: one something reads (an assign reads
+ * the leaf it writes) or an output shows.  A leaf nothing reads (a master
+ * weight the forward reads only as its bf16 copy; a whole weight read
+ * from its ZeRO shard) takes no memory and no argument. */
+static bool is_stored_leaf(const tg_program *p, int i) { return p->leaf_index[i] >= 0; }
 
 /* ---- layouts ------------------------------------------------------------- */
 
@@ -305,7 +309,9 @@ static tg_type kernel_domain(const lowerer *L, const ivec *nodes) {
     const tg_node *n = L->g->nodes[nodes->v[i]];
     if (is_group_sum(L, n)) continue; /* a reshape of the domain */
     const tg_type *t = is_reduction(n) ? &n->in[0]->type : &n->type;
-    if (tg_type_numel(t) > tg_type_numel(&dom)) dom = *t;
+    /* on a tie the higher rank: [1, T, C] holds [T, C] broadcast, not the other way */
+    if (tg_type_numel(t) > tg_type_numel(&dom) || (tg_type_numel(t) == tg_type_numel(&dom) && t->rank > dom.rank))
+      dom = *t;
   }
   return dom;
 }
@@ -1288,16 +1294,12 @@ static void lower_kernel(lowerer *L, int k) {
 static void place_values(lowerer *L) {
   const tg_graph *g = L->g;
   tg_program *p = L->p;
-  int *leaf_index = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *leaf_index);
-  for (int i = 0; i < p->n_leaves; i++) leaf_index[p->leaves[i]] = i;
   for (int b = 0; b < L->plan->n_buffers; b++) {
     const tg_buffer *B = &L->plan->buffers[b];
     p->store[B->node] = (tg_storage){TG_PLACE_ARENA, -1, B->offset};
   }
-  for (int i = 0; i < g->n_nodes; i++) {
-    const tg_node *n = g->nodes[i];
-    if (is_stored_leaf(n)) p->store[i] = (tg_storage){TG_PLACE_LEAF, leaf_index[i], 0};
-  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (is_stored_leaf(p, i)) p->store[i] = (tg_storage){TG_PLACE_LEAF, p->leaf_index[i], 0};
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
     if (n->op == TG_OP_assign) {
@@ -1322,7 +1324,7 @@ static void place_values(lowerer *L) {
     }
     if (top > p->scratch_bytes) p->scratch_bytes = top;
   }
-  free(leaf_index);
+  
 }
 
 /* Whether a layout covers its type's elements one after another in memory. */
@@ -1522,9 +1524,17 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
     if (g->nodes[i]->op == TG_OP_flash_attention && g->nodes[i]->type.rank == 4) p->order[i] = heads_inner;
   p->kernels = tg_alloc(ctx->arena, sizeof(tg_lkernel) * (size_t)g->n_kernels);
   p->n_kernels = g->n_kernels;
-  ivec leaves = {0};
+  bool *read = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *read);
   for (int i = 0; i < g->n_nodes; i++)
-    if (is_stored_leaf(g->nodes[i])) push(&leaves, i);
+    for (int x = 0; x < g->nodes[i]->nin; x++) read[g->nodes[i]->in[x]->id] = true;
+  for (int o = 0; o < g->n_outputs; o++) read[g->outputs[o].node->id] = true;
+  ivec leaves = {0};
+  p->leaf_index = tg_alloc(ctx->arena, sizeof *p->leaf_index * ((size_t)g->n_nodes + 1));
+  for (int i = 0; i < g->n_nodes; i++) {
+    p->leaf_index[i] = is_leaf_op(g->nodes[i]) && read[i] ? leaves.n : -1;
+    if (p->leaf_index[i] >= 0) push(&leaves, i);
+  }
+  free(read);
   p->leaves = arena_ints(ctx->arena, &leaves);
   p->n_leaves = leaves.n;
   free(leaves.v);
@@ -1554,16 +1564,20 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = L.dgelu_out[k] = L.bgrad_out[k] = -1;
   for (int i = 0; i < g->n_nodes; i++) L.writer[i] = -1;
   if (remat) find_remat(&L);
-  /* leaves' places, for fold_bias's layouts (set again below) */
-  for (int i = 0; i < g->n_nodes; i++)
-    if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
+  /* leaves' places, for fold_bias's layouts (set again below); a
+   * collective's output is in the arena (check_collectives), and a bias
+   * may be a view of one (ZeRO stage 3's gathered weights) */
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (is_stored_leaf(p, i)) p->store[i].place = TG_PLACE_LEAF;
+    if (tg_op_is_collective(g->nodes[i]->op)) p->store[i].place = TG_PLACE_ARENA;
+  }
   if (remat) fold_bias(&L), fold_dgelu(&L), fold_flash_grads(&L), fold_bgrad(&L);
   L.in_place = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   find_in_place_scatters(&L);
   replan(&L);
   /* leaves first: flash and gemm steps read their layouts while lowering */
   for (int i = 0; i < g->n_nodes; i++)
-    if (is_stored_leaf(g->nodes[i])) p->store[i].place = TG_PLACE_LEAF;
+    if (is_stored_leaf(p, i)) p->store[i].place = TG_PLACE_LEAF;
   for (int b = 0; b < L.plan->n_buffers; b++) p->store[L.plan->buffers[b].node].place = TG_PLACE_ARENA;
   L.seen = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   for (int k = 0; k < g->n_kernels; k++) lower_kernel(&L, k);

@@ -174,7 +174,10 @@ typedef struct tg_program {
                            * earlier kernel's GEMM (tg_gemm.bgrad) */
   tg_lkernel *kernels;
   int n_kernels;
-  int *leaves, n_leaves;  /* graph positions of input/param/state leaves */
+  int *leaves, n_leaves;  /* graph positions of the input/param/state leaves
+                           * something reads (lower.c: a leaf nothing reads
+                           * has no memory) */
+  int *leaf_index;        /* per graph position: its index in leaves, or -1 */
   int64_t arena_bytes, scratch_bytes;
 } tg_program;
 

@@ -23,11 +23,9 @@
 /* The 1-based optimizer step number, an f32 scalar input the adamw pass
  * adds (Adam's bias corrections). */
 #define TG_INPUT_STEP "step"
-/* The global gradient norm given to a sharded optimizer (ZeRO: each rank
- * holds a shard of every gradient, so the norm is summed over the ranks
- * outside the graph), an f32 scalar input the adamw pass adds instead of
- * computing the norm. */
-#define TG_INPUT_GRAD_NORM "grad_norm"
+/* A ZeRO optimizer's sum of squares on a rank that holds no element of
+ * any gradient: zeros, f32 [1], its part of the norm's all_reduce. */
+#define TG_INPUT_NO_SQUARES "no_squares"
 /* The decode step's token position, i32 [1], an input the decode pass adds
  * in place of the position table's iota. */
 #define TG_INPUT_POS "pos"
@@ -42,9 +40,6 @@
 /* The global gradient norm before clipping, an f32 scalar output of the
  * adamw pass. */
 #define TG_OUTPUT_GRAD_NORM "grad_norm"
-/* The sum of squares of a shard of the gradients, an f32 scalar output of
- * a ZeRO rank's norm graph (runtime/train/zero.c). */
-#define TG_OUTPUT_GRAD_SQUARES "grad_squares"
 
 /* ---- prefixes of names made per parameter or per layer ------------------- */
 
@@ -53,6 +48,10 @@
 /* A parameter's bf16 copy, a state leaf the forward reads and the optimizer
  * rewrites each step (precision's weight copies): "bf16.wte.weight". */
 #define TG_BF16_COPY_PREFIX "bf16."
+/* ZeRO stage 3: this rank's shard of a weight leaf, an input leaf of the
+ * model's graphs (passes/shard_params.c): "shard:wte.weight",
+ * "shard:bf16.wte.weight". */
+#define TG_SHARD_PREFIX "shard:"
 /* AdamW's first and second moments, state leaves per parameter, and the
  * names checkpoints keep them under: "adam.m.wte.weight". */
 #define TG_ADAM_M_PREFIX "adam.m."

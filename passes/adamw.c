@@ -12,7 +12,9 @@
  *   p    -= lr / (1 - β1^t) · m / (sqrt(v) / sqrt(1 - β2^t) + eps)
  *
  * lr and t (the 1-based step) are run-time inputs, so that a schedule needs
- * no recompilation.  Parameters and moments change through assign nodes,
+ * no recompilation.  A ZeRO optimizer's gradients are a rank's shards
+ * (norm_ranks): its sum of squares goes through an all_reduce of the IR
+ * before the square root, so the global norm is computed in the graph.  Parameters and moments change through assign nodes,
  * which take effect when the whole step has been computed. */
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +22,7 @@
 
 #include "passes.h"
 
-const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0, NULL, NULL, false};
+const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0, NULL, NULL, 0};
 
 typedef struct opt {
   tg_ctx *ctx;
@@ -88,6 +90,13 @@ static tg_node *squares_stage1(opt *O, tg_node *x) {
   return sum_over(O, sq, ((1u << x->type.rank) - 1) & ~1u);
 }
 
+static tg_node *reshape_to(opt *O, tg_node *x, const tg_type *t) {
+  tg_node *r = tg_node_new(O->g, TG_OP_reshape, O->loc);
+  tg_node_set_inputs(O->g, r, 1, &x);
+  r->type = *t;
+  return add(O, r);
+}
+
 static tg_node *squares_stage2(opt *O, tg_node *part) {
   if (part->type.rank == 0) return part;
   tg_node *s = sum_over(O, part, (1u << part->type.rank) - 1);
@@ -115,10 +124,6 @@ static tg_node *square_sum(opt *O, tg_node *const *locs, tg_node *const *xs, int
   return total ? total : cst(O, 0);
 }
 
-tg_node *tg_append_square_sum(tg_ctx *ctx, tg_graph *g, tg_node *const *xs, int n) {
-  opt O = {ctx, g, {g->source, 1, 1}};
-  return square_sum(&O, NULL, xs, n);
-}
 
 /* Whether p's update decays it: by name when the caller lists them, else
  * matrices and higher (not biases, gains or other vectors). */
@@ -194,13 +199,22 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
 
   /* Global norm over all gradients, then one clipping factor for all. */
   tg_node *norm;
-  if (o->norm_input) {
-    norm = leaf(&O, TG_OP_input, TG_INPUT_GRAD_NORM, &scalar);
+  if (o->norm_ranks > 1) {
+    /* this rank's sum of squares (a leaf of zeros where it holds no
+     * element: every rank takes part in the all_reduce), summed over the
+     * ranks: the collective's operand is a [1] vector */
+    const tg_type one = {.dtype = TG_F32, .rank = 1, .dim = {{.size = 1}}};
+    tg_node *mine = nparams ? reshape_to(&O, square_sum(&O, params, grads, nparams), &one)
+                            : leaf(&O, TG_OP_input, TG_INPUT_NO_SQUARES, &one);
+    tg_node *all = tg_node_new(g, TG_OP_all_reduce, O.loc);
+    tg_node_set_inputs(g, all, 1, &mine);
+    all->ranks = o->norm_ranks;
+    norm = op1(&O, TG_OP_sqrt, reshape_to(&O, add(&O, all), &scalar));
   } else {
     norm = op1(&O, TG_OP_sqrt, square_sum(&O, params, grads, nparams));
-    O.loc = (tg_loc){g->source, 1, 1};
-    tg_graph_add_output(g, TG_OUTPUT_GRAD_NORM, norm);
   }
+  O.loc = (tg_loc){g->source, 1, 1};
+  tg_graph_add_output(g, TG_OUTPUT_GRAD_NORM, norm);
   tg_node *coef = NULL;
   if (o->grad_clip > 0) {
     tg_node *c = op2(&O, TG_OP_div, cst(&O, o->grad_clip), op2(&O, TG_OP_add, norm, cst(&O, 1e-6)));

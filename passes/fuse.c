@@ -63,6 +63,7 @@ typedef struct kstate {
   tg_phase phase;
   bool epilogue;      /* matmul: may take an epilogue */
   bool flash;         /* special: flash attention ops */
+  bool collective;    /* special: a collective (all_reduce, all_gather, reduce_scatter) */
 } kstate;
 
 typedef struct stop {
@@ -160,12 +161,22 @@ static bool gelu_backward(const fuser *f, const tg_node *n, int k) {
 /* A matmul epilogue takes an elementwise op on the product's shape that
  * reads the kernel, and otherwise only leaves, recomputed values, or
  * smaller values (a bias row). */
+/* The last kernel that computes: collectives placed after it (ZeRO stage
+ * 3's gathers of weights, issued ahead of their readers: shard_params.c)
+ * run apart on their own, so a node that reads none of them may still
+ * join it; the kernels then run in index order, the collectives after. */
+static int last_computing(const fuser *f) {
+  int k = f->g->n_kernels - 1;
+  while (k >= 0 && f->ks[k].collective) k--;
+  return k;
+}
+
 static const char *epilogue_why(const fuser *f, const tg_node *n, int k) {
   const kstate *K = &f->ks[k];
   bool dgelu = !K->epilogue && gelu_backward(f, n, k);
   if (!K->epilogue && !dgelu)
     return "a backward matmul takes no epilogue but GELU's backward (its output feeds row and column reductions)";
-  if (k != f->g->n_kernels - 1 && !dgelu) return "the matmul's epilogue ended when a later kernel began";
+  if (k != last_computing(f) && !dgelu) return "the matmul's epilogue ended when a later kernel began";
   if (tg_ops[n->op].kind != TG_KIND_ELEMENTWISE) return "a matmul's epilogue takes only elementwise ops";
   if (!tg_type_same_shape(&n->type, &K->dom)) return "the op's shape is not the matmul's output shape";
   if (!reads_kernel(f, n, k)) return "the op does not read the matmul's result";
@@ -292,6 +303,7 @@ static int new_kernel(fuser *f, const tg_node *n) {
   } else if (tg_op_is_flash_attention(n->op) || n->op == TG_OP_scatter_add || tg_op_is_collective(n->op)) {
     kind = TG_KERNEL_SPECIAL;
     s.flash = tg_op_is_flash_attention(n->op);
+    s.collective = tg_op_is_collective(n->op);
   } else if (n->phase == TG_PHASE_OPTIMIZER || (n->op == TG_OP_sum && n->in[0]->op == TG_OP_sum)) {
     /* the optimizer; or the second stages of split sums (split_sums.c),
      * small and independent, which that pass gathered: one launch */
@@ -374,7 +386,7 @@ static int row_kernel_before(const fuser *f, const tg_node *n) {
 }
 
 static void place(fuser *f, tg_node *n) {
-  int p = producer_kernel(f, n), last = f->g->n_kernels - 1, row = row_kernel_before(f, n);
+  int p = producer_kernel(f, n), last = last_computing(f), row = row_kernel_before(f, n);
   int cand[3] = {p, last > p ? last : -1, row >= p && row != last ? row : -1};
   const char *first_why = NULL;
   int first_k = -1;

@@ -44,10 +44,11 @@ typedef struct tg_adamw_opts {
    * >= 2.  A ZeRO optimizer's parameters are flattened shards, all of rank
    * 1, and name the decayed ones */
   const char *const *decayed;
-  /* true: the global norm is the run-time input "grad_norm" (a ZeRO
-   * optimizer's, summed over the ranks' shards outside the graph) instead
-   * of computed from the graph's gradients, and not an output */
-  bool norm_input;
+  /* > 1: the gradients are this rank's shards of norm_ranks ranks' (a ZeRO
+   * optimizer's): the global norm's sum of squares is summed over the
+   * ranks by an all_reduce of the IR, inside the graph; 0 or 1: the
+   * graph's gradients are all of them */
+  int norm_ranks;
 } tg_adamw_opts;
 
 /* nanoGPT's defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1. */
@@ -71,10 +72,6 @@ typedef struct tg_adamw_slot {
  * scalars).  Returns one slot per parameter, in graph order (in the
  * arena), and their count in *n_slots (may be NULL). */
 tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *opts, int *n_slots);
-/* The sum of the squares of every element of xs[0 .. n), appended to g
- * as the adamw pass sums them for the global norm (row sums first); a
- * constant 0 when n is 0. */
-tg_node *tg_append_square_sum(tg_ctx *ctx, tg_graph *g, tg_node *const *xs, int n);
 
 /* flash_attn.c: replaces each causal self-attention written from primitive
  * ops (softmax of masked, scaled q @ kᵀ, times v; see models/std.tg) by a
@@ -123,6 +120,17 @@ tg_param_copy *tg_hoist_param_copies(tg_ctx *ctx, tg_graph *g, int *n);
 int tg_narrow_saved(tg_ctx *ctx, tg_graph *g);
 /* The copy state leaf of param in g, or NULL. */
 tg_node *tg_param_copy_of(const tg_graph *g, const tg_node *param);
+/* ZeRO stage 3 over `ranks` ranks (shard_params.c): every weight leaf the
+ * graph reads (parameters, their bf16 copies) read from this rank's
+ * shard, an input leaf "shard:NAME" of tg_shard_elements elements, through
+ * an all_gather before its forward readers and another before its
+ * backward readers; each "grad:NAME" output becomes this rank's block of
+ * the gradient summed over the ranks ([S] f32, a reduce_scatter).  After
+ * weight_copies and narrow_saved, before the lowering passes; no optimizer
+ * in the graph.  ranks < 2: nothing. */
+void tg_shard_params(tg_ctx *ctx, tg_graph *g, int ranks);
+/* The shard leaf of weight leaf `leaf` (by name), or NULL. */
+tg_node *tg_shard_of(const tg_graph *g, const tg_node *leaf);
 
 /* split_sums.c: every sum over several axes (of size > 1) becomes a sum
  * over all but its first, then a sum over that one, so that GPU kernels
@@ -306,6 +314,8 @@ typedef struct tg_pipeline_opts {
                            * generation will run) */
   tg_adamw_opts adamw;
   int pad_multiple;       /* pad_vocab's multiple; 0 or 1: no padding */
+  int shard_ranks;        /* > 1: ZeRO stage 3 over this many ranks (shard_params.c);
+                           * not with step (stage 3's optimizer is a graph apart) */
   const char *dump_after; /* print the IR after this pass (to dump) */
   FILE *dump;
   const char *report_name; /* the report to print (to report; TG_REPORT_*), or NULL */
@@ -322,6 +332,7 @@ typedef enum tg_pass_when {
   TG_PASS_FOR_DECODE,  /* only for a decode step */
   TG_PASS_FOR_KERNELS, /* lowering to kernels: with the gradient, or for a
                         * forward graph code generation will run (kernels) */
+  TG_PASS_FOR_SHARDS,  /* ZeRO stage 3: shard_ranks > 1 */
 } tg_pass_when;
 
 /* One row of pipeline.c's table, for those who name passes (tgc's

@@ -51,6 +51,14 @@ static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FI
   tg_autodiff(ctx, g);
 }
 
+static void run_shard_params(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)report;
+  if (o->step)
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "ZeRO stage 3's graphs have their optimizer apart: shard the "
+                                             "gradient graph or a forward graph, not the whole step");
+  tg_shard_params(ctx, g, o->shard_ranks);
+}
+
 static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
   (void)report;
   tg_append_adamw(ctx, g, &o->adamw, NULL);
@@ -86,6 +94,7 @@ typedef struct pass {
 #define FOR_STEP TG_PASS_FOR_STEP
 #define FOR_DECODE TG_PASS_FOR_DECODE
 #define FOR_KERNELS TG_PASS_FOR_KERNELS
+#define FOR_SHARDS TG_PASS_FOR_SHARDS
 
 /* name, when it runs, the report it writes, what it does; its entry point */
 static const pass passes[] = {
@@ -97,6 +106,7 @@ static const pass passes[] = {
     {{"autodiff", FOR_GRAD, NULL, "the gradient of '" TG_OUTPUT_LOSS "' w.r.t. every parameter"}, run_autodiff},
     {{"weight_copies", ALWAYS, NULL, "precision's bf16 weight casts as copies the optimizer writes once a step"}, run_weight_copies},
     {{"narrow_saved", FOR_GRAD, NULL, "the backward widens the bf16 values it reads, so they are saved bf16"}, run_narrow_saved},
+    {{"shard_params", FOR_SHARDS, NULL, "ZeRO stage 3: weights read from shards, all-gathered before use; gradients reduce-scattered"}, run_shard_params},
     {{"adamw", FOR_STEP, NULL, "global-norm clipping and an AdamW step"}, run_adamw},
     {{"split_sums", FOR_GRAD, NULL, "a sum over several axes as two sums (over T, then B), for GPU parallelism"}, run_split_sums},
     {{"fuse", FOR_KERNELS, TG_REPORT_FUSION, "groups the ops into kernels (--report fusion)"}, run_fuse},
@@ -130,6 +140,7 @@ static bool runs(const tg_pass_info *p, const tg_pipeline_opts *o) {
   case FOR_STEP: return o->step;
   case FOR_DECODE: return o->decode;
   case FOR_KERNELS: return o->grad || o->kernels;
+  case FOR_SHARDS: return o->shard_ranks > 1;
   default: return true;
   }
 }

@@ -83,7 +83,10 @@ static const char usage[] =
     "                     next to plain data parallelism's\n"
     "  --zero S           ... at ZeRO stage S: 0 (none), 1 (optimizer state\n"
     "                     sharded), 2 (and gradients), 3 (and parameters)\n"
-    "                     (docs/parallel.md)\n"
+    "                     (docs/parallel.md); --zero 3 --ranks N without a report:\n"
+    "                     the gradient graph tgrun runs at stage 3 (each weight\n"
+    "                     all-gathered from its shard before use, each gradient\n"
+    "                     reduce-scattered; no optimizer) for --emit and --dump-after\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -264,7 +267,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
-  if (status == 0 && zero->given) status = report_zero(ctx, g, popts->report_name, zero);
+  if (status == 0 && zero->given && popts->report_name) status = report_zero(ctx, g, popts->report_name, zero);
   emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && what == EMIT_CUDA) {
@@ -346,6 +349,7 @@ typedef struct cli {
   int precision; /* -1: the default for the output; else a tg_precision_policy */
   const char *arch; /* --arch, for --emit cubin */
   zero_args zero;   /* --ranks, --zero */
+  bool shard;       /* --zero 3 --ranks N without a report: the gradient graph of stage 3 */
 } cli;
 
 /* The one report no pass writes: codegen's traffic (the CUDA step's bytes
@@ -434,9 +438,16 @@ static int parse_zero_arg(int argc, char **argv, int *i, cli *c) {
  * exit status of a usage error. */
 static int settle_zero_args(cli *c) {
   if (!c->zero.given) return -1;
+  /* stage 3's graphs themselves: the gradient graph tgrun runs, its
+   * weights gathered from shards (passes/shard_params.c) */
+  if (!c->report && c->zero.stage == 3 && c->zero.ranks > 1 && !c->decode) {
+    c->shard = true;
+    return -1;
+  }
   if (!c->report || (strcmp(c->report, TG_REPORT_MEMPLAN) && strcmp(c->report, TG_REPORT_SCHEDULE)))
     return usage_error("%s", "--ranks and --zero are for --report memplan (the memory plan per rank) and --report "
-                             "schedule (the collectives of a step); docs/parallel.md");
+                             "schedule (the collectives of a step), and with --zero 3 for the gradient graph of "
+                             "ZeRO stage 3 (--emit, --dump-after); docs/parallel.md");
   if (c->decode) return usage_error("%s", "--ranks and --zero plan a training step; --decode has no gradient or optimizer");
   if (c->zero.stage > 0 && c->zero.ranks == 1)
     fprintf(stderr, "tgc: note: --zero %d with --ranks 1: one rank has nothing to shard; planning stage 0\n", c->zero.stage);
@@ -592,12 +603,12 @@ int main(int argc, char **argv) {
     jmp_buf bail;
     ctx->bail = &bail;
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
-    tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad, .decode = c.decode,
+    tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad && !c.shard, .decode = c.decode,
                               .kernels = c.decode && (c.what == EMIT_C || c.what == EMIT_CUDA ||
                                                       (c.report_pass && c.report_pass->when == TG_PASS_FOR_KERNELS)),
                               .adamw = tg_adamw_defaults,
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
-                              .report_name = c.report, .report = stdout};
+                              .report_name = c.report, .report = stdout, .shard_ranks = c.shard ? c.zero.ranks : 0};
     static held h; /* static: it outlives the longjmp unchanged */
     if (setjmp(bail)) status = 1;
     else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &c.zero,

@@ -137,7 +137,10 @@ void tg_exec_compile_all(tg_device *d, tg_ctx *ctx, const tg_graph *const *g, co
 }
 
 void tg_exec_free(tg_exec *e) {
-  if (e) e->d->x->free(e);
+  if (!e) return;
+  for (int i = 0; i < e->n_unread; i++) tg_tensor_free(e->unread_t[i]);
+  free(e->unread), free(e->unread_t);
+  e->d->x->free(e);
 }
 
 const tg_graph *tg_exec_graph(const tg_exec *e) { return e->g; }
@@ -157,7 +160,15 @@ static bool in_graph(const tg_graph *g, const tg_node *n) {
 
 tg_tensor *tg_exec_leaf(tg_exec *e, const tg_node *leaf) {
   if (!in_graph(e->g, leaf) || !tg_exec_is_leaf(leaf)) return NULL;
-  return e->d->x->leaf(e, leaf);
+  tg_tensor *t = e->d->x->leaf(e, leaf);
+  if (t) return t;
+  /* a leaf the step never reads: a tensor apart, written to no effect */
+  for (int i = 0; i < e->n_unread; i++)
+    if (e->unread[i] == leaf) return e->unread_t[i];
+  e->unread = tg_xrealloc(e->unread, sizeof *e->unread * (size_t)(e->n_unread + 1));
+  e->unread_t = tg_xrealloc(e->unread_t, sizeof *e->unread_t * (size_t)(e->n_unread + 1));
+  e->unread[e->n_unread] = leaf;
+  return e->unread_t[e->n_unread++] = tg_tensor_new(e->d, &leaf->type);
 }
 
 void tg_exec_bind(tg_exec *e, const tg_node *leaf, tg_tensor *t) {

@@ -135,7 +135,9 @@ tg_compile_stats tg_exec_compile_stats(const tg_exec *e);
 
 /* The tensor leaf (an input, param or state of the graph) reads and the
  * step's assigns update: its own, zeroed (ones for a `ones` initialiser),
- * unless bound.  NULL when leaf is not a leaf of the graph. */
+ * unless bound; for a leaf the compiled step never reads (the lowering
+ * gives it no memory), a tensor apart that nothing reads.  NULL when leaf
+ * is not a leaf of the graph. */
 tg_tensor *tg_exec_leaf(tg_exec *e, const tg_node *leaf);
 /* Makes leaf use t, which must be of leaf's type and outlive e. */
 void tg_exec_bind(tg_exec *e, const tg_node *leaf, tg_tensor *t);

@@ -25,6 +25,12 @@ struct tg_exec {
   const tg_graph *g;
   tg_bucket_hook hook;
   void *hook_ctx;
+  /* tg_exec_leaf's tensors for leaves the compiled step has no memory for
+   * (nothing reads them: codegen/lower.c), so that writing one is
+   * harmless; freed with the exec */
+  const tg_node **unread;
+  tg_tensor **unread_t;
+  int n_unread;
 };
 
 struct tg_backend {

@@ -210,6 +210,10 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   return g;
 }
 
+/* ZeRO stage 3 on more than one rank: the model's graphs read their
+ * weights from this rank's shards (passes/shard_params.c, zero.c). */
+static bool sharded_weights(const run *r) { return r->cfg.zero == 3 && r->nranks > 1; }
+
 /* Compiles the run's graphs for its device, their compilers running in
  * parallel where the backend can (the CPU: one cc a graph, one per core);
  * their generated sources kept in out_dir/kernels/NAME.c or .cu for the
@@ -238,6 +242,13 @@ static double compile_for_device(run *r, tg_graph *const *gs, const char *const 
         tg_exec_from_cache(e) ? ", from the cache" : "", st.front_seconds + st.back_seconds);
     for (int i = 0; k < n_model && i < r->n_params; i++) {
       const tg_node *p = tg_graph_leaf(g, TG_OP_param, r->params[i].name);
+      if (sharded_weights(r)) { /* stage 3: the graph reads this rank's shards */
+        const tg_node *copy = p ? tg_param_copy_of(g, p) : NULL;
+        const tg_node *xs[2] = {p ? tg_shard_of(g, p) : NULL, copy ? tg_shard_of(g, copy) : NULL};
+        for (int c = 0; c < 2; c++)
+          if (xs[c]) tg_exec_bind(e, xs[c], tg_zero_shard(r->zero, i, c == 1));
+        continue;
+      }
       /* a master zero.c shards is read by no model graph: nothing to bind */
       if (p && r->params[i].value) tg_exec_bind(e, p, r->params[i].value);
       const tg_node *copy = p ? tg_param_copy_of(g, p) : NULL;
@@ -354,7 +365,8 @@ static void check_memory(run *r) {
   int64_t fixed = arena_of(r->ctx, r->g_sample) + state;
   for (int i = 0; i < r->n_zero; i++) fixed += arena_of(r->ctx, r->g_zero[i]);
   for (int i = 0; i < r->n_params; i++) /* the whole values and copies (a sharded master is zero.c's) */
-    fixed += r->params[i].numel * ((tg_zero_master_sharded(r->zero, i) ? 0 : 4) + (r->params[i].copy_node ? 2 : 0));
+    fixed += r->params[i].numel * ((tg_zero_master_sharded(r->zero, i) ? 0 : 4) +
+                                   (r->params[i].copy_node && !sharded_weights(r) ? 2 : 0));
   int64_t per_batch = arena_of(r->ctx, r->g_grad) + arena_of(r->ctx, r->g_eval);
   /* a device with memory of its own (a GPU, one a rank) is asked for
    * it; otherwise the ranks on this machine share its memory */
@@ -372,7 +384,7 @@ static void check_memory(run *r) {
   int64_t fit = per_seq > 0 && avail / local > fixed ? (avail / local - fixed) / per_seq : 0;
   /* a higher ZeRO stage that would fit, if any */
   const char *zero_hint = "";
-  for (int s = tg_zero_stage(r->zero) + 1; r->nranks > 1 && s <= 2 && !*zero_hint; s++) {
+  for (int s = tg_zero_stage(r->zero) + 1; r->nranks > 1 && s <= 3 && !*zero_hint; s++) {
     int64_t at_s = tg_zero_state_bytes_at(r->zero, s);
     if ((fixed - state + at_s + per_batch) * local <= avail)
       zero_hint = tg_sprintf(r->ctx->arena, "; or zero = %d, at which a rank keeps %.2f GiB of gradients and optimizer "
@@ -412,9 +424,8 @@ static bool reads_param(const tg_graph *const *gs, int n, const char *name) {
   return false;
 }
 
-/* The ZeRO stage against what runs it, before any compiling: stage 3 is
- * planned (tgc --report memplan) but not built; stages 1 and 2 need the
- * backend's collectives; one rank has nothing to shard. */
+/* The ZeRO stage against what runs it, before any compiling: stages 1 to
+ * 3 need the backend's collectives; one rank has nothing to shard. */
 static void check_zero(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!c->zero) return;
@@ -423,9 +434,6 @@ static void check_zero(run *r) {
     if (!strcmp(tg_train_config_key(k), "zero")) key = k;
   tg_cfg_origin o = c->origin[key];
   tg_loc at = o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col};
-  if (c->zero == 3)
-    tg_error(r->ctx, at, "zero = 3 (parameters sharded too) is not built yet: tgrun runs stages 0, 1 and 2; "
-             "tgc --report memplan --ranks N --zero 3 plans it (docs/parallel.md)");
   if (r->nranks == 1) {
     say(r, "note: zero = %lld with one rank: nothing to shard; training as zero = 0\n", (long long)c->zero);
     return;
@@ -443,14 +451,16 @@ static void build(run *r) {
   double t_front = now(); /* parsing and the passes of every graph: the front end */
   const tg_train_config *c = &r->cfg;
   const tg_precision_policy prec = tg_train_config_precision(c);
-  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL, NULL, false};
+  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL, NULL, 0};
   const char *kdir = path_in(r, c->out_dir, "kernels");
   if (r->rank == 0) mkdirs(r, kdir);
 
   r->g_grad = compile_model(r, c->batch_size, false);
   FILE *fusion = r->rank == 0 ? fopen(path_in(r, kdir, "fusion.txt"), "w") : NULL;
+  /* stage 3: the model's graphs read their weights from shards (passes/shard_params.c) */
+  const int shard_ranks = sharded_weights(r) ? r->nranks : 0;
   tg_pipeline_opts po = {.precision = prec, .grad = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
-                         .report_name = TG_REPORT_FUSION, .report = fusion};
+                         .report_name = TG_REPORT_FUSION, .report = fusion, .shard_ranks = shard_ranks};
   tg_run_pipeline(r->ctx, r->g_grad, &po);
   if (fusion) fclose(fusion);
 
@@ -472,7 +482,8 @@ static void build(run *r) {
     k++;
   }
   r->g_eval = compile_model(r, c->batch_size, false);
-  tg_pipeline_opts pe = {.precision = prec, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  tg_pipeline_opts pe = {.precision = prec, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
+                         .shard_ranks = shard_ranks};
   tg_run_pipeline(r->ctx, r->g_eval, &pe);
   r->g_sample = compile_model(r, 1, true);
   tg_run_pipeline(r->ctx, r->g_sample, &pe);
@@ -488,7 +499,7 @@ static void build(run *r) {
   for (int i = 0; i < r->n_params; i++) {
     param *p = &r->params[i];
     values[i] = p->value = tg_zero_master_sharded(r->zero, i) ? NULL : tg_tensor_new(r->dev, &p->type);
-    copies[i] = p->copy = p->copy_node ? tg_tensor_new(r->dev, &p->copy_node->type) : NULL;
+    copies[i] = p->copy = p->copy_node && !shard_ranks ? tg_tensor_new(r->dev, &p->copy_node->type) : NULL;
   }
   tg_zero_allocate(r->zero, values, copies);
 
@@ -562,7 +573,9 @@ static void sample(run *r, int64_t step) {
   float *scratch = tg_xcalloc((size_t)r->vocab * 2 + 16, sizeof(float));
   tg_rng rng;
   tg_rng_seed(&rng, (uint64_t)c->seed, 0x5a5a0000u + (uint64_t)step);
-  while (n < total && !stop_signal) { /* a stop cuts a sample short */
+  /* a stop cuts a sample short; not at stage 3, where every rank samples
+   * in step (a signal reaches one rank; the others would wait for it) */
+  while (n < total && (!stop_signal || sharded_weights(r))) {
     /* the last T tokens, left-aligned: causal attention makes the logits at
      * position t depend only on tokens up to t, so the padding after is inert */
     int64_t from = n > T ? n - T : 0, len = n - from;
@@ -577,6 +590,10 @@ static void sample(run *r, int64_t step) {
   size_t tlen = 0;
   if (!tg_tok_decode(r->tok, ids, (size_t)n, &text, &tlen, why, sizeof why))
     tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "cannot decode a sample: %s", why);
+  if (r->rank != 0) { /* stage 3's other ranks sampled only to take part in the gathers */
+    free(text), free(ids), free(scratch);
+    return;
+  }
   say(r, "---- sample at step %lld (temperature %g, top-k %lld) ----\n%.*s\n----\n", (long long)step, c->temperature,
       (long long)c->top_k, (int)tlen, text);
   const char *samples = path_in(r, c->out_dir, "samples.txt");
@@ -601,6 +618,17 @@ static void sample(run *r, int64_t step) {
 static void save_checkpoint(run *r, int64_t step, uint64_t position) {
   double t0 = now();
   float **v = tg_zero_state_values(r->zero);
+  /* weights that are finite but diverged (a step's update too large) show
+   * in the loss of one batch: checked below, before they replace anything
+   * (at ZeRO stage 3 every rank runs it: the graph gathers the weights) */
+  float check = 0;
+  if (r->rank == 0 || sharded_weights(r)) {
+    tg_loader_eval_batch(r->train, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, 0, 0, 1, r->idx,
+                         r->tgt);
+    feed(r, r->e_eval, r->idx, r->tgt);
+    tg_exec_run(r->ctx, r->e_eval);
+    check = read_scalar(r, r->e_eval, TG_OUTPUT_LOSS);
+  }
   if (r->rank != 0) {
     tg_zero_free_state_values(r->zero, v);
     return;
@@ -621,12 +649,6 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
                  (long long)step, r->params[i].name, isnan(w[k]) ? "NaN" : "an infinity", r->cfg.out_dir);
       }
   }
-  /* and weights that are finite but diverged (a step's update too large)
-   * show in the loss of one batch: checked before they replace anything */
-  tg_loader_eval_batch(r->train, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, 0, 0, 1, r->idx, r->tgt);
-  feed(r, r->e_eval, r->idx, r->tgt);
-  tg_exec_run(r->ctx, r->e_eval);
-  float check = read_scalar(r, r->e_eval, TG_OUTPUT_LOSS);
   if (!isfinite(check)) {
     tg_zero_free_state_values(r->zero, v);
     tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0},
@@ -746,7 +768,7 @@ static void evaluate(run *r, const tg_log_columns *cols, tg_metrics_file *mf, in
   e.val_loss = eval_split(r, r->val);
   tg_log_eval_line(line, sizeof line, cols, &e);
   say(r, "%s\n", line);
-  if (!tg_metrics_append(mf, &e, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "%s", why);
+  if (mf && !tg_metrics_append(mf, &e, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "%s", why);
 }
 
 /* One loader per micro-step, at `position`.  A step's batch is grad_accum x
@@ -819,7 +841,10 @@ static void train_loop(run *r) {
     if (r->log) tg_log_legend(r->log, &cols);
   }
   /* the loss before any step: the baseline of the plot */
-  if (done == 0 && r->rank == 0) evaluate(r, &cols, mf, 0);
+  /* at stage 3 every rank runs the evaluations and samples: their graphs
+   * gather the weights from every rank's shards */
+  const bool all_ranks = sharded_weights(r);
+  if (done == 0 && (r->rank == 0 || all_ranks)) evaluate(r, &cols, mf, 0);
   double phase0[TG_NPHASES] = {0};
   for (int64_t s = done; s < c->max_steps; s++) {
     double t0 = now();
@@ -831,6 +856,7 @@ static void train_loop(run *r) {
       tg_loader_next(loaders[micro], r->idx, r->tgt);
       feed(r, r->e_grad, r->idx, r->tgt);
       tg_exec_run(r->ctx, r->e_grad);
+      tg_zero_micro_step_done(r->zero);
       loss_sum += read_scalar(r, r->e_grad, TG_OUTPUT_LOSS);
     }
     double phase1[TG_NPHASES];
@@ -841,7 +867,7 @@ static void train_loop(run *r) {
     double stats[2] = {loss_sum / r->accum, stop_signal};
     tg_comm_sum_doubles(stats, 2);
     double dt = now() - t0;
-    if (r->nranks > 1 && !tg_comm_all_equal(weights_hash(r)))
+    if (r->nranks > 1 && !sharded_weights(r) && !tg_comm_all_equal(weights_hash(r)))
       tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "the ranks' weights differ after step %lld", (long long)s + 1);
     /* a diverged step stops the run before anything records it: the
      * checkpoint on disk stays the last good one */
@@ -873,11 +899,11 @@ static void train_loop(run *r) {
     /* the checkpoint first: nothing slow (an evaluation, a long sample)
      * stands between a step and its being kept */
     if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
-    if (r->rank == 0 && due(step, c->eval_interval, c->max_steps)) {
+    if ((r->rank == 0 || all_ranks) && due(step, c->eval_interval, c->max_steps)) {
       evaluate(r, &cols, mf, step);
       write_plot(r, metrics_path);
     }
-    if (r->rank == 0 && due(step, c->sample_interval, c->max_steps)) sample(r, step);
+    if ((r->rank == 0 || all_ranks) && due(step, c->sample_interval, c->max_steps)) sample(r, step);
     if (stats[1] > 0) {
       if (!due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
       say(r, "stopped by %s after step %lld of %lld: the checkpoint holds it; resume with resume = true\n",
@@ -889,7 +915,8 @@ static void train_loop(run *r) {
   r->mf = NULL;
   if (mf && !tg_metrics_close(mf, why, sizeof why)) tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "%s", why);
   write_plot(r, metrics_path);
-  if (r->nranks > 1) say(r, "replicas: the %d ranks' weights were bit-identical after every step\n", r->nranks);
+  if (r->nranks > 1 && !sharded_weights(r))
+    say(r, "replicas: the %d ranks' weights were bit-identical after every step\n", r->nranks);
 }
 
 /* ---- before any work: what can be checked is checked --------------------------------- */

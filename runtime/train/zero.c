@@ -1,5 +1,5 @@
 /* zero.c: the gradients, optimizer state and optimizer step of a
- * data-parallel run at ZeRO stage 0, 1 or 2 (zero.h).
+ * data-parallel run at ZeRO stage 0, 1, 2 or 3 (zero.h).
  *
  * What each rank of N keeps and what moves, per parameter of Ψ elements
  * (base/shard.h cuts it: rank q owns elements [q·S, q·S + S)):
@@ -15,14 +15,24 @@
  *   stage 2        as 1, and no whole accumulator: at each bucket of every
  *                  micro-step the grad graph's gradients are reduce-
  *                  scattered straight into the shard's accumulator.
+ *   stage 3        as 2, and no whole weights between uses: the model's
+ *                  graphs read each weight (f32 master, bf16 copy) from
+ *                  this rank's shard, all-gathered inside the graph before
+ *                  its readers, and give each gradient as this rank's
+ *                  block of the sum over the ranks (passes/shard_params.c:
+ *                  the collectives are IR ops, placed by the compiler);
+ *                  after each micro-step it is added into the shard's
+ *                  accumulator, scaled by 1 / (ranks x micro-steps).  No
+ *                  all-gather after the optimizer: the next forward
+ *                  gathers what it reads.
  *
  * The shards' optimizer is tg's adamw pass on a graph whose parameters are
  * the shards, flattened (rank 1; the decayed ones named), bound to views
  * of the whole tensors, so that each element gets the very arithmetic
- * stage 0 gives it.  Clipping needs the norm of all the gradients: a
- * second small graph sums the squares of this rank's shards, the ranks'
- * sums are added (one scalar all-reduce) and the optimizer takes the norm
- * as an input.
+ * stage 0 gives it.  Clipping needs the norm of all the gradients: the
+ * optimizer graph sums the squares of this rank's shards and adds the
+ * ranks' sums with an all_reduce of the IR (one scalar; the adamw pass's
+ * norm_ranks), so the norm is computed inside the graph as at stage 0.
  *
  * Where the summation order is the same, stages 1 and 2 give stage 0's
  * bits: on 2 ranks the reduce-scatter's a + b is the all-reduce's, and
@@ -42,6 +52,9 @@
 typedef struct zparam {
   tg_zero_param p;
   int64_t numel, first, len;       /* this rank's shard: len elements from first (stage 0: all) */
+  int64_t padded;                  /* stage 3: the shard with its padding (tg_shard_elements) */
+  tg_tensor *shard_value, *shard_copy; /* stage 3: the model graphs' shard leaves, [padded] f32 and bf16 */
+  tg_tensor *grad_padded;          /* stage 3: the accumulator, [padded]; grad_shard is its first len */
   tg_tensor *grad_acc;             /* whole accumulator (stages 0, 1) */
   tg_tensor *grad_shard;           /* the averaged shard the optimizer reads: a view of grad_acc (1), own (2) */
   tg_tensor *m, *v;                /* whole (0) or the shard's (1, 2); NULL where len is 0 */
@@ -49,7 +62,6 @@ typedef struct zparam {
   tg_tensor *value_view, *copy_view; /* the shard of the whole value and copy, for the shard optimizer */
   tg_tensor *grad_value;           /* stage 2: the grad graph's memory of the gradient */
   const tg_adamw_slot *slot;       /* in the graph the device runs */
-  const tg_node *norm_input;       /* the shard's gradient in the norm graph */
 } zparam;
 
 struct tg_zero {
@@ -62,10 +74,11 @@ struct tg_zero {
   int *param_of_node;     /* per grad graph node: the parameter whose gradient it is, or -1 */
   tg_graph *g_whole;      /* the whole optimizer: stage 0 runs it; checkpoints are laid out by it */
   tg_adamw_slot *whole_slots;
-  tg_graph *g_shard, *g_norm; /* stages 1, 2: NULL when this rank holds no element at all */
-  tg_exec *e_opt, *e_norm;
-  tg_tensor *lr_in, *step_in, *norm_in;
+  tg_graph *g_shard;      /* stages 1 to 3: the optimizer of this rank's shards */
+  tg_exec *e_opt;
+  tg_tensor *lr_in, *step_in;
   int micro, accum;
+  tg_exec *e_grad;
   tg_tensor **src, **dst;  /* a bucket's, for the collectives */
   tg_tensor **gather;      /* every whole value and copy, for the all-gather */
 };
@@ -125,34 +138,23 @@ static tg_graph *optimizer_graph(tg_zero *z, const tg_adamw_opts *o, const int64
   return g;
 }
 
-/* The sum of squares of this rank's shards of the gradients. */
-static tg_graph *norm_graph(tg_zero *z, const int64_t *len) {
-  tg_graph *g = new_graph(z->ctx, z->g_grad);
-  tg_node **grads = tg_alloc(z->ctx->arena, sizeof *grads * (size_t)(z->n + 1));
-  add_params(z, g, len, false, grads);
-  int k = 0;
-  for (int i = 0; i < z->n; i++)
-    if (len[i]) grads[k++] = grads[i];
-  tg_node *sum = tg_append_square_sum(z->ctx, g, grads, k);
-  drop_grad_outputs(g);
-  tg_graph_add_output(g, TG_OUTPUT_GRAD_SQUARES, sum);
-  if (!tg_verify(z->ctx, g)) tg_bail(z->ctx);
-  return g;
-}
-
 static tg_tensor *flat(tg_tensor *whole, int64_t first, int64_t len) {
   tg_type t = {.dtype = tg_tensor_type(whole)->dtype, .rank = 1, .dim = {{.size = len}}};
   return tg_tensor_view(whole, first, &t);
 }
 
-static tg_tensor *own(tg_zero *z, int64_t len) {
-  tg_type t = {.dtype = TG_F32, .rank = 1, .dim = {{.size = len}}};
+static tg_tensor *own_of(tg_zero *z, int64_t len, tg_dtype dt) {
+  tg_type t = {.dtype = dt, .rank = 1, .dim = {{.size = len}}};
   return tg_tensor_new(z->dev, &t);
 }
 
+static tg_tensor *own(tg_zero *z, int64_t len) { return own_of(z, len, TG_F32); }
+
 /* Whether a rank keeps only its shard of p's f32 master at stage s: from
  * stage 1 on, where the model's graphs read only its bf16 copy. */
-static bool shards_master(const tg_zero_param *p, int s) { return s >= 1 && p->has_copy && !p->read_as_f32; }
+static bool shards_master(const tg_zero_param *p, int s) {
+  return s >= 3 || (s >= 1 && p->has_copy && !p->read_as_f32);
+}
 
 /* This rank's shard of each parameter: all of it at stage 0. */
 static void cut(tg_zero *z) {
@@ -161,6 +163,7 @@ static void cut(tg_zero *z) {
     q->numel = tg_type_numel(&q->p.node->type);
     if (z->stage == 0) q->first = 0, q->len = q->numel;
     else q->len = tg_shard_extent(q->numel, z->ranks, z->rank, &q->first);
+    q->padded = tg_shard_elements(q->numel, z->ranks);
     /* the master is the optimizer's alone where the model's graphs read
      * only its bf16 copy: then this rank keeps its shard, and the copies
      * are what the all-gather moves */
@@ -180,12 +183,22 @@ void tg_zero_allocate(tg_zero *z, tg_tensor *const *values, tg_tensor *const *co
       continue;
     }
     if (z->stage == 1) q->grad_acc = tg_tensor_new(z->dev, t);
+    if (z->stage == 3) { /* the shards the model's graphs read, padding and all (the all-gather moves it) */
+      q->shard_value = own(z, q->padded);
+      if (q->p.has_copy) q->shard_copy = own_of(z, q->padded, TG_BF16);
+      q->grad_padded = own(z, q->padded);
+    }
     if (!q->len) continue;
-    q->grad_shard = z->stage == 1 ? flat(q->grad_acc, q->first, q->len) : own(z, q->len);
+    q->grad_shard = z->stage == 1   ? flat(q->grad_acc, q->first, q->len)
+                    : z->stage == 3 ? flat(q->grad_padded, 0, q->len)
+                                    : own(z, q->len);
     q->m = own(z, q->len);
     q->v = own(z, q->len);
-    q->value_view = q->master_sharded ? own(z, q->len) : flat(q->p.value, q->first, q->len);
-    if (q->p.copy) q->copy_view = flat(q->p.copy, q->first, q->len);
+    q->value_view = z->stage == 3       ? flat(q->shard_value, 0, q->len)
+                    : q->master_sharded ? own(z, q->len)
+                                        : flat(q->p.value, q->first, q->len);
+    if (z->stage == 3 && q->shard_copy) q->copy_view = flat(q->shard_copy, 0, q->len);
+    else if (q->p.copy) q->copy_view = flat(q->p.copy, q->first, q->len);
   }
 }
 
@@ -228,24 +241,20 @@ tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_g
     return z;
   }
 
+  /* every rank has one, even one that holds no element (more ranks than
+   * shards): the norm's all_reduce needs every rank */
   int64_t *len = tg_alloc(ctx->arena, sizeof *len * (size_t)(n + 1));
-  int owned = 0;
-  for (int i = 0; i < n; i++) owned += (len[i] = z->ps[i].len) > 0;
-  if (!owned) return z; /* more ranks than shards: this one only takes part in the collectives */
+  for (int i = 0; i < n; i++) len[i] = z->ps[i].len;
   tg_adamw_opts shard = *o;
   shard.copies = copies;
   shard.decayed = decayed;
-  shard.norm_input = true;
+  shard.norm_ranks = z->ranks;
   tg_adamw_slot *slots;
   z->g_shard = optimizer_graph(z, &shard, len, &slots, &n_slots);
   for (int i = 0, k = 0; i < n; i++)
     if (len[i]) z->ps[i].slot = &slots[k++];
-  z->g_norm = norm_graph(z, len);
   tg_pipeline_opts pk = {.kernels = true};
   tg_run_pipeline(ctx, z->g_shard, &pk);
-  tg_run_pipeline(ctx, z->g_norm, &pk);
-  for (int i = 0; i < n; i++)
-    if (len[i]) z->ps[i].norm_input = tg_graph_leaf(z->g_norm, TG_OP_input, z->ps[i].slot->grad->name);
   return z;
 }
 
@@ -253,7 +262,8 @@ void tg_zero_free(tg_zero *z) {
   if (!z) return;
   for (int i = 0; i < z->n; i++) {
     zparam *q = &z->ps[i];
-    tg_tensor *ts[] = {q->grad_value, q->copy_view, q->value_view, q->grad_shard, q->grad_acc, q->m, q->v};
+    tg_tensor *ts[] = {q->grad_value, q->copy_view, q->value_view, q->grad_shard, q->grad_acc, q->m, q->v,
+                       q->shard_value, q->shard_copy, q->grad_padded};
     for (size_t k = 0; k < sizeof ts / sizeof *ts; k++) tg_tensor_free(ts[k]);
   }
   free(z->ps), free(z->param_of_node), free(z->src), free(z->dst), free(z->gather);
@@ -267,16 +277,12 @@ int tg_zero_graphs(tg_zero *z, tg_graph **gs, const char **names) {
     gs[0] = z->g_whole, names[0] = "optimizer";
     return 1;
   }
-  if (!z->g_shard) return 0;
   gs[0] = z->g_shard, names[0] = "optimizer";
-  gs[1] = z->g_norm, names[1] = "grad_norm";
-  return 2;
+  return 1;
 }
 
 void tg_zero_bind(tg_zero *z, tg_exec *const *es) {
-  if (z->stage > 0 && !z->g_shard) return;
   z->e_opt = es[0];
-  z->e_norm = z->stage > 0 ? es[1] : NULL;
   const tg_graph *g = tg_exec_graph(z->e_opt);
   for (int i = 0; i < z->n; i++) {
     zparam *q = &z->ps[i];
@@ -287,14 +293,12 @@ void tg_zero_bind(tg_zero *z, tg_exec *const *es) {
     tg_exec_bind(z->e_opt, s->grad, whole ? q->grad_acc : q->grad_shard);
     tg_exec_bind(z->e_opt, s->m, q->m);
     tg_exec_bind(z->e_opt, s->v, q->v);
-    if (!s->copy != !q->p.has_copy || !q->p.has_copy != !q->p.copy)
+    if (!s->copy != !q->p.has_copy || (z->stage < 3 && !q->p.has_copy != !q->p.copy))
       tg_error(z->ctx, s->param->loc, "internal: the optimizer's bf16 copy of '%s' and the step's disagree", s->param->name);
     if (s->copy) tg_exec_bind(z->e_opt, s->copy, whole ? q->p.copy : q->copy_view);
-    if (q->norm_input) tg_exec_bind(z->e_norm, q->norm_input, q->grad_shard);
   }
   z->lr_in = tg_exec_leaf(z->e_opt, tg_graph_leaf(g, TG_OP_input, TG_INPUT_LR));
   z->step_in = tg_exec_leaf(z->e_opt, tg_graph_leaf(g, TG_OP_input, TG_INPUT_STEP));
-  if (z->stage > 0) z->norm_in = tg_exec_leaf(z->e_opt, tg_graph_leaf(g, TG_OP_input, TG_INPUT_GRAD_NORM));
 }
 
 /* ---- gradients, bucket by bucket ----------------------------------------------- */
@@ -327,6 +331,8 @@ static void on_bucket(tg_exec *e, int bucket, void *ctx) {
 
 void tg_zero_attach(tg_zero *z, tg_exec *e_grad, int accum) {
   z->accum = accum;
+  z->e_grad = e_grad;
+  if (z->stage == 3) return; /* the graph reduce-scatters its gradients itself */
   if (z->stage == 2)
     for (int i = 0; i < z->n; i++)
       if (z->ps[i].p.grad) z->ps[i].grad_value = tg_exec_value(e_grad, z->ps[i].p.grad);
@@ -334,6 +340,15 @@ void tg_zero_attach(tg_zero *z, tg_exec *e_grad, int accum) {
 }
 
 void tg_zero_micro_step(tg_zero *z, int micro) { z->micro = micro; }
+
+void tg_zero_micro_step_done(tg_zero *z) {
+  if (z->stage != 3) return;
+  /* the graph's gradients are this rank's blocks of the sums over the
+   * ranks: the average over ranks and micro-steps is 1 / (ranks x accum) */
+  const float scale = 1.0f / ((float)z->ranks * (float)z->accum);
+  for (int i = 0; i < z->n; i++)
+    if (z->ps[i].p.grad) tg_exec_accumulate(z->e_grad, z->ps[i].p.grad, z->ps[i].grad_padded, scale, z->micro == 0);
+}
 
 /* ---- the step -------------------------------------------------------------------- */
 
@@ -345,29 +360,17 @@ static float read_scalar(tg_zero *z, tg_exec *e, const char *name) {
 }
 
 float tg_zero_step(tg_zero *z, double lr, int64_t step) {
-  float lr_f = (float)lr, step_f = (float)step, norm;
-  if (z->stage == 0) {
-    tg_tensor_write(z->lr_in, &lr_f, TG_HOST_F32);
-    tg_tensor_write(z->step_in, &step_f, TG_HOST_F32);
-    tg_exec_run(z->ctx, z->e_opt);
-    return read_scalar(z, z->e_opt, TG_OUTPUT_GRAD_NORM);
-  }
-  /* the global norm: this rank's sum of squares, summed over the ranks
-   * (in double, the same bits everywhere), as the f32 the norm would be */
-  double squares[1] = {0};
-  if (z->e_norm) {
-    tg_exec_run(z->ctx, z->e_norm);
-    squares[0] = read_scalar(z, z->e_norm, TG_OUTPUT_GRAD_SQUARES);
-  }
-  tg_comm_sum_doubles(squares, 1);
-  norm = sqrtf((float)squares[0]);
-  if (z->e_opt) {
-    tg_tensor_write(z->lr_in, &lr_f, TG_HOST_F32);
-    tg_tensor_write(z->step_in, &step_f, TG_HOST_F32);
-    tg_tensor_write(z->norm_in, &norm, TG_HOST_F32);
-    tg_exec_run(z->ctx, z->e_opt);
-  }
-  /* every rank's updated shards to every rank: the next forward reads them whole */
+  float lr_f = (float)lr, step_f = (float)step;
+  tg_tensor_write(z->lr_in, &lr_f, TG_HOST_F32);
+  tg_tensor_write(z->step_in, &step_f, TG_HOST_F32);
+  /* clipping by the global norm: at stages 1 to 3 the graph sums the
+   * ranks' squares with an all_reduce of its own */
+  tg_exec_run(z->ctx, z->e_opt);
+  float norm = read_scalar(z, z->e_opt, TG_OUTPUT_GRAD_NORM);
+  if (z->stage == 0) return norm;
+  /* every rank's updated shards to every rank: the next forward reads them
+   * whole (at stage 3 it gathers them itself) */
+  if (z->stage == 3) return norm;
   int n = 0;
   for (int i = 0; i < z->n; i++) {
     if (!z->ps[i].master_sharded) z->gather[n++] = z->ps[i].p.value;
@@ -440,10 +443,14 @@ void tg_zero_set_value(tg_zero *z, int i, const float *whole) {
     return;
   }
   if (q->len) tg_tensor_write(q->value_view, whole + q->first, TG_HOST_F32);
-  tg_tensor_write(q->p.copy, whole, TG_HOST_F32); /* rounded to bf16 as the optimizer's cast rounds */
+  /* the copy rounded to bf16 as the optimizer's cast rounds */
+  if (z->stage == 3 && q->copy_view) tg_tensor_write(q->copy_view, whole + q->first, TG_HOST_F32);
+  else if (q->p.copy) tg_tensor_write(q->p.copy, whole, TG_HOST_F32);
 }
 
 bool tg_zero_master_sharded(const tg_zero *z, int i) { return z->ps[i].master_sharded; }
+
+tg_tensor *tg_zero_shard(const tg_zero *z, int i, bool copy) { return copy ? z->ps[i].shard_copy : z->ps[i].shard_value; }
 
 int64_t tg_zero_state_bytes(const tg_zero *z) { return tg_zero_state_bytes_at(z, z->stage); }
 
@@ -451,10 +458,12 @@ int64_t tg_zero_state_bytes_at(const tg_zero *z, int stage) {
   int64_t b = 0;
   for (int i = 0; i < z->n; i++) {
     int64_t numel = z->ps[i].numel, len = stage ? tg_shard_extent(numel, z->ranks, z->rank, NULL) : numel;
-    b += (stage < 2 ? numel : len) + 2 * len; /* the accumulator, whole or this rank's; the moments */
-    if (shards_master(&z->ps[i].p, stage)) b += len; /* the master's shard */
+    int64_t padded = stage == 3 ? tg_shard_elements(numel, z->ranks) : len;
+    b += 4 * ((stage < 2 ? numel : padded) + 2 * len); /* the accumulator, whole or this rank's; the moments */
+    if (shards_master(&z->ps[i].p, stage)) b += 4 * padded; /* the master's shard */
+    if (stage == 3 && z->ps[i].p.has_copy) b += 2 * padded; /* the bf16 copy's */
   }
-  return b * (int64_t)sizeof(float);
+  return b;
 }
 
 const char *tg_zero_describe(const tg_zero *z) {
@@ -466,6 +475,11 @@ const char *tg_zero_describe(const tg_zero *z) {
   const char *masters = sharded ? tg_sprintf(z->ctx->arena, ", and the f32 master weights of the %d (of %d) the model "
                                              "reads only as bf16 copies", sharded, z->n)
                                 : "";
+  if (z->stage == 3)
+    return tg_sprintf(z->ctx->arena,
+                      "zero 3: each rank keeps its shard of every parameter, of its bf16 copy, of the gradients and "
+                      "of AdamW's moments; the model's graphs all-gather each layer's weights before use (again "
+                      "for the backward) and reduce-scatter the gradients (passes/shard_params.c)");
   return tg_sprintf(z->ctx->arena,
                     "zero %d: each rank keeps %s of its shard of every parameter%s; the gradients are "
                     "reduce-scattered%s, the updated weights all-gathered",

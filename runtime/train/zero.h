@@ -1,5 +1,5 @@
 /* zero.h: the gradients, optimizer state and optimizer step of a
- * data-parallel run, at ZeRO stage 0, 1 or 2 (zero.c; docs/parallel.md).
+ * data-parallel run, at ZeRO stage 0, 1, 2 or 3 (zero.c; docs/parallel.md).
  *
  * The training loop (train.c) keeps the parameters' whole values (and bf16
  * copies) that its graphs read; everything from the gradients on is here:
@@ -34,8 +34,10 @@ typedef struct tg_zero_param {
 /* Builds stage `stage`'s optimizer graphs (fused and planned) for this
  * rank of the job (runtime/comm), allocating nothing yet;
  * g_grad is the grad graph after the pipeline (its schedule's buckets).
- * Stage 3 and stages above 0 on a backend without the collectives are
- * the caller's to refuse (tg_device_can_shard); one rank is stage 0. */
+ * Stages above 0 on a backend without the collectives are the caller's
+ * to refuse (tg_device_can_shard); one rank is stage 0.  At stage 3 the
+ * model's graphs must have been sharded (tg_shard_params) and read the
+ * shards tg_zero_shard gives. */
 tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_grad, const tg_zero_param *ps, int n,
                      const tg_adamw_opts *o);
 /* After the memory check: the state on the device, for the parameters'
@@ -48,13 +50,19 @@ int tg_zero_stage(const tg_zero *z);
 /* The graphs to compile for the device, with their names (for the
  * kernels' files): into gs and names, at most TG_ZERO_MAX_GRAPHS; returns
  * how many.  Then tg_zero_bind with their execs, in the same order. */
-enum { TG_ZERO_MAX_GRAPHS = 2 };
+enum { TG_ZERO_MAX_GRAPHS = 1 };
 int tg_zero_graphs(tg_zero *z, tg_graph **gs, const char **names);
 void tg_zero_bind(tg_zero *z, tg_exec *const *es);
 /* Hooks the grad graph's buckets, for steps of `accum` micro-steps. */
 void tg_zero_attach(tg_zero *z, tg_exec *e_grad, int accum);
 /* Before each micro-step's run of the grad graph: which one it is. */
 void tg_zero_micro_step(tg_zero *z, int micro);
+/* After it: at stage 3, the graph's gradient shards into the accumulators. */
+void tg_zero_micro_step_done(tg_zero *z);
+/* Stage 3: the tensor a model graph's shard leaf of parameter i reads
+ * (passes/shard_params.c: "shard:NAME", or with copy "shard:bf16.NAME"):
+ * this rank's shard with its padding; NULL at other stages. */
+tg_tensor *tg_zero_shard(const tg_zero *z, int i, bool copy);
 /* After a step's micro-steps: clipping and AdamW at learning rate lr for
  * the 1-based step `step`, and at stages 1 and 2 the updated parameters
  * gathered to every rank.  Returns the global gradient norm. */

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# run_zero_train.sh TGRUN SRCDIR [BACKEND]: ZeRO stages 1 and 2 (train.cfg's
-# `zero`, runtime/train/zero.c) against stage 0, over MPI, on the CPU
-# backend (or BACKEND: cuda-emu runs the emulated device's NCCL).
+# run_zero_train.sh TGRUN SRCDIR [BACKEND]: ZeRO stages 1, 2 and 3 (train.cfg's
+# `zero`, runtime/train/zero.c, passes/shard_params.c) against stage 0, over
+# MPI, on the CPU backend (or BACKEND: cuda-emu runs the emulated device's
+# NCCL).
 #
 # - exact: a small GPT trained 20 steps on 2 and on 4 ranks (oversubscribed)
-#   at stages 1 and 2 writes a final checkpoint (weights and AdamW's
+#   at stages 1, 2 and 3 writes a final checkpoint (weights and AdamW's
 #   moments, the shards gathered) identical byte for byte to stage 0's,
 #   and the same losses, with grad_clip = 0.  The summation order is the
 #   same there: the reduce-scatter adds the ranks' gradients as the
 #   all-reduce does (Open MPI: the same bits, measured on 2 and 4 ranks),
 #   each element's AdamW is the same arithmetic on a shard as on the whole
 #   tensor, and the norm, whose partial sums are grouped by shard rather
-#   than by tensor, is only reported;
+#   than by tensor, is only reported.  At stage 3 the weights the kernels
+#   read are the all-gathered shards, the same bits as the whole tensors,
+#   and the gradient is the IR's reduce_scatter (a sum) times 1 / ranks,
+#   which is the all-reduce's average exactly: the sum is the same and the
+#   scale a power of two.  Evaluations and samples run there on every
+#   rank (their graphs gather too);
 #   The reference interpreter (backend ref) too, in 3 steps on 2 ranks,
 #   and precision bf16, where the f32 masters of the parameters the model
 #   reads only as bf16 copies are sharded too (16 of the 28 here: the
@@ -31,9 +37,12 @@
 #   rank_timeout (the reduce-scatters and all-gathers wait no longer than
 #   the all-reduce did); a rank killed (SIGKILL) ends it too, and the last
 #   checkpoint resumes;
-# - bad input: stage 3 (planned, not built) and stage 5 are refused before
-#   any work, naming the file and line; stage 1 on one rank trains as
-#   stage 0 with a note.
+# - stage 3 resumes exactly (10 + 10 steps), a 2-rank stage 1 checkpoint
+#   resumed on 4 ranks at stage 3 takes stage 0's step, and a rank stopped
+#   at stage 3 (inside an all-gather of the graph) ends the job within
+#   rank_timeout;
+# - bad input: stage 5 is refused before any work, naming the file and
+#   line; stage 1 and stage 3 on one rank train as stage 0 with a note.
 #
 # BACKEND cuda-emu (ctest cuda_emu_zero) runs a short form, the rest taking
 # minutes on the emulated device and being the same code above the
@@ -42,7 +51,10 @@
 # bucket hooks of a captured CUDA graph; the traces (TG_CUDA_TRACE, both
 # ranks) show the grad step run op by op no more often at stages 1 and 2
 # than at stage 0 (one "allreduce B" line a bucket point, and at stages 1
-# and 2 one reduce-scatter there), the other steps being replays.
+# and 2 one reduce-scatter there), the other steps being replays.  Stage 3
+# likewise: its all-gathers and reduce-scatters are ops of the graph
+# (NCCL on the communication stream inside the captured CUDA graph), each
+# traced once a rank (the eager run), one reduce-scatter a parameter.
 set -u
 src=$(cd "$2" && pwd)
 backend=${3:-cpu}
@@ -102,9 +114,9 @@ same_ckpt() {
 }
 
 if [ "$backend" = cuda-emu ]; then
-  for stage in 0 1 2; do
+  for stage in 0 1 2 3; do
     TG_CUDA_TRACE=$tmp/trace$stage run "emu-$stage" 2 zero=$stage grad_clip=0 max_steps=4 lr_decay_steps=4 eval_batches=1
-    contains "$tmp/emu-$stage.out" "bit-identical after every step"
+    [ "$stage" = 3 ] || contains "$tmp/emu-$stage.out" "bit-identical after every step"
   done
   points0=$(grep -c '^allreduce ' "$tmp/trace0")
   if [ "$points0" -gt 0 ] && [ "$points0" -lt 8 ]; then ok; else bad "stage 0: $points0 bucket points run op by op in 2 x 4 steps"; fi
@@ -116,6 +128,13 @@ if [ "$backend" = cuda-emu ]; then
     if [ "$points" -eq "$points0" ] && [ "$scatters" -eq "$points" ]; then ok
     else bad "stage $stage: $points bucket points and $scatters reduce-scatters run op by op, stage 0 $points0 points"; fi
   done
+  same_ckpt emu-0 emu-3 "stage 3 on 2 ranks of cuda-emu"
+  if cmp -s <(grep -o '"loss":[^,]*' "$tmp/emu-0/metrics.jsonl") <(grep -o '"loss":[^,]*' "$tmp/emu-3/metrics.jsonl")
+  then ok; else bad "stage 3's losses on cuda-emu differ from stage 0's"; fi
+  # 28 parameters: one reduce_scatter each in the one eager grad run of each rank
+  scatters=$(grep -c '^reduce_scatter k' "$tmp/trace3") gathers=$(grep -c '^all_gather k' "$tmp/trace3")
+  if [ "$scatters" -eq 56 ] && [ "$gathers" -gt 56 ]; then ok
+  else bad "stage 3: $scatters reduce_scatters and $gathers all_gathers run op by op (expected 56 and more than 56)"; fi
   finish
   exit
 fi
@@ -141,16 +160,18 @@ PY
 
 # exact, on 2 and 4 ranks
 for n in 2 4; do
-  for stage in 0 1 2; do
+  for stage in 0 1 2 3; do
     run "exact$n-$stage" $n zero=$stage grad_clip=0
   done
   contains "$tmp/exact$n-0.out" "zero 0: every rank keeps every gradient"
   contains "$tmp/exact$n-1.out" "zero 1: each rank keeps AdamW's moments of its shard"
   contains "$tmp/exact$n-2.out" "zero 2: each rank keeps the gradients and AdamW's moments of its shard"
   contains "$tmp/exact$n-2.out" "bit-identical after every step"
+  contains "$tmp/exact$n-3.out" "zero 3: each rank keeps its shard of every parameter"
   same_ckpt "exact$n-0" "exact$n-1" "stage 1 on $n ranks"
   same_ckpt "exact$n-0" "exact$n-2" "stage 2 on $n ranks"
-  for stage in 1 2; do
+  same_ckpt "exact$n-0" "exact$n-3" "stage 3 on $n ranks"
+  for stage in 1 2 3; do
     if cmp -s <(grep -o '"loss":[^,]*' "$tmp/exact$n-0/metrics.jsonl") \
               <(grep -o '"loss":[^,]*' "$tmp/exact$n-$stage/metrics.jsonl"); then ok
     else bad "stage $stage's losses on $n ranks differ from stage 0's"; fi
@@ -159,12 +180,13 @@ done
 
 # precision bf16: the f32 masters the model reads only as bf16 copies are
 # sharded too, and the copies are what the all-gather moves; the same bytes
-for stage in 0 1 2; do
+for stage in 0 1 2 3; do
   run "bf16-$stage" 2 zero=$stage grad_clip=0 precision=bf16
 done
 contains "$tmp/bf16-1.out" "and the f32 master weights of the 16 (of 28) the model reads only as bf16 copies"
 same_ckpt bf16-0 bf16-1 "stage 1 at bf16"
 same_ckpt bf16-0 bf16-2 "stage 2 at bf16"
+same_ckpt bf16-0 bf16-3 "stage 3 at bf16 (the bf16 copies' shards gathered)"
 # and they resume: 10 + 10 steps at stage 1, bf16
 run bf16-half 2 zero=1 grad_clip=0 precision=bf16 max_steps=10
 run bf16-half 2 zero=1 grad_clip=0 precision=bf16 resume=true
@@ -172,25 +194,30 @@ same_ckpt bf16-1 bf16-half "10 + 10 steps at stage 1, bf16"
 
 # the reference interpreter (its collectives in doubles) likewise, 3 steps
 if [ "$backend" = cpu ]; then
-  for stage in 0 1 2; do
+  for stage in 0 1 2 3; do
     run "ref-$stage" 2 zero=$stage grad_clip=0 max_steps=3 backend=ref
   done
   same_ckpt ref-0 ref-1 "stage 1 on the reference interpreter"
   same_ckpt ref-0 ref-2 "stage 2 on the reference interpreter"
+  same_ckpt ref-0 ref-3 "stage 3 on the reference interpreter"
 fi
 
 # clipping and accumulation: within the limits argued at the top
-for stage in 0 1 2; do
+for stage in 0 1 2 3; do
   run "clip-$stage" 2 zero=$stage grad_accum=2
 done
 close_runs clip-0 clip-1
 close_runs clip-0 clip-2
+close_runs clip-0 clip-3
 
 # resume exactly: 10 + 10 steps at stage 2 = 20 steps (exact2-2)
 run half 2 zero=2 grad_clip=0 max_steps=10
 run half 2 zero=2 grad_clip=0 resume=true
 contains "$tmp/out" "resumed from"
 same_ckpt exact2-2 half "10 + 10 steps at stage 2"
+run half3 2 zero=3 grad_clip=0 max_steps=10
+run half3 2 zero=3 grad_clip=0 resume=true
+same_ckpt exact2-3 half3 "10 + 10 steps at stage 3"
 
 # resume another way: stage 1 on 2 ranks, then one step on 4 ranks at
 # stage 2 and at stage 0 from the same checkpoint: the same step
@@ -200,9 +227,13 @@ for d in re2 re0; do
   cp "$tmp/ten/ckpt.safetensors" "$tmp/$d/"
   cp "$tmp/ten/metrics.jsonl" "$tmp/$d/"
 done
+mkdir -p "$tmp/re3"
+cp "$tmp/ten/ckpt.safetensors" "$tmp/ten/metrics.jsonl" "$tmp/re3/"
 run re2 4 zero=2 grad_clip=0 max_steps=11 resume=true
 run re0 4 zero=0 grad_clip=0 max_steps=11 resume=true
+run re3 4 zero=3 grad_clip=0 max_steps=11 resume=true
 same_ckpt re0 re2 "a 2-rank stage 1 checkpoint resumed on 4 ranks at stage 2"
+same_ckpt re0 re3 "a 2-rank stage 1 checkpoint resumed on 4 ranks at stage 3"
 
 # rank_pid MARK R: the pid of rank R of the job started with TG_TEST_MARK=MARK
 rank_pid() {
@@ -236,6 +267,25 @@ else
   kill $job
 fi
 
+# rank 1 stops at stage 3: the graph's own all-gathers hold rank_timeout
+TG_TEST_MARK=$tmp.stop3 "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/stop3" zero=3 max_steps=100000000 \
+  log_interval=100000000 rank_timeout=5 > "$tmp/stop3.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "^training" "$tmp/stop3.out" && break; sleep 0.1; done
+victim=$(rank_pid "$tmp.stop3" 1)
+if [ -n "$victim" ]; then
+  kill -STOP "$victim"
+  for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
+  if kill -0 $job 2> /dev/null; then bad "the zero = 3 job did not end within 60 s of a rank stopping"; kill -9 $job; else ok; fi
+  wait $job
+  [ $? -ne 0 ] && ok || bad "the zero = 3 job ended with status 0 after a rank stopped"
+  contains "$tmp/stop3.out" "for rank 1, which did not answer"
+  kill -9 "$victim" 2> /dev/null
+else
+  bad "could not find rank 1 of the zero = 3 job"
+  kill $job
+fi
+
 # rank 1 dies (SIGKILL) after checkpoints at stage 2: the job ends, and the
 # last checkpoint (the shards gathered into one file) resumes
 TG_TEST_MARK=$tmp.kill "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/kill" zero=2 max_steps=100000000 \
@@ -260,9 +310,6 @@ else
 fi
 
 # bad input, before any work
-expect_status 1 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/z3" zero=3
-contains "$tmp/out" "zero = 3 (parameters sharded too) is not built yet"
-if grep -q '^built' "$tmp/out"; then bad "zero = 3 compiled graphs before refusing"; else ok; fi
 expect_status 2 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/z5" zero=5
 contains "$tmp/out" "zero must be in [0, 3], not 5"
 cat "$tmp/small.cfg" > "$tmp/z4.cfg"
@@ -276,5 +323,7 @@ contains "$tmp/out" "is the largest that would fit"
 # one rank: stage 0, with a note
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/one" zero=1 max_steps=2
 contains "$tmp/out" "note: zero = 1 with one rank: nothing to shard; training as zero = 0"
+expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/one3" zero=3 max_steps=2
+contains "$tmp/out" "note: zero = 3 with one rank: nothing to shard; training as zero = 0"
 
 finish
