@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# bench/zero_stages.sh: the step time of ZeRO's stages 0, 1 and 2 side by
-# side, on 2 ranks of the CPU backend, in one run.
+# bench/zero_stages.sh: the step time of ZeRO's stages 0, 1, 2 and 3 side
+# by side, on 2 ranks of the CPU backend, in one run.
 #
 #   bench/zero_stages.sh [BUILD_DIR] [STEPS]      (defaults: build, 60)
 #
 # The model is the baby Shakespeare run's (configs/baby_shakespeare_char.cfg:
 # 4 layers, 128 wide, 0.81M parameters) at 6 sequences a rank (the config's
 # 12 split over 2 ranks).  Each stage trains STEPS steps twice, the stages
-# interleaved (0 1 2 0 1 2), so that the machine's load drifts over all of
-# them alike; a stage's time is the median of its steps' dt_ms after the
+# interleaved (0 1 2 3 0 1 2 3), so that the machine's load drifts over all
+# of them alike; a stage's time is the median of its steps' dt_ms after the
 # first five (warm-up), over both of its runs.  Prints each stage's median
 # step time, its ratio to stage 0's, and the bytes of gradients and
 # optimizer state a rank keeps (tgc --report memplan --ranks 2 --zero S).
@@ -29,7 +29,7 @@ cd "$src"
 run=(configs/baby_shakespeare_char.cfg data_dir="$tmp/data" batch_size=6 max_steps="$steps" warmup_steps=0 lr_decay_steps="$steps"
      eval_interval=0 sample_interval=0 checkpoint_interval=0)
 for round in 1 2; do
-  for stage in 0 1 2; do
+  for stage in 0 1 2 3; do
     echo "round $round, zero $stage: $steps steps on 2 ranks" >&2
     "$tgrun" --nproc 2 "${run[@]}" zero="$stage" out_dir="$tmp/z$stage-$round" > "$tmp/log$stage-$round" 2>&1 ||
       { cat "$tmp/log$stage-$round" >&2; exit 1; }
@@ -45,12 +45,12 @@ plan() {
          END { printf "gradients %s, AdamW m, v %s", g, o }'
 }
 
-/usr/bin/env python3 - "$tmp" "$steps" "$(plan 0)" "$(plan 1)" "$(plan 2)" <<'PY'
+/usr/bin/env python3 - "$tmp" "$steps" "$(plan 0)" "$(plan 1)" "$(plan 2)" "$(plan 3)" <<'PY'
 import json, statistics, sys
 tmp, steps = sys.argv[1], int(sys.argv[2])
-plans = sys.argv[3:6]
+plans = sys.argv[3:7]
 med = {}
-for stage in (0, 1, 2):
+for stage in (0, 1, 2, 3):
     dts = []
     for rnd in (1, 2):
         rows = [json.loads(l) for l in open(f"{tmp}/z{stage}-{rnd}/metrics.jsonl")]
@@ -59,6 +59,6 @@ for stage in (0, 1, 2):
 print("ZeRO stages on 2 ranks, CPU backend, baby Shakespeare GPT (0.81M params), %d steps x 2 runs each" % steps)
 print("| stage | median step (ms) | vs stage 0 | a rank's gradients and optimizer state (tgc) |")
 print("|---|---|---|---|")
-for stage in (0, 1, 2):
+for stage in (0, 1, 2, 3):
     print("| %d | %.2f | %.3f | %s |" % (stage, med[stage], med[stage] / med[0], plans[stage].strip() or "-"))
 PY

@@ -323,6 +323,50 @@ bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_
   return true;
 }
 
+void tg_collectives_placed(const tg_graph *g, int ranks, tg_collective_plan *out) {
+  *out = (tg_collective_plan){.ranks = ranks, .stage = 3, .placed = true};
+  planner p = {g, ranks, tg_alloc(g->arena, sizeof(tg_collective) * (size_t)(g->n_kernels + 2)), 0};
+  size_t np = strlen(TG_SHARD_PREFIX);
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    const tg_node *n = K->n_nodes == 1 ? g->nodes[K->nodes[0]] : NULL;
+    if (!n || !tg_op_is_collective(n->op)) continue;
+    const tg_node *x = tg_kernel_base(n->in[0]);
+    int64_t elem = tg_dtype_size(n->type.dtype), in_numel = tg_type_numel(&n->in[0]->type);
+    tg_collective c = {.kind = n->op == TG_OP_all_gather ? TG_ALL_GATHER
+                               : n->op == TG_OP_reduce_scatter ? TG_REDUCE_SCATTER : TG_ALL_REDUCE,
+                       .bucket = -1, .n_tensors = 1, .dtypes = 1u << n->type.dtype, .start = k + 1};
+    if (n->op == TG_OP_all_gather) {
+      bool shard = x->name && !strncmp(x->name, TG_SHARD_PREFIX, np);
+      c.what = n->phase == TG_PHASE_FORWARD ? TG_COLLECTIVE_LAYER_FORWARD : TG_COLLECTIVE_LAYER_BACKWARD;
+      c.layer = shard ? x->name + np : "a value";
+      c.bytes_in = tg_type_numel(&n->type) * elem;
+      c.bytes_sent = in_numel * elem * ring_blocks(c.kind, ranks);
+    } else {
+      c.what = TG_COLLECTIVE_GRADIENT;
+      c.layer = "a value";
+      for (int o = 0; o < g->n_outputs; o++)
+        if (tg_kernel_base(g->outputs[o].node) == n && tg_gradient_param_name(g->outputs[o].name))
+          c.layer = tg_gradient_param_name(g->outputs[o].name);
+      c.bytes_in = in_numel * elem;
+      c.bytes_sent = tg_type_numel(&n->type) * elem * ring_blocks(c.kind, ranks);
+    }
+    /* a gather from a shard leaf runs under the kernels up to its reader;
+     * a reduce-scatter's input is an intermediate whose memory later
+     * kernels may reuse, so the step waits for it at once (the CUDA
+     * backend: enqueue_ir_collective) */
+    c.needed = n->op == TG_OP_all_gather && x->op == TG_OP_input ? first_reader(g, k + 1, &n->id, 1) : k + 1;
+    add(&p, c);
+  }
+  /* the optimizer's graph sums the ranks' squares with an all_reduce of its own */
+  p.cs[p.n++] = (tg_collective){TG_ALL_REDUCE, TG_COLLECTIVE_NORM, -1, NULL, 1, 4, 0, 1u << TG_F32, g->n_kernels,
+                                g->n_kernels};
+  out->collectives = p.cs;
+  out->n_collectives = p.n;
+  for (int i = 0; i < p.n; i++)
+    if (p.cs[i].what != TG_COLLECTIVE_NORM) out->bytes_sent += p.cs[i].bytes_sent;
+}
+
 /* "f32", "bf16", "bf16 and f32": the dtypes of a collective's tensors. */
 static void dtype_list(char *buf, size_t n, uint32_t dtypes) {
   buf[0] = 0;
@@ -357,11 +401,26 @@ static void print_one(FILE *out, const tg_graph *g, const tg_collective_plan *p,
             p->bf16_copies ? "; the bf16 copies' f32 masters stay sharded" : "", (long long)c->bytes_sent);
     break;
   case TG_COLLECTIVE_NORM:
+    if (p->placed) {
+      fputs("gradient norm: this rank's sum of squares, 4 bytes in (f32), in the optimizer's graph after this one, "
+            "not in the totals (a scalar: latency, not bandwidth)\n", out);
+      return;
+    }
     fprintf(out, "gradient norm: this rank's sum of squares, 8 bytes in (a double), not in the totals (a scalar: "
                  "latency, not bandwidth)");
     break;
+  case TG_COLLECTIVE_GRADIENT:
+    fprintf(out, "gradient of %s: %lld bytes in (%s, padded to the shards), %lld bytes sent per rank", c->layer,
+            (long long)c->bytes_in, dtypes, (long long)c->bytes_sent);
+    break;
   case TG_COLLECTIVE_LAYER_FORWARD:
   case TG_COLLECTIVE_LAYER_BACKWARD:
+    if (p->placed) {
+      fprintf(out, "%s for the %s: %lld bytes gathered (%s), %lld bytes sent per rank", c->layer,
+              c->what == TG_COLLECTIVE_LAYER_FORWARD ? "forward" : "backward", (long long)c->bytes_in, dtypes,
+              (long long)c->bytes_sent);
+      break;
+    }
     fprintf(out, "layer %s for the %s: %d tensor%s, %lld bytes in (%s), %lld bytes sent per rank", c->layer,
             c->what == TG_COLLECTIVE_LAYER_FORWARD ? "forward" : "backward", c->n_tensors, c->n_tensors == 1 ? "" : "s",
             (long long)c->bytes_in, dtypes, (long long)c->bytes_sent);
@@ -369,12 +428,14 @@ static void print_one(FILE *out, const tg_graph *g, const tg_collective_plan *p,
   }
   /* where it is: a gather by the kernel that needs it, the rest by the
    * kernel it follows */
-  bool gather = c->what == TG_COLLECTIVE_LAYER_FORWARD || c->what == TG_COLLECTIVE_LAYER_BACKWARD;
+  bool gather = !p->placed && (c->what == TG_COLLECTIVE_LAYER_FORWARD || c->what == TG_COLLECTIVE_LAYER_BACKWARD);
   int k = gather ? c->needed : c->start - 1;
-  if (k >= 0 && k < g->n_kernels) fprintf(out, ", %s k%d \"%s\", ", gather ? "before" : "after", k, g->kernels[k].name);
+  if (p->placed && k >= 0) fprintf(out, ", kernel k%d, ", k); /* a collective is a kernel of its own there */
+  else if (k >= 0 && k < g->n_kernels) fprintf(out, ", %s k%d \"%s\", ", gather ? "before" : "after", k, g->kernels[k].name);
   else fputs(", at the step's start, ", out);
   print_overlap(out, c);
   if (c->what == TG_COLLECTIVE_PARAMETERS) fputs(" (the next step's forward reads them)", out);
+  if (c->what == TG_COLLECTIVE_GRADIENT) fputs(" (the step waits for it: later kernels may reuse its input's memory)", out);
   fputc('\n', out);
 }
 
@@ -386,9 +447,15 @@ static const char *const stage_moves[] = {
 };
 
 void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan *p, const tg_collective_plan *ddp) {
-  fprintf(out, "collective: stage %d on %d rank%s: %s; ring algorithms (NCCL's): a rank sends N-1 of base/shard.h's "
-               "shards of the tensors for a reduce_scatter or an all_gather, 2(N-1) for an all_reduce\n",
-          p->stage, p->ranks, p->ranks == 1 ? "" : "s", stage_moves[p->stage]);
+  const char *ring = "ring algorithms (NCCL's): a rank sends N-1 of base/shard.h's shards of the tensors for a "
+                     "reduce_scatter or an all_gather, 2(N-1) for an all_reduce";
+  if (p->placed)
+    fprintf(out, "collective: stage 3 on %d ranks as tgrun runs it: the sharded gradient graph's own collectives "
+                 "(passes/shard_params.c; its kernel numbers), each weight gathered ahead of its readers for the "
+                 "forward and again for the backward, each gradient reduce-scattered; %s\n", p->ranks, ring);
+  else
+    fprintf(out, "collective: stage %d on %d rank%s: %s; %s\n", p->stage, p->ranks, p->ranks == 1 ? "" : "s",
+            stage_moves[p->stage], ring);
   for (int i = 0; i < p->n_collectives; i++) print_one(out, g, p, &p->collectives[i]);
   fprintf(out, "collective: total per step per rank: %lld bytes sent (stage 0: %lld; ", (long long)p->bytes_sent,
           (long long)ddp->bytes_sent);

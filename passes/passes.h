@@ -247,6 +247,7 @@ typedef enum tg_collective_what {
   TG_COLLECTIVE_NORM,           /* the gradient norm's sum of squares (a scalar) */
   TG_COLLECTIVE_LAYER_FORWARD,  /* stage 3: a layer's weights the forward reads */
   TG_COLLECTIVE_LAYER_BACKWARD, /* ... and those the backward reads */
+  TG_COLLECTIVE_GRADIENT,       /* stage 3 as placed: one parameter's gradient (tg_collectives_placed) */
 } tg_collective_what;
 typedef struct tg_collective {
   tg_collective_kind kind;
@@ -268,10 +269,17 @@ typedef struct tg_collective_plan {
   int n_collectives;
   int64_t bytes_sent;  /* per rank and step, the scalar norm's left out */
   bool bf16_copies;    /* the step has bf16 copies */
+  bool placed;         /* tg_collectives_placed: read off a sharded graph, not planned */
 } tg_collective_plan;
 /* Fills *out for g (after the schedule pass).  False, with why, for a
  * stage outside 0..3, fewer than one rank, or a graph without buckets. */
 bool tg_collectives_plan(const tg_graph *g, int ranks, int stage, tg_collective_plan *out, char *why, size_t whylen);
+/* Stage 3 as tgrun runs it: the collectives of g, the gradient graph
+ * sharded over `ranks` (tg_shard_params, after the lowering passes), in
+ * kernel order: each weight's gathers (layer: the weight's name) from the
+ * kernel before them to their first reader, each gradient's
+ * reduce-scatter, and the optimizer's norm (a scalar: listed, not counted). */
+void tg_collectives_placed(const tg_graph *g, int ranks, tg_collective_plan *out);
 /* A line per collective of p, then its total next to ddp's (the same
  * ranks at stage 0). */
 void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan *p, const tg_collective_plan *ddp);

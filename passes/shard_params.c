@@ -104,6 +104,26 @@ static tg_node *gathered(sharder *s, int w, tg_phase phase, gather *G) {
   return v;
 }
 
+/* The forward's view v of weight W (a transpose the backward's matmul
+ * reads, say) rebuilt on the backward's gather, once (memo by id): the
+ * backward must not keep the forward's gathered weight alive. */
+static tg_node *view_on(sharder *s, tg_node *v, const tg_node *W, tg_node *gathered, int at, tg_node **memo) {
+  if (v == W) return gathered;
+  if (memo[v->id]) return memo[v->id];
+  tg_node *in = view_on(s, v->in[0], W, gathered, at, memo);
+  tg_node *c = node1(s, v->op, in, v->loc);
+  c->type = v->type, c->axis = v->axis, c->start = v->start, c->len = v->len;
+  memcpy(c->perm, v->perm, sizeof c->perm);
+  place_before(s, at, add(s, c, TG_PHASE_BACKWARD, "a view"));
+  return memo[v->id] = c;
+}
+
+/* Whether x reads weight W through views only. */
+static bool views_of(const tg_node *x, const tg_node *W) {
+  while (x != W && tg_is_view(x)) x = x->in[0];
+  return x == W;
+}
+
 static int by_first_use(const void *a, const void *b) {
   const gather *x = a, *y = b;
   return (x->first_use > y->first_use) - (x->first_use < y->first_use);
@@ -112,15 +132,17 @@ static int by_first_use(const void *a, const void *b) {
 /* The gathers of one phase's readers: one per weight read, each placed
  * LOOKAHEAD weights ahead of its first reader. */
 static void gather_for(sharder *s, int n_old, bool forward) {
+  tg_node **memo = tg_xcalloc((size_t)n_old + 1, sizeof *memo); /* per old view: its backward twin */
   gather *gs = tg_xcalloc((size_t)s->n + 1, sizeof *gs);
   int ng = 0;
+  /* a backward reader may read the weight through the forward's views */
   for (int w = 0; w < s->n; w++) {
     int first = -1;
     for (int i = 0; i < n_old && first < 0; i++) {
       const tg_node *u = s->g->nodes[i];
       if ((u->phase == TG_PHASE_FORWARD) != forward) continue;
       for (int x = 0; x < u->nin && first < 0; x++)
-        if (u->in[x] == s->weights[w]) first = i;
+        if (forward ? u->in[x] == s->weights[w] : views_of(u->in[x], s->weights[w])) first = i;
     }
     if (first >= 0) gs[ng++] = (gather){.weight = w, .first_use = first};
   }
@@ -130,18 +152,21 @@ static void gather_for(sharder *s, int n_old, bool forward) {
     G->at = gs[j < LOOKAHEAD ? 0 : j - LOOKAHEAD].first_use;
     gathered(s, G->weight, forward ? TG_PHASE_FORWARD : TG_PHASE_BACKWARD, G);
     for (int c = 0; c < G->n_chain; c++) place_before(s, G->at, G->chain[c]);
+    tg_node *W = s->weights[G->weight];
     for (int i = 0; i < n_old; i++) {
       tg_node *u = s->g->nodes[i];
       if ((u->phase == TG_PHASE_FORWARD) != forward) continue;
       for (int x = 0; x < u->nin; x++)
-        if (u->in[x] == s->weights[G->weight]) u->in[x] = G->value;
+        if (u->in[x] == W) u->in[x] = G->value;
+        else if (!forward && u->in[x]->phase == TG_PHASE_FORWARD && views_of(u->in[x], W))
+          u->in[x] = view_on(s, u->in[x], W, G->value, G->at, memo);
     }
   }
   /* an output that is a weight itself reads the forward's gather */
   for (int o = 0; forward && o < s->g->n_outputs; o++)
     for (int j = 0; j < ng; j++)
       if (s->g->outputs[o].node == s->weights[gs[j].weight]) s->g->outputs[o].node = gs[j].value;
-  free(gs);
+  free(gs), free(memo);
 }
 
 /* "grad:NAME" as this rank's block of the sum over the ranks. */
@@ -208,8 +233,11 @@ void tg_shard_params(tg_ctx *ctx, tg_graph *g, int ranks) {
   }
   /* first of all: a gather may be placed before its weight's own leaf */
   for (int w = 0; w < s.n; w++) place_before(&s, 0, s.shards[w]);
-  gather_for(&s, n_old, true);
+  /* the backward first: its readers may reach a weight through the
+   * forward's views, which still show the weight itself until the
+   * forward's gathers replace it */
   gather_for(&s, n_old, false);
+  gather_for(&s, n_old, true);
   scatter_gradients(&s);
 
   /* the new order: each old node after what is placed before it */

@@ -225,7 +225,9 @@ void tg_zero_plan_print(FILE *out, const tg_zero_plan *p, const tg_zero_plan *dd
   tg_memplan_format_bytes(b, sizeof b, p->step_arena_bytes);
   fprintf(out, "zero: not in the peak: the step's outputs in its arena (%s of memplan's %s: gradients, new weights "
           "and moments), which a ZeRO step keeps in the shards above\n", a, b);
-  /* the plan is the design; where tgrun does less, the report says so */
+  /* where tgrun holds other than the plan, the report says so */
   if (p->stage == 3)
-    fprintf(out, "zero: tgrun does not run stage 3 yet (zero = 3 is refused); this is the plan\n");
+    fprintf(out, "zero: tgrun gathers each weight, not each layer, ahead of its readers (passes/shard_params.c): "
+                 "what is whole at once is the weights between a gather and its last reader, about the plan's "
+                 "two layers\n");
 }

@@ -197,7 +197,7 @@ typedef struct zero_args {
 /* After the report's own lines (memplan's or schedule's): one rank's
  * memory, or every collective of a step, at the stage asked for next to
  * stage 0.  Returns the exit status. */
-static int report_zero(tg_ctx *ctx, tg_graph *g, const char *report, const zero_args *z) {
+static int report_zero(tg_ctx *ctx, tg_graph *g, const char *report, const zero_args *z, tg_graph *sharded) {
   char why[256];
   if (!strcmp(report, TG_REPORT_SCHEDULE)) {
     tg_collective_plan at_stage, ddp;
@@ -207,6 +207,11 @@ static int report_zero(tg_ctx *ctx, tg_graph *g, const char *report, const zero_
       return 1;
     }
     tg_collectives_print(stdout, g, &at_stage, &ddp);
+    if (sharded) { /* stage 3 as tgrun places it, after the plan by layers */
+      tg_collective_plan placed;
+      tg_collectives_placed(sharded, z->ranks, &placed);
+      tg_collectives_print(stdout, sharded, &placed, &ddp);
+    }
     return 0;
   }
   tg_zero_plan at_stage, ddp;
@@ -267,7 +272,18 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
-  if (status == 0 && zero->given && popts->report_name) status = report_zero(ctx, g, popts->report_name, zero);
+  /* stage 3's schedule: also the collectives of the sharded gradient
+   * graph tgrun runs (the model compiled again, through shard_params) */
+  tg_graph *sharded = NULL;
+  if (status == 0 && zero->given && popts->report_name && !strcmp(popts->report_name, TG_REPORT_SCHEDULE) &&
+      zero->stage == 3 && zero->ranks > 1 && !is_ir) {
+    sharded = tg_compile_source(ctx, src, opts);
+    tg_pipeline_opts ps = {.precision = popts->precision, .grad = true, .pad_multiple = popts->pad_multiple,
+                           .shard_ranks = zero->ranks};
+    tg_run_pipeline(ctx, sharded, &ps);
+  }
+  if (status == 0 && zero->given && popts->report_name)
+    status = report_zero(ctx, g, popts->report_name, zero, sharded);
   emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && what == EMIT_CUDA) {

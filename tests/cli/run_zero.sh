@@ -33,9 +33,9 @@ if cmp -s "$tmp/without" "$tmp/plain"; then ok; else bad "--ranks/--zero changed
 # stage 3 names the layers it keeps gathered
 expect_status 0 "$tgc" "${small[@]}" --precision bf16 --report memplan --ranks 4 --zero 3
 contains "$tmp/out" "parameters, gathered ("
-# where tgrun does not run the stage (3), the report says so
+# where tgrun holds other than the plan (3: per weight, not per layer), the report says so
 expect_status 0 "$tgc" "${small[@]}" --precision bf16 --report memplan --ranks 4 --zero 3
-contains "$tmp/out" "zero: tgrun does not run stage 3 yet"
+contains "$tmp/out" "zero: tgrun gathers each weight, not each layer"
 # --ranks alone: stage 0 per rank
 expect_status 0 "$tgc" "${small[@]}" --report memplan --ranks 4
 contains "$tmp/out" "zero: stage 0 on 4 ranks: nothing sharded"
@@ -61,6 +61,11 @@ expect_status 2 "$tgc" "${small[@]}" --report memplan --zero
 contains "$tmp/out" "tgc: error: --zero (a ZeRO stage: 0, 1, 2 or 3) needs a number"
 expect_status 2 "$tgc" "${small[@]}" --ranks 8 --zero 1
 contains "$tmp/out" "tgc: error: --ranks and --zero are for --report memplan"
+# --zero 3 without a report: the sharded gradient graph itself
+expect_status 0 "$tgc" "${small[@]}" --grad --zero 3 --ranks 4 --emit ir
+contains "$tmp/out" '"shard:h.0.mlp.c_fc.weight"'
+contains "$tmp/out" "all_gather"
+contains "$tmp/out" "reduce_scatter"
 expect_status 2 "$tgc" "${small[@]}" --decode --report memplan --ranks 8 --zero 1
 contains "$tmp/out" "tgc: error: --ranks and --zero plan a training step; --decode has no gradient or optimizer"
 # --report schedule: the buckets as they were, then the collectives
@@ -95,7 +100,16 @@ for ranks in 2 8; do
         if awk -v a="$sent" -v b="$ddp" 'BEGIN { r = a / b; exit !(r >= 1.4 && r <= 1.6) }'; then ok
         else bad "stage 3 on $ranks ranks sends $sent bytes, stage 0 $ddp: not about 1.5 times"; fi
         contains "$tmp/out" "collective: all_gather layer h.1 for the forward:"
-        contains "$tmp/out" "collective: all_gather layer h.1 for the backward:" ;;
+        contains "$tmp/out" "collective: all_gather layer h.1 for the backward:"
+        # then the collectives of the sharded graph tgrun runs: the same
+        # three passes over the parameters, read off its kernels
+        contains "$tmp/out" "collective: stage 3 on $ranks ranks as tgrun runs it"
+        contains "$tmp/out" "collective: all_gather h.1.mlp.c_fc.weight for the forward:"
+        contains "$tmp/out" "collective: all_gather h.1.mlp.c_fc.weight for the backward:"
+        contains "$tmp/out" "collective: reduce_scatter gradient of h.1.mlp.c_fc.weight:"
+        read -r placed pddp < <(total_of "$tmp/out" | tail -1)
+        if [ "$pddp" = "$ddp" ] && awk -v a="$placed" -v b="$pddp" 'BEGIN { r = a / b; exit !(r >= 1.4 && r <= 1.6) }'
+        then ok; else bad "stage 3 as placed on $ranks ranks sends $placed bytes, stage 0 $pddp: not about 1.5 times"; fi ;;
     esac
   done
 done

@@ -6,7 +6,9 @@
  *   and has a shard leaf "shard:NAME" of tg_shard_elements elements;
  * - every shard leaf feeds all_gathers of the run's group size, at most
  *   two (the forward's and the backward's), each before all of its
- *   readers in graph order;
+ *   readers in graph order; nothing of the backward reads the forward's
+ *   gather (through views either: the tied wte's transpose), so the
+ *   whole weight is not kept from the forward to the backward;
  * - every "grad:NAME" output is a reduce_scatter to [S] f32, S the
  *   parameter's shard, placed after the gradient it scatters;
  * - lowering gives the unread whole leaves no memory (no program leaf),
@@ -76,10 +78,16 @@ static void check(tg_precision_policy precision, int ranks) {
       if (!a->nin || a->in[0] != x) continue;
       ck_assert_msg(a->op == TG_OP_all_gather && a->ranks == ranks, "%s is read by %s", x->name, tg_ops[a->op].name);
       gathers++;
-      /* every reader of the gathered value (through its views) comes after it */
+      /* every reader of the gathered value (through its views) comes after
+       * it, and is of the gather's phase */
       for (int r = 0; r < g->n_nodes; r++)
         for (int q = 0; q < g->nodes[r]->nin; q++)
-          if (tg_kernel_base(g->nodes[r]->in[q]) == a) ck_assert_int_gt(r, j);
+          if (tg_kernel_base(g->nodes[r]->in[q]) == a && !tg_is_view(g->nodes[r])) {
+            ck_assert_int_gt(r, j);
+            ck_assert_msg((g->nodes[r]->phase == TG_PHASE_FORWARD) == (a->phase == TG_PHASE_FORWARD),
+                          "%%%d (%s) reads the %s gather of %s", r, tg_ops[g->nodes[r]->op].name,
+                          a->phase == TG_PHASE_FORWARD ? "forward's" : "backward's", wname);
+          }
     }
     ck_assert_msg(gathers >= 1 && gathers <= 2, "%s: %d gathers", x->name, gathers);
   }
