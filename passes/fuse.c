@@ -376,8 +376,12 @@ static bool is_free(const fuser *f, const tg_node *n) {
  * kernel made since (the loss's sum) may stand between them. */
 static int row_kernel_before(const fuser *f, const tg_node *n) {
   if (n->op != TG_OP_sum || n->axes != 2u || n->in[0]->op != TG_OP_reshape) return -1;
-  for (int i = n->id - 1; i >= 0 && i >= n->id - 4; i--) {
+  /* the four nodes before it, not counting a collective placed among them
+   * (ZeRO stage 3's gathers, issued ahead: shard_params.c) or its views */
+  for (int i = n->id - 1, seen = 0; i >= 0 && seen < 4; i--) {
     const tg_node *m = f->g->nodes[i];
+    if (tg_op_is_collective(tg_kernel_base(m)->op)) continue;
+    seen++;
     if (m->op == TG_OP_sum && last_axis_only(m) && m->kernel >= 0 &&
         tg_type_same_shape(&m->in[0]->type, &n->in[0]->in[0]->type))
       return m->kernel;

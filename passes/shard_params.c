@@ -23,9 +23,13 @@
  *
  *     reduce_scatter(pad(reshape(grad, [numel]), 0, N·S)) {ranks=N}
  *
- * placed right after the gradient is complete, so that it too overlaps the
- * rest of the backward.  The caller (runtime/train/zero.c) scales it by
- * 1 / (N · micro-steps) into its shard's accumulator.
+ * placed at the step's end: a kernel between a gradient's last ops would
+ * split the kernels they fuse into (layernorm's column sums, finished
+ * together: split_sums.c), and on the GPU the step waits for a
+ * reduce-scatter at once anyway (its input's memory is reused).  So the
+ * whole gradients live in the arena until the end, as the grad graph's
+ * outputs do at stages 0 to 2.  The caller (runtime/train/zero.c) scales
+ * it by 1 / (N · micro-steps) into its shard's accumulator.
  *
  * The whole leaves stay in the graph, read by nothing: they name the
  * parameters and their shapes (the checkpoint's layout), and code
@@ -53,6 +57,7 @@ typedef struct sharder {
   tg_ctx *ctx;
   tg_graph *g;
   int ranks;
+  int n_old;         /* the graph's nodes before the pass */
   tg_node **weights; /* the weight leaves read by the graph */
   tg_node **shards;  /* ... and their shard leaves */
   int n;
@@ -183,17 +188,28 @@ static void scatter_gradients(sharder *s) {
       tg_error(s->ctx, G->loc, "shard_params: the gradient of '%s' is %s; the reduce-scatter sums f32", name,
                tg_dtype_name(G->type.dtype));
     int64_t numel = tg_type_numel(&G->type), S = tg_shard_elements(tg_type_numel(&P->type), s->ranks);
-    int at = G->id + 1;
-    tg_node *v = G;
-    if (G->type.rank != 1) {
+    /* at the step's end: a gradient's last kernels (layernorm's column
+     * sums, split in groups and finished together: split_sums.c) fuse by
+     * their order, which a kernel between them would break */
+    int at = s->n_old;
+    /* a bf16 gradient widened (a bias's sum at bf16) is padded before the
+     * widening: the widening is recomputed where it is read (tg_is_widening),
+     * and the reduce-scatter's input must be in memory */
+    tg_node *v = tg_is_widening(G) ? G->in[0] : G;
+    if (v->type.rank != 1) {
       tg_node *r = node1(s, TG_OP_reshape, v, G->loc);
-      r->type = (tg_type){.dtype = TG_F32, .rank = 1, .dim = {{.size = numel}}};
+      r->type = (tg_type){.dtype = v->type.dtype, .rank = 1, .dim = {{.size = numel}}};
       place_before(s, at, v = add(s, r, TG_PHASE_BACKWARD, "a reshape"));
     }
     if (S * s->ranks != numel) {
       tg_node *p = node1(s, TG_OP_pad, v, G->loc);
       p->axis = 0, p->start = 0, p->len = S * s->ranks;
       place_before(s, at, v = add(s, p, TG_PHASE_BACKWARD, "a pad"));
+    }
+    if (v->type.dtype != TG_F32) {
+      tg_node *c = node1(s, TG_OP_cast, v, G->loc);
+      c->type = (tg_type){.dtype = TG_F32, .rank = 1, .dim = {{.size = v->type.dim[0].size}}};
+      place_before(s, at, v = add(s, c, TG_PHASE_BACKWARD, "a cast"));
     }
     tg_node *rs = node1(s, TG_OP_reduce_scatter, v, G->loc);
     rs->ranks = s->ranks;
@@ -209,7 +225,7 @@ static bool is_weight(const tg_node *n) {
 
 void tg_shard_params(tg_ctx *ctx, tg_graph *g, int ranks) {
   if (ranks < 2) return;
-  sharder s = {.ctx = ctx, .g = g, .ranks = ranks};
+  sharder s = {.ctx = ctx, .g = g, .ranks = ranks, .n_old = g->n_nodes};
   int n_old = g->n_nodes;
   bool *read = tg_xcalloc((size_t)n_old + 1, sizeof *read);
   for (int i = 0; i < n_old; i++)

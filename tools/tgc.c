@@ -86,7 +86,8 @@ static const char usage[] =
     "                     (docs/parallel.md); --zero 3 --ranks N without a report:\n"
     "                     the gradient graph tgrun runs at stage 3 (each weight\n"
     "                     all-gathered from its shard before use, each gradient\n"
-    "                     reduce-scattered; no optimizer) for --emit and --dump-after\n"
+    "                     reduce-scattered; no optimizer) for --emit, --dump-after\n"
+    "                     and --report traffic\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -282,7 +283,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
                            .shard_ranks = zero->ranks};
     tg_run_pipeline(ctx, sharded, &ps);
   }
-  if (status == 0 && zero->given && popts->report_name)
+  if (status == 0 && zero->given && popts->report_name && !popts->shard_ranks)
     status = report_zero(ctx, g, popts->report_name, zero, sharded);
   emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
@@ -456,7 +457,7 @@ static int settle_zero_args(cli *c) {
   if (!c->zero.given) return -1;
   /* stage 3's graphs themselves: the gradient graph tgrun runs, its
    * weights gathered from shards (passes/shard_params.c) */
-  if (!c->report && c->zero.stage == 3 && c->zero.ranks > 1 && !c->decode) {
+  if ((!c->report || c->traffic) && c->zero.stage == 3 && c->zero.ranks > 1 && !c->decode) {
     c->shard = true;
     return -1;
   }

@@ -244,4 +244,19 @@ void tg_traffic_print(FILE *out, const tg_traffic *t, int64_t tokens_per_step) {
     fprintf(out, ", %.0fK tokens/s (%lld tokens a step)", (double)tokens_per_step / t->seconds / 1e3,
             (long long)tokens_per_step);
   fprintf(out, "\n");
+  /* the IR's collectives (ZeRO stage 3's gathers, say): the network's
+   * bytes, not the GPU memory's, so not in the roofline */
+  int n_coll = 0;
+  int64_t coll_bytes = 0;
+  const tg_program *p = t->plan->p;
+  for (int i = 0; i < t->plan->n_ops; i++) {
+    const tg_cuda_op *op = &t->plan->ops[i];
+    if (op->kind != TG_CUDA_COLLECTIVE || op->node < 0) continue;
+    const tg_node *n = p->g->nodes[op->node];
+    n_coll++;
+    coll_bytes += tg_type_numel(&n->type) * tg_dtype_size(n->type.dtype);
+  }
+  if (n_coll)
+    fprintf(out, "traffic: collectives: %d of the IR (their bytes on the network: --report schedule), %.2f GB of "
+                 "results, not in the roofline\n", n_coll, (double)coll_bytes / 1e9);
 }
