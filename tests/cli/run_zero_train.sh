@@ -247,44 +247,32 @@ rank_pid() {
   done
 }
 
-# rank 1 stops at stage 2: the new collectives hold rank_timeout too, and
-# rank 0 names rank 1 and ends the job
-TG_TEST_MARK=$tmp.stop "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/stop" zero=2 max_steps=100000000 \
-  log_interval=100000000 rank_timeout=5 > "$tmp/stop.out" 2>&1 &
-job=$!
-for _ in $(seq 600); do grep -q "^training" "$tmp/stop.out" && break; sleep 0.1; done
-victim=$(rank_pid "$tmp.stop" 1)
-if [ -n "$victim" ]; then
+# stop_rank STAGE: rank 1 stops (SIGSTOP) mid-run at ZeRO stage STAGE; the
+# collectives hold rank_timeout (stage 2: the backend's reduce-scatters and
+# all-gathers; stage 3: the graph's own), and rank 0 names rank 1 and ends
+# the job
+stop_rank() {
+  local stage=$1 mark=$tmp.stop$1
+  TG_TEST_MARK=$mark "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/stop$stage" zero="$stage" \
+    max_steps=100000000 log_interval=100000000 rank_timeout=5 > "$tmp/stop$stage.out" 2>&1 &
+  local job=$! victim
+  for _ in $(seq 600); do grep -q "^training" "$tmp/stop$stage.out" && break; sleep 0.1; done
+  victim=$(rank_pid "$mark" 1)
+  if [ -z "$victim" ]; then
+    bad "could not find rank 1 of the zero = $stage job"
+    kill $job
+    return
+  fi
   kill -STOP "$victim"
   for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
-  if kill -0 $job 2> /dev/null; then bad "the zero = 2 job did not end within 60 s of a rank stopping"; kill -9 $job; else ok; fi
+  if kill -0 $job 2> /dev/null; then bad "the zero = $stage job did not end within 60 s of a rank stopping"; kill -9 $job; else ok; fi
   wait $job
-  [ $? -ne 0 ] && ok || bad "the zero = 2 job ended with status 0 after a rank stopped"
-  contains "$tmp/stop.out" "for rank 1, which did not answer"
+  [ $? -ne 0 ] && ok || bad "the zero = $stage job ended with status 0 after a rank stopped"
+  contains "$tmp/stop$stage.out" "for rank 1, which did not answer"
   kill -9 "$victim" 2> /dev/null
-else
-  bad "could not find rank 1 of the zero = 2 job"
-  kill $job
-fi
-
-# rank 1 stops at stage 3: the graph's own all-gathers hold rank_timeout
-TG_TEST_MARK=$tmp.stop3 "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/stop3" zero=3 max_steps=100000000 \
-  log_interval=100000000 rank_timeout=5 > "$tmp/stop3.out" 2>&1 &
-job=$!
-for _ in $(seq 600); do grep -q "^training" "$tmp/stop3.out" && break; sleep 0.1; done
-victim=$(rank_pid "$tmp.stop3" 1)
-if [ -n "$victim" ]; then
-  kill -STOP "$victim"
-  for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
-  if kill -0 $job 2> /dev/null; then bad "the zero = 3 job did not end within 60 s of a rank stopping"; kill -9 $job; else ok; fi
-  wait $job
-  [ $? -ne 0 ] && ok || bad "the zero = 3 job ended with status 0 after a rank stopped"
-  contains "$tmp/stop3.out" "for rank 1, which did not answer"
-  kill -9 "$victim" 2> /dev/null
-else
-  bad "could not find rank 1 of the zero = 3 job"
-  kill $job
-fi
+}
+stop_rank 2
+stop_rank 3
 
 # rank 1 dies (SIGKILL) after checkpoints at stage 2: the job ends, and the
 # last checkpoint (the shards gathered into one file) resumes

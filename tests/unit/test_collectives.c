@@ -92,6 +92,29 @@ static void fill(tg_interp *it, const tg_graph *g, const char *name, int64_t n, 
 
 static double c_of_rank(int r, int i) { return (void)r, c_of(i); }
 
+/* The values every rank must see (exact: small integers and halves), from
+ * the interpreter or a backend's run `run`. */
+static void check_values(const char *who, int run, const double *ag, const double *rs, const double *ar,
+                         const double *dx, const double *dv, const double *da) {
+  for (int q = 0; q < ranks; q++)
+    for (int i = 0; i < S; i++) {
+      ck_assert_msg(ag[q * S + i] == x_of(q, i), "%s run %d: all_gather[%d] = %g", who, run, q * S + i, ag[q * S + i]);
+      ck_assert_msg(dv[q * S + i] == u_of(q, i), "%s run %d: grad v[%d] = %g", who, run, q * S + i, dv[q * S + i]);
+    }
+  for (int i = 0; i < S; i++) {
+    double rs_want = 0, ar_want = 0, dx_want = 0;
+    for (int q = 0; q < ranks; q++) {
+      rs_want += v_of(q, me * S + i);
+      ar_want += a_of(q, i);
+      dx_want += w_of(q, me * S + i);
+    }
+    ck_assert_msg(rs[i] == rs_want, "%s run %d: reduce_scatter[%d] = %g, not %g", who, run, i, rs[i], rs_want);
+    ck_assert_msg(ar[i] == ar_want, "%s run %d: all_reduce[%d] = %g, not %g", who, run, i, ar[i], ar_want);
+    ck_assert_msg(dx[i] == dx_want, "%s run %d: grad x[%d] = %g, not %g", who, run, i, dx[i], dx_want);
+    ck_assert_msg(da[i] == c_of(i), "%s run %d: grad a[%d] = %g", who, run, i, da[i]);
+  }
+}
+
 START_TEST(forward_and_gradients) {
   tg_ctx *ctx = tu_ctx();
   jmp_buf bail;
@@ -113,25 +136,9 @@ START_TEST(forward_and_gradients) {
   tg_interp_run(ctx, it);
   ctx->bail = NULL;
 
-  const double *ag = tg_interp_value(it, named(g, "ag")), *rs = tg_interp_value(it, named(g, "rs"));
-  const double *ar = tg_interp_value(it, named(g, "ar"));
-  for (int q = 0; q < ranks; q++)
-    for (int i = 0; i < S; i++) ck_assert_double_eq(ag[q * S + i], x_of(q, i));
-  for (int i = 0; i < S; i++) {
-    double rs_want = 0, ar_want = 0, dx_want = 0;
-    for (int q = 0; q < ranks; q++) {
-      rs_want += v_of(q, me * S + i);
-      ar_want += a_of(q, i);
-      dx_want += w_of(q, me * S + i);
-    }
-    ck_assert_double_eq(rs[i], rs_want);
-    ck_assert_double_eq(ar[i], ar_want);
-    ck_assert_double_eq(tg_interp_value(it, named(g, TG_GRAD_PREFIX "x"))[i], dx_want);
-    ck_assert_double_eq(tg_interp_value(it, named(g, TG_GRAD_PREFIX "a"))[i], c_of(i));
-  }
-  const double *dv = tg_interp_value(it, named(g, TG_GRAD_PREFIX "v"));
-  for (int q = 0; q < ranks; q++)
-    for (int i = 0; i < S; i++) ck_assert_double_eq(dv[q * S + i], u_of(q, i));
+  check_values("the interpreter", 0, tg_interp_value(it, named(g, "ag")), tg_interp_value(it, named(g, "rs")),
+               tg_interp_value(it, named(g, "ar")), tg_interp_value(it, named(g, TG_GRAD_PREFIX "x")),
+               tg_interp_value(it, named(g, TG_GRAD_PREFIX "v")), tg_interp_value(it, named(g, TG_GRAD_PREFIX "a")));
   tg_interp_free(it);
   tu_ctx_free(ctx);
 }
@@ -155,24 +162,7 @@ static void check_outputs(tg_exec *e, const tg_graph *g, const char *backend, in
   double *ag = read_out(e, g, "ag"), *rs = read_out(e, g, "rs"), *ar = read_out(e, g, "ar");
   double *dx = read_out(e, g, TG_GRAD_PREFIX "x"), *dv = read_out(e, g, TG_GRAD_PREFIX "v");
   double *da = read_out(e, g, TG_GRAD_PREFIX "a");
-  for (int q = 0; q < ranks; q++)
-    for (int i = 0; i < S; i++) {
-      ck_assert_msg(ag[q * S + i] == x_of(q, i), "%s run %d: all_gather[%d] = %g", backend, run, q * S + i,
-                    ag[q * S + i]);
-      ck_assert_msg(dv[q * S + i] == u_of(q, i), "%s run %d: grad v[%d] = %g", backend, run, q * S + i, dv[q * S + i]);
-    }
-  for (int i = 0; i < S; i++) {
-    double rs_want = 0, ar_want = 0, dx_want = 0;
-    for (int q = 0; q < ranks; q++) {
-      rs_want += v_of(q, me * S + i);
-      ar_want += a_of(q, i);
-      dx_want += w_of(q, me * S + i);
-    }
-    ck_assert_msg(rs[i] == rs_want, "%s run %d: reduce_scatter[%d] = %g, not %g", backend, run, i, rs[i], rs_want);
-    ck_assert_msg(ar[i] == ar_want, "%s run %d: all_reduce[%d] = %g, not %g", backend, run, i, ar[i], ar_want);
-    ck_assert_msg(dx[i] == dx_want, "%s run %d: grad x[%d] = %g, not %g", backend, run, i, dx[i], dx_want);
-    ck_assert_msg(da[i] == c_of(i), "%s run %d: grad a[%d] = %g", backend, run, i, da[i]);
-  }
+  check_values(backend, run, ag, rs, ar, dx, dv, da);
   free(ag), free(rs), free(ar), free(dx), free(dv), free(da);
 }
 
