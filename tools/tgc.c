@@ -420,7 +420,7 @@ static int parse_dump_after(const char *name, cli *c) {
     fprintf(stderr, "\n");
     return 2;
   }
-  if (tg_pass_for_training(p)) c->grad = true;
+  if (tg_pass_for_training(p) || p->when == TG_PASS_FOR_SHARDS) c->grad = true;
   if (p->when == TG_PASS_FOR_DECODE) c->decode = true;
   return -1;
 }
@@ -499,6 +499,8 @@ static int settle_args(int argc, cli *c) {
   if (!c->arch) c->arch = "sm_90";
   int zero_status = settle_zero_args(c);
   if (zero_status >= 0) return zero_status;
+  if (c->dump_after && tg_pass_named(c->dump_after)->when == TG_PASS_FOR_SHARDS && !c->shard)
+    return usage_error("--dump-after %s is ZeRO stage 3's pass: add --zero 3 --ranks N (N > 1)", c->dump_after);
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
   if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;

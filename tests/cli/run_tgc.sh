@@ -105,7 +105,10 @@ contains "$tmp/out" "$(grep '^fusion: peak memory' tests/golden/fusion_2layer.tx
 expect_status 0 "$tgc" --dump-after list models/gpt2.tg
 contains "$tmp/out" "autodiff"
 for name in $(awk '{print $1}' "$tmp/out"); do
-  expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --dump-after "$name"
+  # shard_params runs only for ZeRO stage 3
+  zero=()
+  [ "$name" = shard_params ] && zero=(--zero 3 --ranks 2)
+  expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --dump-after "$name" "${zero[@]}"
   grep -v '^# the IR above' "$tmp/out" > "$tmp/dump.tgir"
   # Reading back runs the passes again; those after a pass that comes
   # before flash_attn or gelu would still find attention or GELU to
@@ -118,6 +121,8 @@ for name in $(awk '{print $1}' "$tmp/out"); do
   grep -v '^# the IR above' "$tmp/out" > "$tmp/dump2.tgir"
   if cmp -s "$tmp/dump.tgir" "$tmp/dump2.tgir"; then ok; else bad "the IR after $name does not read back the same"; fi
 done
+expect_status 2 "$tgc" models/gpt2.tg -D n_layer=1 --dump-after shard_params
+contains "$tmp/out" "tgc: error: --dump-after shard_params is ZeRO stage 3's pass: add --zero 3 --ranks N"
 # --decode: the forward as one decode step with key/value caches (passes/decode.c)
 expect_status 0 "$tgc" models/gpt2.tg -D n_layer=2 -D B=1 --decode --emit ir
 contains "$tmp/out" 'input : i32[T=1] "pos"'

@@ -39,8 +39,8 @@
 #   checkpoint resumes;
 # - stage 3 resumes exactly (10 + 10 steps), a 2-rank stage 1 checkpoint
 #   resumed on 4 ranks at stage 3 takes stage 0's step, and a rank stopped
-#   at stage 3 (inside an all-gather of the graph) ends the job within
-#   rank_timeout;
+#   at stage 3 (inside a collective of the graph) ends the job within
+#   rank_timeout, as does one killed, whose job's last checkpoint resumes;
 # - bad input: stage 5 is refused before any work, naming the file and
 #   line; stage 1 and stage 3 on one rank train as stage 0 with a note.
 #
@@ -274,28 +274,34 @@ stop_rank() {
 stop_rank 2
 stop_rank 3
 
-# rank 1 dies (SIGKILL) after checkpoints at stage 2: the job ends, and the
-# last checkpoint (the shards gathered into one file) resumes
-TG_TEST_MARK=$tmp.kill "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/kill" zero=2 max_steps=100000000 \
-  log_interval=100000000 checkpoint_interval=3 rank_timeout=5 > "$tmp/kill.out" 2>&1 &
-job=$!
-for _ in $(seq 600); do [ "$(grep -c '^checkpoint:' "$tmp/kill.out")" -ge 2 ] && break; sleep 0.1; done
-victim=$(rank_pid "$tmp.kill" 1)
-if [ -n "$victim" ]; then
+# kill_rank STAGE: rank 1 dies (SIGKILL) after checkpoints at ZeRO stage
+# STAGE: the job ends, and the last checkpoint (the shards gathered into
+# one file) resumes
+kill_rank() {
+  local stage=$1 mark=$tmp.kill$1 done_steps
+  TG_TEST_MARK=$mark "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/kill$stage" zero="$stage" \
+    max_steps=100000000 log_interval=100000000 checkpoint_interval=3 rank_timeout=5 > "$tmp/kill$stage.out" 2>&1 &
+  local job=$! victim
+  for _ in $(seq 600); do [ "$(grep -c '^checkpoint:' "$tmp/kill$stage.out")" -ge 2 ] && break; sleep 0.1; done
+  victim=$(rank_pid "$mark" 1)
+  if [ -z "$victim" ]; then
+    bad "could not find rank 1 of the zero = $stage job to kill"
+    kill $job
+    return
+  fi
   kill -9 "$victim"
   for _ in $(seq 600); do kill -0 $job 2> /dev/null || break; sleep 0.1; done
-  if kill -0 $job 2> /dev/null; then bad "the zero = 2 job did not end within 60 s of a rank dying"; kill -9 $job; else ok; fi
+  if kill -0 $job 2> /dev/null; then bad "the zero = $stage job did not end within 60 s of a rank dying"; kill -9 $job; else ok; fi
   wait $job
-  [ $? -ne 0 ] && ok || bad "the zero = 2 job ended with status 0 after a rank died"
-  done_steps=$(sed -n 's/^checkpoint: .* at step \([0-9]*\) .*/\1/p' "$tmp/kill.out" | tail -1)
+  [ $? -ne 0 ] && ok || bad "the zero = $stage job ended with status 0 after a rank died"
+  done_steps=$(sed -n 's/^checkpoint: .* at step \([0-9]*\) .*/\1/p' "$tmp/kill$stage.out" | tail -1)
   if [ -n "$done_steps" ]; then
-    run kill 2 zero=2 resume=true max_steps=$((done_steps + 3))
+    run "kill$stage" 2 zero="$stage" resume=true max_steps=$((done_steps + 3))
     contains "$tmp/out" "$done_steps steps done"
-  else bad "the zero = 2 job wrote no checkpoint before rank 1 was killed"; fi
-else
-  bad "could not find rank 1 of the second zero = 2 job"
-  kill $job
-fi
+  else bad "the zero = $stage job wrote no checkpoint before rank 1 was killed"; fi
+}
+kill_rank 2
+kill_rank 3
 
 # bad input, before any work
 expect_status 2 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/z5" zero=5
