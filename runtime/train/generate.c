@@ -149,14 +149,6 @@ static const char *model_path(tg_ctx *ctx, const char *path) {
   return path;
 }
 
-/* The first largest logit: greedy decoding, as torch.argmax picks. */
-static int32_t argmax(const float *l, int32_t V) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < V; i++)
-    if (l[i] > l[best]) best = i;
-  return best;
-}
-
 static void put_token(tg_ctx *ctx, const tg_generate_opts *o, const tg_tokenizer *t, int32_t id) {
   size_t len = 0;
   const char *piece = tg_tok_piece(t, id, &len);
@@ -290,7 +282,7 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
       }
       if (!tg_exec_read(s->e, lg, s->logits, TG_HOST_F32))
         tg_error(ctx, lg->loc, "internal: the logits are not in memory after the step");
-      next = o->temperature == 0 ? argmax(s->logits, V)
+      next = o->temperature == 0 ? tg_sample_greedy(s->logits, V)
                                  : tg_sample(s->logits, V, o->temperature, (int32_t)o->top_k, &rng, s->scratch);
       if (next < 0) tg_error(ctx, lg->loc, "cannot sample: the logits are NaN or all -inf");
     }
