@@ -20,26 +20,7 @@ export TG_CACHE=$tmp/cache
 data=${TG_DATA:-$src/../shared/data}
 cd "$src"
 
-expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
-cat > "$tmp/s.cfg" <<CFG
-model = "models/gpt2.tg"
-model.n_layer = 1
-model.n_head = 2
-model.n_embd = 16
-model.block_size = 16
-data_dir = "$tmp/data"
-batch_size = 2
-block_size = 16
-warmup_steps = 1
-max_steps = 4
-eval_interval = 0
-eval_batches = 1
-sample_interval = 0
-sample_tokens = 0
-checkpoint_interval = 2
-threads = 1
-CFG
-s=$tmp/s.cfg
+tiny_char_run "$data"
 
 # ---- item 3: a run never replaces another's files ----
 expect_status 0 "$tgrun" "$s" out_dir="$tmp/r"
