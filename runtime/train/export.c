@@ -8,7 +8,6 @@
  * compiler, so it takes as long as reading and writing the file. */
 #include "export.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
