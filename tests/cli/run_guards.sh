@@ -9,7 +9,8 @@
 # - export refuses to replace its own input (by any path: a link, ./),
 #   refuses while another export holds the output directory's lock, and
 #   refuses NaN weights naming the tensor;
-# - sample --temperature 0 refuses NaN logits; --prompt-file has a cap;
+# - sample --temperature 0 refuses NaN logits; a checkpoint whose metadata
+#   (n_head) was edited is refused by its checksum; --prompt-file has a cap;
 # - under an address-space limit (prlimit --as) training and sampling are
 #   refused with the numbers instead of spinning in OpenBLAS's allocator.
 set -u
@@ -94,6 +95,23 @@ for t in 0 1; do
     --tokenizer "$tmp/data" --prompt "to be" --max-new-tokens 4 --temperature $t
   contains "$tmp/out" "cannot sample: the logits are NaN"
 done
+
+# the checksum covers the metadata: n_head edited in a checkpoint's config
+# (the sizes sample compiles with) is refused, not sampled with 1 head
+/usr/bin/python3 - "$tmp/r/ckpt.safetensors" "$tmp/heads.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert "n_head=2" in h["__metadata__"]["config"]
+h["__metadata__"]["config"] = h["__metadata__"]["config"].replace("n_head=2", "n_head=1")
+head = json.dumps(h, separators=(",", ":")).encode()
+head += b" " * (-len(head) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(head)) + head + b[8 + n:])
+PY
+expect_status 1 "$tgrun" sample --weights "$tmp/heads.safetensors" --tokenizer "$tmp/data" --prompt "to be" \
+  --max-new-tokens 4
+contains "$tmp/out" "does not match the checksum in __metadata__ (sha256"
 
 # ---- item 5: inputs and limits with no natural size ----
 expect_status 1 "$tgrun" sample --weights "$tmp/r/ckpt.safetensors" --tokenizer "$tmp/data" --prompt-file /dev/zero
