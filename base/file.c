@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -100,4 +101,34 @@ bool tg_make_dirs(const char *dir, char *why, size_t whylen) {
   if (ok && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
     ok = tg_why(why, whylen, "'%s' exists and is not a directory", dir);
   return ok;
+}
+
+int tg_lock_file(const char *path, bool *busy, char *why, size_t whylen) {
+  *busy = false;
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    tg_why(why, whylen, "cannot create %s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char holder[256] = {0};
+    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+    close(fd);
+    if (n > 0 && holder[n - 1] == '\n') holder[n - 1] = 0;
+    *busy = e == EWOULDBLOCK;
+    if (*busy) tg_why(why, whylen, "%s", n > 0 ? holder : "no pid recorded");
+    else tg_why(why, whylen, "cannot lock %s: %s", path, strerror(e));
+    return -1;
+  }
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  char text[320];
+  int len = snprintf(text, sizeof text, "pid %ld on %s\n", (long)getpid(), host);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
+    tg_why(why, whylen, "cannot write %s: %s", path, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  return fd;
 }

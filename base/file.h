@@ -32,4 +32,12 @@ void tg_sync_dir(const char *dir);
  * directory. */
 bool tg_make_dirs(const char *dir, char *why, size_t whylen);
 
+/* An exclusive flock on path (created if missing), not waited for, with
+ * "pid P on HOST" written in it for the next comer's message.  Returns the
+ * descriptor to keep (closing it releases the lock; the kernel releases it
+ * too however the process dies, so a leftover file blocks nothing), or -1
+ * with *busy set when another process holds it (why: its pid and host, as
+ * written), *busy clear on any other failure (why: the reason). */
+int tg_lock_file(const char *path, bool *busy, char *why, size_t whylen);
+
 #endif

@@ -49,8 +49,9 @@ if [ -z "$backend" ]; then
 fi
 echo "== training the baby GPT: configs/baby_shakespeare_char.cfg, $steps steps on the $backend backend"
 warm=$((steps < 200 ? steps / 2 : 100))
+# overwrite=true: running this script again replaces its own earlier run
 $tgrun configs/baby_shakespeare_char.cfg data_dir=out/data/shakespeare_char out_dir=out/baby_shakespeare_char \
-  backend="$backend" max_steps="$steps" warmup_steps="$warm" lr_decay_steps="$steps" log_interval=$((steps < 200 ? 1 : 50))
+  overwrite=true backend="$backend" max_steps="$steps" warmup_steps="$warm" lr_decay_steps="$steps" log_interval=$((steps < 200 ? 1 : 50))
 echo
 echo "compiler: build/tgc (tgc --help)   runner: build/tgrun (tgrun --help)   docs: docs/"
 echo "GPT-2's CUDA: out/gpt2-cuda/gpt2.cu, manifest out/gpt2-cuda/manifest.json, fusion report out/gpt2-cuda/fusion.txt"

@@ -31,7 +31,7 @@ const char tgrun_sample_usage[] =
     "                       encoder.json and vocab.bpe (default: the weights' directory;\n"
     "                       for a run's checkpoint, the data_dir of its train.cfg)\n"
     "  --prompt TEXT        the text to continue (not empty)\n"
-    "  --prompt-file F      ... read from F\n"
+    "  --prompt-file F      ... read from F (at most 1 MiB; a larger file is refused)\n"
     "  --max-new-tokens N   tokens to generate per sample (default 256; --tokens N too)\n"
     "  --num-samples N      samples, one after another, each from the prompt (default 1),\n"
     "                       separated by a line of dashes\n"
@@ -127,29 +127,35 @@ static int take_value(opts *o, const char *flag, const char *val) {
   return -1;
 }
 
-/* The prompt file, whole; a usage error (2) when it cannot be read. */
+/* A prompt has no natural size, and a file may have none either
+ * (/dev/zero, a pipe): more than this is refused rather than read without
+ * end.  1 MiB is some 250,000 GPT-2 tokens, far past any context. */
+#define PROMPT_FILE_CAP (1024 * 1024)
+
+/* The prompt file, whole, up to PROMPT_FILE_CAP; 1 after a message when
+ * it cannot be read or is larger. */
 static int read_prompt(opts *o) {
   FILE *f = fopen(o->prompt_file, "rb");
   if (!f) {
     fprintf(stderr, "tgrun sample: error: --prompt-file %s: %s\n", o->prompt_file, strerror(errno));
     return 1;
   }
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  size_t k;
-  while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += k;
-    if (n == cap) {
-      char *b2 = realloc(buf, cap *= 2);
-      if (!b2) free(buf);
-      buf = b2;
-    }
-  }
-  bool bad = ferror(f) || !buf;
+  /* one byte past the cap tells a file of exactly the cap from a larger one */
+  char *buf = malloc(PROMPT_FILE_CAP + 1);
+  size_t n = buf ? fread(buf, 1, PROMPT_FILE_CAP + 1, f) : 0;
+  bool bad = !buf || ferror(f);
   fclose(f);
   if (bad) {
     free(buf);
     fprintf(stderr, "tgrun sample: error: --prompt-file %s: cannot read it\n", o->prompt_file);
+    return 1;
+  }
+  if (n > PROMPT_FILE_CAP) {
+    free(buf);
+    fprintf(stderr,
+            "tgrun sample: error: --prompt-file %s is larger than the cap on a prompt, 1 MiB (%d bytes): give "
+            "the prompt's last part only (the model sees at most block_size tokens of it)\n",
+            o->prompt_file, PROMPT_FILE_CAP);
     return 1;
   }
   o->prompt_text = buf;

@@ -38,31 +38,57 @@ static int by_data(const void *a, const void *b) {
   return p < q ? -1 : p > q;
 }
 
-/* The SHA-256 of the tensors' bytes in the order they lie in the file
- * (the writer's order), as lower-case hex. */
-static void data_sha256(const tg_st_tensor *ts, int n, bool in_file, char hex[TG_SHA256_HEX]) {
+static int by_key(const void *a, const void *b) {
+  return strcmp(((const tg_st_meta *)a)->key, ((const tg_st_meta *)b)->key);
+}
+
+/* The SHA-256, as lower-case hex, of the tensors' bytes in the order they
+ * lie in the file (the writer's order); with meta (n_meta entries), of the
+ * metadata first: every entry but "sha256" and "data_sha256", sorted by
+ * key, each key and value preceded by its length (8 bytes, little-endian),
+ * so that no edit of a key, a value or where one ends goes unseen. */
+static void file_sha256(const tg_st_tensor *ts, int n, bool in_file, const tg_st_meta *meta, int n_meta,
+                        char hex[TG_SHA256_HEX]) {
+  tg_sha256 h;
+  tg_sha256_init(&h);
+  tg_st_meta *sorted = tg_xcalloc((size_t)n_meta + 1, sizeof *sorted);
+  if (n_meta) memcpy(sorted, meta, (size_t)n_meta * sizeof *sorted);
+  qsort(sorted, (size_t)n_meta, sizeof *sorted, by_key);
+  for (int i = 0; i < n_meta; i++) {
+    if (!strcmp(sorted[i].key, "sha256") || !strcmp(sorted[i].key, "data_sha256")) continue;
+    const char *part[2] = {sorted[i].key, sorted[i].value};
+    for (int j = 0; j < 2; j++) {
+      uint64_t len = strlen(part[j]);
+      unsigned char le[8];
+      for (int b = 0; b < 8; b++) le[b] = (unsigned char)(len >> (8 * b));
+      tg_sha256_update(&h, le, 8);
+      tg_sha256_update(&h, part[j], len);
+    }
+  }
+  free(sorted);
   const tg_st_tensor **order = tg_xcalloc((size_t)n + 1, sizeof *order);
   for (int i = 0; i < n; i++) order[i] = &ts[i];
   if (in_file) qsort(order, (size_t)n, sizeof *order, by_data);
-  tg_sha256 h;
-  tg_sha256_init(&h);
   for (int i = 0; i < n; i++) tg_sha256_update(&h, order[i]->data, order[i]->nbytes);
   tg_sha256_final(&h, NULL, hex);
   free(order);
 }
 
-/* Whether f's data matches its "data_sha256"; a checkpoint without one
- * (written before tg recorded it) passes.  On a mismatch, why says so. */
+/* Whether f matches its checksum: "sha256", over the metadata and the
+ * data, or in a file of a tg from before it (which has only
+ * "data_sha256"), the data alone; a file with neither passes.  On a
+ * mismatch, why says so. */
 static bool checksum_ok(const tg_st_file *f, char *why, size_t whylen) {
-  const char *want = tg_st_meta_get(f, "data_sha256");
+  const char *whole = tg_st_meta_get(f, "sha256"), *data = tg_st_meta_get(f, "data_sha256");
+  const char *want = whole ? whole : data;
   if (!want) return true;
   char got[TG_SHA256_HEX];
-  data_sha256(f->tensors, f->n_tensors, true, got);
+  file_sha256(f->tensors, f->n_tensors, true, f->meta, whole ? f->n_meta : 0, got);
   if (!strcmp(got, want)) return true;
   return tg_why(why, whylen,
-                "the tensors' data does not match the checksum in __metadata__ (data_sha256 %.12s..., the data hashes "
-                "to %.12s...): the file was damaged after it was written",
-                want, got);
+                "the file does not match the checksum in __metadata__ (%s %.12s..., the %s hashes to %.12s...): the "
+                "file was damaged or edited after it was written",
+                whole ? "sha256" : "data_sha256", want, whole ? "metadata and data" : "data", got);
 }
 
 /* A parameter's bf16 copy (passes/precision.c): state the step keeps but
@@ -112,9 +138,9 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
   snprintf(pos, sizeof pos, "%llu", (unsigned long long)m->data_position);
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)m->seed);
   char *config = tg_ckpt_config_text(g), *batch = constants_text(g, true);
-  char sum[TG_SHA256_HEX];
-  if (ok) data_sha256(ts, n, false, sum);
-  tg_st_meta meta[10];
+  char sum[TG_SHA256_HEX], whole[TG_SHA256_HEX];
+  if (ok) file_sha256(ts, n, false, NULL, 0, sum);
+  tg_st_meta meta[11];
   int nm = 0;
   /* "format" is Hugging Face's key, which its loaders read as the
    * framework: "pt" lets transformers load the weights as they are; tg's
@@ -128,7 +154,12 @@ bool tg_ckpt_save(const char *path, const tg_graph *g, float *const *values,
   if (*batch) meta[nm++] = (tg_st_meta){"batch", batch};
   if (m->model) meta[nm++] = (tg_st_meta){"model", m->model};
   if (m->writer) meta[nm++] = (tg_st_meta){"writer", m->writer};
+  /* data_sha256 as well, for the tgs before sha256, which check it */
   if (ok) meta[nm++] = (tg_st_meta){"data_sha256", sum};
+  if (ok) {
+    file_sha256(ts, n, false, meta, nm, whole);
+    meta[nm++] = (tg_st_meta){"sha256", whole};
+  }
   if (ok) ok = tg_st_write(path, ts, n, meta, nm, why, whylen);
   free(config);
   free(batch);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "host_memory.h"
 #include "backend.h"
 #include "backends.h"
 #include "model_sizes.h"
@@ -149,14 +150,6 @@ static const char *model_path(tg_ctx *ctx, const char *path) {
   return path;
 }
 
-/* The first largest logit: greedy decoding, as torch.argmax picks. */
-static int32_t argmax(const float *l, int32_t V) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < V; i++)
-    if (l[i] > l[best]) best = i;
-  return best;
-}
-
 static void put_token(tg_ctx *ctx, const tg_generate_opts *o, const tg_tokenizer *t, int32_t id) {
   size_t len = 0;
   const char *piece = tg_tok_piece(t, id, &len);
@@ -207,12 +200,33 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
   return S;
 }
 
+/* The weights (read into memory, then copied to the device's tensors) and
+ * the key/value caches against the host's free memory, before either is
+ * allocated: under an address-space limit (ulimit -v) OpenBLAS's
+ * allocator spins instead of failing, so a sample that cannot fit is
+ * refused here, with the numbers (host_memory.h). */
+static void check_memory(tg_ctx *ctx, const tg_generate_opts *o, const tg_graph *g) {
+  int64_t need = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->op == TG_OP_param || g->nodes[i]->op == TG_OP_state)
+      need += tg_type_numel(&g->nodes[i]->type) * 4 * (g->nodes[i]->op == TG_OP_param ? 2 : 1);
+  char what[512];
+  int64_t avail = tg_host_memory_available(tg_host_runtime_reserve(0), what, sizeof what);
+  if (avail < 0 || need <= avail) return;
+  double mib = 1024.0 * 1024.0;
+  tg_error(ctx, (tg_loc){o->weights, 0, 0},
+           "sampling needs about %.0f MiB (the weights twice, as read and on the device, and the key/value caches) "
+           "but %.0f MiB are free (%s)",
+           (double)need / mib, (double)avail / mib, what);
+}
+
 static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats *st) {
   double t0 = now();
   if (!is_file(o->weights)) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "--weights %s: no such file", o->weights);
   size_t np = 0;
   int32_t V;
   int64_t S = load_model(ctx, o, s, &np, &V);
+  check_memory(ctx, o, s->g);
 
   tg_ckpt_meta m;
   s->w = tg_ckpt_load(ctx, s->g, o->weights, false, &m);
@@ -290,7 +304,7 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
       }
       if (!tg_exec_read(s->e, lg, s->logits, TG_HOST_F32))
         tg_error(ctx, lg->loc, "internal: the logits are not in memory after the step");
-      next = o->temperature == 0 ? argmax(s->logits, V)
+      next = o->temperature == 0 ? tg_sample_greedy(s->logits, V)
                                  : tg_sample(s->logits, V, o->temperature, (int32_t)o->top_k, &rng, s->scratch);
       if (next < 0) tg_error(ctx, lg->loc, "cannot sample: the logits are NaN or all -inf");
     }

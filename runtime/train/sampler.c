@@ -95,3 +95,13 @@ int32_t tg_sample(const float *logits, int32_t V, double temperature, int32_t to
    * last id with any weight. */
   return last;
 }
+
+int32_t tg_sample_greedy(const float *logits, int32_t V) {
+  if (V < 1) return -1;
+  int32_t best = 0;
+  for (int32_t i = 0; i < V; i++) {
+    if (isnan(logits[i])) return -1;
+    if (logits[i] > logits[best]) best = i;
+  }
+  return logits[best] == -INFINITY ? -1 : best;
+}

@@ -44,4 +44,9 @@
 int32_t tg_sample(const float *logits, int32_t V, double temperature, int32_t top_k, tg_rng *rng,
                   float *scratch);
 
+/* Greedy decoding (temperature 0): the first largest logit, as
+ * torch.argmax picks; -1, as tg_sample, when V < 1, a logit is NaN or all
+ * are -inf, so that a broken model is refused rather than read as token 0. */
+int32_t tg_sample_greedy(const float *logits, int32_t V);
+
 #endif

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +40,7 @@
 #include "file.h"
 #include "frontend.h"
 #include "hf.h"
+#include "host_memory.h"
 #include "loss_plot.h"
 #include "lr_schedule.h"
 #include "metrics.h"
@@ -310,41 +310,21 @@ static void refresh_copies(run *r) {
   free(host);
 }
 
+/* Where key `name` of the config was set: its origin, and a location for
+ * messages (the command line, or train.cfg's line). */
+static tg_cfg_origin key_origin(const run *r, const char *name) {
+  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+    if (!strcmp(tg_train_config_key(k), name)) return r->cfg.origin[k];
+  fprintf(stderr, "tg: internal error: no config key '%s'\n", name);
+  abort();
+}
+
+static tg_loc key_loc(const run *r, const char *name) {
+  tg_cfg_origin o = key_origin(r, name);
+  return o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){r->cfg.path, o.line, o.col};
+}
+
 /* ---- memory: the plan against the machine, before anything big is allocated ---- */
-
-static int64_t read_number_file(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char buf[64] = {0};
-  bool ok = fgets(buf, sizeof buf, f) != NULL;
-  fclose(f);
-  if (!ok || !strncmp(buf, "max", 3)) return -1;
-  char *end;
-  long long v = strtoll(buf, &end, 10);
-  return end == buf ? -1 : v;
-}
-
-/* The bytes this process can still take: MemAvailable, or less where a
- * cgroup (a container, a Slurm job) sets a lower limit.  -1: unknown. */
-static int64_t available_memory(const char **what) {
-  int64_t avail = -1;
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (f) {
-    char line[256];
-    long long kb;
-    while (fgets(line, sizeof line, f))
-      if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = (int64_t)kb * 1024;
-    fclose(f);
-  }
-  *what = "MemAvailable in /proc/meminfo";
-  int64_t max = read_number_file("/sys/fs/cgroup/memory.max");
-  int64_t cur = read_number_file("/sys/fs/cgroup/memory.current");
-  if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail)) {
-    avail = max > cur ? max - cur : 0;
-    *what = "the cgroup's memory.max less memory.current";
-  }
-  return avail;
-}
 
 /* The planned peak of g's intermediates (placed here: nothing before the
  * memory check needs the offsets). */
@@ -375,7 +355,9 @@ static void check_memory(run *r) {
   int local = 1;
   if (avail < 0) {
     local = tg_comm_local_size();
-    avail = available_memory(&what);
+    char host_what[512];
+    avail = tg_host_memory_available(tg_host_runtime_reserve(c->threads), host_what, sizeof host_what);
+    what = tg_strdup(r->ctx->arena, host_what);
   }
   int64_t peak = (fixed + per_batch) * local;
   if (avail < 0 || peak <= avail) return;
@@ -391,11 +373,7 @@ static void check_memory(run *r) {
                              "state instead of %.2f GiB, and the run would fit", s, (double)at_s / gib, (double)state / gib);
   }
   const char *ranks = local == 1 ? "" : tg_sprintf(r->ctx->arena, " for each of the %d ranks on this machine", local);
-  int key = -1;
-  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-    if (!strcmp(tg_train_config_key(k), "batch_size")) key = k;
-  tg_cfg_origin o = c->origin[key];
-  tg_loc at = o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col};
+  tg_loc at = key_loc(r, "batch_size");
   if (fit > 0)
     tg_error(r->ctx, at,
              "the run needs about %.2f GiB (planned peak%s: %.2f GiB of intermediates at batch_size %lld, %.2f GiB of "
@@ -429,11 +407,7 @@ static bool reads_param(const tg_graph *const *gs, int n, const char *name) {
 static void check_zero(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!c->zero) return;
-  int key = -1;
-  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-    if (!strcmp(tg_train_config_key(k), "zero")) key = k;
-  tg_cfg_origin o = c->origin[key];
-  tg_loc at = o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col};
+  tg_loc at = key_loc(r, "zero");
   if (r->nranks == 1) {
     say(r, "note: zero = %lld with one rank: nothing to shard; training as zero = 0\n", (long long)c->zero);
     return;
@@ -697,12 +671,9 @@ static int64_t initial_state(run *r, uint64_t *position) {
     *position = m.data_position;
     /* the data stream is the checkpoint's: its seed with its position */
     if ((uint64_t)c->seed != m.seed) {
-      int key = -1;
-      for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-        if (!strcmp(tg_train_config_key(k), "seed")) key = k;
-      tg_cfg_origin o = c->origin[key];
+      tg_cfg_origin o = key_origin(r, "seed");
       if ((o.cmdline || o.line > 0) && !c->reseed)
-        tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
+        tg_error(r->ctx, key_loc(r, "seed"),
                  "seed = %lld, but the checkpoint %s was trained with seed %llu: resuming with another seed "
                  "changes the data stream; remove seed (the checkpoint's is used) or add reseed = true to "
                  "continue with seed %lld",
@@ -714,6 +685,12 @@ static int64_t initial_state(run *r, uint64_t *position) {
       } else
         say(r, "seed %lld (reseed = true; the checkpoint's was %llu)\n", (long long)c->seed,
             (unsigned long long)m.seed);
+    }
+    if (m.step >= c->max_steps) {
+      tg_error(r->ctx, key_loc(r, "max_steps"),
+               "max_steps = %lld, but the checkpoint %s has done %lld steps already: there is nothing to resume; "
+               "raise max_steps above %lld to train further",
+               (long long)c->max_steps, used ? used : c->out_dir, (long long)m.step, (long long)m.step);
     }
     say(r, "resumed from %s: %lld steps done\n", used ? used : c->out_dir, (long long)m.step);
     return m.step;
@@ -927,30 +904,35 @@ static void train_loop(run *r) {
  * blocks nothing; the pid and host written in it are only for the message. */
 static void lock_out_dir(run *r) {
   const char *path = path_in(r, r->cfg.out_dir, "tgrun.lock");
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0)
-    tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot create %s: %s (out_dir must be writable)", path,
-             strerror(errno));
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int e = errno;
-    char holder[256] = {0};
-    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-    close(fd);
-    if (n > 0 && holder[n - 1] == '\n') holder[n - 1] = 0;
-    if (e == EWOULDBLOCK)
-      tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0},
-               "another run is using this out_dir (%s holds its lock: %s): wait for it to end, or give this run "
-               "another out_dir",
-               path, n > 0 ? holder : "no pid recorded");
-    tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot lock %s: %s", path, strerror(e));
+  char why[512];
+  bool busy;
+  r->lock_fd = tg_lock_file(path, &busy, why, sizeof why);
+  if (r->lock_fd >= 0) return;
+  if (busy)
+    tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0},
+             "another run is using this out_dir (%s holds its lock: %s): wait for it to end, or give this run "
+             "another out_dir",
+             path, why);
+  tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "%s (out_dir must be writable)", why);
+}
+
+/* A fresh run (no resume) would truncate train.log and the metrics and
+ * rotate the old run's checkpoints out: refused while out_dir holds a
+ * checkpoint, unless overwrite = true says to.  Checked under the lock,
+ * before anything in out_dir is touched. */
+static void refuse_fresh_run_over_old(run *r) {
+  const tg_train_config *c = &r->cfg;
+  if (c->resume || c->overwrite) return;
+  const char *names[] = {TG_CKPT_FILE, TG_CKPT_PREV_FILE};
+  for (int i = 0; i < 2; i++) {
+    struct stat st;
+    const char *path = path_in(r, c->out_dir, names[i]);
+    if (stat(path, &st) == 0)
+      tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0},
+               "out_dir %s already holds a run (%s): set resume = true to continue it, or overwrite = true to "
+               "start afresh and replace its files, or choose another out_dir",
+               c->out_dir, path);
   }
-  r->lock_fd = fd;
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  char text[320];
-  int len = snprintf(text, sizeof text, "pid %ld on %s\n", (long)getpid(), host);
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len)
-    tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot write %s: %s", path, strerror(errno));
 }
 
 /* The ranks were started with the same configuration: a hash of each
@@ -1054,11 +1036,7 @@ static void check_init_dims(run *r) {
   bool block_given = false;
   for (int i = 0; i < c->n_defines; i++) block_given |= !strcmp(c->defines[i].name, "block_size");
   if (rows && !block_given && (double)c->block_size > rows->value) {
-    int key = -1;
-    for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-      if (!strcmp(tg_train_config_key(k), "block_size")) key = k;
-    tg_cfg_origin o = c->origin[key];
-    tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
+    tg_error(r->ctx, key_loc(r, "block_size"),
              "block_size = %lld, but the weights' position table has %.0f rows (%s): lower block_size to at most "
              "%.0f",
              (long long)c->block_size, rows->value, rows->from, rows->value);
@@ -1091,11 +1069,7 @@ static void check_data(run *r) {
     bool ok = tg_tok_encode(r->tok, c->sample_prompt, strlen(c->sample_prompt), &prompt, &np, why, sizeof why);
     free(prompt);
     if (!ok) {
-      int key = -1;
-      for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-        if (!strcmp(tg_train_config_key(k), "sample_prompt")) key = k;
-      tg_cfg_origin o = c->origin[key];
-      tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
+      tg_error(r->ctx, key_loc(r, "sample_prompt"),
                "sample_prompt cannot be encoded by %s/tokenizer.json: %s (use only text of the training data, or set "
                "sample_tokens = 0)",
                c->data_dir, why);
@@ -1120,6 +1094,7 @@ static int train(run *r) {
   if (r->rank == 0) {
     mkdirs(r, c->out_dir);
     lock_out_dir(r);
+    refuse_fresh_run_over_old(r);
     r->log = fopen(path_in(r, c->out_dir, "train.log"), c->resume ? "a" : "w");
     if (!r->log)
       tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot open %s/train.log: %s", c->out_dir, strerror(errno));

@@ -78,6 +78,7 @@ static const key_info keys[] = {
     {"checkpoint_interval", K_INT, F(checkpoint_interval), "500", 0, BIG, 0, 0, NULL, "checkpoints"},
     {"resume", K_BOOL, F(resume), "false", 0, 0, 0, 0, NULL, NULL},
     {"reseed", K_BOOL, F(reseed), "false", 0, 0, 0, 0, NULL, NULL},
+    {"overwrite", K_BOOL, F(overwrite), "false", 0, 0, 0, 0, NULL, NULL},
     {"init_from", K_STR, F(init_from), "", 0, 0, 0, 0, NULL, NULL},
     {"seed", K_INT, F(seed), "1337", 0, BIG, 0, 0, NULL, "the machine"},
     /* 65536 OpenMP threads crashed the run (SIGSEGV); 1024 work */
@@ -356,8 +357,11 @@ static int split_line(parser *P, const char *line, size_t len, bool comments, co
 
 /* ---- values ------------------------------------------------------------- */
 
-/* A decimal number: what strtod reads, minus hex, inf, nan and spaces. */
-static bool read_number(const value *v, double *out) {
+/* A decimal number: what strtod reads, minus hex, inf, nan and spaces;
+ * *exact is the same text read as a long double (64 or more bits of
+ * mantissa where the platform has them), which tells 2^53 + 1 from the
+ * 2^53 it rounds to as a double. */
+static bool read_number(const value *v, double *out, long double *exact) {
   if (v->quoted || v->len == 0 || v->len >= MAX_NUMBER) return false;
   char buf[MAX_NUMBER];
   memcpy(buf, v->text, v->len);
@@ -369,6 +373,7 @@ static bool read_number(const value *v, double *out) {
   double d = strtod(buf, &end);
   if (end == buf || *end || errno == ERANGE || !isfinite(d)) return false;
   *out = d;
+  *exact = strtold(buf, NULL);
   return true;
 }
 
@@ -399,15 +404,18 @@ static bool set_key(parser *P, tg_train_config *cfg, int k, const value *v) {
   case K_FLOAT: {
     const char *what = K->kind == K_INT ? "an integer" : "a number";
     double d;
+    long double exact;
     if (v->quoted) {
       perr(P, v->col, "%s takes %s, not a string", name, what);
       return false;
     }
-    if (!read_number(v, &d) || (K->kind == K_INT && d != floor(d))) {
+    if (!read_number(v, &d, &exact) || (K->kind == K_INT && (d != floor(d) || exact != floorl(exact)))) {
       perr(P, v->col, "%s takes %s, not '%.*s%s'", name, what, vl, v->text, more);
       return false;
     }
-    if (!in_range(K, d)) {
+    /* an integer is taken only as written: one past 2^53 would round to
+     * 2^53 and be accepted as another number */
+    if (!in_range(K, d) || (K->kind == K_INT && exact != (long double)d)) {
       char r[96];
       range_text(K, r, sizeof r);
       perr(P, v->col, "%s must be %s, not %.*s%s", name, r, vl, v->text, more);
@@ -469,7 +477,8 @@ static bool set_define(parser *P, tg_train_config *cfg, const char *name, int ke
     return false;
   }
   double d;
-  if (!read_number(v, &d)) {
+  long double exact_unused; /* a model's constants are numbers, not integers: the compiler checks sizes */
+  if (!read_number(v, &d, &exact_unused)) {
     if (v->quoted) perr(P, v->col, "model.%s takes a number, not a string", name);
     else
       perr(P, v->col, "model.%s takes a number, not '%.*s%s'", name, (int)(v->len > 60 ? 60 : v->len),
@@ -696,6 +705,9 @@ bool tg_train_config_validate(tg_ctx *ctx, const tg_train_config *cfg) {
                "lr_decay_steps (%lld%s) must be 0 (max_steps) or at least warmup_steps (%lld%s)",
                (long long)cfg->lr_decay_steps, how_set(o[decay]), (long long)cfg->warmup_steps,
                how_set(o[warm]));
+  if (cfg->resume && cfg->overwrite)
+    rule_error(ctx, cfg, resume, key_index("overwrite"),
+               "resume = true continues out_dir's run and overwrite = true replaces it: set one of them");
   if (cfg->resume && *cfg->init_from)
     rule_error(ctx, cfg, resume, init,
                "resume = true continues from out_dir's checkpoint; it cannot also start from "

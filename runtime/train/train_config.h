@@ -43,7 +43,7 @@ typedef struct tg_model_define {
   tg_cfg_origin origin;
 } tg_model_define;
 
-enum { TG_TRAIN_NKEYS = 36 }; /* the keys below, model.NAME not counted */
+enum { TG_TRAIN_NKEYS = 37 }; /* the keys below, model.NAME not counted */
 
 typedef struct tg_train_config {
   /* The model and the data. */
@@ -84,6 +84,7 @@ typedef struct tg_train_config {
   int64_t checkpoint_interval; /* 500 steps; 0: only at the end */
   bool resume;                 /* false: continue from out_dir's checkpoint */
   bool reseed;                 /* false: resume with seed, not the checkpoint's */
+  bool overwrite;              /* false: a fresh run refuses an out_dir holding a checkpoint */
   char *init_from;             /* "": a .safetensors file to start from */
   /* The machine. */
   int64_t seed;                /* 1337 */

@@ -21,27 +21,7 @@ export TG_CACHE=$tmp/cache
 data=${TG_DATA:-$src/../shared/data}
 cd "$src"
 
-expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
-
-cat > "$tmp/s.cfg" <<CFG
-model = "models/gpt2.tg"
-model.n_layer = 1
-model.n_head = 2
-model.n_embd = 16
-model.block_size = 16
-data_dir = "$tmp/data"
-batch_size = 2
-block_size = 16
-warmup_steps = 1
-max_steps = 4
-eval_interval = 0
-eval_batches = 1
-sample_interval = 0
-sample_tokens = 8
-checkpoint_interval = 2
-threads = 1
-CFG
-s=$tmp/s.cfg
+tiny_char_run "$data"
 
 # a prompt the tokenizer cannot encode: refused before any step
 expect_status 1 "$tgrun" "$s" out_dir="$tmp/p" 'sample_prompt=é'
@@ -207,11 +187,12 @@ for kv in "batch_size=1" "block_size=2" "grad_accum=1" "grad_accum=3" "max_steps
   "seed=$big" "threads=0" "threads=1" "peak_flops=0" "peak_flops=1e300" "rank_timeout=1" "rank_timeout=86400" \
   "sample_interval=1 eval_interval=1 checkpoint_interval=1 log_interval=1"; do
   # shellcheck disable=SC2086
-  expect_status 0 "$tgrun" "$s" out_dir="$tmp/range" $kv
+  # (overwrite=true: each run replaces the one before in the same out_dir)
+  expect_status 0 "$tgrun" "$s" out_dir="$tmp/range" overwrite=true $kv
   grep -q "^done" "$tmp/out" && ok || bad "$kv: the run did not finish"
 done
 if [ -z "${TG_SANITIZED:-}" ]; then
-  expect_status 0 "$tgrun" "$s" out_dir="$tmp/range" threads=1024
+  expect_status 0 "$tgrun" "$s" out_dir="$tmp/range" overwrite=true threads=1024
 fi
 for kv in "batch_size=0" "block_size=1" "grad_accum=0" "max_steps=0" "beta1=0.99999991" "beta2=-1e-300" "eps=9e-31" \
   "temperature=9e-31" "top_k=16777217" "threads=1025" "seed=-1" "rank_timeout=0" "rank_timeout=86401" \

@@ -26,6 +26,34 @@ expect_status() {
 # contains FILE TEXT: FILE holds TEXT
 contains() { if grep -qF -- "$2" "$1"; then ok; else bad "$1 lacks '$2'"; head -20 "$1"; fi; }
 
+# tiny_char_run DATA: $tmp/data, Tiny Shakespeare (DATA/tinyshakespeare)
+# one character a token, and $s, the config of a 1-layer, 16-wide model
+# trained 4 steps on it (a checkpoint at steps 2 and 4, no evaluation, an
+# 8-token sample at the end), for the tests of what tgrun refuses.  Needs
+# $tgrun.
+tiny_char_run() {
+  expect_status 0 "$tgrun" prepare --tokenizer char --input "$1/tinyshakespeare/input.txt" --out "$tmp/data"
+  cat > "$tmp/s.cfg" <<CFG
+model = "models/gpt2.tg"
+model.n_layer = 1
+model.n_head = 2
+model.n_embd = 16
+model.block_size = 16
+data_dir = "$tmp/data"
+batch_size = 2
+block_size = 16
+warmup_steps = 1
+max_steps = 4
+eval_interval = 0
+eval_batches = 1
+sample_interval = 0
+sample_tokens = 8
+checkpoint_interval = 2
+threads = 1
+CFG
+  s=$tmp/s.cfg
+}
+
 finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ]

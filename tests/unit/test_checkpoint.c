@@ -187,6 +187,7 @@ typedef struct edit {
   const char *meta_key, *meta_value; /* set (or, value NULL, drop) a metadata entry */
   const char *meta_key2, *meta_value2; /* and another */
   bool keep_sum;                /* keep data_sha256 (the data is not edited) */
+  bool keep_whole_sum;          /* keep sha256, the metadata's and data's (to see an edit refused) */
 } edit;
 
 static void rewrite(const char *from, const char *to, const edit *e) {
@@ -231,6 +232,7 @@ static void rewrite(const char *from, const char *to, const edit *e) {
      * edited file would be refused for that alone, before the check the
      * edit is there to reach (as a file from an older tg would be read) */
     if (!strcmp(f->meta[i].key, "data_sha256") && !e->keep_sum) continue;
+    if (!strcmp(f->meta[i].key, "sha256") && !e->keep_whole_sum) continue;
     if (e->meta_key2 && !strcmp(f->meta[i].key, e->meta_key2)) {
       if (e->meta_value2) mt[nm++] = (tg_st_meta){e->meta_key2, e->meta_value2};
       continue;
@@ -288,6 +290,8 @@ START_TEST(test_round_trip) {
   ck_assert_str_eq(tg_st_meta_get(f, "batch"), "B=2 T=8");
   ck_assert_str_eq(tg_st_meta_get(f, "model"), "models/gpt2.tg");
   ck_assert_str_eq(tg_st_meta_get(f, "writer"), "test_checkpoint");
+  ck_assert_int_eq((int)strlen(tg_st_meta_get(f, "sha256")), 64);
+  ck_assert_int_eq((int)strlen(tg_st_meta_get(f, "data_sha256")), 64);
   tg_st_free(f);
 
   tg_ckpt_meta m;
@@ -427,6 +431,34 @@ START_TEST(test_bad_metadata) {
   m.step = -1;
   ck_assert(!tg_ckpt_save(bad, g, w->values, &m, why, sizeof why));
   ck_assert_msg(strstr(why, "step -1"), "%s", why);
+  tg_weights_free(w);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
+/* The checksum covers the metadata: an edit of the config (n_head), the
+ * step or the seed with the checksums left in place is refused as a
+ * damaged file (and passed over in a run directory), not loaded with the
+ * wrong heads; the data's own checksum alone would not see it. */
+START_TEST(test_metadata_checksum) {
+  tg_ctx *ctx = tu_ctx();
+  tg_graph *g = model(ctx, true, NULL, NULL);
+  tg_weights *w = arbitrary(g, 4);
+  const char *good = in_dir("good.safetensors"), *bad = in_dir("bad.safetensors");
+  save(good, g, w, 7);
+  rewrite(good, bad, &(edit){.meta_key = "config", .meta_value = "n_layer=1 n_head=4 n_embd=16 vocab=32 block_size=8",
+                             .keep_sum = true, .keep_whole_sum = true});
+  refused(g, bad, false, "does not match the checksum in __metadata__ (sha256", "metadata and data");
+  rewrite(good, bad, &(edit){.meta_key = "step", .meta_value = "8", .keep_sum = true, .keep_whole_sum = true});
+  refused(g, bad, true, "does not match the checksum", NULL);
+  rewrite(good, bad, &(edit){.meta_key = "seed", .meta_value = "1", .keep_sum = true, .keep_whole_sum = true});
+  refused(g, bad, true, "does not match the checksum", NULL);
+  /* the file unedited, rewritten the same way, still loads: the refusals
+   * are the edits', not the rewriting's */
+  rewrite(good, bad, &(edit){.keep_sum = true, .keep_whole_sum = true});
+  tg_weights *r = tg_ckpt_load(ctx, g, bad, true, NULL);
+  ck_assert_msg(r, "%s", tu_errors(ctx));
+  tg_weights_free(r);
   tg_weights_free(w);
   tu_ctx_free(ctx);
 }
@@ -662,7 +694,7 @@ START_TEST(test_run_dir) {
   resume(g, "ckpt.prev.safetensors", 40, "does not match the checksum in __metadata__");
   tg_ctx *c3 = tu_ctx();
   ck_assert_ptr_null(tg_ckpt_load(c3, g, cur, true, NULL));
-  ck_assert_msg(strstr(tu_errors(c3), "the file was damaged after it was written"), "%s", tu_errors(c3));
+  ck_assert_msg(strstr(tu_errors(c3), "the file was damaged or edited after it was written"), "%s", tu_errors(c3));
   tu_ctx_free(c3);
 
   /* ckpt not a checkpoint at all: prev, with a note. */
@@ -779,6 +811,7 @@ int main(void) {
   tcase_add_test(tc, test_truncated);
   tcase_add_test(tc, test_bad_tensors);
   tcase_add_test(tc, test_bad_metadata);
+  tcase_add_test(tc, test_metadata_checksum);
   tcase_add_test(tc, test_old_format_tag);
   tcase_add_test(tc, test_other_model);
   tcase_add_test(tc, test_plain_weights);

@@ -409,6 +409,13 @@ START_TEST(test_determinism_and_refusals) {
   tg_rng_state(&a, after);
   ck_assert(memcmp(before, after, sizeof before) == 0);
 
+  /* Greedy (temperature 0): the first largest, and the same refusals */
+  static const float tie[4] = {1, 3, 3, -INFINITY};
+  ck_assert_int_eq(tg_sample_greedy(tie, 4), 1);
+  ck_assert_int_eq(tg_sample_greedy(nan_row, 3), -1);
+  ck_assert_int_eq(tg_sample_greedy(dead, 3), -1);
+  ck_assert_int_eq(tg_sample_greedy(L8, 0), -1);
+
   /* One id: always it. */
   ck_assert_int_eq(tg_sample(L8, 1, 1.0, 0, &a, NULL), 0);
   ck_assert_int_eq(tg_sample(L8, 1, 1.0, 1, &a, NULL), 0);

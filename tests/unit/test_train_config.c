@@ -328,6 +328,9 @@ START_TEST(test_ranges) {
   bad("eval_batches = 0\n", "eval_batches must be in [1, 16777216], not 0");
   bad("log_interval = 0\n", "log_interval must be in [1, 9007199254740992], not 0");
   bad("seed = -3\n", "seed must be in [0, 9007199254740992], not -3");
+  bad("seed = 9007199254740993\n", "seed must be in [0, 9007199254740992], not 9007199254740993");
+  bad("max_steps = 9.007199254740993e15\n", "max_steps must be in [1, 9007199254740992], not 9.007199254740993e15");
+  bad_rule("resume = true\noverwrite = true\n", NULL, "set one of them");
   bad("threads = 100000\n", "threads must be in [0, 1024], not 100000");
   bad("peak_flops = -1\n", "peak_flops must be >= 0, not -1");
   bad("model = \"\"\n", "model must not be empty");
@@ -551,6 +554,8 @@ START_TEST(test_documented_ranges) {
       if (integer && hi >= 9007199254740992.0) beyond = hi * 2; /* 2^53 + 1 is no double */
       try_value(key, hi_open ? nextafter(hi, -INFINITY) : hi, integer, true);
       try_value(key, hi_open ? hi : beyond, integer, false);
+      /* 2^53 + 1 written out: refused, not rounded to the 2^53 it reads as a double */
+      if (integer && hi == 9007199254740992.0) try_text(key, "9007199254740993", false);
     } else {
       try_value(key, 1e300, integer, true);
       try_text(key, "1e400", false); /* beyond a double: refused, not infinity */
