@@ -133,9 +133,9 @@ static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, int vocab,
   tg_define *d = tg_model_sizes(ctx, o->weights, NULL, 0, o->defines, o->n_defines, 3, &n);
   bool vocab_given = false;
   for (int i = 0; i < n; i++) vocab_given |= !strcmp(d[i].name, "vocab");
-  if (!vocab_given) d[n++] = (tg_define){"vocab", (double)vocab, true};
-  d[n++] = (tg_define){"B", 1, true};
-  d[n++] = (tg_define){"T", 1, true};
+  if (!vocab_given) d[n++] = (tg_define){"vocab", (double)vocab, true, "the tokenizer's vocabulary"};
+  d[n++] = (tg_define){"B", 1, true, "sampling (one sequence)"};
+  d[n++] = (tg_define){"T", 1, true, "sampling (one token a step)"};
   *n_out = n;
   return d;
 }

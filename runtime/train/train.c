@@ -172,22 +172,30 @@ static void mkdirs(run *r, const char *dir) {
 
 /* The model with the run's config: the train.cfg's model.NAME values, the
  * tokenizer's vocabulary, and B, T of the batch. */
+static const char *origin_text(run *r, tg_cfg_origin o, const char *what);
+static tg_cfg_origin key_origin(const tg_train_config *c, const char *key);
+
 static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   const tg_train_config *c = &r->cfg;
   tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 4 + r->init_dims.n));
   int n = 0;
   /* init_from's sizes first: explicit model.NAME values come after (the
-   * last of a name wins), and check_init_dims made sure they agree */
-  for (int i = 0; i < r->init_dims.n; i++) d[n++] = (tg_define){r->init_dims.d[i].name, r->init_dims.d[i].value, true};
+   * last of a name wins), and check_init_dims made sure they agree.  Each
+   * says where it was set, for the model's asserts to name. */
+  for (int i = 0; i < r->init_dims.n; i++)
+    d[n++] = (tg_define){r->init_dims.d[i].name, r->init_dims.d[i].value, true, r->init_dims.d[i].from};
   bool block_given = tg_hf_dims_get(&r->init_dims, "block_size") != NULL;
   for (int i = 0; i < c->n_defines; i++) {
-    d[n++] = (tg_define){c->defines[i].name, c->defines[i].value, false};
+    d[n++] = (tg_define){c->defines[i].name, c->defines[i].value, false,
+                         origin_text(r, c->defines[i].origin, tg_sprintf(r->ctx->arena, "model.%s", c->defines[i].name))};
     block_given |= !strcmp(c->defines[i].name, "block_size");
   }
-  d[n++] = (tg_define){"vocab", (double)r->vocab, true};
-  d[n++] = (tg_define){"B", (double)B, true};
-  d[n++] = (tg_define){"T", (double)c->block_size, true};
-  if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true};
+  const char *block_from = origin_text(r, key_origin(c, "block_size"), "block_size");
+  d[n++] = (tg_define){"vocab", (double)r->vocab, true,
+                       tg_sprintf(r->ctx->arena, "%s/tokenizer.json (the tokenizer's vocabulary)", c->data_dir)};
+  d[n++] = (tg_define){"B", (double)B, true, "the run's batch (batch_size)"};
+  d[n++] = (tg_define){"T", (double)c->block_size, true, block_from};
+  if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true, block_from};
   const char *incs[1] = {TG_TRAIN_MODELS_DIR};
   tg_compile_opts co = {d, n, incs, 1};
   /* model = "models/gpt2.tg" run from elsewhere: the installed models/ */
@@ -1033,6 +1041,13 @@ static const char *origin_text(run *r, tg_cfg_origin o, const char *what) {
   return tg_sprintf(r->ctx->arena, "the default (%s)", what);
 }
 
+/* Where a train.cfg key was set. */
+static tg_cfg_origin key_origin(const tg_train_config *c, const char *key) {
+  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+    if (!strcmp(tg_train_config_key(k), key)) return c->origin[k];
+  return (tg_cfg_origin){0};
+}
+
 /* init_from's file gives the model's sizes (hf.h) where train.cfg does not:
  * read before anything is compiled, and checked against model.NAME, the
  * tokenizer's vocabulary and block_size, so that a file of another size
@@ -1054,10 +1069,7 @@ static void check_init_dims(run *r) {
   bool block_given = false;
   for (int i = 0; i < c->n_defines; i++) block_given |= !strcmp(c->defines[i].name, "block_size");
   if (rows && !block_given && (double)c->block_size > rows->value) {
-    int key = -1;
-    for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-      if (!strcmp(tg_train_config_key(k), "block_size")) key = k;
-    tg_cfg_origin o = c->origin[key];
+    tg_cfg_origin o = key_origin(c, "block_size");
     tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
              "block_size = %lld, but the weights' position table has %.0f rows (%s): lower block_size to at most "
              "%.0f",
