@@ -111,6 +111,11 @@ typedef struct run {
   tg_ctx *ctx;
   tg_train_config cfg;
   int rank, nranks;
+  /* Ranks other than 0, until training starts: their messages, held
+   * (hold_setup_errors). */
+  FILE *held;
+  char *held_text;
+  size_t held_len;
   FILE *log;         /* out_dir/train.log (rank 0) */
   int lock_fd;       /* out_dir/tgrun.lock, held (flock) for the whole run (rank 0); -1: none */
   tg_tokenizer *tok;
@@ -163,9 +168,15 @@ static const char *path_in(run *r, const char *dir, const char *file) {
   return tg_sprintf(r->ctx->arena, "%s/%s", dir, file);
 }
 
+static tg_loc key_loc(const run *r, const char *key);
+
+/* out_dir, or a folder in it: a failure is the out_dir setting's, so the
+ * message points at where out_dir was set and names it. */
 static void mkdirs(run *r, const char *dir) {
   char why[1024];
-  if (!tg_make_dirs(dir, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0}, "%s", why);
+  if (!tg_make_dirs(dir, why, sizeof why))
+    tg_error(r->ctx, key_loc(r, "out_dir"), "out_dir \"%s\": %s; set out_dir to a directory, or to a path where one can be made",
+             r->cfg.out_dir, why);
 }
 
 /* ---- graphs -------------------------------------------------------------------- */
@@ -174,6 +185,16 @@ static void mkdirs(run *r, const char *dir) {
  * tokenizer's vocabulary, and B, T of the batch. */
 static const char *origin_text(run *r, tg_cfg_origin o, const char *what);
 static tg_cfg_origin key_origin(const tg_train_config *c, const char *key);
+
+/* The model file as this rank reads it: model = "models/gpt2.tg" run from
+ * elsewhere is the installed models/. */
+static const char *model_path(run *r) {
+  const char *path = r->cfg.model;
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *installed = tg_sprintf(r->ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
+  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) path = installed;
+  return path;
+}
 
 static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   const tg_train_config *c = &r->cfg;
@@ -198,12 +219,7 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true, block_from};
   const char *incs[1] = {TG_TRAIN_MODELS_DIR};
   tg_compile_opts co = {d, n, incs, 1};
-  /* model = "models/gpt2.tg" run from elsewhere: the installed models/ */
-  const char *path = c->model;
-  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-  const char *installed = tg_sprintf(r->ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
-  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) path = installed;
-  tg_graph *g = tg_compile_file(r->ctx, path, &co);
+  tg_graph *g = tg_compile_file(r->ctx, model_path(r), &co);
   if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
   if (sample) {
     /* the head's output, named `logits` in the model, is what sampling reads */
@@ -964,6 +980,46 @@ static void lock_out_dir(run *r) {
 /* The ranks were started with the same configuration: a hash of each
  * rank's effective config, compared at start-up.  A difference names the
  * ranks and, on each of them, the first key that differs from rank 0's. */
+/* FNV-1a of the model file's bytes; of the reason, when it cannot be read
+ * (the compile reports that). */
+static uint64_t model_hash(run *r) {
+  char *text = NULL, why[512];
+  size_t len = 0;
+  uint64_t h = 1469598103934665603ull;
+  const char *bytes = why;
+  if (tg_read_whole_file(model_path(r), &text, &len, why, sizeof why)) bytes = text;
+  else len = strlen(why);
+  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)bytes[i]) * 1099511628211ull;
+  free(text);
+  return h;
+}
+
+/* The same train.cfg can name different model files on different ranks: a
+ * relative path read from different working directories, or a copy edited
+ * on one machine.  The configurations then agree, and the run failed after
+ * its first step with an error that named no file; so the model file's
+ * contents are compared too, before anything is compiled.  (Its imports
+ * are not: they come from the installed models/ of the same build.) */
+static void check_model_files_agree(run *r) {
+  uint64_t *all = tg_xcalloc((size_t)r->nranks, sizeof *all);
+  tg_comm_allgather_u64(model_hash(r), all);
+  char bad[256] = "";
+  size_t n = 0;
+  int nbad = 0;
+  for (int i = 1; i < r->nranks; i++)
+    if (all[i] != all[0]) {
+      if (n < sizeof bad - 16) n += (size_t)snprintf(bad + n, sizeof bad - n, "%s%d", nbad ? ", " : "", i);
+      nbad++;
+    }
+  free(all);
+  if (!nbad) return;
+  if (r->rank != 0) tg_bail(r->ctx);
+  tg_error(r->ctx, key_loc(r, "model"),
+           "model \"%s\": the ranks read different model files: rank%s %s read%s other contents than rank 0's %s "
+           "(give every rank the same file: an absolute path, or the same working directory)",
+           r->cfg.model, nbad > 1 ? "s" : "", bad, nbad > 1 ? "" : "s", model_path(r));
+}
+
 static void check_ranks_agree(run *r) {
   if (r->nranks < 2) return;
   uint64_t *all = tg_xcalloc((size_t)r->nranks, sizeof *all);
@@ -979,7 +1035,10 @@ static void check_ranks_agree(run *r) {
     }
   bool differ = mine != all[0];
   free(all);
-  if (!nbad) return;
+  if (!nbad) {
+    check_model_files_agree(r);
+    return;
+  }
   /* rank 0's config as text, to every rank, to find the key that differs */
   char *text = NULL;
   size_t len = 0;
@@ -1048,6 +1107,13 @@ static tg_cfg_origin key_origin(const tg_train_config *c, const char *key) {
   return (tg_cfg_origin){0};
 }
 
+/* Where a message about a train.cfg key points: its line, the command
+ * line, or the file for a default. */
+static tg_loc key_loc(const run *r, const char *key) {
+  tg_cfg_origin o = key_origin(&r->cfg, key);
+  return o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){r->cfg.path, o.line, o.col};
+}
+
 /* init_from's file gives the model's sizes (hf.h) where train.cfg does not:
  * read before anything is compiled, and checked against model.NAME, the
  * tokenizer's vocabulary and block_size, so that a file of another size
@@ -1069,8 +1135,7 @@ static void check_init_dims(run *r) {
   bool block_given = false;
   for (int i = 0; i < c->n_defines; i++) block_given |= !strcmp(c->defines[i].name, "block_size");
   if (rows && !block_given && (double)c->block_size > rows->value) {
-    tg_cfg_origin o = key_origin(c, "block_size");
-    tg_error(r->ctx, o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col},
+    tg_error(r->ctx, key_loc(r, "block_size"),
              "block_size = %lld, but the weights' position table has %.0f rows (%s): lower block_size to at most "
              "%.0f",
              (long long)c->block_size, rows->value, rows->from, rows->value);
@@ -1119,6 +1184,45 @@ static void check_data(run *r) {
 
 /* Everything from the config to the end of the loop; errors longjmp out
  * of it to tg_train. */
+/* Every rank compiles the same model from the same configuration (the
+ * ranks checked that they agree), so an error in it is every rank's, and
+ * printed by each it came out N times, interleaved mid-line.  Ranks other
+ * than 0 hold their messages until training starts. */
+static void hold_setup_errors(run *r) {
+  if (r->nranks < 2 || r->rank == 0) return;
+  r->held = open_memstream(&r->held_text, &r->held_len);
+  if (r->held) r->ctx->err = r->held;
+}
+
+/* Setup went well: what a rank held (warnings) is printed after all. */
+static void release_setup_errors(run *r) {
+  if (!r->held) return;
+  fclose(r->held);
+  r->held = NULL;
+  r->ctx->err = stderr;
+  if (r->held_len) fwrite(r->held_text, 1, r->held_len, stderr);
+  free(r->held_text);
+  r->held_text = NULL;
+}
+
+/* An error in setup on a rank other than 0: rank 0, doing the same work,
+ * meets the same error, prints it and exits, and mpirun then ends this
+ * rank within about a second.  Still alive after a few seconds, this rank
+ * failed on its own (a file only it cannot read) and says so itself. */
+static void report_held_setup_error(run *r) {
+  if (!r->held) return;
+  fclose(r->held);
+  r->held = NULL;
+  r->ctx->err = stderr;
+  if (r->held_len) {
+    sleep(5);
+    fprintf(stderr, "tgrun: rank %d of %d:\n", r->rank, r->nranks);
+    fwrite(r->held_text, 1, r->held_len, stderr);
+  }
+  free(r->held_text);
+  r->held_text = NULL;
+}
+
 static int train(run *r) {
   char why[1024];
   const tg_train_config *c = &r->cfg;
@@ -1151,6 +1255,7 @@ static int train(run *r) {
   check_data(r);
   check_init_dims(r);
   build(r);
+  release_setup_errors(r);
   train_loop(r);
   if (r->rank == 0) {
     say(r, "\n%s. run directory %s:\n", r->stopped ? "stopped" : "done", c->out_dir);
@@ -1177,9 +1282,11 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   /* the work is in a function of its own: nothing of it lives in this
    * frame across the longjmp of an error */
   catch_stop_signals(true);
+  hold_setup_errors(r);
   if (setjmp(bail)) status = 1;
   else status = train(r);
   catch_stop_signals(false);
+  report_held_setup_error(r);
   if (r->log) fclose(r->log);
   if (r->mf) {
     char why[256];
