@@ -234,7 +234,8 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
 static void need_weights_file(tg_ctx *ctx, const char *path) {
   struct stat st;
   tg_loc at = {path, 0, 0};
-  if (stat(path, &st) != 0) tg_error(ctx, at, "--weights %s: %s", path, strerror(errno));
+  if (stat(path, &st) != 0)
+    tg_error(ctx, at, "--weights %s: %s", path, errno == ENOENT ? "no such file" : strerror(errno));
   if (S_ISDIR(st.st_mode))
     tg_error(ctx, at, "--weights %s: is a directory; give the weights file in it (ckpt.safetensors, "
              "model.safetensors)", path);
