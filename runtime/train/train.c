@@ -1187,7 +1187,8 @@ static void check_data(run *r) {
 /* Every rank compiles the same model from the same configuration (the
  * ranks checked that they agree), so an error in it is every rank's, and
  * printed by each it came out N times, interleaved mid-line.  Ranks other
- * than 0 hold their messages until training starts. */
+ * than 0 hold their messages from that check until training starts (the
+ * check's own messages, each rank's difference, are its own). */
 static void hold_setup_errors(run *r) {
   if (r->nranks < 2 || r->rank == 0) return;
   r->held = open_memstream(&r->held_text, &r->held_len);
@@ -1233,6 +1234,7 @@ static int train(run *r) {
   }
   tg_comm_set_timeout((double)c->rank_timeout);
   check_ranks_agree(r);
+  hold_setup_errors(r); /* from here on the ranks' work is the same: rank 0 speaks for them */
   if (r->rank == 0) {
     mkdirs(r, c->out_dir);
     lock_out_dir(r);
@@ -1282,7 +1284,6 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   /* the work is in a function of its own: nothing of it lives in this
    * frame across the longjmp of an error */
   catch_stop_signals(true);
-  hold_setup_errors(r);
   if (setjmp(bail)) status = 1;
   else status = train(r);
   catch_stop_signals(false);
