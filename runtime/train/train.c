@@ -994,6 +994,24 @@ static uint64_t model_hash(run *r) {
   return h;
 }
 
+/* Every rank's mine, gathered: the ranks whose value is not rank 0's, as
+ * text ("1, 3") in bad, and how many; rank 0's value in *rank0. */
+static int ranks_unlike_rank0(run *r, uint64_t mine, char *bad, size_t badlen, uint64_t *rank0) {
+  uint64_t *all = tg_xcalloc((size_t)r->nranks, sizeof *all);
+  tg_comm_allgather_u64(mine, all);
+  size_t n = 0;
+  int nbad = 0;
+  bad[0] = 0;
+  for (int i = 1; i < r->nranks; i++)
+    if (all[i] != all[0]) {
+      if (n + 16 < badlen) n += (size_t)snprintf(bad + n, badlen - n, "%s%d", nbad ? ", " : "", i);
+      nbad++;
+    }
+  *rank0 = all[0];
+  free(all);
+  return nbad;
+}
+
 /* The same train.cfg can name different model files on different ranks: a
  * relative path read from different working directories, or a copy edited
  * on one machine.  The configurations then agree, and the run failed after
@@ -1001,17 +1019,9 @@ static uint64_t model_hash(run *r) {
  * contents are compared too, before anything is compiled.  (Its imports
  * are not: they come from the installed models/ of the same build.) */
 static void check_model_files_agree(run *r) {
-  uint64_t *all = tg_xcalloc((size_t)r->nranks, sizeof *all);
-  tg_comm_allgather_u64(model_hash(r), all);
-  char bad[256] = "";
-  size_t n = 0;
-  int nbad = 0;
-  for (int i = 1; i < r->nranks; i++)
-    if (all[i] != all[0]) {
-      if (n < sizeof bad - 16) n += (size_t)snprintf(bad + n, sizeof bad - n, "%s%d", nbad ? ", " : "", i);
-      nbad++;
-    }
-  free(all);
+  char bad[256];
+  uint64_t rank0;
+  int nbad = ranks_unlike_rank0(r, model_hash(r), bad, sizeof bad, &rank0);
   if (!nbad) return;
   if (r->rank != 0) tg_bail(r->ctx);
   tg_error(r->ctx, key_loc(r, "model"),
@@ -1022,19 +1032,10 @@ static void check_model_files_agree(run *r) {
 
 static void check_ranks_agree(run *r) {
   if (r->nranks < 2) return;
-  uint64_t *all = tg_xcalloc((size_t)r->nranks, sizeof *all);
-  uint64_t mine = tg_train_config_hash(&r->cfg);
-  tg_comm_allgather_u64(mine, all);
-  char bad[256] = "";
-  size_t n = 0;
-  int nbad = 0;
-  for (int i = 1; i < r->nranks; i++)
-    if (all[i] != all[0]) {
-      if (n < sizeof bad - 16) n += (size_t)snprintf(bad + n, sizeof bad - n, "%s%d", nbad ? ", " : "", i);
-      nbad++;
-    }
-  bool differ = mine != all[0];
-  free(all);
+  uint64_t mine = tg_train_config_hash(&r->cfg), rank0;
+  char bad[256];
+  int nbad = ranks_unlike_rank0(r, mine, bad, sizeof bad, &rank0);
+  bool differ = mine != rank0;
   if (!nbad) {
     check_model_files_agree(r);
     return;

@@ -15,26 +15,7 @@ data=${TG_DATA:-$src/../shared/data}
 py=/usr/bin/python3
 cd "$src"
 
-expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
-
-cat > "$tmp/s.cfg" <<CFG
-model = "models/gpt2.tg"
-model.n_layer = 1
-model.n_head = 2
-model.n_embd = 16
-model.block_size = 16
-data_dir = "$tmp/data"
-batch_size = 2
-block_size = 16
-warmup_steps = 1
-max_steps = 2
-eval_interval = 0
-eval_batches = 1
-sample_interval = 0
-sample_tokens = 8
-checkpoint_interval = 2
-threads = 1
-CFG
+tiny_run "$tgrun" "$data" "$tmp/s.cfg"
 s=$tmp/s.cfg
 
 # ---- item 4: the model's ranges, before any work ----
