@@ -448,16 +448,13 @@ static bool reads_param(const tg_graph *const *gs, int n, const char *name) {
   return false;
 }
 
-/* The ZeRO stage against what runs it, before any compiling: stages 1 to
+/* The ZeRO stage against what runs it, before the passes and the device
+ * compile: stages 1 to
  * 3 need the backend's collectives; one rank has nothing to shard. */
 static void check_zero(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!c->zero) return;
-  int key = -1;
-  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-    if (!strcmp(tg_train_config_key(k), "zero")) key = k;
-  tg_cfg_origin o = c->origin[key];
-  tg_loc at = o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){c->path, o.line, o.col};
+  tg_loc at = key_loc(r, "zero");
   if (r->nranks == 1) {
     say(r, "note: zero = %lld with one rank: nothing to shard; training as zero = 0\n", (long long)c->zero);
     return;
@@ -469,17 +466,18 @@ static void check_zero(run *r) {
 
 /* The graphs of the run, their kernels and the fusion report. */
 static void build(run *r) {
+  double t_front = now(); /* parsing and the passes of every graph: the front end */
+  const tg_train_config *c = &r->cfg;
+  /* the model first: its ranges (the asserts after its config) refuse a
+   * bad model.NAME before the device is opened or anything allocated */
+  r->g_grad = compile_model(r, c->batch_size, false);
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   check_zero(r);
-  double t_front = now(); /* parsing and the passes of every graph: the front end */
-  const tg_train_config *c = &r->cfg;
   const tg_precision_policy prec = tg_train_config_precision(c);
   tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL, NULL, 0};
   const char *kdir = path_in(r, c->out_dir, "kernels");
   if (r->rank == 0) mkdirs(r, kdir);
-
-  r->g_grad = compile_model(r, c->batch_size, false);
   FILE *fusion = r->rank == 0 ? fopen(path_in(r, kdir, "fusion.txt"), "w") : NULL;
   /* stage 3: the model's graphs read their weights from shards (passes/shard_params.c) */
   const int shard_ranks = sharded_weights(r) ? r->nranks : 0;
