@@ -449,8 +449,8 @@ static bool reads_param(const tg_graph *const *gs, int n, const char *name) {
 }
 
 /* The ZeRO stage against what runs it, before the passes and the device
- * compile: stages 1 to
- * 3 need the backend's collectives; one rank has nothing to shard. */
+ * compile: stages 1 to 3 need the backend's collectives; one rank has
+ * nothing to shard. */
 static void check_zero(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!c->zero) return;
