@@ -36,6 +36,8 @@ typedef struct binding {
   value v;
   tg_loc loc;
   struct binding *next;
+  const char *given; /* config constants: where a value from outside the file
+                        came from ("-D n_layer=-1"); NULL for the file's own */
 } binding;
 
 /* Names of one scope: a list (in order of definition, newest first, for
@@ -451,6 +453,17 @@ static value apply_binary(elab *E, tg_op op, value a, value b, tg_loc loc) {
   return (value){.kind = V_TENSOR, .node = build(E, op, loc, 2, in)};
 }
 
+/* a % b: numbers only, for the checks of config constants (n_embd % n_head
+ * == 0, n_layer % 1 == 0); the IR has no remainder, and a tensor's would
+ * have no gradient.  fmod's: the sign of a, and NaN for b = 0, which
+ * compares unequal to everything, so an assert on it fails. */
+static value remainder_of(elab *E, value a, value b, tg_loc loc) {
+  if (a.kind != V_NUM || b.kind != V_NUM)
+    fail(E, loc, "'%%' needs numbers known at compile time, not %s and %s", value_kind_name(&a),
+         value_kind_name(&b));
+  return (value){.kind = V_NUM, .num = fmod(a.num, b.num)};
+}
+
 static value eval_expr(elab *E, const tg_expr *e) {
   switch (e->kind) {
   case TG_E_NUM:
@@ -467,6 +480,7 @@ static value eval_expr(elab *E, const tg_expr *e) {
   }
   case TG_E_BINARY: {
     value a = eval(E, e->lhs), b = eval(E, e->rhs);
+    if (e->op == '%') return remainder_of(E, a, b, e->loc);
     return apply_binary(E, binary_op(e->op), a, b, e->loc);
   }
   case TG_E_LIST: {
@@ -901,6 +915,43 @@ static void exec_for(elab *E, const tg_stmt *s) {
   }
 }
 
+/* A number as it was written: 768, not 768.000000; 0.5; 1e+30. */
+static const char *num_text(elab *E, double v) {
+  if (v == floor(v) && fabs(v) < 1e15) return tg_sprintf(E->ctx->arena, "%lld", (long long)v);
+  return tg_sprintf(E->ctx->arena, "%.17g", v);
+}
+
+enum { MAX_ASSERT_NOTES = 16 };
+
+/* After a failed assert: a note for each config constant the expression
+ * reads (directly or through a name bound to one, such as a block's C),
+ * at its line in the config block, with the value it had and, when the
+ * value came from outside the file (-D, tgrun's model.NAME, a weights
+ * file's sizes), from where.  The assert's message says what the rule is;
+ * these say which setting to change and where it is set. */
+static void constant_notes(elab *E, const tg_expr *e, const char **noted, int *n_noted) {
+  if (!e) return;
+  if (e->kind == TG_E_NAME && e->path.n == 1 && !e->path.segs[0].index) {
+    value v;
+    binding *c;
+    if (!lookup(E, e->path.segs[0].name, &v) || v.kind != V_NUM || !v.sym ||
+        !(c = find_in(&E->config, v.sym)))
+      return;
+    for (int i = 0; i < *n_noted; i++)
+      if (!strcmp(noted[i], v.sym)) return;
+    if (*n_noted == MAX_ASSERT_NOTES) return;
+    noted[(*n_noted)++] = v.sym;
+    if (c->given)
+      tg_report(E->ctx, "note", c->loc, "%s is %s, from %s", v.sym, num_text(E, c->v.num), c->given);
+    else
+      tg_report(E->ctx, "note", c->loc, "%s is %s, set here", v.sym, num_text(E, c->v.num));
+    return;
+  }
+  constant_notes(E, e->lhs, noted, n_noted);
+  constant_notes(E, e->rhs, noted, n_noted);
+  for (int i = 0; i < e->args.n; i++) constant_notes(E, e->args.items[i], noted, n_noted);
+}
+
 static void exec_stmt(elab *E, const tg_stmt *s) {
   bool top = E->cur == &E->top;
   switch (s->kind) {
@@ -921,8 +972,14 @@ static void exec_stmt(elab *E, const tg_stmt *s) {
   case TG_S_ASSERT: {
     value v = eval(E, s->value);
     double ok = need_num(E, v, s->loc, "an assertion");
-    if (ok == 0)
-      fail(E, s->loc, "assertion failed%s%s", s->file ? ": " : "", s->file ? s->file : "");
+    if (ok == 0) {
+      tg_report(E->ctx, "error", s->loc, "assertion failed%s%s", s->file ? ": " : "", s->file ? s->file : "");
+      const char *noted[MAX_ASSERT_NOTES];
+      int n_noted = 0;
+      constant_notes(E, s->value, noted, &n_noted);
+      call_notes(E, s->loc);
+      tg_bail(E->ctx);
+    }
     return;
   }
   case TG_S_OUTPUT: {
@@ -933,7 +990,7 @@ static void exec_stmt(elab *E, const tg_stmt *s) {
     if (prev)
       fail_twice(E, s->name_locs[0], prev->loc, "output '%s' is declared twice", s->names[0]);
     binding *b = tg_alloc(E->ctx->arena, sizeof *b);
-    *b = (binding){s->names[0], v, s->name_locs[0], NULL};
+    *b = (binding){s->names[0], v, s->name_locs[0], NULL, NULL};
     scope_add(E, &E->outputs, b);
     if (!n->name) n->name = s->names[0];
     tg_graph_add_output(E->g, s->names[0], n);
@@ -1050,17 +1107,20 @@ static void declare_config(elab *E, const tg_stmt *s) {
     if (find_builtin(name) || !strcmp(name, "inf") || !strcmp(name, "pi"))
       fail(E, c->loc, "'%s' is a builtin name and cannot be a config constant", name);
     double v = 0;
-    bool overridden = false;
+    const tg_define *given = NULL;
     /* The last -D of a name wins, as with a C compiler's -D. */
     for (int d = 0; d < E->opts->n_defines; d++)
       if (!strcmp(E->opts->defines[d].name, name)) {
-        v = E->opts->defines[d].value;
-        overridden = true;
+        given = &E->opts->defines[d];
         E->define_used[d] = true;
       }
-    if (!overridden) v = need_num(E, eval(E, c->value), c->value->loc, "a config value");
+    if (given) v = given->value;
+    else v = need_num(E, eval(E, c->value), c->value->loc, "a config value");
     binding *b = tg_alloc(E->ctx->arena, sizeof *b);
-    *b = (binding){name, {.kind = V_NUM, .num = v, .sym = name}, c->loc, NULL};
+    *b = (binding){name, {.kind = V_NUM, .num = v, .sym = name}, c->loc, NULL, NULL};
+    if (given)
+      b->given = given->origin ? given->origin
+                               : tg_sprintf(E->ctx->arena, "-D %s=%s", name, num_text(E, v));
     scope_add(E, &E->config, b);
     tg_graph_set_config(E->g, name, v);
   }

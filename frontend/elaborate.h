@@ -13,6 +13,8 @@ typedef struct tg_define {
   double value;
   bool if_present; /* a default (tgrun's B and T from a batch): no error if
                       the model has no such constant */
+  const char *origin; /* where the value was set, for messages ("train.cfg:4:1
+                         (model.n_layer)"); NULL: "-D NAME=VALUE" */
 } tg_define;
 
 typedef struct tg_compile_opts {

@@ -45,5 +45,6 @@ bool tg_define_parse(const char *arg, tg_define *out, char *name_buf, size_t nam
   out->name = name_buf;
   out->value = v;
   out->if_present = false;
+  out->origin = NULL;
   return true;
 }

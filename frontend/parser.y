@@ -61,7 +61,7 @@ static tg_expr *binary(tg_parse_state *ps, int op, tg_loc loc, tg_expr *l, tg_ex
 
 %nonassoc EQ NE '<' '>' LE GE
 %left '+' '-'
-%left '*' '/' '@'
+%left '*' '/' '%' '@'
 %precedence UMINUS
 
 %type <expr> expr primary
@@ -235,6 +235,7 @@ expr
   | expr '-' expr         { $$ = binary(ps, '-', LOC(@2), $1, $3); }
   | expr '*' expr         { $$ = binary(ps, '*', LOC(@2), $1, $3); }
   | expr '/' expr         { $$ = binary(ps, '/', LOC(@2), $1, $3); }
+  | expr '%' expr         { $$ = binary(ps, '%', LOC(@2), $1, $3); }
   | expr '@' expr         { $$ = binary(ps, '@', LOC(@2), $1, $3); }
   | expr '<' expr         { $$ = binary(ps, '<', LOC(@2), $1, $3); }
   | expr '>' expr         { $$ = binary(ps, '>', LOC(@2), $1, $3); }

@@ -485,7 +485,7 @@ static int settle_args(int argc, cli *c) {
     c->grad = false;
     bool has_T = false;
     for (int i = 0; i < c->n_defines; i++) has_T |= !strcmp(c->defines[i].name, "T");
-    if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true};
+    if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true, "--decode (one token a step)"};
   }
   bool traffic = c->traffic;
   if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");

@@ -4,6 +4,7 @@
 #include "tgrun_cli.h"
 
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,28 @@ static int load_config(tg_ctx *ctx, int argc, char **argv, tg_train_config *cfg)
   return status;
 }
 
+/* Several ranks each load the same train.cfg and would each print the
+ * same errors, interleaved mid-line.  So each holds its messages, and one
+ * allgather of the statuses decides: rank 0 reports if it failed, else
+ * the first rank that did (a file that differs between machines); every
+ * rank then ends with that status, the others quietly.  Returns the
+ * agreed status (-1: go on). */
+static int agree_on_config(int status, int rank, int nranks, const char *held, size_t held_len) {
+  uint64_t *all = calloc((size_t)nranks, sizeof *all);
+  if (!all) return status < 0 ? 1 : status;
+  tg_comm_allgather_u64(status < 0 ? 0 : (uint64_t)status, all);
+  int reporter = -1;
+  for (int i = 0; i < nranks && reporter < 0; i++)
+    if (all[i]) reporter = i;
+  int agreed = reporter < 0 ? -1 : (int)all[reporter];
+  free(all);
+  if (rank == (reporter < 0 ? 0 : reporter)) {
+    if (reporter > 0) fprintf(stderr, "tgrun: rank %d (rank 0 loaded its configuration):\n", rank);
+    fwrite(held, 1, held_len, stderr);
+  }
+  return agreed;
+}
+
 int tgrun_train_main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help")) {
     fputs(train_usage, argc < 2 ? stderr : stdout);
@@ -59,9 +82,18 @@ int tgrun_train_main(int argc, char **argv) {
     return 1;
   }
   tg_ctx *ctx = tg_ctx_new(stderr);
+  char *held = NULL;
+  size_t held_len = 0;
+  FILE *hold = nranks > 1 ? open_memstream(&held, &held_len) : NULL;
+  if (hold) ctx->err = hold;
   tg_train_config cfg;
   int status = load_config(ctx, argc, argv, &cfg);
   tg_ctx_free(ctx);
+  if (hold) {
+    fclose(hold);
+    status = agree_on_config(status, rank, nranks, held, held_len);
+    free(held);
+  }
   if (status < 0) status = tg_train(&cfg, rank, nranks);
   tg_train_config_free(&cfg);
   /* a stop on a signal is agreed by every rank: they end together */

@@ -129,6 +129,73 @@ static char *dir_of(tg_ctx *ctx, const char *path) {
   return tg_sprintf(ctx->arena, "%.*s", (int)(slash - path), path);
 }
 
+/* The JSON value as config.json has it, for messages: "relu", 1e-06, false. */
+static const char *json_text(tg_ctx *ctx, const tg_json *v) {
+  char b[40];
+  switch (v->kind) {
+  case TG_JSON_NULL: return "null";
+  case TG_JSON_FALSE: return "false";
+  case TG_JSON_TRUE: return "true";
+  case TG_JSON_INT: return tg_sprintf(ctx->arena, "%lld", (long long)v->u.i);
+  case TG_JSON_REAL: return tg_strdup(ctx->arena, num(b, sizeof b, v->u.d));
+  case TG_JSON_STRING: return tg_sprintf(ctx->arena, "\"%.60s\"", v->u.s);
+  default: return v->kind == TG_JSON_ARRAY ? "an array" : "an object";
+  }
+}
+
+/* The GPT2Config fields that change the function a model computes, beyond
+ * its sizes: each either matches what models/gpt2.tg and std.tg compute, or
+ * the file is refused naming the field, its value and the difference.
+ * Loading such a model as standard GPT-2 would train it, sample from it
+ * and export it (with gelu_new, 1e-05, tied embeddings) as another model
+ * without a word.  Left alone: the dropouts (attn_pdrop, resid_pdrop,
+ * embd_pdrop: training only, and tg trains without dropout, as GPT-2 is
+ * fine-tuned often), reorder_and_upcast_attn (it only moves the scaling
+ * before the product and computes the scores in f32, which tg's attention
+ * does in every precision: the same function), and fields of other heads
+ * or of generation (summary_*, bos/eos_token_id, use_cache). */
+static void check_function_fields(tg_ctx *ctx, const char *path, const tg_json *root, const tg_hf_dims *dims) {
+  tg_loc at = {path, 0, 0};
+  const tg_json *v = tg_json_get(root, "activation_function");
+  if (v && (v->kind != TG_JSON_STRING ||
+            (strcmp(v->u.s, "gelu_new") && strcmp(v->u.s, "gelu_pytorch_tanh") && strcmp(v->u.s, "gelu_fast"))))
+    tg_error(ctx, at,
+             "activation_function is %s, but tg's GPT-2 computes GELU's tanh approximation (std.tg's gelu: "
+             "\"gelu_new\", also called \"gelu_pytorch_tanh\")%s: this model cannot be loaded as it is",
+             json_text(ctx, v),
+             v->kind == TG_JSON_STRING && !strcmp(v->u.s, "gelu") ? "; \"gelu\" is the exact erf form, another function"
+                                                                   : "");
+  v = tg_json_get(root, "layer_norm_epsilon");
+  double eps = atof(TG_HF_LAYERNORM_EPS);
+  if (v && !((v->kind == TG_JSON_REAL && v->u.d == eps) || (v->kind == TG_JSON_INT && (double)v->u.i == eps)))
+    tg_error(ctx, at,
+             "layer_norm_epsilon is %s, but std.tg's layernorm adds %s to the variance: this model cannot be loaded "
+             "as it is",
+             json_text(ctx, v), TG_HF_LAYERNORM_EPS);
+  static const struct {
+    const char *key;
+    bool want;
+    const char *meaning;
+  } flags[] = {
+      {"scale_attn_weights", true, "tg's attention divides the scores by sqrt(n_embd / n_head)"},
+      {"scale_attn_by_inverse_layer_idx", false, "tg's attention does not divide layer i's scores by i + 1"},
+      {"tie_word_embeddings", true, "tg's GPT-2 ties the output head to wte.weight; an untied lm_head would be dropped"},
+      {"add_cross_attention", false, "tg's GPT-2 has no cross-attention layers"},
+  };
+  for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+    v = tg_json_get(root, flags[i].key);
+    if (v && v->kind != (flags[i].want ? TG_JSON_TRUE : TG_JSON_FALSE))
+      tg_error(ctx, at, "%s is %s, but %s: this model cannot be loaded as it is (tg needs %s)", flags[i].key,
+               json_text(ctx, v), flags[i].meaning, flags[i].want ? "true" : "false");
+  }
+  v = tg_json_get(root, "n_inner");
+  const tg_hf_dim *embd = tg_hf_dims_get(dims, "n_embd");
+  if (v && v->kind != TG_JSON_NULL && !(v->kind == TG_JSON_INT && embd && (double)v->u.i == 4 * embd->value))
+    tg_error(ctx, at,
+             "n_inner is %s, but tg's GPT-2 has an MLP 4 * n_embd wide (%s): this model cannot be loaded as it is",
+             json_text(ctx, v), embd ? tg_sprintf(ctx->arena, "%.0f", 4 * embd->value) : "n_embd unknown");
+}
+
 /* A GPT2Config's sizes, from config.json beside the file. */
 static void from_config_json(tg_ctx *ctx, const tg_st_file *f, tg_hf_dims *out) {
   const char *path = tg_sprintf(ctx->arena, "%s/config.json", dir_of(ctx, f->path));
@@ -159,6 +226,7 @@ static void from_config_json(tg_ctx *ctx, const tg_st_file *f, tg_hf_dims *out) 
       tg_error(ctx, (tg_loc){path, 0, 0}, "%s is not a positive integer", keys[k][0]);
     put(ctx, f->path, out, keys[k][1], (double)v->u.i, tg_sprintf(ctx->arena, "%s (%s)", path, keys[k][0]));
   }
+  check_function_fields(ctx, path, root, out);
 }
 
 void tg_hf_dims_of(tg_ctx *ctx, const tg_st_file *f, tg_hf_dims *out) {

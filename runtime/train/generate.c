@@ -53,7 +53,27 @@ typedef struct gen {
   tg_exec *e;
   float *logits;
   float *scratch;
+  /* While text is being written, errors are held here and printed after
+   * it, on a line of their own (hold_errors). */
+  FILE *held;
+  char *held_text;
+  size_t held_len;
+  bool mid_line; /* the text written so far does not end in a newline */
 } gen;
+
+/* From the first byte of text on, ctx's messages go to a buffer: an
+ * error in the middle of a sample would otherwise be printed on the line
+ * of the text (stdout and stderr are one terminal), after its last word.
+ * guarded() ends the text's line and then prints them. */
+static void hold_errors(tg_ctx *ctx, gen *s) {
+  if (s->held) return;
+  s->held = open_memstream(&s->held_text, &s->held_len);
+  if (s->held) ctx->err = s->held;
+}
+
+static void wrote_text(gen *s, const char *text, size_t len) {
+  if (len) s->mid_line = text[len - 1] != '\n';
+}
 
 static void gen_free(gen *s) {
   tg_exec_free(s->e);
@@ -134,9 +154,9 @@ static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, int vocab,
   tg_define *d = tg_model_sizes(ctx, o->weights, NULL, 0, o->defines, o->n_defines, 3, &n);
   bool vocab_given = false;
   for (int i = 0; i < n; i++) vocab_given |= !strcmp(d[i].name, "vocab");
-  if (!vocab_given) d[n++] = (tg_define){"vocab", (double)vocab, true};
-  d[n++] = (tg_define){"B", 1, true};
-  d[n++] = (tg_define){"T", 1, true};
+  if (!vocab_given) d[n++] = (tg_define){"vocab", (double)vocab, true, "the tokenizer's vocabulary"};
+  d[n++] = (tg_define){"B", 1, true, "sampling (one sequence)"};
+  d[n++] = (tg_define){"T", 1, true, "sampling (one token a step)"};
   *n_out = n;
   return d;
 }
@@ -150,12 +170,13 @@ static const char *model_path(tg_ctx *ctx, const char *path) {
   return path;
 }
 
-static void put_token(tg_ctx *ctx, const tg_generate_opts *o, const tg_tokenizer *t, int32_t id) {
+static void put_token(tg_ctx *ctx, const tg_generate_opts *o, gen *s, int32_t id) {
   size_t len = 0;
-  const char *piece = tg_tok_piece(t, id, &len);
+  const char *piece = tg_tok_piece(s->tok, id, &len);
   if (!piece) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "the model chose token %d, which the tokenizer does not have", id);
   if (fwrite(piece, 1, len, o->out) != len || fflush(o->out) != 0)
     tg_error(ctx, (tg_loc){"<stdout>", 0, 0}, "cannot write the text: %s", strerror(errno));
+  wrote_text(s, piece, len);
 }
 
 /* The tokenizer, the prompt's tokens (np of them) and the decode step's
@@ -220,9 +241,25 @@ static void check_memory(tg_ctx *ctx, const tg_generate_opts *o, const tg_graph 
            (double)need / mib, (double)avail / mib, what);
 }
 
+/* --weights names a file, or says what it names instead: "no such file"
+ * for a directory or a device sent the user looking for a path that is
+ * there. */
+static void need_weights_file(tg_ctx *ctx, const char *path) {
+  struct stat st;
+  tg_loc at = {path, 0, 0};
+  if (stat(path, &st) != 0)
+    tg_error(ctx, at, "--weights %s: %s", path, errno == ENOENT ? "no such file" : strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    tg_error(ctx, at, "--weights %s: is a directory; give the weights file in it (ckpt.safetensors, "
+             "model.safetensors)", path);
+  if (!S_ISREG(st.st_mode))
+    tg_error(ctx, at, "--weights %s: not a regular file (a device, a pipe or a socket); give a .safetensors file",
+             path);
+}
+
 static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats *st) {
   double t0 = now();
-  if (!is_file(o->weights)) tg_error(ctx, (tg_loc){o->weights, 0, 0}, "--weights %s: no such file", o->weights);
+  need_weights_file(ctx, o->weights);
   size_t np = 0;
   int32_t V;
   int64_t S = load_model(ctx, o, s, &np, &V);
@@ -272,17 +309,20 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
 
   for (int k = 0; k < o->num_samples; k++) {
     if (k > 0) fprintf(o->out, "\n---------------\n");
+    s->mid_line = false;
     tg_rng rng;
     tg_rng_seed(&rng, o->seed, (uint64_t)k);
     for (int c = 0; c < n_caches; c++) tg_tensor_write(caches[c], zeros, TG_HOST_F32);
+    hold_errors(ctx, s);
     if (fwrite(o->prompt, 1, o->prompt_len, o->out) != o->prompt_len || fflush(o->out) != 0)
       tg_error(ctx, (tg_loc){"<stdout>", 0, 0}, "cannot write the text: %s", strerror(errno));
+    wrote_text(s, o->prompt, o->prompt_len);
     int32_t next = s->prompt[0];
     double ta = now();
     for (int64_t p = 0; p < (int64_t)np + o->max_new_tokens; p++) {
       if (p >= (int64_t)np) {
         /* the token chosen from the last step */
-        put_token(ctx, o, s->tok, next);
+        put_token(ctx, o, s, next);
         st->new_tokens++;
         if (p == (int64_t)np + o->max_new_tokens - 1) break; /* its own step would be wasted */
         if (p >= S) {
@@ -329,6 +369,15 @@ static int guarded(const tg_generate_opts *o, tg_generate_stats *st) {
   int status;
   if (setjmp(bail)) status = 1;
   else status = run(ctx, o, s, st);
+  if (s->held) {
+    fclose(s->held);
+    if (status != 0 && s->mid_line) {
+      fputc('\n', o->out);
+      fflush(o->out);
+    }
+    if (s->held_len) fwrite(s->held_text, 1, s->held_len, stderr);
+    free(s->held_text);
+  }
   gen_free(s);
   tg_ctx_free(ctx);
   return status;

@@ -23,7 +23,7 @@ tg_define *tg_model_sizes(tg_ctx *ctx, const char *path, const tg_define *before
   tg_define *d = tg_alloc(ctx->arena, sizeof *d * (size_t)(dims.n + n_before + n_defines + room + 1));
   for (int i = 0; i < dims.n; i++)
     if (strcmp(dims.d[i].name, "B") && strcmp(dims.d[i].name, "T"))
-      d[n++] = (tg_define){dims.d[i].name, dims.d[i].value, true};
+      d[n++] = (tg_define){dims.d[i].name, dims.d[i].value, true, dims.d[i].from};
   if (n_before) memcpy(d + n, before, sizeof *d * (size_t)n_before);
   n += n_before;
   if (n_defines) memcpy(d + n, defines, sizeof *d * (size_t)n_defines);

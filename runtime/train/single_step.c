@@ -32,8 +32,8 @@ static tg_graph *compile(tg_ctx *ctx, const tg_single_opts *o, const tg_batch *b
   tg_define bt[2] = {{0}};
   int n_bt = 0;
   if (b) {
-    bt[n_bt++] = (tg_define){"B", (double)b->B, true};
-    bt[n_bt++] = (tg_define){"T", (double)b->T, true};
+    bt[n_bt++] = (tg_define){"B", (double)b->B, true, "the batch file's B"};
+    bt[n_bt++] = (tg_define){"T", (double)b->T, true, "the batch file's T"};
   }
   int n = 0;
   tg_define *all;

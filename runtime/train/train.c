@@ -111,6 +111,11 @@ typedef struct run {
   tg_ctx *ctx;
   tg_train_config cfg;
   int rank, nranks;
+  /* Ranks other than 0, until training starts: their messages, held
+   * (hold_setup_errors). */
+  FILE *held;
+  char *held_text;
+  size_t held_len;
   FILE *log;         /* out_dir/train.log (rank 0) */
   int lock_fd;       /* out_dir/tgrun.lock, held (flock) for the whole run (rank 0); -1: none */
   tg_tokenizer *tok;
@@ -163,39 +168,58 @@ static const char *path_in(run *r, const char *dir, const char *file) {
   return tg_sprintf(r->ctx->arena, "%s/%s", dir, file);
 }
 
+static tg_loc key_loc(const run *r, const char *key);
+
+/* out_dir, or a folder in it: a failure is the out_dir setting's, so the
+ * message points at where out_dir was set and names it. */
 static void mkdirs(run *r, const char *dir) {
   char why[1024];
-  if (!tg_make_dirs(dir, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.path, 0, 0}, "%s", why);
+  if (!tg_make_dirs(dir, why, sizeof why))
+    tg_error(r->ctx, key_loc(r, "out_dir"), "out_dir \"%s\": %s; set out_dir to a directory, or to a path where one can be made",
+             r->cfg.out_dir, why);
 }
 
 /* ---- graphs -------------------------------------------------------------------- */
 
 /* The model with the run's config: the train.cfg's model.NAME values, the
  * tokenizer's vocabulary, and B, T of the batch. */
+static const char *origin_text(run *r, tg_cfg_origin o, const char *what);
+static tg_cfg_origin key_origin(const tg_train_config *c, const char *key);
+
+/* The model file as this rank reads it: model = "models/gpt2.tg" run from
+ * elsewhere is the installed models/. */
+static const char *model_path(run *r) {
+  const char *path = r->cfg.model;
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *installed = tg_sprintf(r->ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
+  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) path = installed;
+  return path;
+}
+
 static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   const tg_train_config *c = &r->cfg;
   tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 4 + r->init_dims.n));
   int n = 0;
   /* init_from's sizes first: explicit model.NAME values come after (the
-   * last of a name wins), and check_init_dims made sure they agree */
-  for (int i = 0; i < r->init_dims.n; i++) d[n++] = (tg_define){r->init_dims.d[i].name, r->init_dims.d[i].value, true};
+   * last of a name wins), and check_init_dims made sure they agree.  Each
+   * says where it was set, for the model's asserts to name. */
+  for (int i = 0; i < r->init_dims.n; i++)
+    d[n++] = (tg_define){r->init_dims.d[i].name, r->init_dims.d[i].value, true, r->init_dims.d[i].from};
   bool block_given = tg_hf_dims_get(&r->init_dims, "block_size") != NULL;
   for (int i = 0; i < c->n_defines; i++) {
-    d[n++] = (tg_define){c->defines[i].name, c->defines[i].value, false};
+    d[n++] = (tg_define){c->defines[i].name, c->defines[i].value, false,
+                         origin_text(r, c->defines[i].origin, tg_sprintf(r->ctx->arena, "model.%s", c->defines[i].name))};
     block_given |= !strcmp(c->defines[i].name, "block_size");
   }
-  d[n++] = (tg_define){"vocab", (double)r->vocab, true};
-  d[n++] = (tg_define){"B", (double)B, true};
-  d[n++] = (tg_define){"T", (double)c->block_size, true};
-  if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true};
+  const char *block_from = origin_text(r, key_origin(c, "block_size"), "block_size");
+  d[n++] = (tg_define){"vocab", (double)r->vocab, true,
+                       tg_sprintf(r->ctx->arena, "%s/tokenizer.json (the tokenizer's vocabulary)", c->data_dir)};
+  d[n++] = (tg_define){"B", (double)B, true, "the run's batch (batch_size)"};
+  d[n++] = (tg_define){"T", (double)c->block_size, true, block_from};
+  if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true, block_from};
   const char *incs[1] = {TG_TRAIN_MODELS_DIR};
   tg_compile_opts co = {d, n, incs, 1};
-  /* model = "models/gpt2.tg" run from elsewhere: the installed models/ */
-  const char *path = c->model;
-  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-  const char *installed = tg_sprintf(r->ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
-  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) path = installed;
-  tg_graph *g = tg_compile_file(r->ctx, path, &co);
+  tg_graph *g = tg_compile_file(r->ctx, model_path(r), &co);
   if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
   if (sample) {
     /* the head's output, named `logits` in the model, is what sampling reads */
@@ -310,19 +334,6 @@ static void refresh_copies(run *r) {
   free(host);
 }
 
-/* Where key `name` of the config was set: its origin, and a location for
- * messages (the command line, or train.cfg's line). */
-static tg_cfg_origin key_origin(const run *r, const char *name) {
-  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
-    if (!strcmp(tg_train_config_key(k), name)) return r->cfg.origin[k];
-  fprintf(stderr, "tg: internal error: no config key '%s'\n", name);
-  abort();
-}
-
-static tg_loc key_loc(const run *r, const char *name) {
-  tg_cfg_origin o = key_origin(r, name);
-  return o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){r->cfg.path, o.line, o.col};
-}
 
 /* ---- memory: the plan against the machine, before anything big is allocated ---- */
 
@@ -402,8 +413,9 @@ static bool reads_param(const tg_graph *const *gs, int n, const char *name) {
   return false;
 }
 
-/* The ZeRO stage against what runs it, before any compiling: stages 1 to
- * 3 need the backend's collectives; one rank has nothing to shard. */
+/* The ZeRO stage against what runs it, before the passes and the device
+ * compile: stages 1 to 3 need the backend's collectives; one rank has
+ * nothing to shard. */
 static void check_zero(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!c->zero) return;
@@ -419,17 +431,18 @@ static void check_zero(run *r) {
 
 /* The graphs of the run, their kernels and the fusion report. */
 static void build(run *r) {
+  double t_front = now(); /* parsing and the passes of every graph: the front end */
+  const tg_train_config *c = &r->cfg;
+  /* the model first: its ranges (the asserts after its config) refuse a
+   * bad model.NAME before the device is opened or anything allocated */
+  r->g_grad = compile_model(r, c->batch_size, false);
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   check_zero(r);
-  double t_front = now(); /* parsing and the passes of every graph: the front end */
-  const tg_train_config *c = &r->cfg;
   const tg_precision_policy prec = tg_train_config_precision(c);
   tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL, NULL, 0};
   const char *kdir = path_in(r, c->out_dir, "kernels");
   if (r->rank == 0) mkdirs(r, kdir);
-
-  r->g_grad = compile_model(r, c->batch_size, false);
   FILE *fusion = r->rank == 0 ? fopen(path_in(r, kdir, "fusion.txt"), "w") : NULL;
   /* stage 3: the model's graphs read their weights from shards (passes/shard_params.c) */
   const int shard_ranks = sharded_weights(r) ? r->nranks : 0;
@@ -671,7 +684,7 @@ static int64_t initial_state(run *r, uint64_t *position) {
     *position = m.data_position;
     /* the data stream is the checkpoint's: its seed with its position */
     if ((uint64_t)c->seed != m.seed) {
-      tg_cfg_origin o = key_origin(r, "seed");
+      tg_cfg_origin o = key_origin(&r->cfg, "seed");
       if ((o.cmdline || o.line > 0) && !c->reseed)
         tg_error(r->ctx, key_loc(r, "seed"),
                  "seed = %lld, but the checkpoint %s was trained with seed %llu: resuming with another seed "
@@ -938,22 +951,66 @@ static void refuse_fresh_run_over_old(run *r) {
 /* The ranks were started with the same configuration: a hash of each
  * rank's effective config, compared at start-up.  A difference names the
  * ranks and, on each of them, the first key that differs from rank 0's. */
-static void check_ranks_agree(run *r) {
-  if (r->nranks < 2) return;
+/* FNV-1a of the model file's bytes; of the reason, when it cannot be read
+ * (the compile reports that). */
+static uint64_t model_hash(run *r) {
+  char *text = NULL, why[512];
+  size_t len = 0;
+  uint64_t h = 1469598103934665603ull;
+  const char *bytes = why;
+  if (tg_read_whole_file(model_path(r), &text, &len, why, sizeof why)) bytes = text;
+  else len = strlen(why);
+  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)bytes[i]) * 1099511628211ull;
+  free(text);
+  return h;
+}
+
+/* Every rank's mine, gathered: the ranks whose value is not rank 0's, as
+ * text ("1, 3") in bad, and how many; rank 0's value in *rank0. */
+static int ranks_unlike_rank0(run *r, uint64_t mine, char *bad, size_t badlen, uint64_t *rank0) {
   uint64_t *all = tg_xcalloc((size_t)r->nranks, sizeof *all);
-  uint64_t mine = tg_train_config_hash(&r->cfg);
   tg_comm_allgather_u64(mine, all);
-  char bad[256] = "";
   size_t n = 0;
   int nbad = 0;
+  bad[0] = 0;
   for (int i = 1; i < r->nranks; i++)
     if (all[i] != all[0]) {
-      if (n < sizeof bad - 16) n += (size_t)snprintf(bad + n, sizeof bad - n, "%s%d", nbad ? ", " : "", i);
+      if (n + 16 < badlen) n += (size_t)snprintf(bad + n, badlen - n, "%s%d", nbad ? ", " : "", i);
       nbad++;
     }
-  bool differ = mine != all[0];
+  *rank0 = all[0];
   free(all);
+  return nbad;
+}
+
+/* The same train.cfg can name different model files on different ranks: a
+ * relative path read from different working directories, or a copy edited
+ * on one machine.  The configurations then agree, and the run failed after
+ * its first step with an error that named no file; so the model file's
+ * contents are compared too, before anything is compiled.  (Its imports
+ * are not: they come from the installed models/ of the same build.) */
+static void check_model_files_agree(run *r) {
+  char bad[256];
+  uint64_t rank0;
+  int nbad = ranks_unlike_rank0(r, model_hash(r), bad, sizeof bad, &rank0);
   if (!nbad) return;
+  if (r->rank != 0) tg_bail(r->ctx);
+  tg_error(r->ctx, key_loc(r, "model"),
+           "model \"%s\": the ranks read different model files: rank%s %s read%s other contents than rank 0's %s "
+           "(give every rank the same file: an absolute path, or the same working directory)",
+           r->cfg.model, nbad > 1 ? "s" : "", bad, nbad > 1 ? "" : "s", model_path(r));
+}
+
+static void check_ranks_agree(run *r) {
+  if (r->nranks < 2) return;
+  uint64_t mine = tg_train_config_hash(&r->cfg), rank0;
+  char bad[256];
+  int nbad = ranks_unlike_rank0(r, mine, bad, sizeof bad, &rank0);
+  bool differ = mine != rank0;
+  if (!nbad) {
+    check_model_files_agree(r);
+    return;
+  }
   /* rank 0's config as text, to every rank, to find the key that differs */
   char *text = NULL;
   size_t len = 0;
@@ -1013,6 +1070,20 @@ static const char *origin_text(run *r, tg_cfg_origin o, const char *what) {
   if (o.cmdline) return tg_sprintf(r->ctx->arena, "command line (%s)", what);
   if (o.line > 0) return tg_sprintf(r->ctx->arena, "%s:%d:%d (%s)", r->cfg.path, o.line, o.col, what);
   return tg_sprintf(r->ctx->arena, "the default (%s)", what);
+}
+
+/* Where a train.cfg key was set. */
+static tg_cfg_origin key_origin(const tg_train_config *c, const char *key) {
+  for (int k = 0; k < TG_TRAIN_NKEYS; k++)
+    if (!strcmp(tg_train_config_key(k), key)) return c->origin[k];
+  return (tg_cfg_origin){0};
+}
+
+/* Where a message about a train.cfg key points: its line, the command
+ * line, or the file for a default. */
+static tg_loc key_loc(const run *r, const char *key) {
+  tg_cfg_origin o = key_origin(&r->cfg, key);
+  return o.cmdline ? (tg_loc){"command line", 0, 0} : (tg_loc){r->cfg.path, o.line, o.col};
 }
 
 /* init_from's file gives the model's sizes (hf.h) where train.cfg does not:
@@ -1081,6 +1152,46 @@ static void check_data(run *r) {
 
 /* Everything from the config to the end of the loop; errors longjmp out
  * of it to tg_train. */
+/* Every rank compiles the same model from the same configuration (the
+ * ranks checked that they agree), so an error in it is every rank's, and
+ * printed by each it came out N times, interleaved mid-line.  Ranks other
+ * than 0 hold their messages from that check until training starts (the
+ * check's own messages, each rank's difference, are its own). */
+static void hold_setup_errors(run *r) {
+  if (r->nranks < 2 || r->rank == 0) return;
+  r->held = open_memstream(&r->held_text, &r->held_len);
+  if (r->held) r->ctx->err = r->held;
+}
+
+/* Setup went well: what a rank held (warnings) is printed after all. */
+static void release_setup_errors(run *r) {
+  if (!r->held) return;
+  fclose(r->held);
+  r->held = NULL;
+  r->ctx->err = stderr;
+  if (r->held_len) fwrite(r->held_text, 1, r->held_len, stderr);
+  free(r->held_text);
+  r->held_text = NULL;
+}
+
+/* An error in setup on a rank other than 0: rank 0, doing the same work,
+ * meets the same error, prints it and exits, and mpirun then ends this
+ * rank within about a second.  Still alive after a few seconds, this rank
+ * failed on its own (a file only it cannot read) and says so itself. */
+static void report_held_setup_error(run *r) {
+  if (!r->held) return;
+  fclose(r->held);
+  r->held = NULL;
+  r->ctx->err = stderr;
+  if (r->held_len) {
+    sleep(5);
+    fprintf(stderr, "tgrun: rank %d of %d:\n", r->rank, r->nranks);
+    fwrite(r->held_text, 1, r->held_len, stderr);
+  }
+  free(r->held_text);
+  r->held_text = NULL;
+}
+
 static int train(run *r) {
   char why[1024];
   const tg_train_config *c = &r->cfg;
@@ -1091,6 +1202,7 @@ static int train(run *r) {
   }
   tg_comm_set_timeout((double)c->rank_timeout);
   check_ranks_agree(r);
+  hold_setup_errors(r); /* from here on the ranks' work is the same: rank 0 speaks for them */
   if (r->rank == 0) {
     mkdirs(r, c->out_dir);
     lock_out_dir(r);
@@ -1114,6 +1226,7 @@ static int train(run *r) {
   check_data(r);
   check_init_dims(r);
   build(r);
+  release_setup_errors(r);
   train_loop(r);
   if (r->rank == 0) {
     say(r, "\n%s. run directory %s:\n", r->stopped ? "stopped" : "done", c->out_dir);
@@ -1143,6 +1256,7 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   if (setjmp(bail)) status = 1;
   else status = train(r);
   catch_stop_signals(false);
+  report_held_setup_error(r);
   if (r->log) fclose(r->log);
   if (r->mf) {
     char why[256];

@@ -320,8 +320,9 @@ static int split_line(parser *P, const char *line, size_t len, bool comments, co
   *key_col = (int)(k - line) + 1;
   while (p < end && is_space(*p)) p++;
   if (p == end || *p != '=') {
-    perr(P, (int)(p - line) + 1, "expected '=' after '%.*s' (%s)", (int)*key_len, k,
-         P->file ? "lines are 'key = value'" : "write key=value");
+    /* the key quoted up to 60 bytes: a line of junk is as long as it is */
+    perr(P, (int)(p - line) + 1, "expected '=' after '%.*s%s' (%s)", (int)(*key_len > 60 ? 60 : *key_len), k,
+         *key_len > 60 ? "..." : "", P->file ? "lines are 'key = value'" : "write key=value");
     return -1;
   }
   p++;
@@ -572,6 +573,10 @@ static bool parse_text(tg_ctx *ctx, const tg_source *src, tg_train_config *cfg) 
   parser P = {ctx, src->path, NULL, 0, 0};
   seen S = {{0}, NULL, 0};
   const char *p = src->text, *end = src->text + src->len;
+  /* A UTF-8 byte-order mark, which some Windows editors put first: not
+   * text, and invisible in an editor, so it is skipped rather than read as
+   * a key that cannot be seen; columns count from after it, as shown. */
+  if (end - p >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) p += 3;
   while (p < end && P.nerrors <= MAX_ERRORS) {
     P.line++;
     const char *eol = memchr(p, '\n', (size_t)(end - p));

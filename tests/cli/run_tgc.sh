@@ -46,6 +46,23 @@ contains "$tmp/out" "params   $want in"
 expect_status 1 "$tgc" models/gpt2.tg -D T=2048
 contains "$tmp/out" "error: assertion failed: the sequence length T exceeds block_size"
 
+# every constant of gpt2.tg has a range, checked before anything is built;
+# the error names the rule and a note names the constant, its value and
+# where that value came from (here the -D)
+expect_status 1 "$tgc" models/gpt2.tg -D n_layer=-1 --stats
+contains "$tmp/out" "error: assertion failed: n_layer, the number of layers, must be at least 1"
+contains "$tmp/out" "models/gpt2.tg:8:3: note: n_layer is -1, from -D n_layer=-1"
+expect_status 1 "$tgc" models/gpt2.tg -D n_embd=33 -D n_head=2 --stats
+contains "$tmp/out" "error: assertion failed: n_embd must be a multiple of n_head"
+contains "$tmp/out" "note: n_embd is 33, from -D n_embd=33"
+contains "$tmp/out" "note: n_head is 2, from -D n_head=2"
+expect_status 1 "$tgc" models/gpt2.tg -D n_embd=0
+contains "$tmp/out" "note: n_head is 12, set here"
+for bad_value in n_head=0 n_layer=1.5 n_layer=2000 block_size=4e7 vocab=0 vocab=3e9 B=0 T=0 n_embd=131076; do
+  expect_status 1 "$tgc" models/gpt2.tg -D "$bad_value" --stats
+  contains "$tmp/out" "note: ${bad_value%%=*} is"
+done
+
 # IR round trip on the full model, through -o
 expect_status 0 "$tgc" models/gpt2.tg --emit ir -o "$tmp/a.tgir"
 expect_status 0 "$tgc" "$tmp/a.tgir" --emit ir -o "$tmp/b.tgir"
@@ -139,7 +156,7 @@ contains "$tmp/out" "# the IR above is after the decode pass"
 expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 -D B=1 --decode --emit c -o "$tmp/decode_c"
 contains "$tmp/decode_c/fusion.txt" "eq where x2 assign x2"
 expect_status 1 "$tgc" models/gpt2.tg -D T=4 --decode --check
-contains "$tmp/out" "models/gpt2.tg:54:50: error: decode: the positions here are 4 long"
+contains "$tmp/out" "models/gpt2.tg:75:50: error: decode: the positions here are 4 long"
 expect_status 2 "$tgc" models/gpt2.tg --decode --grad
 contains "$tmp/out" "a decode step has no gradient"
 

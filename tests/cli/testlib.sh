@@ -58,3 +58,20 @@ finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ]
 }
+
+# tiny_run TGRUN DATA CFG [KEY = VALUE lines...]: the char-level data of
+# tinyshakespeare prepared into $tmp/data, and CFG: a 1-layer GPT-2 with 2
+# heads, 16 features and 16 positions on it, 2 steps; each extra argument
+# is one more line of the config.  The run the CLI tests start from.
+tiny_run() {
+  local tgrun=$1 data=$2 cfg=$3
+  shift 3
+  expect_status 0 "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$tmp/data"
+  {
+    printf '%s\n' 'model = "models/gpt2.tg"' 'model.n_layer = 1' 'model.n_head = 2' 'model.n_embd = 16' \
+      'model.block_size = 16' "data_dir = \"$tmp/data\"" 'batch_size = 2' 'block_size = 16' 'warmup_steps = 1' \
+      'max_steps = 2' 'eval_interval = 0' 'eval_batches = 1' 'sample_interval = 0' 'sample_tokens = 8' \
+      'checkpoint_interval = 2' 'threads = 1'
+    for line in "$@"; do printf '%s\n' "$line"; done
+  } > "$cfg"
+}

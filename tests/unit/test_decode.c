@@ -173,7 +173,7 @@ static const char *decode_error(const char *text, int n_defs, const char *const 
 
 START_TEST(refuses_long_T) {
   const char *e = decode_error(tu_read("models/gpt2.tg"), 7, full_defs);
-  ck_assert_msg(strstr(e, "m.tg:54:50") && strstr(e, "compiled with T = 1"), "%s", e);
+  ck_assert_msg(strstr(e, "m.tg:75:50") && strstr(e, "compiled with T = 1"), "%s", e);
 }
 END_TEST
 

@@ -73,7 +73,7 @@ static void check_layernorm_forward(const tg_graph *g) {
     ck_assert_int_ge(k, 0);
     ck_assert_msg(x->kernel == k, "the layernorm at %%%d is not in the kernel of its input %%%d (%s)", i,
                   x->id, tg_ops[x->op].name);
-    if (at(x, "gpt2.tg", 47, 48)) ck_assert_int_eq(x->op, TG_OP_add); /* x = x + ... */
+    if (at(x, "gpt2.tg", 68, 69)) ck_assert_int_eq(x->op, TG_OP_add); /* x = x + ... */
     int j = i;
     for (; j < g->n_nodes; j++) {
       const tg_node *m = g->nodes[j];
@@ -88,7 +88,7 @@ static void check_layernorm_forward(const tg_graph *g) {
   ck_assert_int_eq(runs, 2 * 12 + 1);
 }
 
-/* The bias add of c_fc (gpt2.tg:43:31) and the GELU op (std.tg:22) of a
+/* The bias add of c_fc (gpt2.tg:64:31) and the GELU op (std.tg:22) of a
  * layer share one kernel: the matmul's epilogue.  In the backward, GELU's
  * derivative times the product dY @ Wᵀ is the epilogue of that matmul's
  * kernel (cuBLASLt's DGELU on a GPU), and nothing else is. */
@@ -96,7 +96,7 @@ static void check_bias_gelu(const tg_graph *g) {
   int found = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
-    if (n->phase != TG_PHASE_FORWARD || n->op != TG_OP_add || !at(n, "gpt2.tg", 43, 43) ||
+    if (n->phase != TG_PHASE_FORWARD || n->op != TG_OP_add || !at(n, "gpt2.tg", 64, 64) ||
         n->loc.col != 31)
       continue;
     found++;
@@ -132,7 +132,7 @@ static void check_bias_gelu(const tg_graph *g) {
 
 /* Cross-entropy forward (std.tg lines 43-47 in the forward, but the loss's
  * mean over the batch) and the gradient of the logits (backward nodes of
- * std.tg 43-47 and the vocab mask's where at gpt2.tg:59) are in one kernel,
+ * std.tg 43-47 and the vocab mask's where at gpt2.tg:80) are in one kernel,
  * and the only [B, T, V] value it writes is that gradient. */
 static void check_cross_entropy(const tg_graph *g) {
   int k = -1, fwd = 0, bwd = 0;
@@ -141,7 +141,7 @@ static void check_cross_entropy(const tg_graph *g) {
     const tg_node *n = g->nodes[i];
     if (!computes(n) || n->phase == TG_PHASE_OPTIMIZER) continue;
     bool ce = at(n, "std.tg", 43, 47) && n->type.rank == 3 && tg_type_numel(&n->type) > 1; /* not the mean */
-    bool mask_grad = n->phase == TG_PHASE_BACKWARD && n->op == TG_OP_where && at(n, "gpt2.tg", 59, 59);
+    bool mask_grad = n->phase == TG_PHASE_BACKWARD && n->op == TG_OP_where && at(n, "gpt2.tg", 80, 80);
     if (!ce && !mask_grad) continue;
     if (k < 0) k = n->kernel;
     ck_assert_msg(n->kernel == k, "cross-entropy node %%%d (%s) is in k%d, not k%d", i,

@@ -221,6 +221,52 @@ START_TEST(test_config_json) {
 }
 END_TEST
 
+/* The GPT2Config fields that change the function: the standard ones (as
+ * tg exports them, and Hugging Face's gpt2 with its dropouts) load; every
+ * other value is refused naming the field and its value. */
+START_TEST(test_function_fields) {
+  char path[512];
+  snprintf(path, sizeof path, "%s", in_dir("w.safetensors"));
+  write_model(path, "", 50, 8, 16, 3, NULL);
+  const char *err;
+  char *exported = tg_hf_config_json(3, 2, 8, 50, 16);
+  write_text(in_dir("config.json"), exported);
+  free(exported);
+  tg_ctx *ctx = tu_ctx();
+  ck_assert_msg(dims_of(ctx, path, &err), "tg's own config.json refused: %s", err);
+  tu_ctx_free(ctx);
+  write_text(in_dir("config.json"),
+             "{\"model_type\": \"gpt2\", \"n_head\": 2, \"activation_function\": \"gelu_pytorch_tanh\", "
+             "\"attn_pdrop\": 0.1, \"resid_pdrop\": 0.1, \"embd_pdrop\": 0.1, \"reorder_and_upcast_attn\": true, "
+             "\"scale_attn_by_inverse_layer_idx\": false, \"n_inner\": 32}");
+  ctx = tu_ctx();
+  ck_assert_msg(dims_of(ctx, path, &err), "the same function refused: %s", err);
+  tu_ctx_free(ctx);
+  static const char *const refused[][2] = {
+      {"\"activation_function\": \"relu\"", "activation_function is \"relu\", but"},
+      {"\"activation_function\": \"gelu\"", "\"gelu\" is the exact erf form"},
+      {"\"layer_norm_epsilon\": 1e-6", "layer_norm_epsilon is 9.9999999999999995e-07, but std.tg's layernorm adds 1e-05"},
+      {"\"scale_attn_weights\": false", "scale_attn_weights is false, but tg's attention divides"},
+      {"\"scale_attn_by_inverse_layer_idx\": true", "scale_attn_by_inverse_layer_idx is true"},
+      {"\"tie_word_embeddings\": false", "tie_word_embeddings is false"},
+      {"\"add_cross_attention\": true", "add_cross_attention is true"},
+      {"\"n_inner\": 64", "n_inner is 64, but tg's GPT-2 has an MLP 4 * n_embd wide (32)"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    char json[256];
+    snprintf(json, sizeof json, "{\"model_type\": \"gpt2\", \"n_head\": 2, %s}", refused[i][0]);
+    write_text(in_dir("config.json"), json);
+    ctx = tu_ctx();
+    ck_assert_msg(!dims_of(ctx, path, &err), "%s was accepted", refused[i][0]);
+    ck_assert_msg(strstr(err, "config.json: error: ") && strstr(err, refused[i][1]) &&
+                      strstr(err, "cannot be loaded as it is"),
+                  "%s: %s", refused[i][0], err);
+    tu_ctx_free(ctx);
+  }
+  remove(in_dir("config.json"));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hf");
   TCase *tc = tcase_create("hf");
@@ -229,6 +275,7 @@ int main(void) {
   tcase_add_test(tc, test_sizes_from_shapes);
   tcase_add_test(tc, test_disagreements);
   tcase_add_test(tc, test_config_json);
+  tcase_add_test(tc, test_function_fields);
   suite_add_tcase(s, tc);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

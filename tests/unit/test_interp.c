@@ -695,10 +695,10 @@ END_TEST
  * softmax is near uniform, and cross-entropy ~ ln(V) + var/2 ~ ln 64 +
  * 0.006 on average over the 16 positions; 0.05 leaves room for chance. */
 static double gpt2_tiny_loss(tg_precision prec, uint64_t seed) {
-  static const tg_define defs[] = {{"n_layer", 2, false},    {"n_embd", 32, false},
-                                   {"n_head", 4, false},     {"vocab", 64, false},
-                                   {"block_size", 16, false}, {"B", 2, false},
-                                   {"T", 8, false}};
+  static const tg_define defs[] = {{"n_layer", 2, false, NULL},    {"n_embd", 32, false, NULL},
+                                   {"n_head", 4, false, NULL},     {"vocab", 64, false, NULL},
+                                   {"block_size", 16, false, NULL}, {"B", 2, false, NULL},
+                                   {"T", 8, false, NULL}};
   const char *inc[1] = {tu_path("models")};
   tg_compile_opts opts = {defs, 7, inc, 1};
   jmp_buf bail;

@@ -601,6 +601,33 @@ START_TEST(test_pathological_file) {
 }
 END_TEST
 
+/* A UTF-8 byte-order mark before the first key is skipped (Windows
+ * editors write one); one anywhere else is still an error.  A line of junk
+ * megabytes long gives a message of a few hundred bytes: the key it quotes
+ * is cut at 60 bytes, as the quoted line is. */
+START_TEST(test_bom_and_long_junk) {
+  ok("\xEF\xBB\xBFmax_steps = 10\nwarmup_steps = 1\n");
+  ck_assert_int_eq(cfg.max_steps, 10);
+  bad("max_steps = 10\n\xEF\xBB\xBFseed = 1\n", "t.cfg:2:1: error: expected 'key = value'");
+  size_t n = 10 * 1000 * 1000;
+  char *junk = malloc(n + 2);
+  memset(junk, 'x', n);
+  junk[n] = '\n';
+  junk[n + 1] = 0;
+  tg_ctx *c = tu_ctx();
+  tg_train_config t;
+  tg_train_config_defaults(&t);
+  ck_assert(!tg_train_config_parse(c, "t.cfg", junk, n + 1, &t));
+  const char *errs = tu_errors(c);
+  ck_assert_msg(strlen(errs) < 1000, "a %zu-byte message", strlen(errs));
+  ck_assert_msg(strstr(errs, "expected '=' after 'xxxxxxxxxx") && strstr(errs, "x...' (lines are 'key = value')"),
+                "%s", errs);
+  tg_train_config_free(&t);
+  tu_ctx_free(c);
+  free(junk);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("train_config");
   TCase *tc = tcase_create("core");
@@ -623,6 +650,7 @@ int main(void) {
   tcase_add_test(tc, test_docs_name_every_key);
   tcase_add_test(tc, test_documented_ranges);
   tcase_add_test(tc, test_pathological_file);
+  tcase_add_test(tc, test_bom_and_long_junk);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
