@@ -1363,10 +1363,6 @@ static void check_collectives(tg_ctx *ctx, const tg_program *p) {
     if (!ok_in || !ok_out)
       tg_error(ctx, n->loc, "cannot lower %s: its %s is not one contiguous buffer in memory", tg_ops[n->op].name,
                ok_in ? "output" : "input");
-    /* MPI has no bf16 sum, and NCCL's would round at every hop */
-    if (n->op != TG_OP_all_gather && n->type.dtype != TG_F32)
-      tg_error(ctx, n->loc, "cannot lower %s of %s: the backends sum in f32 only (cast to f32 first)",
-               tg_ops[n->op].name, tg_dtype_name(n->type.dtype));
   }
 }
 
@@ -1509,6 +1505,14 @@ tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g
 tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   if (!g->n_kernels || !g->memplan)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "code generation needs a fused and planned graph");
+  /* before anything is allocated: MPI has no bf16 sum, and NCCL's would
+   * round at every hop */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *n = g->nodes[i];
+    if (tg_op_is_collective(n->op) && n->op != TG_OP_all_gather && n->type.dtype != TG_F32)
+      tg_error(ctx, n->loc, "cannot lower %s of %s: the backends sum in f32 only (cast to f32 first)",
+               tg_ops[n->op].name, tg_dtype_name(n->type.dtype));
+  }
   tg_program *p = tg_alloc(ctx->arena, sizeof *p);
   p->g = g;
   p->store = tg_alloc(ctx->arena, sizeof(tg_storage) * (size_t)g->n_nodes + 1);
