@@ -344,9 +344,8 @@ static int64_t arena_of(tg_ctx *ctx, tg_graph *g) {
   return p ? p->arena_bytes : 0;
 }
 
-/* The planned peak (the graphs' arenas, each parameter's value and bf16
- * copy, and the gradients and optimizer state this rank keeps at its ZeRO
- * stage: zero.c) against the memory free where the tensors live: a GPU's
+/* The planned peak (the graphs' arenas, and the weights, gradients and
+ * optimizer state this rank keeps at its ZeRO stage: zero.c) against the memory free where the tensors live: a GPU's
  * own (tg_device_memory_free), or the host's, shared by the ranks on it.
  * Refuses a plan that cannot fit, with the largest batch_size that would
  * and a ZeRO stage that would. */
@@ -355,9 +354,6 @@ static void check_memory(run *r) {
   int64_t state = tg_zero_state_bytes(r->zero);
   int64_t fixed = arena_of(r->ctx, r->g_sample) + state;
   for (int i = 0; i < r->n_zero; i++) fixed += arena_of(r->ctx, r->g_zero[i]);
-  for (int i = 0; i < r->n_params; i++) /* the whole values and copies (a sharded master is zero.c's) */
-    fixed += r->params[i].numel * ((tg_zero_master_sharded(r->zero, i) ? 0 : 4) +
-                                   (r->params[i].copy_node && !sharded_weights(r) ? 2 : 0));
   int64_t per_batch = arena_of(r->ctx, r->g_grad) + arena_of(r->ctx, r->g_eval);
   /* a device with memory of its own (a GPU, one a rank) is asked for
    * it; otherwise the ranks on this machine share its memory */
@@ -380,8 +376,9 @@ static void check_memory(run *r) {
   for (int s = tg_zero_stage(r->zero) + 1; r->nranks > 1 && s <= 3 && !*zero_hint; s++) {
     int64_t at_s = tg_zero_state_bytes_at(r->zero, s);
     if ((fixed - state + at_s + per_batch) * local <= avail)
-      zero_hint = tg_sprintf(r->ctx->arena, "; or zero = %d, at which a rank keeps %.2f GiB of gradients and optimizer "
-                             "state instead of %.2f GiB, and the run would fit", s, (double)at_s / gib, (double)state / gib);
+      zero_hint = tg_sprintf(r->ctx->arena, "; or zero = %d, at which a rank keeps %.2f GiB of weights, gradients and "
+                             "optimizer state instead of %.2f GiB, and the run would fit", s, (double)at_s / gib,
+                             (double)state / gib);
   }
   const char *ranks = local == 1 ? "" : tg_sprintf(r->ctx->arena, " for each of the %d ranks on this machine", local);
   tg_loc at = key_loc(r, "batch_size");

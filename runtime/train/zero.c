@@ -460,8 +460,8 @@ int64_t tg_zero_state_bytes_at(const tg_zero *z, int stage) {
     int64_t numel = z->ps[i].numel, len = stage ? tg_shard_extent(numel, z->ranks, z->rank, NULL) : numel;
     int64_t padded = stage == 3 ? tg_shard_elements(numel, z->ranks) : len;
     b += 4 * ((stage < 2 ? numel : padded) + 2 * len); /* the accumulator, whole or this rank's; the moments */
-    if (shards_master(&z->ps[i].p, stage)) b += 4 * padded; /* the master's shard */
-    if (stage == 3 && z->ps[i].p.has_copy) b += 2 * padded; /* the bf16 copy's */
+    b += 4 * (shards_master(&z->ps[i].p, stage) ? padded : numel); /* the f32 master, its shard or whole */
+    if (z->ps[i].p.has_copy) b += 2 * (stage == 3 ? padded : numel); /* the bf16 copy, likewise */
   }
   return b;
 }

@@ -86,9 +86,9 @@ bool tg_zero_master_sharded(const tg_zero *z, int i);
 /* Parameter i's weights from a whole host array (initial weights): its
  * value (whole, or this rank's shard and the bf16 copy from the whole). */
 void tg_zero_set_value(tg_zero *z, int i, const float *whole);
-/* The bytes this rank holds of the parameters' gradients and optimizer
- * state, and of the f32 masters it shards (not the whole values and the
- * copies): for the memory check. */
+/* The bytes this rank holds per parameter, at this stage: the weights
+ * (whole values and bf16 copies, or their shards), the gradients'
+ * accumulators and AdamW's moments: for the memory check. */
 int64_t tg_zero_state_bytes(const tg_zero *z);
 /* ... as they would be at another stage (for advice when they do not fit). */
 int64_t tg_zero_state_bytes_at(const tg_zero *z, int stage);
