@@ -178,6 +178,16 @@ for n in 2 4; do
   done
 done
 
+# 8 ranks of a 4-wide model: shards are 128 elements, so ranks 4 to 7 hold
+# no element of any parameter; they still take part in every collective
+# (the norm's all_reduce feeds zeros from them), and stages 1 and 3 give
+# stage 0's checkpoint exactly
+for stage in 0 1 3; do
+  run "wide8-$stage" 8 zero=$stage grad_clip=0 threads=1 model.n_embd=4 model.n_layer=1 max_steps=3 lr_decay_steps=3
+done
+same_ckpt wide8-0 wide8-1 "stage 1 on 8 ranks, 4 of them holding nothing"
+same_ckpt wide8-0 wide8-3 "stage 3 on 8 ranks, 4 of them holding nothing"
+
 # precision bf16: the f32 masters the model reads only as bf16 copies are
 # sharded too, and the copies are what the all-gather moves; the same bytes
 for stage in 0 1 2 3; do
