@@ -718,13 +718,19 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
   int64_t row = 1;
   for (int j = 1; j < n->type.rank; j++) row *= n->type.dim[j].size;
   tg_sbuf off = {0};
-  tg_sb_printf(&off, "(tg_idx)%s * %lld", iv.s, (long long)row);
+  /* CUDA, an f32 table whose block rows fit: the block adds into its rows
+   * in shared memory (cuda_kernels.c: scatter_body), row v0 first */
+  c->scatter_shared = e->d == TG_DIALECT_CUDA && n->type.dtype == TG_F32 &&
+                      tg_cuda_scatter_rows(e->st) * row <= TG_SCATTER_SHARED_FLOATS;
+  if (c->scatter_shared) tg_sb_printf(&off, "((tg_idx)%s - v0) * %lld", iv.s, (long long)row);
+  else tg_sb_printf(&off, "(tg_idx)%s * %lld", iv.s, (long long)row);
   int64_t s = 1;
   for (int j = src->type.rank - 1; j >= ir; j--) {
     tg_sb_printf(&off, " + i%d * %lld", j, (long long)s);
     s *= src->type.dim[j].size;
   }
-  tg_sb_printf(&e->buf[2], "b%d[%s] += %s;\n", n->id, off.s, sv.s);
+  if (c->scatter_shared) tg_sb_printf(&e->buf[2], "tg_scatter_acc[%s] += %s;\n", off.s, sv.s);
+  else tg_sb_printf(&e->buf[2], "b%d[%s] += %s;\n", n->id, off.s, sv.s);
   tg_sb_free(&off);
   /* the table zeroed or copied from the initial table (an in-place one is
    * the initial table: lower.c, find_in_place_scatters), then one read and
@@ -736,9 +742,15 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
     for (int j = 1; j < n->type.rank; j++) tc[j] = sc[ir + j - 1];
     init = load(e, n->in[2], tc, 1);
   }
-  if (!e->st->in_place) note_elements(e, n->id, 0, tg_type_numel(&n->type), 0, true);
-  note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, false);
-  note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, true);
+  if (c->scatter_shared) {
+    /* summed in shared memory: the table read (in place) and written once */
+    if (e->st->in_place) note_elements(e, n->id, 0, tg_type_numel(&n->type), 1, false);
+    note_elements(e, n->id, 0, tg_type_numel(&n->type), 1, true);
+  } else {
+    if (!e->st->in_place) note_elements(e, n->id, 0, tg_type_numel(&n->type), 0, true);
+    note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, false);
+    note_elements(e, n->id, 0, tg_type_numel(&src->type), 1, true);
+  }
   if (e->d == TG_DIALECT_CUDA) {
     /* the index of row j on its own, for the blocks' walk over the indices
      * (tg_cuda_scatter_rows), each of which reads every index once */
@@ -915,8 +927,12 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
 }
 
 int64_t tg_cuda_scatter_rows(const tg_step *st) {
-  int64_t rows = st->table_rows / (4 * 132);
-  return rows < 1 ? 1 : rows > 64 ? 64 : rows;
+  int64_t rows = st->table_rows / (4 * 132), cols = st->nest.outer_count;
+  rows = rows < 1 ? 1 : rows > 64 ? 64 : rows;
+  /* rows short enough to be summed in shared memory */
+  if (cols >= 1 && cols <= TG_SCATTER_SHARED_FLOATS && rows * cols > TG_SCATTER_SHARED_FLOATS)
+    rows = TG_SCATTER_SHARED_FLOATS / cols;
+  return rows;
 }
 
 bool tg_cuda_column_nest(const tg_step *st) {

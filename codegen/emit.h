@@ -96,6 +96,10 @@ typedef struct tg_nest_code {
   /* ... and the initial table's element (v, the outer point) that a
    * scatter onto a copy of it starts from; NULL: zeros, or in place */
   char *init_value;
+  /* ... and whether the block sums its rows in shared memory, the float
+   * array tg_scatter_acc (rows x columns, row v0 first), which the
+   * statements add to; else they add to the table in global memory */
+  bool scatter_shared;
 } tg_nest_code;
 
 
@@ -126,7 +130,14 @@ bool tg_cuda_column_nest(const tg_step *st);
  * every column of them; it zeroes its rows, then walks the indices 256 at
  * a time, gathers (warp votes, in order) the source rows whose index falls
  * in its rows, and adds them column by column in index order.  The rows a
- * block owns: as many as keep at least 4 x 132 blocks, at most 64. */
+ * block owns: as many as keep at least 4 x 132 blocks, at most 64, and, if
+ * a row has at most TG_SCATTER_SHARED_FLOATS columns, at most as many as
+ * fit in that many floats: an f32 table's block then sums its rows in
+ * shared memory (32 KiB), not with a read and a write of global memory per
+ * source row.  That matters because the indices are words: a block whose
+ * rows hold a common word ("," or a newline: a tenth of a batch) adds
+ * thousands of source rows one after another while the others are done. */
+enum { TG_SCATTER_SHARED_FLOATS = 8192 };
 int64_t tg_cuda_scatter_rows(const tg_step *st);
 
 /* The statements of step s (a nest or a scatter) of kernel lk. */

@@ -61,15 +61,42 @@ void tg_cuda_print_prelude(FILE *out) {
  * every hit its place in index order (tg_hits), and the threads, one
  * column each, add the hit source rows in that order.  Every element of
  * the table has one owner thread and a fixed order of adds: deterministic,
- * no atomics. */
+ * no atomics.
+ *
+ * With c->scatter_shared the rows are summed in shared memory
+ * (tg_scatter_acc), filled first the same way and stored at the end; the
+ * hits are then taken four at a time, each thread's columns unrolled, so
+ * that a thread has up to 4 x (columns / 256) source loads in flight
+ * rather than one load and one read-modify-write of global memory per hit.
+ * The adds to each element stay in index order: the same sums, bit for
+ * bit.  A thread owns the same elements in every phase (o = threadIdx.x +
+ * u * 256): no barrier between them. */
 static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, long long first) {
   const tg_nest *N = &st->nest;
   long long rows = (long long)tg_cuda_scatter_rows(st), V = (long long)st->table_rows;
   long long cols = (long long)N->outer_count, n = (long long)N->inner_count;
+  long long per = (cols + TG_CUDA_BLOCK - 1) / TG_CUDA_BLOCK; /* a thread's columns */
+  bool sh = c->scatter_shared;
   fprintf(out, "    const tg_idx v0 = (tg_idx)(blockIdx.x - %lldu) * %lld;\n", first, rows);
   fprintf(out, "    TG_SHARED(int, tg_hits, 256);  // this chunk's hits, in index order\n"
                "    TG_SHARED(int, tg_warp_hits, 8);\n");
-  if (c->init_value) {
+  if (sh) {
+    fprintf(out, "    TG_SHARED(float, tg_scatter_acc, %lld);  // the block's rows, summed here\n", rows * cols);
+    fprintf(out, "    for (tg_idx r = 0; r < %lld; r++)\n"
+                 "      TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                 "        const tg_idx o = threadIdx.x + (tg_idx)u * %d, v = v0 + r;\n"
+                 "        (void)v;\n"
+                 "        if (o < %lld) {\n",
+            rows, per, TG_CUDA_BLOCK, cols);
+    tg_emit_lines(out, c->outer_coords, "          ");
+    if (c->init_value) /* onto a copy of the initial table */
+      fprintf(out, "          tg_scatter_acc[r * %lld + o] = v < %lld ? %s : 0.0f;\n", cols, V, c->init_value);
+    else if (st->in_place) /* the rows hold the initial table (lower.c) */
+      fprintf(out, "          tg_scatter_acc[r * %lld + o] = v < %lld ? b%d[v * %lld + o] : 0.0f;\n", cols, V, st->node,
+              cols);
+    else fprintf(out, "          tg_scatter_acc[r * %lld + o] = 0.0f;\n", cols);
+    fprintf(out, "        }\n      }\n");
+  } else if (c->init_value) {
     /* onto a copy of the initial table: the block fills its rows from it */
     fprintf(out, "    for (tg_idx v = v0; v < v0 + %lld && v < %lld; v++)\n"
                  "      for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n",
@@ -100,19 +127,55 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
                "        hits += k;\n"
                "      }\n"
                "      if (hit) tg_hits[before + __popc(votes & ((1u << (threadIdx.x & 31)) - 1u))] = (int)threadIdx.x;\n"
-               "      __syncthreads();\n"
-               "      for (int h = 0; h < hits; h++) {\n"
-               "        const tg_idx j = base + tg_hits[h];\n"
-               "        for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n", cols);
-  tg_emit_lines(out, c->outer_coords, "          ");
+               "      __syncthreads();\n");
+  /* one hit's adds to the columns of a thread: at column o, source row j */
+  const char *ind = sh ? "            " : "          ";
+  char *add = NULL;
+  size_t add_len = 0;
+  FILE *a = open_memstream(&add, &add_len);
+  if (!a) abort();
+  tg_emit_lines(a, c->outer_coords, ind);
   for (int i = 0; i < c->n_seg; i++)
-    if (!c->seg[i].loop) tg_emit_lines(out, c->seg[i].text, "          ");
-  tg_emit_lines(out, c->inner_coords, "          ");
+    if (!c->seg[i].loop) tg_emit_lines(a, c->seg[i].text, ind);
+  tg_emit_lines(a, c->inner_coords, ind);
   for (int i = 0; i < c->n_seg; i++)
-    if (c->seg[i].loop) tg_emit_lines(out, c->seg[i].text, "          ");
-  fprintf(out, "        }\n      }\n"
-               "      __syncthreads();  // tg_hits is rewritten by the next chunk\n"
+    if (c->seg[i].loop) tg_emit_lines(a, c->seg[i].text, ind);
+  fclose(a);
+  if (sh) {
+    /* four hits at a time (in order), then the rest one by one */
+    fprintf(out, "      int h = 0;\n"
+                 "      for (; h + 4 <= hits; h += 4)\n"
+                 "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                 "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                 "          if (o < %lld) {\n",
+            per, TG_CUDA_BLOCK, cols);
+    for (int k = 0; k < 4; k++)
+      fprintf(out, "           {\n            const tg_idx j = base + tg_hits[h + %d];\n%s           }\n", k, add);
+    fprintf(out, "          }\n        }\n"
+                 "      for (; h < hits; h++)\n"
+                 "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                 "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                 "          if (o < %lld) {\n"
+                 "           {\n            const tg_idx j = base + tg_hits[h];\n%s           }\n"
+                 "          }\n        }\n",
+            per, TG_CUDA_BLOCK, cols, add);
+  } else {
+    fprintf(out, "      for (int h = 0; h < hits; h++) {\n"
+                 "        const tg_idx j = base + tg_hits[h];\n"
+                 "        for (tg_idx o = threadIdx.x; o < %lld; o += blockDim.x) {\n%s"
+                 "        }\n      }\n",
+            cols, add);
+  }
+  free(add);
+  fprintf(out, "      __syncthreads();  // tg_hits is rewritten by the next chunk\n"
                "    }\n");
+  if (sh)
+    fprintf(out, "    for (tg_idx r = 0; r < %lld && v0 + r < %lld; r++)\n"
+                 "      TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                 "        const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                 "        if (o < %lld) b%d[(v0 + r) * %lld + o] = tg_scatter_acc[r * %lld + o];\n"
+                 "      }\n",
+            rows, V, per, TG_CUDA_BLOCK, cols, st->node, cols, cols);
 }
 
 /* A step's body inside its wave's function; `first` is its first block. */
@@ -174,7 +237,9 @@ static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
       else if (regs) /* the row cache in registers: the walk unrolled, so r<N>[u] are registers */
         fprintf(out, "      TG_UNROLL for (int u = 0; u < %d; u++) {\n      const tg_idx j = threadIdx.x + (tg_idx)u * %d;\n"
                      "      if (j < %lld) {\n", c.row_regs, TG_CUDA_BLOCK, (long long)N->inner_count);
-      else fprintf(out, "      for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n", (long long)N->inner_count);
+      else /* a long row: unrolled, so that a thread has several loads in flight */
+        fprintf(out, "      TG_UNROLL4 for (tg_idx j = threadIdx.x; j < %lld; j += blockDim.x) {\n",
+                (long long)N->inner_count);
     } else {
       fprintf(out, "      {\n");
     }
@@ -504,8 +569,9 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
   wave_steps_group(&ws, &ax);
   tg_sbuf out = {0};
   const char *sep = "  ";
+  const int threads = tg_cuda_wave_threads(p, lk, w); /* as the plan launches it */
   if (!ws.n_groups) {
-    tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK, params);
+    tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", threads, params);
     for (int i = 0; i < ws.n; i++) ws.order[i] = i;
     inline_branches(&out, lk, &ws, &sep);
   } else {
@@ -513,7 +579,7 @@ static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, i
     tg_sbuf sig = {0};
     wave_kept_args(a, lk, &ws, &ax, wi, &sig);
     wave_tables(a, lk, &ws, &ax, wi, &out, &sig);
-    tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", TG_CUDA_BLOCK,
+    tg_sb_printf(&out, "extern \"C\" __global__ void __launch_bounds__(%d) TGSELF(%s) {\n", threads,
                  tg_sb_text(&sig));
     tg_sb_free(&sig);
     inline_branches(&out, lk, &ws, &sep);

@@ -56,8 +56,25 @@ typedef struct tg_cuda_table {
   int n_entries;
 } tg_cuda_table;
 
-/* The launch shape of a wave's __global__ function. */
+/* The launch shape of a wave's __global__ function: TG_CUDA_BLOCK threads,
+ * but see tg_cuda_wave_threads. */
 enum { TG_CUDA_BLOCK = 256 };
+
+/* An H100's SM: the shared memory its blocks can have in all (228 KiB)
+ * and its resident threads; the most threads a block can have. */
+enum { TG_CUDA_SM_SHARED = 228 * 1024, TG_CUDA_SM_THREADS = 2048, TG_CUDA_MAX_BLOCK = 1024 };
+
+/* The threads of a block of wave w of lk: TG_CUDA_BLOCK, unless every
+ * step the wave launches is a block-per-row reduction keeping its row in
+ * shared memory (emit.h: TG_ROW_CACHE_SHARED, a row of the cross-entropy's
+ * logits: 100 KB at GPT-2's vocabulary).  Such a block's shared memory
+ * lets only a few blocks onto an SM (two, at 100 KB), and with 256
+ * threads each the SM would keep 16 warps resident, too few loads in
+ * flight to stream the row from memory: the block then gets as many
+ * threads (a power of two, at most 1024) as fill the SM's 2048 with the
+ * blocks that fit.  The walks over the row stride by blockDim.x and the
+ * block reductions take up to 32 warps, so the code is the same. */
+int tg_cuda_wave_threads(const tg_program *p, const tg_lkernel *lk, int w);
 
 enum { TG_CUDA_TABLE_ALIGN = 16 };   /* each table's offset in the runtime's allocation */
 

@@ -152,10 +152,11 @@ part_steps() {
     grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cpu_losses_$p"
     if [ $p = bf16 ]; then
       cuda_steps "$tmp/cuda_losses_bf16" TG_CUDA_TRACE="$tmp/trace"
-    else
-      expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-3 --steps 5 \
+    else # with every kernel timed (TG_PROFILE): the profile adds up all 5 runs
+      expect_status 0 env TG_PROFILE=3 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-3 --steps 5 \
         --out "$tmp/s_cuda_$p.safetensors" --backend "$backend" --precision $p
       grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cuda_losses_$p"
+      contains "$tmp/out" "ms in all over 5 runs on"
     fi
     same_losses "$tmp/cpu_losses_$p" "$tmp/cuda_losses_$p" $p $steps > "$tmp/same_$p"
     cat "$tmp/same_$p"

@@ -59,6 +59,7 @@
 #include "init.h"
 #include "lower.h"
 #include "passes.h"
+#include "render_cuda.h"
 
 static const char *const defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
 static const float LR = 1e-3f;
@@ -389,6 +390,80 @@ START_TEST(test_tied_embedding_gradient) {
 }
 END_TEST
 
+/* An embedding's gradient where one word is most of the batch, as "," or
+ * a newline is of a text's: the scatter's block that owns that word's row
+ * adds hundreds of source rows, summed in shared memory four at a time
+ * (cuda_kernels.c: scatter_body; the generated source must say so), with
+ * rows of 300 columns (a thread's columns not a multiple of the block).
+ * The emulated device and the CPU add each element's rows in index order
+ * from zero, in f32, so their bits must agree; against the interpreter in
+ * float64: an element is a sum of at most 256 values 2x, each partial sum
+ * rounded to 2^-24 of its size, about 256 x 6e-8 = 1.5e-5 of the sum of
+ * magnitudes; allowed 2e-5 of the gradient's largest magnitude. */
+START_TEST(test_scatter_of_a_common_word) {
+  static const char *const src = "config {\n  B = 4\n  T = 64\n  V = 1200\n  C = 300\n}\n"
+                                 "input idx: i32[B, T]\n"
+                                 "param wte: [V, C] = normal(0.02)\n"
+                                 "x = gather(wte, idx)\n"
+                                 "output loss = sum(x * x)\n";
+  tg_ctx *c = tu_ctx();
+  tg_graph *g = tu_compile(c, "common.tg", src, 0, NULL);
+  jmp_buf bail;
+  c->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("compiling failed: %s", tu_errors(c));
+  tg_pipeline_opts po = {.precision = TG_PRECISION_F32, .grad = true};
+  tg_run_pipeline(c, g, &po);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  tg_render_cuda(f, tg_lower_ex(c, g, true));
+  fclose(f);
+  c->bail = NULL;
+  ck_assert_msg(strstr(text, "tg_scatter_acc") != NULL, "the scatter does not sum in shared memory");
+  ck_assert_msg(strstr(text, "h + 4 <= hits") != NULL, "the scatter does not take its hits four at a time");
+  free(text);
+  side emu, cpu, ref;
+  open_side(&emu, "cuda-emu", g);
+  open_side(&cpu, "cpu", g);
+  ref.ctx = tu_ctx();
+  ref.ctx->bail = &ref.bail;
+  if (setjmp(ref.bail)) ck_abort_msg("ref: %s", tu_errors(ref.ctx));
+  tg_device_opts o = {.precision = TG_PREC_F64};
+  ref.dev = tg_device_open_named(ref.ctx, "ref", &o);
+  tg_exec_opts eo = {.name = "ref", .remat = -1};
+  ref.x = tg_exec_compile(ref.dev, ref.ctx, g, &eo);
+  /* 3 in 4 of the words are word 11; the rest spread over the table,
+   * the last row (1199) among them */
+  int32_t ids[4 * 64];
+  for (int e = 0; e < 4 * 64; e++) ids[e] = e % 4 ? 11 : e == 0 ? 1199 : (e * 37) % 1200;
+  side *sides[3] = {&emu, &cpu, &ref};
+  for (int k = 0; k < 3; k++) {
+    set_leaves(sides[k], g);
+    tg_tensor_write(tg_exec_leaf(sides[k]->x, tg_graph_leaf(g, TG_OP_input, "idx")), ids, TG_HOST_I32);
+    run(sides[k]);
+  }
+  int checked = 0;
+  for (int out = 0; out < g->n_outputs; out++) {
+    const tg_node *n = g->outputs[out].node;
+    if (!tg_gradient_param_name(g->outputs[out].name)) continue;
+    int64_t numel = tg_type_numel(&n->type);
+    float *want = read_value(&ref, n), *got = read_value(&emu, n), *cpu_got = read_value(&cpu, n);
+    double d = rel_diff(want, got, numel, 1e-30);
+    printf("common word: %s on the emulated device differs from the interpreter's by %.2e of its scale\n",
+           g->outputs[out].name, d);
+    ck_assert_msg(d <= 2e-5, "%s differs by %.3g (allowed 2e-5)", g->outputs[out].name, d);
+    ck_assert_msg(memcmp(got, cpu_got, sizeof(float) * (size_t)numel) == 0,
+                  "%s: the emulated device's sums are not the CPU's, bit for bit", g->outputs[out].name);
+    ck_assert_msg(fabs(want[11 * 300]) > 0 && fabs(want[1199 * 300]) > 0, "the rows hit are not in the gradient");
+    free(want), free(got), free(cpu_got);
+    checked++;
+  }
+  ck_assert_int_eq(checked, 1);
+  for (int k = 0; k < 3; k++) close_side(sides[k]);
+  tu_ctx_free(c);
+}
+END_TEST
+
 /* A vocabulary of 2100 (2112 padded): the cross-entropy's rows are longer
  * than the row cache keeps in registers (8 x 256 points), so its kernel
  * keeps them in dynamic shared memory (emit.h); the plan must say so, and
@@ -436,6 +511,7 @@ static Suite *suite(void) {
   tcase_add_test(t, test_step_after_rebinding_agrees_with_the_cpu);
   tcase_add_test(t, test_long_rows_in_shared_memory);
   tcase_add_test(t, test_tied_embedding_gradient);
+  tcase_add_test(t, test_scatter_of_a_common_word);
   suite_add_tcase(s, t);
   return s;
 }

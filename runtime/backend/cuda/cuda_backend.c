@@ -215,6 +215,7 @@ struct cuda_exec {
   CUevent phase_ev[TG_NPHASES + 1];
   bool phase_started[TG_NPHASES];
   bool pending;        /* a profiled run whose times are not yet added */
+  int kernel_runs;     /* the runs kernel_seconds adds up */
   double phase_seconds[TG_NPHASES];
   double *kernel_seconds; /* per fused kernel */
 };
@@ -1631,10 +1632,15 @@ static graph_entry *graph_for(cuda_exec *e, uint64_t key) {
   return &e->graphs[e->n_graphs++];
 }
 
+static void collect_times(cuda_exec *e);
+
 static void cuda_run(tg_ctx *ctx, tg_exec *x) {
   cuda_exec *e = (cuda_exec *)x;
   cuda_device *d = dev_of(x);
   tg_cuda_api *A = &d->api;
+  /* the last profiled run's times first: this run records the same
+   * events again (a training step's micro-steps each add theirs) */
+  collect_times(e);
   for (int i = 0; i < e->p->n_leaves; i++)
     if (!e->bound[i]) own_leaf(e, i);
   write_tables(e, ctx);
@@ -1685,12 +1691,14 @@ static void collect_times(cuda_exec *e) {
     float ms = 0;
     if (A->cuEventElapsedTime(&ms, e->phase_ev[ph], e->phase_ev[next]) == CUDA_SUCCESS) e->phase_seconds[ph] += ms / 1e3;
   }
-  if (e->profile == TG_PROFILE_KERNELS && e->op_ev)
+  if (e->profile == TG_PROFILE_KERNELS && e->op_ev) {
+    e->kernel_runs++;
     for (int i = 0; i < e->plan->n_ops; i++) {
       float ms = 0;
       if (A->cuEventElapsedTime(&ms, e->op_ev[i], e->op_ev[i + 1]) == CUDA_SUCCESS)
         e->kernel_seconds[e->plan->ops[i].kernel] += ms / 1e3;
     }
+  }
 }
 
 static bool cuda_read(tg_exec *x, const tg_node *n, void *dst, tg_host_type ht) {
@@ -1753,7 +1761,8 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
   int n = g->n_kernels;
   double total;
   int *order = tg_kernels_by_time(e->kernel_seconds, n, &total);
-  fprintf(out, "profile: %d kernels, %.3f ms in all on %s; the longest:\n", n, total * 1e3, dev_of(x)->name);
+  fprintf(out, "profile: %d kernels, %.3f ms in all over %d run%s on %s; the longest:\n", n, total * 1e3,
+          e->kernel_runs, e->kernel_runs == 1 ? "" : "s", dev_of(x)->name);
   for (int i = 0; i < n && i < top; i++) {
     const tg_kernel *K = &g->kernels[order[i]];
     fprintf(out, "profile: %8.3f ms %5.1f%%  k%d %s \"%s\" (%s)\n", e->kernel_seconds[order[i]] * 1e3,
