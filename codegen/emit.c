@@ -729,8 +729,12 @@ static void scatter_code(emitter *e, tg_nest_code *c) {
     tg_sb_printf(&off, " + i%d * %lld", j, (long long)s);
     s *= src->type.dim[j].size;
   }
-  if (c->scatter_shared) tg_sb_printf(&e->buf[2], "tg_scatter_acc[%s] += %s;\n", off.s, sv.s);
-  else tg_sb_printf(&e->buf[2], "b%d[%s] += %s;\n", n->id, off.s, sv.s);
+  if (c->scatter_shared) { /* the adds are cuda_kernels.c's, after the loads */
+    c->scatter_value = tg_strdup(e->arena, sv.s);
+    c->scatter_offset = tg_strdup(e->arena, off.s);
+  } else {
+    tg_sb_printf(&e->buf[2], "b%d[%s] += %s;\n", n->id, off.s, sv.s);
+  }
   tg_sb_free(&off);
   /* the table zeroed or copied from the initial table (an in-place one is
    * the initial table: lower.c, find_in_place_scatters), then one read and

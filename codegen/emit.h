@@ -97,9 +97,13 @@ typedef struct tg_nest_code {
    * scatter onto a copy of it starts from; NULL: zeros, or in place */
   char *init_value;
   /* ... and whether the block sums its rows in shared memory, the float
-   * array tg_scatter_acc (rows x columns, row v0 first), which the
-   * statements add to; else they add to the table in global memory */
+   * array tg_scatter_acc (rows x columns, row v0 first); then the
+   * statements only compute the value of source row j at column o,
+   * scatter_value, and its element of tg_scatter_acc, scatter_offset, and
+   * cuda_kernels.c adds (to load several rows before adding any); else the
+   * statements add to the table in global memory */
   bool scatter_shared;
+  char *scatter_value, *scatter_offset;
 } tg_nest_code;
 
 

@@ -128,8 +128,9 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
                "      }\n"
                "      if (hit) tg_hits[before + __popc(votes & ((1u << (threadIdx.x & 31)) - 1u))] = (int)threadIdx.x;\n"
                "      __syncthreads();\n");
-  /* one hit's adds to the columns of a thread: at column o, source row j */
-  const char *ind = sh ? "            " : "          ";
+  /* one hit's statements at column o, source row j: its adds (global
+   * memory), or, summing in shared memory, its value and element */
+  const char *ind = sh ? "        " : "          ";
   char *add = NULL;
   size_t add_len = 0;
   FILE *a = open_memstream(&add, &add_len);
@@ -142,23 +143,52 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
     if (c->seg[i].loop) tg_emit_lines(a, c->seg[i].text, ind);
   fclose(a);
   if (sh) {
-    /* four hits at a time (in order), then the rest one by one */
-    fprintf(out, "      int h = 0;\n"
-                 "      for (; h + 4 <= hits; h += 4)\n"
-                 "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
-                 "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
-                 "          if (o < %lld) {\n",
-            per, TG_CUDA_BLOCK, cols);
-    for (int k = 0; k < 4; k++)
-      fprintf(out, "           {\n            const tg_idx j = base + tg_hits[h + %d];\n%s           }\n", k, add);
-    fprintf(out, "          }\n        }\n"
+    /* Four hits at a time: first every load of the four (and of each of
+     * the thread's columns, while that takes at most 8 x 4 registers),
+     * then their adds, in hit order; the rest one by one. */
+    fprintf(out, "      auto tg_hit = [&](tg_idx j, tg_idx o, int *at) -> float {\n%s"
+                 "        *at = (int)(%s);\n"
+                 "        return %s;\n"
+                 "      };\n"
+                 "      int h = 0;\n"
+                 "      for (; h + 4 <= hits; h += 4) {\n"
+                 "        const tg_idx j0 = base + tg_hits[h], j1 = base + tg_hits[h + 1], j2 = base + tg_hits[h + 2],\n"
+                 "                     j3 = base + tg_hits[h + 3];\n",
+            add, c->scatter_offset, c->scatter_value);
+    const char *U = per <= 8 ? "u" : "0";
+    char loads[512], adds[512];
+    int nl = 0, na = 0;
+    for (int k = 0; k < 4; k++) {
+      nl += snprintf(loads + nl, sizeof loads - (size_t)nl, "            x[%d][%s] = tg_hit(j%d, o, &at[%d][%s]);\n", k, U,
+                     k, k, U);
+      na += snprintf(adds + na, sizeof adds - (size_t)na, "            tg_scatter_acc[at[%d][%s]] += x[%d][%s];\n", k, U,
+                     k, U);
+    }
+    if (per <= 8)
+      fprintf(out, "        float x[4][%lld] = {};\n        int at[4][%lld] = {};\n"
+                   "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                   "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                   "          if (o < %lld) {\n%s          }\n        }\n"
+                   "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                   "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                   "          if (o < %lld) {\n%s          }\n        }\n",
+              per, per, per, TG_CUDA_BLOCK, cols, loads, per, TG_CUDA_BLOCK, cols, adds);
+    else
+      fprintf(out, "        for (int u = 0; u < %lld; u++) {\n"
+                   "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                   "          if (o < %lld) {\n"
+                   "            float x[4][1] = {};\n            int at[4][1] = {};\n%s%s          }\n        }\n",
+              per, TG_CUDA_BLOCK, cols, loads, adds);
+    fprintf(out, "      }\n"
                  "      for (; h < hits; h++)\n"
                  "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
                  "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
                  "          if (o < %lld) {\n"
-                 "           {\n            const tg_idx j = base + tg_hits[h];\n%s           }\n"
+                 "            int at = 0;\n"
+                 "            const float x = tg_hit(base + tg_hits[h], o, &at);\n"
+                 "            tg_scatter_acc[at] += x;\n"
                  "          }\n        }\n",
-            per, TG_CUDA_BLOCK, cols, add);
+            per, TG_CUDA_BLOCK, cols);
   } else {
     fprintf(out, "      for (int h = 0; h < hits; h++) {\n"
                  "        const tg_idx j = base + tg_hits[h];\n"
