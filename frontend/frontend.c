@@ -22,7 +22,7 @@ char *tg_import_path(const char **dirs, int *n, int max, const char *models_dir)
   for (char *p = copy ? strtok_r(copy, ":", &save) : NULL; p && *n < max - 1;
        p = strtok_r(NULL, ":", &save))
     dirs[(*n)++] = p;
-  if (*n < max) dirs[(*n)++] = models_dir;
+  if (models_dir && *n < max) dirs[(*n)++] = models_dir;
   return copy;
 }
 

@@ -15,7 +15,8 @@ tg_graph *tg_compile_source(tg_ctx *ctx, const tg_source *src, const tg_compile_
 
 
 /* Completes the import search path after the -I directories in dirs[0..*n):
- * the directories of $TG_PATH (colon-separated), then models_dir.  Stops at
+ * the directories of $TG_PATH (colon-separated), then models_dir (the
+ * program's own models/, tg_program_models_dir; none if NULL).  Stops at
  * max entries.  Returns the malloc'ed copy of $TG_PATH the entries point
  * into (NULL if unset): free it when done with dirs. */
 char *tg_import_path(const char **dirs, int *n, int max, const char *models_dir);

@@ -2,11 +2,23 @@
  *
  * A picture is the quickest way to see what the frontend or a pass made of
  * a model, so node shapes and fills say at a glance what each node is:
- * parameters are ellipses, inputs parallelograms, constants small plain
- * text, matmuls stand out in red, and elementwise, reduction and movement
- * ops each have their own fill.  Output is deterministic (graph order, no
- * pointers) so two dumps can be diffed. */
+ * parameters are ellipses, inputs parallelograms, matmuls stand out in red,
+ * and elementwise, reduction and movement ops each have their own fill.
+ * A fused graph (`--grad`, or after the fuse pass) draws each kernel as a
+ * cluster, labelled as the fusion report and the profile name it.
+ * Constants are not nodes: a reader lists its constant inputs in its label
+ * ("mul 0.5"), which takes a GPT-2 layer's 120 constants and their edges
+ * out of the layout.  Output is deterministic (graph order, no pointers)
+ * so two dumps can be diffed.
+ *
+ * Layout time.  dot's crossing minimisation grows quickly with the graph:
+ * one GPT-2 layer of the training graph (700 nodes, 1,000 edges) took over
+ * two minutes with the defaults.  A graph of more than LARGE nodes gets
+ * limits on those iterations (mclimit, nslimit, searchsize) and straight
+ * edges, which lay it out in a few seconds, a little less tidily. */
 #include "ir.h"
+
+#include <stdlib.h>
 
 /* Shape and style attributes for one node, by what it is. */
 static const char *node_style(const tg_node *n) {
@@ -46,10 +58,15 @@ static int node_pos(const tg_graph *g, const tg_node *n) {
   return -1;
 }
 
-static void put_node(FILE *out, const tg_node *n, int k) {
+enum { LARGE = 300 };
+
+static bool is_const(const tg_node *n) { return n && n->op == TG_OP_const; }
+
+static void put_node(FILE *out, const tg_node *n, int k, const char *indent) {
   char ts[TG_TYPE_STR_MAX], num[40];
-  fprintf(out, "  n%d [label=\"%s", k, tg_ops[n->op].name);
-  if (n->op == TG_OP_const) fprintf(out, " %s", tg_fmt_double(n->value, num, sizeof num));
+  fprintf(out, "%sn%d [label=\"%s", indent, k, tg_ops[n->op].name);
+  for (int i = 0; i < n->nin; i++) /* its constant inputs, in its label */
+    if (is_const(n->in[i])) fprintf(out, " %s", tg_fmt_double(n->in[i]->value, num, sizeof num));
   if (n->name) {
     fputs("\\n", out);
     put_escaped(out, n->name);
@@ -60,23 +77,57 @@ static void put_node(FILE *out, const tg_node *n, int k) {
   fprintf(out, "\", %s];\n", node_style(n));
 }
 
+/* Whether node n is drawn: every node but a constant some node reads (an
+ * unread or output constant keeps its node). */
+static bool drawn(const tg_graph *g, int k, const bool *read) {
+  const tg_node *n = g->nodes[k];
+  return n && (unsigned)n->op < TG_NOPS && (!is_const(n) || !read[k]);
+}
+
 void tg_print_dot(FILE *out, const tg_graph *g) {
-  fputs(
-      "digraph tg {\n"
-      "  rankdir=TB;\n"
-      "  node [fontname=\"Helvetica\", fontsize=10];\n"
-      "  edge [color=\"#555555\"];\n",
-      out);
+  bool large = g->n_nodes > LARGE;
+  fprintf(out,
+          "digraph tg {\n"
+          "  rankdir=TB;\n"
+          "%s"
+          "  node [fontname=\"Helvetica\", fontsize=10];\n"
+          "  edge [color=\"#555555\"];\n",
+          large ? "  mclimit=0.05; nslimit=1; nslimit1=1; searchsize=10; splines=false;\n" : "");
+  bool *read = calloc((size_t)g->n_nodes + 1, sizeof *read);
+  if (!read) return;
   for (int k = 0; k < g->n_nodes; k++) {
     const tg_node *n = g->nodes[k];
-    if (n && (unsigned)n->op < TG_NOPS) put_node(out, n, k);
+    for (int i = 0; n && (unsigned)n->op < TG_NOPS && i < n->nin; i++) {
+      int from = node_pos(g, n->in[i]);
+      if (from >= 0) read[from] = true;
+    }
+  }
+  for (int i = 0; i < g->n_outputs; i++) {
+    int from = node_pos(g, g->outputs[i].node);
+    if (from >= 0) read[from] = false; /* an output constant is drawn */
+  }
+  /* each kernel's nodes in a cluster, then the nodes of none */
+  for (int kk = 0; kk < g->n_kernels; kk++) {
+    const tg_kernel *K = &g->kernels[kk];
+    fprintf(out, "  subgraph cluster_k%d {\n    label=\"k%d %s ", kk, kk, tg_kernel_kind_name(K->kind));
+    put_escaped(out, K->name ? K->name : "");
+    fputs("\";\n    style=\"rounded,dashed\"; color=\"#888888\"; fontsize=9;\n", out);
+    for (int k = 0; k < g->n_nodes; k++) {
+      const tg_node *n = g->nodes[k];
+      if (drawn(g, k, read) && n->kernel == kk) put_node(out, n, k, "    ");
+    }
+    fputs("  }\n", out);
+  }
+  for (int k = 0; k < g->n_nodes; k++) {
+    const tg_node *n = g->nodes[k];
+    if (drawn(g, k, read) && (n->kernel < 0 || n->kernel >= g->n_kernels)) put_node(out, n, k, "  ");
   }
   for (int k = 0; k < g->n_nodes; k++) {
     const tg_node *n = g->nodes[k];
     if (!n || (unsigned)n->op >= TG_NOPS) continue;
     for (int i = 0; i < n->nin; i++) {
       int from = node_pos(g, n->in[i]);
-      if (from >= 0) fprintf(out, "  n%d -> n%d;\n", from, k);
+      if (from >= 0 && drawn(g, from, read)) fprintf(out, "  n%d -> n%d;\n", from, k);
     }
   }
   for (int i = 0; i < g->n_outputs; i++) {
@@ -87,4 +138,5 @@ void tg_print_dot(FILE *out, const tg_graph *g) {
     if (from >= 0) fprintf(out, "  n%d -> out%d;\n", from, i);
   }
   fputs("}\n", out);
+  free(read);
 }

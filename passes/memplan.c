@@ -421,21 +421,54 @@ void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p
           prefix, a, s, z);
 }
 
+/* A buffer's value as a person finds it: its node, op, the name the model
+ * gave it if any, and where in the source it comes from. */
+static void describe(char *buf, size_t n, const tg_node *v) {
+  int k = snprintf(buf, n, "%%%d %s", v->id, tg_ops[v->op].name);
+  if (k >= 0 && (size_t)k < n && v->name) k += snprintf(buf + k, n - (size_t)k, " \"%s\"", v->name);
+  /* an assign's buffer is its leaf's (a parameter, an AdamW moment): name that */
+  if (k >= 0 && (size_t)k < n && !v->name && v->op == TG_OP_assign && v->nin > 0 && v->in[0]->name)
+    k += snprintf(buf + k, n - (size_t)k, " into \"%s\"", v->in[0]->name);
+  if (k >= 0 && (size_t)k < n && v->loc.file) {
+    const char *f = strrchr(v->loc.file, '/') ? strrchr(v->loc.file, '/') + 1 : v->loc.file;
+    snprintf(buf + k, n - (size_t)k, " (%s:%d)", f, v->loc.line);
+  }
+}
+
+enum { REPORT_LARGEST = 10 };
+
+/* The totals and the ten largest buffers first (what a person looks for),
+ * then every buffer in order of its node. */
 static void report(FILE *out, const tg_graph *g, const tg_mem_plan *p) {
-  char b[32];
+  char b[32], what[256];
+  tg_memplan_format_bytes(b, sizeof b, p->live_bytes);
+  fprintf(out, "memplan: %d buffers; at most %s live at once (no plan needs less)\n", p->n_buffers, b);
+  tg_memplan_print_totals(out, "memplan: ", p);
+  int top[REPORT_LARGEST], n_top = 0;
+  for (int i = 0; i < p->n_buffers; i++) {
+    int64_t bytes = p->buffers[i].bytes;
+    if (n_top == REPORT_LARGEST && bytes <= p->buffers[top[n_top - 1]].bytes) continue;
+    int at = n_top < REPORT_LARGEST ? n_top++ : REPORT_LARGEST - 1;
+    for (; at > 0 && p->buffers[top[at - 1]].bytes < bytes; at--) top[at] = top[at - 1];
+    top[at] = i;
+  }
+  fprintf(out, "memplan: the %d largest:\n", n_top);
+  for (int i = 0; i < n_top; i++) {
+    const tg_buffer *x = &p->buffers[top[i]];
+    tg_memplan_format_bytes(b, sizeof b, x->bytes);
+    describe(what, sizeof what, g->nodes[x->node]);
+    fprintf(out, "memplan:   %s  %s\n", b, what);
+  }
+  fprintf(out, "memplan: every buffer:\n");
   for (int i = 0; i < p->n_buffers; i++) {
     const tg_buffer *x = &p->buffers[i];
-    const tg_node *n = g->nodes[x->node];
     tg_memplan_format_bytes(b, sizeof b, x->bytes);
     char last[32];
     if (x->last == g->n_kernels) snprintf(last, sizeof last, "end");
     else snprintf(last, sizeof last, "k%d", x->last);
-    fprintf(out, "memplan: %%%d %s: %s at 0x%llx, live k%d..%s\n", x->node, tg_ops[n->op].name, b,
-            (unsigned long long)x->offset, x->first, last);
+    describe(what, sizeof what, g->nodes[x->node]);
+    fprintf(out, "memplan: %s: %s at 0x%llx, live k%d..%s\n", what, b, (unsigned long long)x->offset, x->first, last);
   }
-  tg_memplan_format_bytes(b, sizeof b, p->live_bytes);
-  fprintf(out, "memplan: %d buffers; at most %s live at once (no plan needs less)\n", p->n_buffers, b);
-  tg_memplan_print_totals(out, "memplan: ", p);
 }
 
 /* ---- the pass ------------------------------------------------------------ */

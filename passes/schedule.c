@@ -69,7 +69,14 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE 
       const tg_bucket *B = &p->buckets[b];
       fprintf(report, "schedule: bucket %d: %d gradient%s, %lld bytes, all-reduced after k%d \"%s\":", b, B->n_grads,
               B->n_grads == 1 ? "" : "s", (long long)B->bytes, B->after_kernel, g->kernels[B->after_kernel].name);
-      for (int k = 0; k < B->n_grads; k++) fprintf(report, " %%%d", B->grads[k]);
+      for (int k = 0; k < B->n_grads; k++) {
+        /* a gradient by its parameter's name, the node after it */
+        const char *param = NULL;
+        for (int o = 0; o < g->n_outputs && !param; o++)
+          if (g->outputs[o].node->id == B->grads[k]) param = tg_gradient_param_name(g->outputs[o].name);
+        if (param) fprintf(report, "%s %s (%%%d)", k ? "," : "", param, B->grads[k]);
+        else fprintf(report, "%s %%%d", k ? "," : "", B->grads[k]);
+      }
       fputc('\n', report);
     }
     fprintf(report, "schedule: %d bucket%s of up to %lld bytes over %d kernels\n", p->n_buckets,

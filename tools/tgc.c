@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "program_dir.h"
 #include "cuda_kernels.h"
 #include "diag.h"
 #include "frontend.h"
@@ -31,7 +32,8 @@ static const char usage[] =
     "Output (one of):\n"
     "  --stats            parameter count, config, and op counts by kind and by op\n"
     "  --emit ir          the IR in its text form (docs/ir.md); tgc reads it back\n"
-    "  --emit dot         the graph in Graphviz form (render: dot -Tsvg)\n"
+    "  --emit dot         the graph in Graphviz form (render: dot -Tsvg); a fused\n"
+    "                     graph (--grad) draws each kernel as a cluster\n"
     "  --emit cuda        the training step's kernels as one self-contained CUDA\n"
     "                     file for NVRTC (implies --grad); with -o DIR, writes\n"
     "                     DIR/MODEL.cu, DIR/manifest.json (every launch: grid, block,\n"
@@ -509,8 +511,8 @@ static int settle_args(int argc, cli *c) {
                        "stdout: redirect them with > FILE)", c->out_path);
 
   /* Imports: the importing file's directory comes first (in the frontend),
-   * then -I, then $TG_PATH (colon-separated), then the source tree's models/. */
-  c->tg_path = tg_import_path(c->incs, &c->n_incs, argc + 8, TG_MODELS_DIR);
+   * then -I, then $TG_PATH (colon-separated), then the program's models/. */
+  c->tg_path = tg_import_path(c->incs, &c->n_incs, argc + 8, tg_program_models_dir());
   return -1;
 }
 

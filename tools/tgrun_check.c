@@ -1,5 +1,6 @@
 /* tgrun_check.c: the command line of `tgrun init | grad | step` (the
  * work is runtime/train/single_step.c). */
+#include "program_dir.h"
 #include "tgrun_cli.h"
 
 #include <errno.h>
@@ -247,8 +248,8 @@ int tgrun_check_main(int argc, char **argv) {
   o.incs = tg_xcalloc((size_t)argc + 64, sizeof *o.incs);
   int status = parse_args(argc, argv, &o);
   if (status < 0) {
-    /* -I first, then $TG_PATH, then the source tree's models/, as tgc. */
-    char *tg_path = tg_import_path(o.incs, &o.s.n_include_dirs, argc + 64, TG_MODELS_DIR);
+    /* -I first, then $TG_PATH, then the program's models/, as tgc. */
+    char *tg_path = tg_import_path(o.incs, &o.s.n_include_dirs, argc + 64, tg_program_models_dir());
     o.s.defines = o.defines;
     o.s.include_dirs = o.incs;
     o.s.keep_source = getenv("TG_KEEP_C");

@@ -1,5 +1,6 @@
 /* tgrun_export.c: the command line of `tgrun export` (the work is
  * runtime/train/export.c). */
+#include "program_dir.h"
 #include "tgrun_cli.h"
 
 #include <stdio.h>
@@ -67,7 +68,7 @@ int tgrun_export_main(int argc, char **argv) {
   if (status < 0 && !o.checkpoint) status = usage_error("%s", "no file to export (e.g. out/ckpt.safetensors)");
   if (status < 0 && (!o.out_dir || !*o.out_dir)) status = usage_error("%s", "--out DIR is required");
   if (status < 0) {
-    char *tg_path = tg_import_path(incs, &n_inc, argc + 64, TG_MODELS_DIR);
+    char *tg_path = tg_import_path(incs, &n_inc, argc + 64, tg_program_models_dir());
     o.defines = defines;
     o.include_dirs = incs;
     o.n_include_dirs = n_inc;

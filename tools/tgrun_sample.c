@@ -1,6 +1,7 @@
 /* tgrun_sample.c: the command line of `tgrun sample` (the work is
  * runtime/train/generate.c).  Every option is checked here, before any
  * file is read or anything compiled. */
+#include "program_dir.h"
 #include "tgrun_cli.h"
 
 #include <errno.h>
@@ -227,7 +228,7 @@ int tgrun_sample_main(int argc, char **argv) {
   o.incs = tg_xcalloc((size_t)argc + 64, sizeof *o.incs);
   int status = parse_args(argc, argv, &o);
   if (status < 0) {
-    char *tg_path = tg_import_path(o.incs, &o.g.n_include_dirs, argc + 64, TG_MODELS_DIR);
+    char *tg_path = tg_import_path(o.incs, &o.g.n_include_dirs, argc + 64, tg_program_models_dir());
     o.g.defines = o.defines;
     o.g.include_dirs = o.incs;
     const char *prof = getenv("TG_PROFILE"); /* as tgrun step: the longest kernels */

@@ -636,6 +636,7 @@ typedef struct unit_b {
   char *code;          /* canonical, named TGSELF */
   tg_sbuf places;
   const char *comment; /* the first place's kernel comment */
+  const char *readable; /* the first place's kind and kernel name, as an identifier's tail */
   bool flash;
   int n_places;
   const char **globals;
@@ -648,8 +649,26 @@ typedef struct ubuild {
   int n, cap;
 } ubuild;
 
-/* The unit of text (named TGSELF), added if new; its index. */
-static int add_unit(ubuild *B, const char *text, bool flash, const char *comment, const char *place) {
+/* "row max@std.tg:43" as the tail of an identifier, "row_max_std_tg_43",
+ * at most 40 characters: what a profiler's list of kernels shows beside
+ * the hash that names a unit. */
+static const char *readable_tail(tg_arena *a, const char *kind, const char *name) {
+  const char *src = tg_sprintf(a, "%s %s", kind, name ? name : "");
+  char buf[41];
+  size_t n = 0;
+  for (const char *s = src; *s && n < sizeof buf - 1; s++) {
+    if (isalnum((unsigned char)*s)) buf[n++] = *s;
+    else if (n && buf[n - 1] != '_') buf[n++] = '_';
+  }
+  while (n && buf[n - 1] == '_') n--;
+  buf[n] = 0;
+  return tg_strdup(a, buf);
+}
+
+/* The unit of text (named TGSELF), added if new; its index.  readable:
+ * the place's kind and kernel name (readable_tail). */
+static int add_unit(ubuild *B, const char *text, bool flash, const char *comment, const char *place,
+                    const char *readable) {
   tg_sbuf out = {0}, key = {0};
   char hex[TG_SHA256_HEX];
   tg_canonical_hash(text, &out, &key, hex);
@@ -663,6 +682,7 @@ static int add_unit(ubuild *B, const char *text, bool flash, const char *comment
     n->key = tg_sb_take(&key);
     n->code = tg_sb_take(&out);
     n->comment = comment;
+    n->readable = readable;
     n->flash = flash;
   } else {
     tg_sb_free(&key);
@@ -695,7 +715,8 @@ static void wave_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan,
     if (!any) continue;
     const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
                                    plan->where[k]);
-    M->wave_unit[k][w] = add_unit(B, wave_text(a, p, lk, w, params, &M->waves[k][w]), false, comment, place);
+    M->wave_unit[k][w] = add_unit(B, wave_text(a, p, lk, w, params, &M->waves[k][w]), false, comment, place,
+                                  readable_tail(a, tg_kernel_kind_name(K->kind), K->name));
   }
 }
 
@@ -718,7 +739,7 @@ static void flash_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan
     fclose(f);
     const char *place = tg_sprintf(a, "%s: %s \"%s\" (%s)", st->fn, tg_kernel_kind_name(K->kind), K->name,
                                    plan->where[k]);
-    int u = add_unit(B, text, true, comment, place);
+    int u = add_unit(B, text, true, comment, place, readable_tail(a, "", K->name));
     free(text);
     M->step_unit[k][s] = u;
     if (!B->u[u].globals) {
@@ -757,11 +778,14 @@ static void collect_units(ubuild *B, const tg_program *p, const tg_cuda_plan *pl
  * text headed by its places, the body that is compiled, its globals. */
 static void finish_unit(tg_arena *a, unit_b *b, tg_cuda_kernels *ks, int u) {
   tg_cuda_unit *U = &ks->units[u];
-  U->name = tg_sprintf(a, "f_%.10s", b->hex);
   /* 40 bits of the hash name a unit; two units sharing them (about one
-   * program in 10^9) take all 256 */
+   * program in 10^9) take all 256.  Then, for a person reading a
+   * profiler's list, its first place's kind and kernel name. */
+  const char *tail = b->readable && *b->readable ? b->readable : NULL;
+  U->name = tg_sprintf(a, "f_%.10s%s%s", b->hex, tail ? "_" : "", tail ? tail : "");
   for (int v = 0; v < u; v++)
-    if (!strcmp(ks->units[v].name, U->name)) U->name = tg_sprintf(a, "f_%s", b->hex);
+    if (!strncmp(ks->units[v].name, U->name, 12))
+      U->name = tg_sprintf(a, "f_%s%s%s", b->hex, tail ? "_" : "", tail ? tail : "");
   U->n_places = b->n_places;
   tg_sbuf code = {0};
   tg_sb_printf(&code, "// tg kernel: %s\n/* launched for %d place%s (the same code up to the buffers it is given):\n%s",

@@ -6,6 +6,7 @@
  * same loader (checkpoint.c, weights.c) with its checks, the model's
  * parameter set and shapes; only the front end runs, no pass and no
  * compiler, so it takes as long as reading and writing the file. */
+#include "program_dir.h"
 #include "export.h"
 
 #include <math.h>
@@ -84,7 +85,8 @@ static int run(tg_ctx *ctx, const tg_export_opts *o, tg_graph **gp, tg_weights *
   int n = 0;
   tg_define *d = tg_model_sizes(ctx, o->checkpoint, NULL, 0, o->defines, o->n_defines, 0, &n);
   tg_compile_opts co = {d, n, o->include_dirs, o->n_include_dirs};
-  const char *model = o->model ? o->model : tg_sprintf(ctx->arena, "%s/gpt2.tg", TG_TRAIN_MODELS_DIR);
+  const char *models = tg_program_models_dir();
+  const char *model = o->model ? o->model : tg_sprintf(ctx->arena, "%s/gpt2.tg", models ? models : "models");
   *gp = tg_compile_file(ctx, model, &co);
   if (!tg_verify(ctx, *gp)) tg_bail(ctx);
   *wp = tg_ckpt_load(ctx, *gp, o->checkpoint, false, NULL);

@@ -15,6 +15,7 @@
  * else runtime/train/sampler.c), written out and flushed, and fed back.
  * A sample stops after max_new_tokens, or when the context is full (the
  * caches hold block_size positions; there is no sliding window). */
+#include "program_dir.h"
 #include "generate.h"
 
 #include <errno.h>
@@ -164,8 +165,9 @@ static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, int vocab,
 static const char *model_path(tg_ctx *ctx, const char *path) {
   /* models/gpt2.tg run from elsewhere: the installed models/ */
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-  const char *installed = tg_sprintf(ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
-  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) return installed;
+  const char *models = tg_program_models_dir();
+  const char *installed = models ? tg_sprintf(ctx->arena, "%s/%s", models, base) : NULL;
+  if (access(path, F_OK) != 0 && path[0] != '/' && installed && access(installed, F_OK) == 0) return installed;
   if (access(path, F_OK) != 0) tg_error(ctx, (tg_loc){path, 0, 0}, "--model %s: no such file", path);
   return path;
 }

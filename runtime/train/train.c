@@ -38,6 +38,7 @@
 #include "backend.h"
 #include "backends.h"
 #include "host_cores.h"
+#include "program_dir.h"
 #include "file.h"
 #include "frontend.h"
 #include "hf.h"
@@ -193,8 +194,9 @@ static tg_cfg_origin key_origin(const tg_train_config *c, const char *key);
 static const char *model_path(run *r) {
   const char *path = r->cfg.model;
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-  const char *installed = tg_sprintf(r->ctx->arena, "%s/%s", TG_TRAIN_MODELS_DIR, base);
-  if (access(path, F_OK) != 0 && path[0] != '/' && access(installed, F_OK) == 0) path = installed;
+  const char *models = tg_program_models_dir();
+  const char *installed = models ? tg_sprintf(r->ctx->arena, "%s/%s", models, base) : NULL;
+  if (access(path, F_OK) != 0 && path[0] != '/' && installed && access(installed, F_OK) == 0) path = installed;
   return path;
 }
 
@@ -219,8 +221,8 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   d[n++] = (tg_define){"B", (double)B, true, "the run's batch (batch_size)"};
   d[n++] = (tg_define){"T", (double)c->block_size, true, block_from};
   if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true, block_from};
-  const char *incs[1] = {TG_TRAIN_MODELS_DIR};
-  tg_compile_opts co = {d, n, incs, 1};
+  const char *incs[1] = {tg_program_models_dir()};
+  tg_compile_opts co = {d, n, incs, incs[0] ? 1 : 0};
   tg_graph *g = tg_compile_file(r->ctx, model_path(r), &co);
   if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
   if (sample) {

@@ -7,11 +7,6 @@
 #ifndef TG_TRAIN_H
 #define TG_TRAIN_H
 
-/* Where `import "std.tg"` is found when the model's directory lacks it. */
-#ifndef TG_TRAIN_MODELS_DIR
-#define TG_TRAIN_MODELS_DIR "models"
-#endif
-
 #include "train_config.h"
 
 /* The exit status of a run stopped by a signal (SIGTERM, SIGINT, SIGUSR1)

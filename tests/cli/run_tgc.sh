@@ -226,4 +226,41 @@ expect_status 2 "$tgc" models/gpt2.tg --emit cuda --arch sm_90
 contains "$tmp/out" "--arch is for --emit cubin"
 expect_status 2 "$tgc" models/gpt2.tg models/std.tg
 
+# the program's models/ is found when it runs (base/program_dir.c), not
+# compiled in: a copy of tgc in another tree imports that tree's std.tg
+# (here with a block the source tree's lacks), and no binary holds the
+# source tree's models/ path
+reloc=$tmp/reloc
+mkdir -p "$reloc/build" "$reloc/models" "$reloc/user"
+cp "$tgc" "$reloc/build/tgc"
+cp models/std.tg "$reloc/models/std.tg"
+printf '\nblock only_in_the_copy(x) {\n  return x * 2\n}\n' >> "$reloc/models/std.tg"
+printf 'import "std.tg"\nconfig {\n  N = 4\n}\ninput x: f32[N]\noutput y = sum(only_in_the_copy(x))\n' > "$reloc/user/m.tg"
+expect_status 0 "$reloc/build/tgc" "$reloc/user/m.tg" --check
+expect_status 1 "$tgc" "$reloc/user/m.tg" --check
+contains "$tmp/out" "only_in_the_copy"
+if grep -qaF "$src/models" "$tgc" "$(dirname "$tgc")/tgrun"; then bad "a binary holds the path $src/models"; else ok; fi
+
+# --report schedule names each gradient by its parameter; --report memplan
+# opens with the totals and the ten largest buffers, named
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --report schedule
+contains "$tmp/out" "wte.weight (%"
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --report memplan
+if [ "$(sed -n 3p "$tmp/out")" = "memplan: the 10 largest:" ] &&
+   [ "$(sed -n 4,13p "$tmp/out" | grep -c '^memplan:   [0-9.]* [kMG]\?B  %[0-9]* .* ([a-z0-9]*\.tg:[0-9]*)$')" = 10 ]; then ok
+else bad "memplan's report does not open with the ten largest buffers, named"; head -16 "$tmp/out"; fi
+
+# --emit dot of a fused graph: a cluster a kernel, constants in their
+# readers' labels, and one layer of the training graph laid out by dot in
+# seconds
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 --grad --emit dot
+cp "$tmp/out" "$tmp/l1.dot"
+contains "$tmp/l1.dot" "subgraph cluster_k0 {"
+if grep -q 'label="const' "$tmp/l1.dot"; then bad "a constant read by a node is a node of its own"; else ok; fi
+if command -v dot > /dev/null; then
+  t0=$(date +%s)
+  if timeout 120 dot -Tsvg "$tmp/l1.dot" > "$tmp/l1.svg"; then ok; else bad "dot failed or took over 120 s"; fi
+  echo "dot: one GPT-2 layer's training graph in $(( $(date +%s) - t0 )) s"
+fi
+
 finish
