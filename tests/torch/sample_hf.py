@@ -97,7 +97,7 @@ def hf_generate(p, prompt_ids, n_new, work, gpt2_dir):
         names = json.loads(f.read(int.from_bytes(f.read(8), "little")))
     print(f"transformers {transformers.__version__}: weights in {hf_dir}/model.safetensors, e.g. "
           f"{sorted(k for k in names if k.startswith('transformer.'))[0]}")
-    m.generation_config.eos_token_id = None  # tg does not stop at <|endoftext|>
+    m.generation_config.eos_token_id = None  # and tg is told --no-stop-at-eot: the two agree past it
     with torch.no_grad():
         out = m.generate(torch.tensor([prompt_ids]), do_sample=False, use_cache=True, max_new_tokens=n_new,
                          pad_token_id=0)
@@ -157,7 +157,8 @@ def main():
     for backend, weights, defines in runs:
         r = subprocess.run([a.tgrun, "sample", "--weights", weights, "--model", os.path.join(a.src, "models", "gpt2.tg")]
                            + defines + ["--tokenizer", a.gpt2_dir, "--prompt", PROMPT,
-                            "--max-new-tokens", str(n_new), "--temperature", "0", "--backend", backend],
+                            "--max-new-tokens", str(n_new), "--temperature", "0", "--no-stop-at-eot",
+                            "--backend", backend],
                            capture_output=True)
         backend = f"{backend} ({os.path.basename(os.path.dirname(weights))}/{os.path.basename(weights)}" + \
             (", sizes from the file)" if not defines else ")")
