@@ -19,6 +19,29 @@ static float median3(float a, float b, float c) {
   return c;
 }
 
+/* Reorders a[lo .. hi) (not empty, no NaN) around a median-of-three
+ * pivot, which it returns: [lo, *lt) > pivot, [*lt, *gt) == pivot (never
+ * empty), [*gt, hi) < pivot, descending order. */
+static float partition3(float *a, int32_t lo, int32_t hi, int32_t *lt_out, int32_t *gt_out) {
+  float p = median3(a[lo], a[lo + (hi - lo) / 2], a[hi - 1]);
+  int32_t lt = lo, i = lo, gt = hi;
+  while (i < gt) {
+    float x = a[i];
+    if (x > p) {
+      a[i++] = a[lt];
+      a[lt++] = x;
+    } else if (x < p) {
+      a[i] = a[--gt];
+      a[gt] = x;
+    } else {
+      i++;
+    }
+  }
+  *lt_out = lt;
+  *gt_out = gt;
+  return p;
+}
+
 /* The k-th largest of a[0 .. n) (1 <= k <= n, no NaN), reordering a.
  * Quickselect with a three-way partition, so that long runs of equal
  * logits (masked ones, or ties) end the search instead of slowing it. */
@@ -26,21 +49,8 @@ static float kth_largest(float *a, int32_t n, int32_t k) {
   int32_t lo = 0, hi = n, want = k - 1;
   for (;;) {
     if (hi - lo == 1) return a[lo];
-    float p = median3(a[lo], a[lo + (hi - lo) / 2], a[hi - 1]);
-    /* [lo, lt) > p, [lt, i) == p, [gt, hi) < p: descending order. */
-    int32_t lt = lo, i = lo, gt = hi;
-    while (i < gt) {
-      float x = a[i];
-      if (x > p) {
-        a[i++] = a[lt];
-        a[lt++] = x;
-      } else if (x < p) {
-        a[i] = a[--gt];
-        a[gt] = x;
-      } else {
-        i++;
-      }
-    }
+    int32_t lt, gt;
+    float p = partition3(a, lo, hi, &lt, &gt);
     if (want < lt) hi = lt;
     else if (want < gt) return p;
     else lo = gt;
@@ -64,20 +74,8 @@ static float nucleus_edge(float *a, int32_t n, float max, double temperature, do
   double above = 0; /* the weight of the kept ids larger than all of [lo, hi): always < target */
   float lowest_kept = max;
   while (lo < hi) {
-    float p = median3(a[lo], a[lo + (hi - lo) / 2], a[hi - 1]);
-    int32_t lt = lo, i = lo, gt = hi;
-    while (i < gt) {
-      float x = a[i];
-      if (x > p) {
-        a[i++] = a[lt];
-        a[lt++] = x;
-      } else if (x < p) {
-        a[i] = a[--gt];
-        a[gt] = x;
-      } else {
-        i++;
-      }
-    }
+    int32_t lt, gt;
+    float p = partition3(a, lo, hi, &lt, &gt);
     double greater = 0;
     for (int32_t j = lo; j < lt; j++) greater += weight(a[j], max, temperature);
     double equal = (double)(gt - lt) * weight(p, max, temperature);
