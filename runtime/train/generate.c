@@ -28,7 +28,8 @@
  * 0 .. block_size / 2 - 1 (through the same step, as a prompt is), and
  * generation goes on: each token sees between block_size / 2 and
  * block_size tokens, and the rebuild's block_size / 2 steps come once
- * every block_size / 2 tokens, about one extra step per new token.  The
+ * every block_size / 2 + 1 tokens, about one extra step per new token
+ * (docs/tgrun.md has the timings).  The
  * first token after a rebuild is exactly the one a fresh run with that
  * window as its prompt would choose (tests/cli/run_sample.sh checks it). */
 #include "generate.h"
@@ -69,7 +70,7 @@ typedef struct gen {
   tg_exec *e;
   float *logits;
   float *scratch;
-  int32_t *window; /* the tokens at the caches' positions 0 .. block_size */
+  int32_t *window; /* the tokens at the caches' positions 0 .. block_size - 1 */
   uint8_t *present; /* the ids in the prompt and the text so far (the repetition penalty) */
   /* While text is being written, errors are held here and printed after
    * it, on a line of their own (hold_errors). */
@@ -392,7 +393,11 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
       st->new_tokens++;
       if (++made == o->max_new_tokens) break; /* its own step would be wasted */
       s->present[next] = 1;
-      if (n == S) n = slide_window(s->window, S), filled = 0, st->slides++;
+      if (n == S) {
+        n = slide_window(s->window, S);
+        filled = 0;
+        st->slides++;
+      }
       s->window[n++] = next;
     }
     st->decode_s += now() - ta;
