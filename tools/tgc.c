@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "program_dir.h"
 #include "cuda_kernels.h"
 #include "diag.h"
 #include "frontend.h"
@@ -21,6 +20,7 @@
 #include "render_c.h"
 #include "render_cuda.h"
 #include "traffic.h"
+#include "program_dir.h"
 
 #define TG_VERSION "0.1.0"
 

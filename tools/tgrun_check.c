@@ -1,6 +1,5 @@
 /* tgrun_check.c: the command line of `tgrun init | grad | step` (the
  * work is runtime/train/single_step.c). */
-#include "program_dir.h"
 #include "tgrun_cli.h"
 
 #include <errno.h>
@@ -15,6 +14,7 @@
 #include "nearest.h"
 #include "passes.h"
 #include "single_step.h"
+#include "program_dir.h"
 
 #define TG_VERSION "0.1.0"
 

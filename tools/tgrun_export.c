@@ -1,6 +1,5 @@
 /* tgrun_export.c: the command line of `tgrun export` (the work is
  * runtime/train/export.c). */
-#include "program_dir.h"
 #include "tgrun_cli.h"
 
 #include <stdio.h>
@@ -10,6 +9,7 @@
 #include "diag.h"
 #include "export.h"
 #include "frontend.h"
+#include "program_dir.h"
 
 static const char usage[] =
     "usage: tgrun export CKPT --out DIR [-D NAME=VALUE ...] [--model MODEL.tg] [-I DIR]\n"

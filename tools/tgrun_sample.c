@@ -1,7 +1,6 @@
 /* tgrun_sample.c: the command line of `tgrun sample` (the work is
  * runtime/train/generate.c).  Every option is checked here, before any
  * file is read or anything compiled. */
-#include "program_dir.h"
 #include "tgrun_cli.h"
 
 #include <errno.h>
@@ -15,6 +14,7 @@
 #include "frontend.h"
 #include "generate.h"
 #include "nearest.h"
+#include "program_dir.h"
 
 const char tgrun_sample_usage[] =
     "usage: tgrun sample --weights FILE [--model MODEL.tg] (--prompt TEXT | --prompt-file F) [options]\n"
@@ -39,11 +39,25 @@ const char tgrun_sample_usage[] =
     "  --temperature X      softmax temperature, > 0; 0: greedy, the most likely token\n"
     "                       (default 1)\n"
     "  --top-k N            sample among the N most likely tokens; 0: all (default 0)\n"
+    "  --top-p P            nucleus sampling, 0 < P <= 1: after temperature and top-k, sample\n"
+    "                       among the fewest most likely tokens whose probabilities add up\n"
+    "                       to P; 1: all (default 1)\n"
+    "  --repetition-penalty R\n"
+    "                       every token already in the prompt or the text has its logit\n"
+    "                       divided by R if positive, multiplied by R if negative (CTRL's,\n"
+    "                       as transformers'); R > 0, above 1 discourages repeats; 1: off\n"
+    "                       (default 1)\n"
+    "  --no-stop-at-eot     with GPT-2's BPE, go on past <|endoftext|> (written out as such)\n"
+    "                       instead of ending the sample there (the char tokenizer has no\n"
+    "                       such token: its samples end at --max-new-tokens only)\n"
     "  --seed N             the sampling seed (default 1337); sample k uses stream k\n"
     "  --backend NAME       cpu (default): generated C; ref: the reference interpreter\n"
     "\n"
-    "The prompt runs through the same decode step one token at a time; a sample\n"
-    "stops at the model's context (block_size tokens).  The text goes to stdout,\n"
+    "The prompt runs through the same decode step one token at a time.  Past the\n"
+    "model's context (block_size tokens) the window slides: when the cache is full\n"
+    "it is rebuilt from the last block_size/2 tokens, so each token sees between\n"
+    "block_size/2 and block_size tokens, for about one extra step a token.  At\n"
+    "--temperature 0, --top-k and --top-p change nothing.  The text goes to stdout,\n"
     "progress and tokens/s to stderr.  Exit status: 0, 1 for a bad model, weights,\n"
     "tokenizer or prompt, 2 for bad usage.\n";
 
@@ -52,8 +66,10 @@ static int usage_error(const char *fmt, const char *arg) { return tg_usage_error
 static const char *const value_flags[] = {"--weights",     "--model",      "--tokenizer", "--prompt",
                                           "--prompt-file", "--max-new-tokens", "--tokens", "--num-samples",
                                           "--temperature", "--top-k",      "--seed",      "--backend",
-                                          "-D",            "-I"};
-enum { N_VALUE_FLAGS = sizeof value_flags / sizeof *value_flags };
+                                          "-D",            "-I",           "--top-p",     "--repetition-penalty",
+                                          /* the switches, after the flags with values */
+                                          "--no-stop-at-eot"};
+enum { N_FLAGS = sizeof value_flags / sizeof *value_flags, N_VALUE_FLAGS = N_FLAGS - 1 };
 
 typedef struct opts {
   tg_generate_opts g;
@@ -76,6 +92,16 @@ static bool count(const char *flag, const char *val, long lo, long hi, long *out
             flag, val, lo, hi);
     return false;
   }
+  *out = v;
+  return true;
+}
+
+/* A finite decimal number, else false (the caller names the range). */
+static bool number(const char *val, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(val, &end);
+  if (end == val || *end || errno || !isfinite(v)) return false;
   *out = v;
   return true;
 }
@@ -118,12 +144,15 @@ static int take_value(opts *o, const char *flag, const char *val) {
       return usage_error("--seed %s: expected a whole number, 0 or more", val);
     o->g.seed = (uint64_t)v;
   } else if (!strcmp(flag, "--temperature")) {
-    char *end;
-    errno = 0;
-    double v = strtod(val, &end);
-    if (end == val || *end || errno || !isfinite(v) || v < 0)
+    if (!number(val, &o->g.temperature) || o->g.temperature < 0)
       return usage_error("--temperature %s: expected a number, 0 (greedy) or more", val);
-    o->g.temperature = v;
+  } else if (!strcmp(flag, "--top-p")) {
+    if (!number(val, &o->g.top_p) || !(o->g.top_p > 0 && o->g.top_p <= 1))
+      return usage_error("--top-p %s: expected a number above 0 and at most 1 (1: no nucleus filter)", val);
+  } else if (!strcmp(flag, "--repetition-penalty")) {
+    if (!number(val, &o->g.repetition_penalty) || !(o->g.repetition_penalty > 0))
+      return usage_error("--repetition-penalty %s: expected a number above 0 (1: off; above 1 discourages repeats)",
+                         val);
   }
   return -1;
 }
@@ -180,6 +209,10 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (st >= 0) return st;
       continue;
     }
+    if (!strcmp(a, "--no-stop-at-eot")) {
+      o->g.keep_eot = true;
+      continue;
+    }
     const char *eq = a[0] == '-' && a[1] == '-' ? strchr(a, '=') : NULL;
     bool known = false;
     for (int k = 0; k < N_VALUE_FLAGS && !known; k++) {
@@ -200,7 +233,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       int st = take_value(o, flag, val);
       if (st >= 0) return st;
     } else if (a[0] == '-') {
-      const char *s = tg_nearest(a, value_flags, N_VALUE_FLAGS);
+      const char *s = tg_nearest(a, value_flags, N_FLAGS);
       if (s) {
         fprintf(stderr, "tgrun sample: error: unknown option '%s' (did you mean '%s'?)\n(see tgrun sample --help)\n",
                 a, s);
@@ -220,8 +253,8 @@ static int parse_args(int argc, char **argv, opts *o) {
 
 int tgrun_sample_main(int argc, char **argv) {
   opts o = {0};
-  o.g = (tg_generate_opts){.temperature = 1, .top_k = 0, .num_samples = 1, .max_new_tokens = 256, .seed = 1337,
-                           .backend = "cpu", .out = stdout, .info = stderr,
+  o.g = (tg_generate_opts){.temperature = 1, .top_k = 0, .top_p = 1, .repetition_penalty = 1, .num_samples = 1,
+                           .max_new_tokens = 256, .seed = 1337, .backend = "cpu", .out = stdout, .info = stderr,
                            .prompt_name = "--prompt"};
   o.defines = tg_xcalloc((size_t)argc + 1, sizeof *o.defines);
   o.define_names = tg_xcalloc((size_t)argc + 1, sizeof *o.define_names);

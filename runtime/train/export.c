@@ -6,7 +6,6 @@
  * same loader (checkpoint.c, weights.c) with its checks, the model's
  * parameter set and shapes; only the front end runs, no pass and no
  * compiler, so it takes as long as reading and writing the file. */
-#include "program_dir.h"
 #include "export.h"
 
 #include <math.h>
@@ -21,6 +20,7 @@
 #include "hf_export.h"
 #include "model_sizes.h"
 #include "weights.h"
+#include "program_dir.h"
 
 /* The files the export writes into out_dir (hf_export.h). */
 static const char *const written[] = {"model.safetensors", "config.json"};

@@ -11,11 +11,27 @@
  * Each sample starts from zeroed caches.  The prompt goes through the
  * decode step one token at a time (prefill by the same compiled graph:
  * one graph, and the prompt's cost is its length in steps); then each new
- * token is chosen from the last step's logits (greedy at temperature 0,
- * else runtime/train/sampler.c), written out and flushed, and fed back.
- * A sample stops after max_new_tokens, or when the context is full (the
- * caches hold block_size positions; there is no sliding window). */
-#include "program_dir.h"
+ * token is chosen from the last step's logits (the repetition penalty,
+ * then greedy at temperature 0, else temperature, top-k and top-p:
+ * runtime/train/sampler.c), written out and flushed, and fed back.  A
+ * sample stops after max_new_tokens, or, with GPT-2's BPE, when the model
+ * chooses <|endoftext|> (not written; keep_eot goes on).
+ *
+ * Past the context (slide_window): the caches hold block_size positions,
+ * and GPT-2's positions are learned absolute embeddings, so when the
+ * window moves by one token every cached key and value is stale (each was
+ * computed at a position one too high).  nanoGPT's exact rule, each new
+ * token sees exactly the last block_size tokens, would cost a forward
+ * over block_size tokens for every token past the context: through this
+ * one-token step, block_size steps a token.  Instead, when the caches are
+ * full, they are rebuilt from the last block_size / 2 tokens at positions
+ * 0 .. block_size / 2 - 1 (through the same step, as a prompt is), and
+ * generation goes on: each token sees between block_size / 2 and
+ * block_size tokens, and the rebuild's block_size / 2 steps come once
+ * every block_size / 2 + 1 tokens, about one extra step per new token
+ * (docs/tgrun.md has the timings).  The
+ * first token after a rebuild is exactly the one a fresh run with that
+ * window as its prompt would choose (tests/cli/run_sample.sh checks it). */
 #include "generate.h"
 
 #include <errno.h>
@@ -37,6 +53,7 @@
 #include "sampler.h"
 #include "tokenizer.h"
 #include "train_config.h"
+#include "program_dir.h"
 
 static double now(void) {
   struct timespec t;
@@ -54,6 +71,8 @@ typedef struct gen {
   tg_exec *e;
   float *logits;
   float *scratch;
+  int32_t *window; /* the tokens at the caches' positions 0 .. block_size - 1 */
+  uint8_t *present; /* the ids in the prompt and the text so far (the repetition penalty) */
   /* While text is being written, errors are held here and printed after
    * it, on a line of their own (hold_errors). */
   FILE *held;
@@ -85,6 +104,8 @@ static void gen_free(gen *s) {
   free(s->prompt);
   free(s->logits);
   free(s->scratch);
+  free(s->window);
+  free(s->present);
   free(s);
 }
 
@@ -223,6 +244,22 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
   return S;
 }
 
+/* How many of the last tokens a full context is rebuilt from (the header
+ * says why half): at least 1, so that a model of block_size 1 still
+ * goes on, each token seeing only the one before it. */
+static int64_t slide_keep(int64_t S) { return S / 2 > 0 ? S / 2 : 1; }
+
+/* The caches are full (window holds S tokens, at positions 0 .. S - 1)
+ * and another token is to be fed: keeps the last slide_keep(S) - 1 of
+ * them at the front, to be run again from position 0 with the new token
+ * after them; returns how many.  The cache rows past them need no
+ * clearing: the step's attention reads rows 0 .. pos only. */
+static int64_t slide_window(int32_t *window, int64_t S) {
+  int64_t kept = slide_keep(S) - 1;
+  memmove(window, window + S - kept, (size_t)kept * sizeof *window);
+  return kept;
+}
+
 /* The weights (read into memory, then copied to the device's tensors) and
  * the key/value caches against the host's free memory, before either is
  * allocated: under an address-space limit (ulimit -v) OpenBLAS's
@@ -309,46 +346,61 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   float *zeros = tg_alloc(ctx->arena, sizeof *zeros * (size_t)(most + 1));
   memset(zeros, 0, sizeof *zeros * (size_t)(most + 1));
 
+  s->window = tg_xcalloc((size_t)S + 1, sizeof *s->window);
+  s->present = tg_xcalloc((size_t)V, sizeof *s->present);
+  double top_p = o->top_p > 0 ? o->top_p : 1, penalty = o->repetition_penalty > 0 ? o->repetition_penalty : 1;
+  bool stop_at_eot = !o->keep_eot && tg_tok_kind_of(s->tok) == TG_TOK_GPT2 && V > TG_GPT2_EOT;
   for (int k = 0; k < o->num_samples; k++) {
     if (k > 0) fprintf(o->out, "\n---------------\n");
     s->mid_line = false;
     tg_rng rng;
     tg_rng_seed(&rng, o->seed, (uint64_t)k);
     for (int c = 0; c < n_caches; c++) tg_tensor_write(caches[c], zeros, TG_HOST_F32);
+    memset(s->present, 0, (size_t)V);
+    for (size_t i = 0; i < np; i++) s->present[s->prompt[i]] = 1;
+    memcpy(s->window, s->prompt, np * sizeof *s->window);
     hold_errors(ctx, s);
     if (fwrite(o->prompt, 1, o->prompt_len, o->out) != o->prompt_len || fflush(o->out) != 0)
       tg_error(ctx, (tg_loc){"<stdout>", 0, 0}, "cannot write the text: %s", strerror(errno));
     wrote_text(s, o->prompt, o->prompt_len);
-    int32_t next = s->prompt[0];
+    int64_t filled = 0, n = (int64_t)np; /* the caches hold window[0 .. filled) of window[0 .. n) */
     double ta = now();
-    for (int64_t p = 0; p < (int64_t)np + o->max_new_tokens; p++) {
-      if (p >= (int64_t)np) {
-        /* the token chosen from the last step */
-        put_token(ctx, o, s, next);
-        st->new_tokens++;
-        if (p == (int64_t)np + o->max_new_tokens - 1) break; /* its own step would be wasted */
-        if (p >= S) {
-          fprintf(o->info, "\nsample: the context is full (%lld tokens, block_size); stopping this sample\n",
-                  (long long)S);
-          break;
-        }
-      } else {
-        next = s->prompt[p];
+    for (int made = 0;; ) {
+      /* window[filled .. n) through the step (the prompt, a context
+       * rebuild, or the last token): only the last one's logits matter */
+      for (; filled < n; filled++) {
+        int32_t pos = (int32_t)filled;
+        tg_tensor_write(idx_t, &s->window[filled], TG_HOST_I32);
+        tg_tensor_write(pos_t, &pos, TG_HOST_I32);
+        tg_exec_run(ctx, s->e);
       }
-      int32_t pos = (int32_t)p;
-      tg_tensor_write(idx_t, &next, TG_HOST_I32);
-      tg_tensor_write(pos_t, &pos, TG_HOST_I32);
-      tg_exec_run(ctx, s->e);
-      if (p < (int64_t)np - 1) continue; /* a prompt token before the last: only its cache rows matter */
-      if (p == (int64_t)np - 1) {
+      if (made == 0) {
         st->prefill_s += now() - ta;
         ta = now();
       }
       if (!tg_exec_read(s->e, lg, s->logits, TG_HOST_F32))
         tg_error(ctx, lg->loc, "internal: the logits are not in memory after the step");
-      next = o->temperature == 0 ? tg_sample_greedy(s->logits, V)
-                                 : tg_sample(s->logits, V, o->temperature, (int32_t)o->top_k, &rng, s->scratch);
+      if (penalty != 1) tg_sample_penalize(s->logits, V, s->present, penalty);
+      int32_t next = o->temperature == 0
+                         ? tg_sample_greedy(s->logits, V)
+                         : tg_sample_top_p(s->logits, V, o->temperature, (int32_t)o->top_k, top_p, &rng, s->scratch);
       if (next < 0) tg_error(ctx, lg->loc, "cannot sample: the logits are NaN or all -inf");
+      if (stop_at_eot && next == TG_GPT2_EOT) {
+        fprintf(o->info, "\nsample: <|endoftext|> after %d new tokens; stopping this sample (--no-stop-at-eot goes "
+                "on)\n", made);
+        st->eot_stops++;
+        break;
+      }
+      put_token(ctx, o, s, next);
+      st->new_tokens++;
+      if (++made == o->max_new_tokens) break; /* its own step would be wasted */
+      s->present[next] = 1;
+      if (n == S) {
+        n = slide_window(s->window, S);
+        filled = 0;
+        st->slides++;
+      }
+      s->window[n++] = next;
     }
     st->decode_s += now() - ta;
     st->prompt_tokens += (int64_t)np;
@@ -356,8 +408,12 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   fprintf(o->out, "\n");
   fflush(o->out);
   double per = st->decode_s > 0 ? (double)st->new_tokens / st->decode_s : 0;
-  fprintf(o->info, "sample: %lld prompt tokens in %.3f s, %lld new tokens in %.3f s: %.2f tokens/s\n",
+  fprintf(o->info, "sample: %lld prompt tokens in %.3f s, %lld new tokens in %.3f s: %.2f tokens/s",
           (long long)st->prompt_tokens, st->prefill_s, (long long)st->new_tokens, st->decode_s, per);
+  if (st->slides)
+    fprintf(o->info, " (the context was rebuilt from its last %lld tokens %lld times)", (long long)slide_keep(S),
+            (long long)st->slides);
+  fprintf(o->info, "\n");
   if (o->profile_top > 0) tg_exec_profile_print(s->e, o->info, o->profile_top);
   return 0;
 }

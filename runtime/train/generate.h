@@ -28,6 +28,9 @@ typedef struct tg_generate_opts {
   const char *prompt_name;          /* where it came from, for messages: "--prompt" */
   double temperature;               /* 0: greedy (the first largest logit) */
   int top_k;                        /* 0: all */
+  double top_p;                     /* (0, 1]: nucleus sampling; 1 (or 0, unset): off */
+  double repetition_penalty;        /* > 0: CTRL's penalty on the ids seen; 1 (or 0, unset): off */
+  bool keep_eot;                    /* GPT-2 BPE: go on past <|endoftext|> instead of stopping */
   int num_samples;
   int max_new_tokens;
   uint64_t seed;
@@ -42,6 +45,8 @@ typedef struct tg_generate_stats {
   double compile_s, load_s;         /* compiling the decode step; reading the weights */
   double prefill_s, decode_s;       /* the prompt's steps; the new tokens' steps */
   int64_t prompt_tokens, new_tokens; /* over all samples */
+  int64_t slides;                   /* context rebuilds (generate.c: past block_size) */
+  int eot_stops;                    /* samples that ended at <|endoftext|> */
 } tg_generate_stats;
 
 /* Generates; returns the exit status (0, or 1 after an error reported on

@@ -1,5 +1,6 @@
 /* sampler.h: the next token from a row of logits, as nanoGPT's generate
- * picks it.
+ * picks it, with Hugging Face's top-p (nucleus) filter and repetition
+ * penalty on top.
  *
  * For logits l[0 .. V) (the true vocabulary only: a padded model's extra,
  * masked logits must be left out by the caller), a temperature t > 0 and
@@ -13,6 +14,13 @@
  *      double precision; subtracting the maximum first means no overflow
  *      for any t, and dividing the difference (not l_i) by t means the
  *      largest logit always gets weight exactly 1;
+ *   2b. top_p P < 1 (tg_sample_top_p): of the ids step 1 kept, keep the
+ *      smallest set of the most likely whose probabilities (step 2's, over
+ *      step 1's ids) add up to at least P, as transformers' TopPLogitsWarper
+ *      does after its temperature and top-k warpers; ids tied with the
+ *      least likely one kept are all kept (as ties are in step 1, where
+ *      torch's sort would keep an arbitrary few of them), and the most
+ *      likely id always survives.  The kept probabilities are renormalised;
  *   3. draw u = tg_rng_uniform(rng) and return the first kept id whose
  *      cumulative weight exceeds u * sum (one draw per call, always, so a
  *      sequence of calls is reproducible from the generator's state).
@@ -43,6 +51,21 @@
  * on each call that needs it (0 < top_k < V). */
 int32_t tg_sample(const float *logits, int32_t V, double temperature, int32_t top_k, tg_rng *rng,
                   float *scratch);
+
+/* tg_sample with step 2b: top_p in (0, 1] (1: no filter, the same draws
+ * as tg_sample); -1 also when top_p is outside (0, 1] or NaN.  scratch,
+ * as for tg_sample, is also used when top_p < 1. */
+int32_t tg_sample_top_p(const float *logits, int32_t V, double temperature, int32_t top_k, double top_p,
+                        tg_rng *rng, float *scratch);
+
+/* The repetition penalty of CTRL (Keskar et al. 2019) as transformers'
+ * RepetitionPenaltyLogitsProcessor applies it, in place, before any
+ * sampling (greedy too): for every id with present[id] != 0 (the ids in
+ * the prompt and the text so far, each counted once however often it
+ * occurs), a positive logit is divided by penalty and a negative one
+ * multiplied by it.  penalty > 1 makes those ids less likely, 1 changes
+ * nothing, below 1 favours them. */
+void tg_sample_penalize(float *logits, int32_t V, const uint8_t *present, double penalty);
 
 /* Greedy decoding (temperature 0): the first largest logit, as
  * torch.argmax picks; -1, as tg_sample, when V < 1, a logit is NaN or all

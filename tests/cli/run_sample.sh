@@ -8,7 +8,15 @@
 #   another seed other text;
 # - greedy: --temperature 0 is the same text as --top-k 1, on the CPU
 #   backend and on the reference interpreter;
-# - a sample stops, saying so, when the context (block_size) is full;
+# - past the context (block_size) the window slides: --max-new-tokens
+#   larger than block_size gives that many tokens, and after each rebuild
+#   of the caches the text is the one a fresh run over the rebuilt window
+#   gives (greedy);
+# - --top-p 1 is no top-p, a small P is greedy, and --repetition-penalty 1
+#   is no penalty (the sampler's unit test checks the rules themselves);
+# - with GPT-2's BPE a sample stops at <|endoftext|> unless
+#   --no-stop-at-eot, and the repetition penalty keeps a model that only
+#   says <|endoftext|> from saying it twice in a row (a rigged model);
 # - a weights file (tgrun init's) works with --model and -D;
 # - bad input: each case exits 2 (usage) or 1 (a file, the prompt), with a
 #   message naming the thing, and before anything is compiled (no
@@ -72,9 +80,89 @@ for b in cpu ref; do
 done
 if cmp -s "$tmp/g_cpu.txt" "$tmp/g_ref.txt"; then ok; else bad "greedy text differs between cpu and ref"; fi
 
-# the context is 32 tokens: 6 + 40 does not fit
-expect_status 0 "$tgrun" "${S[@]}" --prompt "ROMEO:" --max-new-tokens 40 --temperature 0
-contains "$tmp/out" "the context is full (32 tokens, block_size); stopping this sample"
+# Weights rigged for a test, in place (the standard library only):
+# "loud" scales every tensor but the embedding and the layer norms by 30,
+# so that the attention and the MLP outweigh the tied embedding (which at
+# init makes a model repeat its last token) and greedy text depends on
+# every token and position in the window; "eot" makes the final layer
+# norm's output all ones (weight 0, bias 1) and row 50256 of the tied
+# embedding all ones, so that <|endoftext|>'s logit is 16 and every other
+# about 0.
+rig_weights() {
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+path, how = sys.argv[1], sys.argv[2]
+with open(path, "r+b") as f:
+    n = int.from_bytes(f.read(8), "little")
+    header = json.loads(f.read(n))
+    def rewrite(name, first, count, fn):
+        f.seek(8 + n + header[name]["data_offsets"][0] + 4 * first)
+        old = struct.unpack("<%df" % count, f.read(4 * count))
+        f.seek(8 + n + header[name]["data_offsets"][0] + 4 * first)
+        f.write(struct.pack("<%df" % count, *[fn(v) for v in old]))
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        count = (t["data_offsets"][1] - t["data_offsets"][0]) // 4
+        if how == "loud" and "ln" not in name and name != "wte.weight":
+            rewrite(name, 0, count, lambda v: 30 * v)
+        if how == "eot" and name in ("ln_f.weight", "ln_f.bias"):
+            rewrite(name, 0, count, lambda v: float(name == "ln_f.bias"))
+    if how == "eot":
+        width = header["wte.weight"]["shape"][1]
+        rewrite("wte.weight", 50256 * width, width, lambda v: 1.0)
+PY
+}
+
+# past the context of 32 tokens: the window slides
+sizes=(-D n_layer=2 -D n_head=2 -D n_embd=32 -D vocab=65 -D block_size=32)
+expect_status 0 "$tgrun" init models/gpt2.tg "${sizes[@]}" --out "$tmp/loud.safetensors"
+rig_weights "$tmp/loud.safetensors" loud
+L=(sample --weights "$tmp/loud.safetensors" --model models/gpt2.tg "${sizes[@]}" --tokenizer "$tmp/data")
+ctx=32 keep=16 new=100
+# (a) that many tokens (one byte each: the char tokenizer), sampled and greedy
+for t in 1 0; do
+  expect_status 0 "$tgrun" "${L[@]}" --prompt "ROMEO:" --max-new-tokens $new --temperature $t --num-samples 2
+  contains "$tmp/out" "12 prompt tokens in"
+  contains "$tmp/out" "$((2 * new)) new tokens in"
+  "$tgrun" "${L[@]}" --prompt "ROMEO:" --max-new-tokens $new --temperature $t > "$tmp/long.txt" 2> /dev/null
+  n=$(wc -c < "$tmp/long.txt")
+  if [ "$n" -eq $((6 + new + 1)) ]; then ok; else bad "--temperature $t: $n bytes, not 6 + $new + a newline"; fi
+done
+# the first rebuild comes when token $ctx (from 0) is fed, then every
+# ctx - keep + 1 tokens up to the last token fed, 6 + new - 2
+period=$((ctx - keep + 1))
+rebuilds=$(((6 + new - 2 - ctx) / period + 1))
+contains "$tmp/out" "(the context was rebuilt from its last $keep tokens $((2 * rebuilds)) times)"
+# (b) each rebuild runs the last $keep tokens from position 0, as a fresh run
+# with them as its prompt does; from there on the two runs make the same
+# steps, so the fresh run's text is the long one's from that window on
+for start in $period $((2 * period)) $((3 * period)); do
+  tail -c +$((start + 1)) "$tmp/long.txt" | head -c $keep > "$tmp/window.txt"
+  "$tgrun" "${L[@]}" --prompt-file "$tmp/window.txt" --max-new-tokens $((new - (start + keep - 6))) \
+    --temperature 0 > "$tmp/fresh.txt" 2> /dev/null
+  if [ -s "$tmp/fresh.txt" ] && tail -c +$((start + 1)) "$tmp/long.txt" | cmp -s - "$tmp/fresh.txt"; then ok
+  else bad "the text after the rebuild at $start differs from a fresh run over its window"; fi
+done
+if [ "$(head -c $((6 + new)) "$tmp/long.txt" | fold -w1 | sort -u | wc -l)" -ge 20 ]; then ok
+else bad "the greedy text is too uniform for the rebuild check to tell anything"; fi
+
+# --top-p: 1 is no filter; a P below the most likely token's probability is greedy
+"$tgrun" "${L[@]}" --prompt "ROMEO:" --max-new-tokens 60 --seed 5 > "$tmp/p0.txt" 2> /dev/null
+"$tgrun" "${L[@]}" --prompt "ROMEO:" --max-new-tokens 60 --seed 5 --top-p 1 > "$tmp/p1.txt" 2> /dev/null
+if [ -s "$tmp/p0.txt" ] && cmp -s "$tmp/p0.txt" "$tmp/p1.txt"; then ok; else bad "--top-p 1 changed the text"; fi
+"$tgrun" "${L[@]}" --prompt "ROMEO:" --max-new-tokens 60 --seed 5 --top-p 1e-6 --top-k 40 > "$tmp/pg.txt" 2> /dev/null
+"$tgrun" "${L[@]}" --prompt "ROMEO:" --max-new-tokens 60 --temperature 0 > "$tmp/g.txt" 2> /dev/null
+if [ -s "$tmp/pg.txt" ] && cmp -s "$tmp/pg.txt" "$tmp/g.txt"; then ok; else bad "--top-p 1e-6 is not greedy"; fi
+if cmp -s "$tmp/p0.txt" "$tmp/pg.txt"; then bad "sampling at temperature 1 gave the greedy text"; else ok; fi
+# --repetition-penalty: 1 is none; a large one changes greedy's choices
+R=("${L[@]}" --prompt "ROMEO:" --max-new-tokens 60)
+"$tgrun" "${R[@]}" --seed 5 --repetition-penalty 1 > "$tmp/r1.txt" 2> /dev/null
+if [ -s "$tmp/r1.txt" ] && cmp -s "$tmp/p0.txt" "$tmp/r1.txt"; then ok
+else bad "--repetition-penalty 1 changed the text"; fi
+"$tgrun" "${R[@]}" --temperature 0 --repetition-penalty 5 > "$tmp/r5.txt" 2> /dev/null
+if [ -s "$tmp/r5.txt" ] && ! cmp -s "$tmp/g.txt" "$tmp/r5.txt"; then ok
+else bad "--repetition-penalty 5 left greedy's text alone"; fi
 # --prompt-file, and the longest prompt that fits
 printf 'a%.0s' {1..32} > "$tmp/p32.txt"
 expect_status 0 "$tgrun" "${S[@]}" --prompt-file "$tmp/p32.txt" --max-new-tokens 5 --temperature 0
@@ -87,6 +175,26 @@ expect_status 0 "$tgrun" init models/gpt2.tg -D n_layer=1 -D n_head=2 -D n_embd=
 expect_status 0 "$tgrun" sample --weights "$tmp/w.safetensors" "${tiny[@]}" --tokenizer "$tmp/data/tokenizer.json" \
   --prompt "Hi" --tokens 5 --backend ref
 contains "$tmp/out" "context 16, prompt 2 tokens"
+
+# <|endoftext|>: a 1-layer model of GPT-2's vocabulary, rigged to say it
+# and little else
+gpt2=(--model models/gpt2.tg -D n_layer=1 -D n_head=2 -D n_embd=16 -D block_size=16 --tokenizer "$data/gpt2")
+expect_status 0 "$tgrun" init models/gpt2.tg -D n_layer=1 -D n_head=2 -D n_embd=16 -D vocab=50257 -D block_size=16 \
+  --out "$tmp/eot.safetensors"
+rig_weights "$tmp/eot.safetensors" eot
+E=(sample --weights "$tmp/eot.safetensors" "${gpt2[@]}" --prompt "Hello" --max-new-tokens 8)
+expect_status 0 "$tgrun" "${E[@]}" --temperature 0 --num-samples 2
+contains "$tmp/out" "sample: <|endoftext|> after 0 new tokens; stopping this sample (--no-stop-at-eot goes on)"
+contains "$tmp/out" "0 new tokens in"
+if grep -q "endoftext|>Hello\|Hello<|endoftext" "$tmp/out"; then bad "<|endoftext|> was written"; else ok; fi
+expect_status 0 "$tgrun" "${E[@]}" --temperature 0 --no-stop-at-eot
+contains "$tmp/out" "Hello$(printf '<|endoftext|>%.0s' {1..8})"
+contains "$tmp/out" "8 new tokens in"
+# the penalty divides its logit, 16, by 100: any other token beats 0.16
+expect_status 0 "$tgrun" "${E[@]}" --temperature 0 --no-stop-at-eot --repetition-penalty 100
+contains "$tmp/out" "Hello<|endoftext|>"
+if grep -q "<|endoftext|><|endoftext|>" "$tmp/out"; then bad "the penalty did not stop the repeat"; else ok; fi
+contains "$tmp/out" "8 new tokens in"
 
 # bad usage: exit 2, before anything is read or compiled
 usage() {
@@ -108,6 +216,14 @@ usage "--seed -4: expected a whole number, 0 or more" --weights "$ck" --prompt x
 usage "--backend tpu: unknown backend" --weights "$ck" --prompt x --backend tpu
 usage "unexpected argument 'models/gpt2.tg'" models/gpt2.tg --weights "$ck" --prompt x
 usage "--top-k needs a value" --weights "$ck" --prompt x --top-k
+for p in 0 -0.5 1.01 nan inf x; do
+  usage "--top-p $p: expected a number above 0 and at most 1" --weights "$ck" --prompt x --top-p $p
+done
+for r in 0 -1 nan x; do
+  usage "--repetition-penalty $r: expected a number above 0" --weights "$ck" --prompt x --repetition-penalty $r
+done
+usage "unknown option '--no-stop-at-eos' (did you mean '--no-stop-at-eot'?)" --weights "$ck" --prompt x \
+  --no-stop-at-eos
 
 # bad files and prompts: exit 1, naming the thing, before compiling
 fails() {

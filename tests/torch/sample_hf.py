@@ -13,7 +13,9 @@ prefix.  Both continue "Hello, my name is" greedily until the context is
 full (5 + 59 = 64 tokens: every position of the caches is used);
 `transformers.GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`
 against `tgrun sample --temperature 0` on each backend named.  The text
-must be the same bytes.
+must be the same bytes.  Then again with a repetition penalty of
+PENALTY, `generate(repetition_penalty=...)` against `--repetition-penalty`
+on the CPU backend: the same rule, applied at every step.
 
 The weights are drawn with std 0.3 (layernorm gains 1 + 0.1 noise), so the
 largest logit is clear of the second (a float32 near-tie, where the two
@@ -39,6 +41,7 @@ import torch
 N_LAYER, N_HEAD, N_EMBD, VOCAB, CTX = 2, 2, 48, 50257, 64
 PIECES = ["Hello", ",", "Ġmy", "Ġname", "Ġis"]  # GPT-2's BPE of "Hello, my name is"
 PROMPT = "Hello, my name is"
+PENALTY = 1.3
 
 
 def byte_decoder():
@@ -73,6 +76,7 @@ def random_params():
 
 
 def hf_generate(p, prompt_ids, n_new, work, gpt2_dir):
+    """The greedy ids, their logits, and the greedy ids under the penalty."""
     from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
     import transformers
     tok = GPT2Tokenizer(vocab_file=os.path.join(gpt2_dir, "encoder.json"), merges_file=os.path.join(gpt2_dir, "vocab.bpe"))
@@ -97,23 +101,31 @@ def hf_generate(p, prompt_ids, n_new, work, gpt2_dir):
         names = json.loads(f.read(int.from_bytes(f.read(8), "little")))
     print(f"transformers {transformers.__version__}: weights in {hf_dir}/model.safetensors, e.g. "
           f"{sorted(k for k in names if k.startswith('transformer.'))[0]}")
-    m.generation_config.eos_token_id = None  # tg does not stop at <|endoftext|>
+    m.generation_config.eos_token_id = None  # and tg is told --no-stop-at-eot: the two agree past it
     with torch.no_grad():
         out = m.generate(torch.tensor([prompt_ids]), do_sample=False, use_cache=True, max_new_tokens=n_new,
                          pad_token_id=0)
         logits = m(out[:, :-1]).logits[0]
-    return out[0].tolist(), logits
+        penalized = m.generate(torch.tensor([prompt_ids]), do_sample=False, use_cache=True, max_new_tokens=n_new,
+                               pad_token_id=0, repetition_penalty=PENALTY)
+    return out[0].tolist(), logits, penalized[0].tolist()
 
 
 def plain_generate(p, prompt_ids, n_new, src):
     sys.path.insert(0, os.path.join(src, "tests", "torch"))
     from gpt2_reference import logits_of
-    ids = list(prompt_ids)
+    runs = []
     with torch.no_grad():
-        for _ in range(n_new):
-            ids.append(int(logits_of(p, torch.tensor([ids]), N_HEAD)[0, -1].argmax()))
-        logits = logits_of(p, torch.tensor([ids[:-1]]), N_HEAD)[0]
-    return ids, logits
+        for penalty in (1.0, PENALTY):
+            ids = list(prompt_ids)
+            for _ in range(n_new):
+                row = logits_of(p, torch.tensor([ids]), N_HEAD)[0, -1]
+                seen = torch.tensor(sorted(set(ids)))
+                row[seen] = torch.where(row[seen] < 0, row[seen] * penalty, row[seen] / penalty)
+                ids.append(int(row.argmax()))
+            runs.append(ids)
+        logits = logits_of(p, torch.tensor([runs[0][:-1]]), N_HEAD)[0]
+    return runs[0], logits, runs[1]
 
 
 def main():
@@ -137,30 +149,38 @@ def main():
     if a.plain:
         print("transformers is not installed: comparing with a plain PyTorch greedy loop over "
               "tests/torch/gpt2_reference.py's model instead")
-        ids, logits = plain_generate(p, prompt_ids, n_new, a.src)
+        ids, logits, penalized = plain_generate(p, prompt_ids, n_new, a.src)
     else:
-        ids, logits = hf_generate(p, prompt_ids, n_new, a.work, a.gpt2_dir)
+        ids, logits, penalized = hf_generate(p, prompt_ids, n_new, a.work, a.gpt2_dir)
     top2 = logits.topk(2, dim=-1).values
     margin = float((top2[len(prompt_ids) - 1:, 0] - top2[len(prompt_ids) - 1:, 1]).min())
     print(f"reference: {len(ids) - len(prompt_ids)} new tokens, {len(set(ids[len(prompt_ids):]))} distinct; "
           f"smallest top-1 margin {margin:.3g}")
     dec = byte_decoder()
     inv = {v: k for k, v in enc.items()}
-    want = PROMPT.encode() + b"".join(bytes(dec[c] for c in inv[i]) for i in ids[len(prompt_ids):])
+    def text(ids):
+        return PROMPT.encode() + b"".join(bytes(dec[c] for c in inv[i]) for i in ids[len(prompt_ids):])
+    if penalized == ids:
+        print(f"FAIL: the repetition penalty {PENALTY} changed no token: it would test nothing")
+        sys.exit(1)
     fails = 0
     sizes = ["-D", f"n_layer={N_LAYER}", "-D", f"n_head={N_HEAD}", "-D", f"n_embd={N_EMBD}", "-D", f"block_size={CTX}"]
-    runs = [(backend, tg_weights, sizes) for backend in a.backends.split(",")]
+    runs = [(backend, tg_weights, sizes, 1.0) for backend in a.backends.split(",")]
     if not a.plain:
         # transformers' own directory as it is: its names, and the sizes from
         # its shapes and config.json, with no -D
-        runs.append(("cpu", os.path.join(a.work, "hf", "model.safetensors"), []))
-    for backend, weights, defines in runs:
+        runs.append(("cpu", os.path.join(a.work, "hf", "model.safetensors"), [], 1.0))
+    runs.append(("cpu", tg_weights, sizes, PENALTY))
+    for backend, weights, defines, penalty in runs:
+        want = text(penalized if penalty != 1 else ids)
         r = subprocess.run([a.tgrun, "sample", "--weights", weights, "--model", os.path.join(a.src, "models", "gpt2.tg")]
                            + defines + ["--tokenizer", a.gpt2_dir, "--prompt", PROMPT,
-                            "--max-new-tokens", str(n_new), "--temperature", "0", "--backend", backend],
+                            "--max-new-tokens", str(n_new), "--temperature", "0", "--no-stop-at-eot",
+                            "--repetition-penalty", str(penalty), "--backend", backend],
                            capture_output=True)
         backend = f"{backend} ({os.path.basename(os.path.dirname(weights))}/{os.path.basename(weights)}" + \
-            (", sizes from the file)" if not defines else ")")
+            (", sizes from the file" if not defines else "") + \
+            (f", --repetition-penalty {penalty})" if penalty != 1 else ")")
         got = r.stdout.rstrip(b"\n")
         if r.returncode != 0:
             print(f"FAIL: {backend}: tgrun sample exited {r.returncode}:\n{r.stderr.decode(errors='replace')}")

@@ -1,5 +1,5 @@
-/* test_sampler.c: the random number generator, and temperature and top-k
- * sampling from logits.
+/* test_sampler.c: the random number generator, temperature, top-k and
+ * top-p sampling from logits, and the repetition penalty.
  *
  * Statistical checks draw from fixed seeds, so they give the same result
  * on every run; their thresholds are set so that a correct implementation
@@ -228,21 +228,40 @@ static void expected(const float *l, int V, double t, int k, double *p) {
   for (int i = 0; i < V; i++) p[i] /= sum;
 }
 
-/* Samples 200,000 times and checks the frequencies against expected():
- * ids of probability 0 must never come up, and Pearson's chi-square over
- * the others must stay below its 1 - 1e-6 quantile.  Returns the
- * frequencies in freq. */
-static void check_frequencies(const float *l, int V, double t, int k, uint64_t seed, double *freq) {
+/* Hugging Face's top-p written the slow way, over expected()'s
+ * probabilities: id i is kept when the ids of larger logit carry less than
+ * top_p (so ties are kept together, and at an infinite temperature, where
+ * all are equally likely, the order is still the logits'); the kept ones
+ * renormalised. */
+static void expected_top_p(const float *l, int V, double t, int k, double top_p, double *p) {
+  double q[16], sum = 0;
+  expected(l, V, t, k, q);
+  for (int i = 0; i < V; i++) {
+    double above = 0;
+    for (int j = 0; j < V; j++) above += l[j] > l[i] ? q[j] : 0;
+    p[i] = q[i] > 0 && above < top_p ? q[i] : 0;
+    sum += p[i];
+  }
+  for (int i = 0; i < V; i++) p[i] /= sum;
+}
+
+/* Samples 200,000 times and checks the frequencies against
+ * expected_top_p(): ids of probability 0 must never come up, and
+ * Pearson's chi-square over the others must stay below its 1 - 1e-6
+ * quantile.  Returns the frequencies in freq. */
+static void check_top_p_frequencies(const float *l, int V, double t, int k, double top_p, uint64_t seed,
+                                    double *freq) {
   enum { N = 200000 };
   double p[16];
   long count[16] = {0};
   ck_assert(V <= 16);
-  expected(l, V, t, k, p);
+  expected_top_p(l, V, t, k, top_p, p);
   tg_rng r;
   tg_rng_seed(&r, seed, 0);
   float scratch[16];
   for (int i = 0; i < N; i++) {
-    int32_t id = tg_sample(l, V, t, k, &r, i % 2 ? scratch : NULL);
+    int32_t id = top_p == 1 ? tg_sample(l, V, t, k, &r, i % 2 ? scratch : NULL)
+                            : tg_sample_top_p(l, V, t, k, top_p, &r, i % 2 ? scratch : NULL);
     REQUIRE(id >= 0 && id < V, "t=%g k=%d: sampled %d", t, k, (int)id);
     count[id]++;
   }
@@ -264,6 +283,10 @@ static void check_frequencies(const float *l, int V, double t, int k, uint64_t s
     ck_assert_msg(chi2 < chi2_crit[kept - 1],
                   "t=%g k=%d: chi-square %g over %d ids (limit %g), max |freq - p| %g", t, k, chi2,
                   kept, chi2_crit[kept - 1], maxdiff);
+}
+
+static void check_frequencies(const float *l, int V, double t, int k, uint64_t seed, double *freq) {
+  check_top_p_frequencies(l, V, t, k, 1.0, seed, freq);
 }
 
 static const float L8[8] = {2.0f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 1.5f, -3.0f};
@@ -422,6 +445,149 @@ START_TEST(test_determinism_and_refusals) {
 }
 END_TEST
 
+/* ---- top-p ---------------------------------------------------------------- */
+
+/* The nucleus against the slow rule, alone and after temperature and
+ * top-k; the ids it leaves out never come up. */
+START_TEST(test_top_p_frequencies) {
+  check_top_p_frequencies(L8, 8, 1.0, 0, 0.5, 21, NULL);
+  check_top_p_frequencies(L8, 8, 1.0, 0, 0.8, 22, NULL);
+  check_top_p_frequencies(L8, 8, 1.0, 0, 0.99, 23, NULL);
+  check_top_p_frequencies(L8, 8, 2.0, 0, 0.6, 24, NULL);  /* flatter: more ids reach P */
+  check_top_p_frequencies(L8, 8, 0.7, 5, 0.9, 25, NULL);  /* P over top-k's renormalised ids */
+  check_top_p_frequencies(L8, 8, 1.0, 2, 0.55, 26, NULL); /* top-k leaves 2.0 and 1.5 */
+  static const float tied[5] = {0.25f, 4.0f, 3.999f, 4.0f, -2.0f};
+  check_top_p_frequencies(tied, 5, 1.0, 0, 0.2, 27, NULL); /* one 4.0 reaches P; its twin stays */
+  static const float masked[6] = {1.0f, -INFINITY, 3.0f, -0.5f, -INFINITY, 0.0f};
+  check_top_p_frequencies(masked, 6, INFINITY, 0, 0.5, 28, NULL); /* uniform: 2 of the 4 finite ids */
+}
+END_TEST
+
+/* Worked by hand for L8 at temperature 1: softmax gives 2.0 p = 0.405 and
+ * 1.5 p = 0.245, so P = 0.5 keeps those two ids and nothing else; a P
+ * small enough is argmax; P = 1 is no filter, draw for draw. */
+START_TEST(test_top_p_excludes) {
+  tg_rng r;
+  tg_rng_seed(&r, 31, 0);
+  long seen[8] = {0};
+  float scratch[8];
+  for (int i = 0; i < 20000; i++) {
+    int32_t id = tg_sample_top_p(L8, 8, 1.0, 0, 0.5, &r, i % 2 ? scratch : NULL);
+    REQUIRE(id == 0 || id == 6, "top-p 0.5 drew id %d (logit %g)", (int)id, id >= 0 ? L8[id] : 0.0);
+    seen[id]++;
+  }
+  ck_assert_msg(seen[0] > seen[6] && seen[6] > 0, "ids 0 and 6: %ld and %ld draws", seen[0], seen[6]);
+  for (int i = 0; i < 1000; i++) ck_assert_int_eq(tg_sample_top_p(L8, 8, 1.0, 0, 1e-9, &r, NULL), 0);
+
+  tg_rng a, b;
+  tg_rng_seed(&a, 32, 0);
+  tg_rng_seed(&b, 32, 0);
+  for (int i = 0; i < 5000; i++)
+    REQUIRE(tg_sample_top_p(L8, 8, 0.9, i % 4, 1.0, &a, scratch) == tg_sample(L8, 8, 0.9, i % 4, &b, NULL),
+            "draw %d: top-p 1 differs from no top-p", i);
+
+  /* outside (0, 1]: refused, and the generator untouched */
+  const double bad[] = {0.0, -0.5, 1.0000001, NAN, INFINITY};
+  for (int i = 0; i < 5; i++) {
+    tg_rng_seed(&a, 33, 0);
+    tg_rng_seed(&b, 33, 0);
+    ck_assert_int_eq(tg_sample_top_p(L8, 8, 1.0, 0, bad[i], &a, NULL), -1);
+    ck_assert_uint_eq(tg_rng_next(&a), tg_rng_next(&b));
+  }
+}
+END_TEST
+
+/* A wide row, as GPT-2's 50,257: the nucleus is found by selection, not a
+ * sort; checked against a count over a sorted copy. */
+static int cmp_desc(const void *x, const void *y) {
+  float a = *(const float *)x, b = *(const float *)y;
+  return (a < b) - (a > b);
+}
+
+START_TEST(test_top_p_wide) {
+  enum { V = 50257 };
+  float *l = malloc(V * sizeof *l), *sorted = malloc(V * sizeof *l), *scratch = malloc(V * sizeof *l);
+  tg_rng r;
+  tg_rng_seed(&r, 41, 0);
+  for (int i = 0; i < V; i++) l[i] = (float)(8.0 * tg_rng_uniform(&r) - 4.0);
+  memcpy(sorted, l, V * sizeof *l);
+  qsort(sorted, V, sizeof *sorted, cmp_desc);
+  double total = 0;
+  for (int i = 0; i < V; i++) total += exp((double)sorted[i] - sorted[0]);
+  const double ps[] = {0.01, 0.3, 0.9};
+  for (int c = 0; c < 3; c++) {
+    /* the edge: the first logit, in descending order, where the mass reaches P */
+    double cum = 0;
+    float edge = sorted[V - 1];
+    for (int i = 0; i < V; i++) {
+      cum += exp((double)sorted[i] - sorted[0]);
+      if (cum >= ps[c] * total) {
+        edge = sorted[i];
+        break;
+      }
+    }
+    float lowest = INFINITY;
+    for (int i = 0; i < 3000; i++) {
+      int32_t id = tg_sample_top_p(l, V, 1.0, 0, ps[c], &r, scratch);
+      REQUIRE(id >= 0 && l[id] >= edge, "P=%g: drew logit %g below the edge %g", ps[c], id >= 0 ? l[id] : 0, edge);
+      if (l[id] < lowest) lowest = l[id];
+    }
+    /* the draws reach down near the edge: the filter is not stricter */
+    double kept = 0;
+    for (int i = 0; i < V; i++) kept += sorted[i] >= edge;
+    ck_assert_msg(kept < 3 || lowest < sorted[(int)(kept / 2)], "P=%g: the lowest draw %g, the kept %g", ps[c],
+                  lowest, kept);
+  }
+  free(l);
+  free(sorted);
+  free(scratch);
+}
+END_TEST
+
+/* ---- the repetition penalty ------------------------------------------------ */
+
+static double softmax_of(const float *l, int V, int id) {
+  double max = -INFINITY, sum = 0;
+  for (int i = 0; i < V; i++) max = l[i] > max ? l[i] : max;
+  for (int i = 0; i < V; i++) sum += exp(l[i] - max);
+  return exp(l[id] - max) / sum;
+}
+
+START_TEST(test_repetition_penalty) {
+  const float row[6] = {2.0f, -1.0f, 0.5f, -3.0f, 0.0f, 1.5f};
+  const uint8_t present[6] = {1, 1, 0, 0, 1, 0};
+  float l[6];
+  memcpy(l, row, sizeof l);
+  tg_sample_penalize(l, 6, present, 2.0);
+  /* a positive logit divided, a negative one multiplied, the absent and 0 as they were */
+  for (int i = 0; i < 6; i++) {
+    float want = !present[i] ? row[i] : row[i] > 0 ? row[i] / 2 : row[i] * 2;
+    ck_assert_msg(l[i] == want, "id %d: %g, want %g", i, l[i], want);
+  }
+  /* present ids lose probability, absent ones gain it */
+  ck_assert(softmax_of(l, 6, 0) < softmax_of(row, 6, 0));
+  ck_assert(softmax_of(l, 6, 1) < softmax_of(row, 6, 1));
+  ck_assert(softmax_of(l, 6, 5) > softmax_of(row, 6, 5));
+  /* and in draws: id 0, the argmax before, is overtaken by 1.5 */
+  tg_rng r;
+  tg_rng_seed(&r, 51, 0);
+  long before = 0, after = 0;
+  for (int i = 0; i < 20000; i++) {
+    before += tg_sample(row, 6, 1.0, 0, &r, NULL) == 0;
+    after += tg_sample(l, 6, 1.0, 0, &r, NULL) == 0;
+  }
+  /* 5 standard deviations of a share of 20,000 draws: at most 0.018 */
+  ck_assert_msg(fabs(before / 20000.0 - softmax_of(row, 6, 0)) < 0.018, "id 0 drawn %ld times before", before);
+  ck_assert_msg(fabs(after / 20000.0 - softmax_of(l, 6, 0)) < 0.018, "id 0 drawn %ld times after", after);
+  ck_assert_int_eq(tg_sample_greedy(row, 6), 0);
+  ck_assert_int_eq(tg_sample_greedy(l, 6), 5);
+  /* 1 changes nothing */
+  memcpy(l, row, sizeof l);
+  tg_sample_penalize(l, 6, present, 1.0);
+  ck_assert(!memcmp(l, row, sizeof l));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("sampler");
   TCase *rng = tcase_create("rng");
@@ -440,6 +606,10 @@ int main(void) {
   tcase_add_test(tc, test_top1_is_argmax);
   tcase_add_test(tc, test_top_k_selection);
   tcase_add_test(tc, test_determinism_and_refusals);
+  tcase_add_test(tc, test_top_p_frequencies);
+  tcase_add_test(tc, test_top_p_excludes);
+  tcase_add_test(tc, test_top_p_wide);
+  tcase_add_test(tc, test_repetition_penalty);
   suite_add_tcase(s, tc);
   return tu_run(s);
 }
