@@ -663,6 +663,18 @@ static void write_effective_config(run *r) {
   }
 }
 
+/* Resuming a run that has done max_steps already would train nothing and
+ * exit 0 as if it had: an error at max_steps's place in train.cfg (or the
+ * command line), with the checkpoint's step and what to raise. */
+static void refuse_resume_without_steps(run *r, int64_t done, const char *ckpt) {
+  const tg_train_config *c = &r->cfg;
+  if (done < c->max_steps) return;
+  tg_error(r->ctx, key_loc(r, "max_steps"),
+           "max_steps = %lld, but the checkpoint %s has done %lld steps already: there is nothing to resume; "
+           "raise max_steps above %lld to train further (max_steps = N in %s, or max_steps=N on the command line)",
+           (long long)c->max_steps, ckpt, (long long)done, (long long)done, c->path);
+}
+
 /* Fills the parameters (and for resume the moments) from wherever the
  * config says; returns the steps already done and the data position. */
 static int64_t initial_state(run *r, uint64_t *position) {
@@ -696,12 +708,7 @@ static int64_t initial_state(run *r, uint64_t *position) {
         say(r, "seed %lld (reseed = true; the checkpoint's was %llu)\n", (long long)c->seed,
             (unsigned long long)m.seed);
     }
-    if (m.step >= c->max_steps) {
-      tg_error(r->ctx, key_loc(r, "max_steps"),
-               "max_steps = %lld, but the checkpoint %s has done %lld steps already: there is nothing to resume; "
-               "raise max_steps above %lld to train further",
-               (long long)c->max_steps, used ? used : c->out_dir, (long long)m.step, (long long)m.step);
-    }
+    refuse_resume_without_steps(r, m.step, used ? used : c->out_dir);
     say(r, "resumed from %s: %lld steps done\n", used ? used : c->out_dir, (long long)m.step);
     return m.step;
   }
@@ -1204,6 +1211,15 @@ static int train(run *r) {
     mkdirs(r, c->out_dir);
     lock_out_dir(r);
     refuse_fresh_run_over_old(r);
+    if (c->resume) {
+      /* before anything is compiled (initial_state checks again, on the
+       * checkpoint it loads, in case this one could not be read) */
+      char *ckpt = NULL;
+      int64_t done = tg_ckpt_latest_step(c->out_dir, &ckpt);
+      const char *at = ckpt ? tg_strdup(r->ctx->arena, ckpt) : NULL;
+      free(ckpt);
+      if (at) refuse_resume_without_steps(r, done, at);
+    }
     r->log = fopen(path_in(r, c->out_dir, "train.log"), c->resume ? "a" : "w");
     if (!r->log)
       tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot open %s/train.log: %s", c->out_dir, strerror(errno));

@@ -41,6 +41,10 @@ expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true
 contains "$tmp/out" "max_steps = 4, but the checkpoint $tmp/r/ckpt.safetensors has done 4 steps already"
 expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=3
 contains "$tmp/out" "raise max_steps above 4"
+# ... naming where max_steps was set and the file to change, before any compile work
+contains "$tmp/out" "command line: error: max_steps = 3"
+contains "$tmp/out" "(max_steps = N in $s, or max_steps=N on the command line)"
+if grep -q "^built \|^compile:" "$tmp/out"; then bad "the refused resume compiled the model first"; else ok; fi
 expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true overwrite=true
 contains "$tmp/out" "set one of them"
 # overwrite = true: replaced as a fresh run; resume past the step works
