@@ -35,6 +35,12 @@
 #   TG_GPU_BENCH_PYTHON   [python3; /usr/bin/python3 in a rehearsal]
 #   TGRUN, TGC            [build/tgrun, build/tgc]; TG_DATA [../shared/data]
 #   OUT                   where logs go [a temporary folder, removed]
+#   TG_GPU_BENCH_ONLY=profile  only the profiled step, at the first of
+#                         TG_GPU_BENCH_BATCHES, untried: its 3 losses and
+#                         its kernels, longest first (no training run, no
+#                         PyTorch: a minute where the whole bench takes
+#                         three, to look at a kernel change when little
+#                         GPU time is left; nothing to compare, so no ratio)
 #
 # Rehearsal (no GPU; a few minutes):
 #   TG_GPU_BENCH_BACKEND=cuda-emu bash bench/gpt2_gpu.sh
@@ -107,8 +113,12 @@ EOF
 }
 
 echo "== gpt2_gpu: $L layers, $H heads, $C wide, T $T, vocab $V (padded $Vpad, $tokenizer), $tokens tokens a step, bf16 on $backend"
+only=${TG_GPU_BENCH_ONLY:-}
+[ -z "$only" ] || [ "$only" = profile ] || die "TG_GPU_BENCH_ONLY is '$only': profile or nothing"
 B=
+[ "$only" = profile ] && read -r B _ <<< "$batches"
 for b in $batches; do
+  [ -z "$B" ] || break
   [ $(( tokens % (b * T) )) -eq 0 ] || continue
   cfg "$b" 1 1
   if "$tgrun" "$work/train-$b.cfg" > "$work/try-$b.log" 2>&1; then B=$b; break; fi
@@ -117,10 +127,12 @@ done
 cp "$work"/try-*.log "$logs/" 2> /dev/null
 [ -n "$B" ] || { echo "FAIL: no batch size in ($batches) ran (logs: $logs/try-*.log)"; exit 1; }
 A=$(( tokens / (B * T) ))
-echo "tg: B = $B fits; grad_accum $A"
-cfg "$B" "$A" "$steps"
-"$tgrun" "$work/train-$B.cfg" > "$logs/tg-train.log" 2>&1 || { tail -15 "$logs/tg-train.log"; echo "FAIL: tg's run (log $logs/tg-train.log)"; exit 1; }
-cp "$work/run-$B-$steps/metrics.jsonl" "$logs/tg-metrics.jsonl"
+if [ "$only" != profile ]; then
+  echo "tg: B = $B fits; grad_accum $A"
+  cfg "$B" "$A" "$steps"
+  "$tgrun" "$work/train-$B.cfg" > "$logs/tg-train.log" 2>&1 || { tail -15 "$logs/tg-train.log"; echo "FAIL: tg's run (log $logs/tg-train.log)"; exit 1; }
+  cp "$work/run-$B-$steps/metrics.jsonl" "$logs/tg-metrics.jsonl"
+fi
 
 # every kernel timed: tgrun step on one micro-batch of B sequences from the data
 "$py" - "$work/data/train.bin" "$B" "$T" "$work/batch.safetensors" << 'EOF' || die "could not write a batch"
@@ -144,6 +156,12 @@ psteps=3
 TG_PROFILE=100000 "$tgrun" step models/gpt2.tg "${m[@]}" --weights "$work/w.safetensors" --batch "$work/batch.safetensors" \
   --backend "$backend" --precision bf16 --steps $psteps --out "$work/w2.safetensors" > "$logs/tg-profile.log" 2>&1 ||
   echo "tg: the profiled step failed (log $logs/tg-profile.log); no measured times"
+if [ "$only" = profile ]; then
+  echo "== gpt2_gpu (TG_GPU_BENCH_ONLY=profile): tgrun step, B = $B, $psteps steps, every kernel timed"
+  grep -E '^step |^profile:' "$logs/tg-profile.log" | head -40
+  grep -q '^profile: ' "$logs/tg-profile.log"
+  exit
+fi
 "$tgc" models/gpt2.tg "${m[@]}" -D B="$B" -D T="$T" --precision bf16 --report traffic > "$logs/traffic.txt" 2>&1 ||
   echo "tgc --report traffic failed (log $logs/traffic.txt)"
 

@@ -11,6 +11,8 @@
  * kernels are loads at strided offsets (lower.h: tg_layout). */
 #include "emit.h"
 
+#include "half.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -401,6 +403,43 @@ static const char *narrow_round(tg_dtype t) {
   return t == TG_BF16 ? "tg_bf16_round" : t == TG_F16 ? "tg_f16_round" : "";
 }
 
+/* Whether n's value is always a bf16 value (exactly representable in
+ * bf16): a bf16 value (every one is rounded, or is such a value already),
+ * a constant that is one, or what selects, negates, takes the larger of,
+ * widens or views such values.  Rounding such a value to bf16 changes no
+ * bit, so it is left out (the cross-entropy's row kernel rounded six
+ * values an element: its walks are issue-bound), and storing it to bf16
+ * keeps its top half (tg_bf16_bits).  Its NaNs are bf16 NaNs widened, whose
+ * payload is in the top half. */
+static bool holds_bf16(const tg_node *n, int depth) {
+  if (n->type.dtype == TG_BF16) return true;
+  if (n->type.dtype != TG_F32 || depth > 8) return false;
+  if (tg_is_view(n)) return holds_bf16(n->in[0], depth + 1);
+  switch (n->op) {
+  case TG_OP_const: {
+    float f = (float)n->value;
+    return f == n->value && tg_bf16_to_f32(tg_f32_to_bf16(f)) == f; /* not NaN: NaN != NaN */
+  }
+  case TG_OP_cast:
+  case TG_OP_neg:
+  case TG_OP_max: return holds_bf16(n->in[0], depth + 1);
+  case TG_OP_maximum: return holds_bf16(n->in[0], depth + 1) && holds_bf16(n->in[1], depth + 1);
+  case TG_OP_where: return holds_bf16(n->in[1], depth + 1) && holds_bf16(n->in[2], depth + 1);
+  default: return false;
+  }
+}
+
+/* Whether computing bf16 node n from its inputs' values needs no rounding. */
+static bool exact_in_bf16(const tg_node *n) {
+  switch (n->op) {
+  case TG_OP_cast:
+  case TG_OP_neg: return holds_bf16(n->in[0], 0);
+  case TG_OP_maximum: return holds_bf16(n->in[0], 0) && holds_bf16(n->in[1], 0);
+  case TG_OP_where: return holds_bf16(n->in[1], 0) && holds_bf16(n->in[2], 0);
+  default: return false;
+  }
+}
+
 /* The statement defining `name` at depth d. */
 static void define(emitter *e, int d, tg_dtype t, const char *name, const char *expr) {
   tg_sb_printf(&e->buf[d], "const %s %s = %s;\n", tg_compute_ctype(t), name, expr);
@@ -531,6 +570,7 @@ static const char *compute(emitter *e, const tg_node *n, const char **c, int d) 
 /* ---- the row cache (emit.h) --------------------------------------------------- */
 
 static const char *store_conv(emitter *e, tg_dtype t, const char *v);
+static const char *store_conv_of(emitter *e, const tg_node *n, tg_dtype t, const char *v);
 
 static void defined_in_sweep(emitter *e, const tg_node *n, int d) {
   if (d == 2 && e->sweep > 0 && e->out->row_cache && !e->def_sweep[n->id]) {
@@ -577,7 +617,7 @@ static const char *cached(emitter *e, const tg_node *n) {
       }
       c->shared_bytes = bytes;
       append_to_sweep(e, from, tg_sprintf(e->arena, "%s[%lld + j] = %s;\n", arr, (long long)(e->n_slots * row),
-                                          store_conv(e, t, tg_sprintf(e->arena, "t%d", n->id))));
+                                          store_conv_of(e, n, t, tg_sprintf(e->arena, "t%d", n->id))));
     }
     list_push(&scratch.set[MAXD + 2], n->id);
     slot = e->cache_slot[n->id] = e->n_slots++;
@@ -626,7 +666,7 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   const char *x = compute(e, n, c, d);
   /* a bf16 value is computed in f32 and rounded, as the interpreter
    * rounds each value to its dtype, whether it is stored or not */
-  if (*narrow_round(t)) x = tg_sprintf(e->arena, "%s(%s)", narrow_round(t), x);
+  if (*narrow_round(t) && !(t == TG_BF16 && exact_in_bf16(n))) x = tg_sprintf(e->arena, "%s(%s)", narrow_round(t), x);
   const char *name = canonical ? tname(e, n->id, d) : new_tmp(e);
   define(e, d, t, name, x);
   if (canonical) {
@@ -637,6 +677,13 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
 }
 
 /* ---- stores ------------------------------------------------------------------ */
+
+/* The conversion storing node n's value v as dtype t: a bf16 value's
+ * top half (holds_bf16), else store_conv's. */
+static const char *store_conv_of(emitter *e, const tg_node *n, tg_dtype t, const char *v) {
+  if (t == TG_BF16 && holds_bf16(n, 0)) return tg_sprintf(e->arena, "tg_bf16_bits(%s)", v);
+  return store_conv(e, t, v);
+}
 
 static const char *store_conv(emitter *e, tg_dtype t, const char *v) {
   switch (t) {
@@ -672,7 +719,7 @@ static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
     if (inner && d < 2) continue; /* outside the loop the inner coordinates do not exist */
     if (N->dom.dim[a].size > 1 && !tg_varies(&n->type, &N->dom, a)) tg_sb_printf(&g, "%si%d == 0", g.n ? " && " : "", a);
   }
-  const char *stmt = tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv(e, bn->type.dtype, v.s));
+  const char *stmt = tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv_of(e, n, bn->type.dtype, v.s));
   if (g.n) tg_sb_printf(to, "if (%s) %s\n", g.s, stmt);
   else tg_sb_printf(to, "%s\n", stmt);
   tg_sb_free(&g);

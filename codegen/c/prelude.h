@@ -44,6 +44,8 @@ static inline unsigned short tg_bf16_store(float f) {
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
 }
 static inline float tg_bf16_round(float f) { return tg_bf16_load(tg_bf16_store(f)); }
+/* the bf16 of a value that is one already (emit.c: holds_bf16): its top half */
+static inline unsigned short tg_bf16_bits(float f) { return (unsigned short)(tg_float_bits(f) >> 16); }
 static void *tg_scratch_floats(long n) {
   void *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
   if (!p) { fprintf(stderr, "tg: out of memory for a bf16 matmul's f32 copies (%ld floats)\n", n); abort(); }

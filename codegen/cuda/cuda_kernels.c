@@ -54,6 +54,57 @@ void tg_cuda_print_prelude(FILE *out) {
   fputs("#undef TG_GELU_FN\n\n", out);
 }
 
+/* The hits of a chunk summed in shared memory (scatter_body): four at a
+ * time, first every load of the four (and of each of the thread's
+ * columns, while that takes at most 8 x 4 registers), then their adds, in
+ * hit order; the rest one by one.  `add` computes one hit's value and
+ * element (c->scatter_value, c->scatter_offset) at column o, row j. */
+static void scatter_hits_shared(FILE *out, const tg_nest_code *c, const char *add, long long per, long long cols) {
+  fprintf(out, "      auto tg_hit = [&](tg_idx j, tg_idx o, int *at) -> float {\n%s"
+               "        *at = (int)(%s);\n"
+               "        return %s;\n"
+               "      };\n"
+               "      int h = 0;\n"
+               "      for (; h + 4 <= hits; h += 4) {\n"
+               "        const tg_idx j0 = base + tg_hits[h], j1 = base + tg_hits[h + 1], j2 = base + tg_hits[h + 2],\n"
+               "                     j3 = base + tg_hits[h + 3];\n",
+          add, c->scatter_offset, c->scatter_value);
+  const char *U = per <= 8 ? "u" : "0";
+  char loads[512], adds[512];
+  int nl = 0, na = 0;
+  for (int k = 0; k < 4; k++) {
+    nl += snprintf(loads + nl, sizeof loads - (size_t)nl, "            x[%d][%s] = tg_hit(j%d, o, &at[%d][%s]);\n", k, U,
+                   k, k, U);
+    na += snprintf(adds + na, sizeof adds - (size_t)na, "            tg_scatter_acc[at[%d][%s]] += x[%d][%s];\n", k, U,
+                   k, U);
+  }
+  if (per <= 8)
+    fprintf(out, "        float x[4][%lld] = {};\n        int at[4][%lld] = {};\n"
+                 "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                 "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                 "          if (o < %lld) {\n%s          }\n        }\n"
+                 "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+                 "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                 "          if (o < %lld) {\n%s          }\n        }\n",
+            per, per, per, TG_CUDA_BLOCK, cols, loads, per, TG_CUDA_BLOCK, cols, adds);
+  else
+    fprintf(out, "        for (int u = 0; u < %lld; u++) {\n"
+                 "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+                 "          if (o < %lld) {\n"
+                 "            float x[4][1] = {};\n            int at[4][1] = {};\n%s%s          }\n        }\n",
+            per, TG_CUDA_BLOCK, cols, loads, adds);
+  fprintf(out, "      }\n"
+               "      for (; h < hits; h++)\n"
+               "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
+               "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
+               "          if (o < %lld) {\n"
+               "            int at = 0;\n"
+               "            const float x = tg_hit(base + tg_hits[h], o, &at);\n"
+               "            tg_scatter_acc[at] += x;\n"
+               "          }\n        }\n",
+          per, TG_CUDA_BLOCK, cols);
+}
+
 /* A scatter_add (emit.h: tg_cuda_scatter_rows): block b owns table rows
  * [v0, v0 + rows) and all their columns.  It zeroes them (fills them from
  * the initial table, or, in place, finds them filled already); then, 256
@@ -143,52 +194,7 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
     if (c->seg[i].loop) tg_emit_lines(a, c->seg[i].text, ind);
   fclose(a);
   if (sh) {
-    /* Four hits at a time: first every load of the four (and of each of
-     * the thread's columns, while that takes at most 8 x 4 registers),
-     * then their adds, in hit order; the rest one by one. */
-    fprintf(out, "      auto tg_hit = [&](tg_idx j, tg_idx o, int *at) -> float {\n%s"
-                 "        *at = (int)(%s);\n"
-                 "        return %s;\n"
-                 "      };\n"
-                 "      int h = 0;\n"
-                 "      for (; h + 4 <= hits; h += 4) {\n"
-                 "        const tg_idx j0 = base + tg_hits[h], j1 = base + tg_hits[h + 1], j2 = base + tg_hits[h + 2],\n"
-                 "                     j3 = base + tg_hits[h + 3];\n",
-            add, c->scatter_offset, c->scatter_value);
-    const char *U = per <= 8 ? "u" : "0";
-    char loads[512], adds[512];
-    int nl = 0, na = 0;
-    for (int k = 0; k < 4; k++) {
-      nl += snprintf(loads + nl, sizeof loads - (size_t)nl, "            x[%d][%s] = tg_hit(j%d, o, &at[%d][%s]);\n", k, U,
-                     k, k, U);
-      na += snprintf(adds + na, sizeof adds - (size_t)na, "            tg_scatter_acc[at[%d][%s]] += x[%d][%s];\n", k, U,
-                     k, U);
-    }
-    if (per <= 8)
-      fprintf(out, "        float x[4][%lld] = {};\n        int at[4][%lld] = {};\n"
-                   "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
-                   "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
-                   "          if (o < %lld) {\n%s          }\n        }\n"
-                   "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
-                   "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
-                   "          if (o < %lld) {\n%s          }\n        }\n",
-              per, per, per, TG_CUDA_BLOCK, cols, loads, per, TG_CUDA_BLOCK, cols, adds);
-    else
-      fprintf(out, "        for (int u = 0; u < %lld; u++) {\n"
-                   "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
-                   "          if (o < %lld) {\n"
-                   "            float x[4][1] = {};\n            int at[4][1] = {};\n%s%s          }\n        }\n",
-              per, TG_CUDA_BLOCK, cols, loads, adds);
-    fprintf(out, "      }\n"
-                 "      for (; h < hits; h++)\n"
-                 "        TG_UNROLL for (int u = 0; u < %lld; u++) {\n"
-                 "          const tg_idx o = threadIdx.x + (tg_idx)u * %d;\n"
-                 "          if (o < %lld) {\n"
-                 "            int at = 0;\n"
-                 "            const float x = tg_hit(base + tg_hits[h], o, &at);\n"
-                 "            tg_scatter_acc[at] += x;\n"
-                 "          }\n        }\n",
-            per, TG_CUDA_BLOCK, cols);
+    scatter_hits_shared(out, c, add, per, cols);
   } else {
     fprintf(out, "      for (int h = 0; h < hits; h++) {\n"
                  "        const tg_idx j = base + tg_hits[h];\n"

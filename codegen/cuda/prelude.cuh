@@ -23,6 +23,8 @@ __device__ __forceinline__ unsigned short tg_bf16_store(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);  // quiet nan
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even
 }
+// the bf16 of a value that is one already (emit.c: holds_bf16): its top half
+__device__ __forceinline__ unsigned short tg_bf16_bits(float f) { return (unsigned short)(__float_as_uint(f) >> 16); }
 // a bf16 or f16 value computed in registers, rounded as the interpreter rounds it
 __device__ __forceinline__ float tg_bf16_round(float f) { return tg_bf16_load(tg_bf16_store(f)); }
 __device__ __forceinline__ float tg_f16_round(float f) { return tg_f16_load(tg_f16_store(f)); }

@@ -37,6 +37,7 @@
 #include "dataloader.h"
 #include "backend.h"
 #include "backends.h"
+#include "host_cores.h"
 #include "file.h"
 #include "frontend.h"
 #include "hf.h"
@@ -119,6 +120,7 @@ typedef struct run {
   tg_ctx *ctx;
   tg_train_config cfg;
   int rank, nranks;
+  int threads; /* the CPU backend's threads a rank (0: OMP_NUM_THREADS decides) */
   /* Ranks other than 0, until training starts: their messages, held
    * (hold_setup_errors). */
   FILE *held;
@@ -372,7 +374,7 @@ static void check_memory(run *r) {
   if (avail < 0) {
     local = tg_comm_local_size();
     char host_what[512];
-    avail = tg_host_memory_available(tg_host_runtime_reserve(c->threads), host_what, sizeof host_what);
+    avail = tg_host_memory_available(tg_host_runtime_reserve(r->threads), host_what, sizeof host_what);
     what = tg_strdup(r->ctx->arena, host_what);
   }
   int64_t peak = (fixed + per_batch) * local;
@@ -1230,11 +1232,24 @@ static void report_held_setup_error(run *r) {
 static int train(run *r) {
   char why[1024];
   const tg_train_config *c = &r->cfg;
-  if (c->threads > 0) {
+  /* the CPU backend's threads (OpenMP's, read when the kernels' OpenMP
+   * starts): the machine's cores shared among its ranks, unless threads
+   * or OMP_NUM_THREADS says otherwise (host_cores.c) */
+  int ranks_here = tg_comm_local_size();
+  bool over = false;
+  if (c->threads > 0 || !getenv("OMP_NUM_THREADS")) {
+    r->threads = tg_threads_per_rank(c->threads, ranks_here, &over);
     char t[32];
-    snprintf(t, sizeof t, "%lld", (long long)c->threads);
-    setenv("OMP_NUM_THREADS", t, 1); /* read when the kernels' OpenMP starts */
+    snprintf(t, sizeof t, "%d", r->threads);
+    setenv("OMP_NUM_THREADS", t, 1);
   }
+  if (over && r->rank == 0 && strcmp(c->backend, "cpu") == 0)
+    fprintf(stderr,
+            "tgrun: warning: %s: threads = %lld with %d rank%s on this machine is %lld threads for its %d cores: "
+            "threads that wait for a core spin, and the run can be several times slower; threads = 0 gives each "
+            "rank its share (%d)\n",
+            c->path, (long long)c->threads, ranks_here, ranks_here == 1 ? "" : "s",
+            (long long)c->threads * ranks_here, tg_host_cores(), tg_threads_per_rank(0, ranks_here, NULL));
   tg_comm_set_timeout((double)c->rank_timeout);
   check_ranks_agree(r);
   hold_setup_errors(r); /* from here on the ranks' work is the same: rank 0 speaks for them */

@@ -229,6 +229,13 @@ elif command -v mpirun > /dev/null; then
   contains "$tmp/out" "step 1/1"
   expect_status 0 "$tgrun" --nproc $((cores + 1)) "$s" out_dir="$tmp/np3" max_steps=1 sample_tokens=0
   contains "$tmp/out" "more ranks than this machine's $cores core"
+  # threads that, with the other rank's, exceed the cores: one warning
+  # (rank 0's), and the run goes on; threads = 0 (each rank its share): none
+  expect_status 0 "$tgrun" --nproc 2 "$s" out_dir="$tmp/thr" max_steps=1 sample_tokens=0 threads=$cores
+  if [ "$(grep -c "threads = $cores with 2 ranks on this machine is $((2 * cores)) threads" "$tmp/out")" = 1 ]; then ok
+  else bad "threads = $cores on 2 ranks: not warned exactly once"; cat "$tmp/out"; fi
+  expect_status 0 "$tgrun" --nproc 2 "$s" out_dir="$tmp/thr0" max_steps=1 sample_tokens=0
+  if grep -q "warning: .*threads" "$tmp/out"; then bad "threads = 0 warned"; cat "$tmp/out"; else ok; fi
   # rank 1 stops: rank 0 names it and ends the job within rank_timeout
   TG_TEST_MARK=$tmp "$tgrun" --nproc 2 "$s" out_dir="$tmp/stop" max_steps=100000000 log_interval=100000000 \
     checkpoint_interval=0 rank_timeout=5 > "$tmp/stop.out" 2>&1 &

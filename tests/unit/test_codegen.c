@@ -546,6 +546,93 @@ START_TEST(collectives_lower_to_collective_points) {
 }
 END_TEST
 
+/* bf16 values are rounded after every op, as the interpreter rounds them,
+ * except where the op cannot leave bf16 (emit.c: holds_bf16): a select,
+ * negation or maximum of bf16 values and bf16-exact constants (-inf, 0,
+ * 0.5); those are stored by their top half (tg_bf16_bits).  An add, a
+ * constant bf16 cannot hold (0.1) and what was rounded into f32 from
+ * something else still round.  The C backend's values, with inf, -0 and
+ * halfway cases among the inputs, must equal the interpreter's bit for
+ * bit, since the rounding left out changes no bit. */
+/* Roundings of a first lane: "t<digits> = tg_bf16_round(" (a vectorised
+ * CUDA nest repeats each for its other lanes, as t<digits>_1 ...). */
+static int first_lane_roundings(const char *src) {
+  int n = 0;
+  for (const char *p = src; (p = strstr(p, " = tg_bf16_round(")); p++) {
+    const char *q = p;
+    while (q > src && q[-1] >= '0' && q[-1] <= '9') q--;
+    n += q < p && q > src && q[-1] == 't';
+  }
+  return n;
+}
+
+START_TEST(bf16_rounds_only_what_can_leave_bf16) {
+  static const char text[] = "# tg IR 1\n"
+                             "%0 = input : f32[8] \"x\"\n"
+                             "%1 = cast %0 : bf16[8]\n"
+                             "%2 = const {value=0} : bf16[]\n"
+                             "%3 = gt %1, %2 : bool[8]\n"
+                             "%4 = const {value=-inf} : bf16[]\n"
+                             "%5 = where %3, %1, %4 : bf16[8]\n"
+                             "%6 = neg %5 : bf16[8]\n"
+                             "%7 = const {value=0.5} : bf16[]\n"
+                             "%8 = maximum %6, %7 : bf16[8]\n"
+                             "%9 = add %8, %1 : bf16[8]\n"
+                             "%10 = const {value=0.1} : f32[]\n"
+                             "%11 = cast %1 : f32[8]\n"
+                             "%12 = where %3, %11, %10 : f32[8]\n"
+                             "%13 = cast %12 : bf16[8]\n"
+                             "output \"y\" = %8\n"
+                             "output \"z\" = %9\n"
+                             "output \"w\" = %13\n";
+  tg_ctx *ctx = tu_ctx();
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
+  tg_program *p = lower_text(ctx, text);
+  ctx->bail = NULL;
+  char *c = render(p, false), *cu = render(p, true);
+  for (int k = 0; k < 2; k++) {
+    const char *src = k ? cu : c;
+    /* the one cast from f32 (%1), the add (%9), the cast of a select with 0.1 (%13) */
+    if (first_lane_roundings(src) != 3) fputs(src, stderr);
+    ck_assert_msg(first_lane_roundings(src) == 3, "%s: %d roundings, want 3 (the source is on stderr)",
+                  k ? "CUDA" : "C", first_lane_roundings(src));
+    ck_assert_msg(count(src, "= tg_bf16_bits(") >= 1, "%s: no bf16 value stored by its top half", k ? "CUDA" : "C");
+  }
+  free(c), free(cu);
+  tu_ctx_free(ctx);
+  /* numerics: the C backend against the interpreter, bit for bit */
+  const float x[8] = {1.0f, -0.0f, INFINITY, -INFINITY, 1.00390625f, 3.0f / 7.0f, -2.5f, 0.0f};
+  float got[2][3][8];
+  const char *backends[2] = {"ref", "cpu"};
+  for (volatile int b = 0; b < 2; b++) {
+    tg_ctx *cx = tu_ctx();
+    cx->bail = &bail;
+    if (setjmp(bail)) ck_abort_msg("%s: %s", backends[b], tu_errors(cx));
+    const tg_source *sr = tg_source_add(cx, "t.tgir", text, strlen(text));
+    tg_graph *g = tg_read_ir(cx, sr);
+    tg_pipeline_opts po = {.kernels = true};
+    tg_run_pipeline(cx, g, &po);
+    tg_device *dev = tg_device_open(cx, tg_backend_find(backends[b]), NULL);
+    tg_exec_opts eo = {.name = "t", .remat = -1};
+    tg_exec *e = tg_exec_compile(dev, cx, g, &eo);
+    tg_tensor_write(tg_exec_leaf(e, tg_graph_leaf(g, TG_OP_input, "x")), x, TG_HOST_F32);
+    tg_exec_run(cx, e);
+    const char *outs[3] = {"y", "z", "w"};
+    for (int o = 0; o < 3; o++) ck_assert(tg_exec_read(e, tg_graph_output(g, outs[o]), got[b][o], TG_HOST_F32));
+    cx->bail = NULL;
+    tg_exec_free(e);
+    tg_device_close(dev);
+    tu_ctx_free(cx);
+  }
+  for (int o = 0; o < 3; o++)
+    for (int i = 0; i < 8; i++)
+      ck_assert_msg(memcmp(&got[0][o][i], &got[1][o][i], sizeof(float)) == 0, "output %d [%d]: ref %a, cpu %a", o, i,
+                    (double)got[0][o][i], (double)got[1][o][i]);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("codegen");
   TCase *t = tcase_create("codegen");
@@ -559,6 +646,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(t, recomputing_changes_nothing, 0, 2); /* f32, bf16 */
   tcase_add_test(t, computed_matmul_operand);
   tcase_add_test(t, collectives_lower_to_collective_points);
+  tcase_add_test(t, bf16_rounds_only_what_can_leave_bf16);
   suite_add_tcase(s, t);
   return s;
 }

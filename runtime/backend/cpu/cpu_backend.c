@@ -143,7 +143,8 @@ static double cpu_peak_flops(tg_device *x, bool bf16, const char **what) {
   } while (secs < 0.2);
   free(a);
   dlclose(blas);
-  /* the kernels' OpenMP threads: OMP_NUM_THREADS (train.cfg's threads), else every core */
+  /* the kernels' OpenMP threads: OMP_NUM_THREADS (which tgrun sets to the
+   * rank's share of the cores, or train.cfg's threads), else every core */
   const char *env = getenv("OMP_NUM_THREADS");
   long threads = env && atol(env) > 0 ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;
