@@ -52,6 +52,12 @@ static _Noreturn void misuse(const char *what) {
   abort();
 }
 
+double tg_device_peak_flops(tg_device *d, bool bf16, const char **what) {
+  if (d->x->peak_flops) return d->x->peak_flops(d, bf16, what);
+  *what = "the backend does not know its device's peak";
+  return 0;
+}
+
 int64_t tg_device_memory_free(tg_device *d, const char **what) {
   return d->x->memory_free ? d->x->memory_free(d, what) : -1;
 }

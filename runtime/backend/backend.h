@@ -91,6 +91,14 @@ const char *tg_device_describe(const tg_device *d);
  * NULL when it generates none: what to name tg_exec_opts.source_path. */
 const char *tg_device_source_suffix(const tg_device *d);
 
+/* The device's peak FLOP/s for dense matmuls at the run's precision (bf16:
+ * the GPU's tensor cores; else f32), the denominator of MFU, with in *what
+ * where the figure comes from (a datasheet, a measurement); 0 when the
+ * backend cannot tell (the reference interpreter, the emulated GPU, a GPU
+ * missing from the table), *what then saying why.  The CPU backend times
+ * OpenBLAS once (tenths of a second) and keeps the figure. */
+double tg_device_peak_flops(tg_device *d, bool bf16, const char **what);
+
 /* The bytes of memory free on d for its tensors, and in *what where that
  * figure comes from ("cuMemGetInfo on GPU 0"), for a device with memory
  * of its own; -1 for a device whose tensors are host memory (the caller

@@ -44,6 +44,8 @@ struct tg_backend {
   void (*close)(tg_device *d);
   const char *(*describe)(const tg_device *d);
   void (*allreduce_average)(tg_device *d, tg_tensor *const *ts, int n);
+  /* backend.h's tg_device_peak_flops; NULL: unknown */
+  double (*peak_flops)(tg_device *d, bool bf16, const char **what);
   /* backend.h's tg_device_memory_free; NULL: host memory */
   int64_t (*memory_free)(tg_device *d, const char **what);
   /* ZeRO (backend.h); NULL in a backend without them: tg_device_can_shard says no */

@@ -545,6 +545,33 @@ char *tg_ckpt_latest(tg_ctx *ctx, const char *dir) {
   return NULL;
 }
 
+int64_t tg_ckpt_latest_step(const char *dir, char **used) {
+  /* A quiet ctx: the notes on files passed over, and any error, are the
+   * load's to report; here they only mean "cannot tell". */
+  tg_ctx *quiet = tg_ctx_new(NULL);
+  jmp_buf here;
+  quiet->bail = &here;
+  const char *names[] = {TG_CKPT_FILE, TG_CKPT_PREV_FILE};
+  tg_st_file *volatile f = NULL;
+  char *volatile path = NULL;
+  volatile int64_t step = -1;
+  if (used) *used = NULL;
+  if (setjmp(here) == 0) {
+    int seen = 0;
+    for (int i = 0; i < 2 && !f; i++) {
+      free(path);
+      path = join(dir, names[i]);
+      f = read_candidate(quiet, path, &seen);
+    }
+    if (f) step = (int64_t)meta_number(quiet, f, "step", INT64_MAX, "a count of steps, 0 or more");
+  }
+  tg_st_free(f);
+  if (step >= 0 && used) *used = path;
+  else free(path);
+  tg_ctx_free(quiet);
+  return step;
+}
+
 tg_weights *tg_ckpt_load_latest(tg_ctx *ctx, const tg_graph *g, const char *dir, bool need_state,
                                 tg_ckpt_meta *m, char **used) {
   const char *names[] = {TG_CKPT_FILE, TG_CKPT_PREV_FILE};

@@ -90,6 +90,15 @@ bool tg_ckpt_save_in_dir(const char *dir, const tg_graph *g, float *const *value
  * note, with the reason.  NULL is not an error: the caller decides. */
 char *tg_ckpt_latest(tg_ctx *ctx, const char *dir);
 
+/* The step of the checkpoint tg_ckpt_load_latest would resume from, read
+ * without a graph, so that a run can check it before compiling anything
+ * (resuming with max_steps at or below it has nothing to do); -1 when no
+ * candidate is usable (the load then reports why).  The file it read goes
+ * to *used (malloc'ed) when used is not NULL and a step is returned.  It
+ * reads the file whole, as the load does, to check the checksum: the load
+ * after it then reads it from the page cache. */
+int64_t tg_ckpt_latest_step(const char *dir, char **used);
+
 /* Resume in one read: tries ckpt.safetensors, then ckpt.prev.safetensors,
  * passing over (with a note) a file that is damaged or not a checkpoint,
  * and loads the first complete one as tg_ckpt_load does.  A complete

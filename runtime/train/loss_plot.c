@@ -14,8 +14,11 @@
 #include "file.h"
 #include "metrics.h"
 
-/* The canvas and the plot area inside it, in SVG user units (pixels). */
+/* The canvas and the loss plot's area inside it, in SVG user units
+ * (pixels); with the other series, a row of small plots below it
+ * (PANEL_*), one a series, and the canvas grows to TALL. */
 enum { WIDTH = 800, HEIGHT = 480, LEFT = 70, RIGHT = 770, TOP = 60, BOTTOM = 420 };
+enum { TALL = 700, PANEL_TOP = 530, PANEL_BOTTOM = 640, PANEL_WIDTH = 185, PANEL_PITCH = 255 };
 static const char *const TRAIN_COLOR = "#1f77b4", *const VAL_COLOR = "#d62728";
 
 typedef struct axis {
@@ -94,15 +97,17 @@ static void put_escaped(FILE *f, const char *s) {
   }
 }
 
+/* A plot: its axes, and the box on the canvas they span. */
 typedef struct frame {
   axis x, y;
+  int left, right, top, bottom;
 } frame;
 
 static double px(const frame *F, double step) {
-  return LEFT + (step - F->x.lo) / (F->x.hi - F->x.lo) * (RIGHT - LEFT);
+  return F->left + (step - F->x.lo) / (F->x.hi - F->x.lo) * (F->right - F->left);
 }
 static double py(const frame *F, double loss) {
-  return BOTTOM - (loss - F->y.lo) / (F->y.hi - F->y.lo) * (BOTTOM - TOP);
+  return F->bottom - (loss - F->y.lo) / (F->y.hi - F->y.lo) * (F->bottom - F->top);
 }
 
 static bool finite_point(const tg_plot_point *p) { return isfinite(p->step) && isfinite(p->loss); }
@@ -195,46 +200,46 @@ static void range(const tg_plot_point *p, int64_t n, double *x0, double *x1, dou
   }
 }
 
-static void draw_axes(FILE *f, const frame *F) {
+static void draw_axes(FILE *f, const frame *F, const char *ylabel) {
   char label[64];
-  fputs("<g id=\"grid\" stroke=\"#e4e4e4\" stroke-width=\"1\">\n", f);
+  const int L = F->left, R = F->right, T = F->top, B = F->bottom;
+  fputs("<g class=\"grid\" stroke=\"#e4e4e4\" stroke-width=\"1\">\n", f);
   for (int i = 0; i <= n_ticks(&F->x); i++) {
     double x = px(F, F->x.lo + i * F->x.step);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x, TOP, x, BOTTOM);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x, T, x, B);
   }
   for (int i = 0; i <= n_ticks(&F->y); i++) {
     double y = py(F, F->y.lo + i * F->y.step);
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>\n", LEFT, y, RIGHT, y);
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>\n", L, y, R, y);
   }
-  fputs("</g>\n<g id=\"axes\" stroke=\"#333\" stroke-width=\"1\">\n", f);
-  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", LEFT, BOTTOM, RIGHT, BOTTOM);
-  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", LEFT, TOP, LEFT, BOTTOM);
+  fputs("</g>\n<g class=\"axes\" stroke=\"#333\" stroke-width=\"1\">\n", f);
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", L, B, R, B);
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", L, T, L, B);
   for (int i = 0; i <= n_ticks(&F->x); i++) {
     double x = px(F, F->x.lo + i * F->x.step);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x, BOTTOM, x, BOTTOM + 5);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>\n", x, B, x, B + 5);
   }
   for (int i = 0; i <= n_ticks(&F->y); i++) {
     double y = py(F, F->y.lo + i * F->y.step);
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>\n", LEFT - 5, y, LEFT, y);
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>\n", L - 5, y, L, y);
   }
-  fputs("</g>\n<g id=\"tick-labels\" fill=\"#333\">\n", f);
+  fputs("</g>\n<g class=\"tick-labels\" fill=\"#333\">\n", f);
   for (int i = 0; i <= n_ticks(&F->x); i++) {
     double v = F->x.lo + i * F->x.step;
     step_label(label, sizeof label, v, &F->x);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", px(F, v),
-            BOTTOM + 20, label);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", px(F, v), B + 20, label);
   }
   for (int i = 0; i <= n_ticks(&F->y); i++) {
     double v = F->y.lo + i * F->y.step;
     loss_label(label, sizeof label, v, &F->y);
     fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">%s</text>\n",
-            LEFT - 8, py(F, v), label);
+            L - 8, py(F, v), label);
   }
   fputs("</g>\n", f);
-  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n", (LEFT + RIGHT) / 2,
-          BOTTOM + 42);
-  fprintf(f, "<text x=\"18\" y=\"%d\" text-anchor=\"middle\" transform=\"rotate(-90 18 %d)\">loss</text>\n",
-          (TOP + BOTTOM) / 2, (TOP + BOTTOM) / 2);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n", (L + R) / 2, B + 42);
+  if (ylabel) /* the loss plot's; a small plot has its title above it instead */
+    fprintf(f, "<text x=\"18\" y=\"%d\" text-anchor=\"middle\" transform=\"rotate(-90 18 %d)\">%s</text>\n",
+            (T + B) / 2, (T + B) / 2, ylabel);
 }
 
 static void draw_legend(FILE *f, bool train, bool val) {
@@ -257,6 +262,31 @@ static void draw_legend(FILE *f, bool train, bool val) {
   fputs("</g>\n", f);
 }
 
+/* Small plot k of the row below the loss plot: its series against the
+ * step, on axes of its own (a learning rate, a gradient norm and a rate of
+ * tokens share no scale with the loss), titled above, in a group whose id
+ * is the series' so that a reader (or a test) can find it. */
+static void draw_panel(FILE *f, const tg_loss_plot *p, int k) {
+  static const char *const ids[TG_PLOT_NSERIES] = {"lr", "grad_norm", "tok_per_s"};
+  static const char *const titles[TG_PLOT_NSERIES] = {"learning rate", "gradient norm (before clipping)",
+                                                      "tokens per second"};
+  static const char *const colors[TG_PLOT_NSERIES] = {"#2ca02c", "#9467bd", "#ff7f0e"};
+  const tg_plot_point *pts = p->other[k];
+  int64_t n = p->n_other[k], n_ok = count_finite(pts, n);
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  range(pts, n, &x0, &x1, &y0, &y1);
+  if (!n_ok) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  int left = LEFT + k * PANEL_PITCH;
+  /* from 0 up: a rate's or a norm's size reads against nothing */
+  frame F = {nice_axis(x0, x1, 4, 1, x0 >= 0), nice_axis(fmin(y0, 0), y1, 4, 0, true), left, left + PANEL_WIDTH,
+             PANEL_TOP, PANEL_BOTTOM};
+  fprintf(f, "<g id=\"panel-%s\">\n", ids[k]);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>\n", left, PANEL_TOP - 12, titles[k]);
+  draw_axes(f, &F, NULL);
+  if (n_ok) draw_series(f, &F, pts, n, ids[k], colors[k], 1);
+  fputs("</g>\n", f);
+}
+
 char *tg_loss_plot_svg(const tg_loss_plot *p, int64_t *skipped) {
   char *text = NULL;
   size_t len = 0;
@@ -268,15 +298,18 @@ char *tg_loss_plot_svg(const tg_loss_plot *p, int64_t *skipped) {
   int64_t n_train = count_finite(p->train, p->n_train), n_val = count_finite(p->val, p->n_val);
   int64_t bad = (p->n_train - n_train) + (p->n_val - n_val);
   if (skipped) *skipped = bad;
+  bool panels = false;
+  for (int k = 0; k < TG_PLOT_NSERIES; k++) panels |= p->n_other[k] > 0;
+  const int height = panels ? TALL : HEIGHT;
 
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
              "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
-          WIDTH, HEIGHT, WIDTH, HEIGHT);
+          WIDTH, height, WIDTH, height);
   const char *title = p->title && *p->title ? p->title : "loss";
   fputs("<title>", f);
   put_escaped(f, title);
   fputs("</title>\n", f);
-  fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", WIDTH, HEIGHT);
+  fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", WIDTH, height);
   fprintf(f, "<text x=\"%d\" y=\"28\" font-size=\"16\" font-weight=\"bold\">", LEFT);
   put_escaped(f, title);
   fputs("</text>\n", f);
@@ -286,8 +319,8 @@ char *tg_loss_plot_svg(const tg_loss_plot *p, int64_t *skipped) {
   range(p->val, p->n_val, &x0, &x1, &y0, &y1);
   if (n_train + n_val == 0) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   /* Steps are whole numbers: never a tick between two of them. */
-  frame F = {nice_axis(x0, x1, 8, 1, x0 >= 0), nice_axis(y0, y1, 6, 0, false)};
-  draw_axes(f, &F);
+  frame F = {nice_axis(x0, x1, 8, 1, x0 >= 0), nice_axis(y0, y1, 6, 0, false), LEFT, RIGHT, TOP, BOTTOM};
+  draw_axes(f, &F, "loss");
   if (n_train) draw_series(f, &F, p->train, p->n_train, "train", TRAIN_COLOR, 1);
   if (n_val) {
     draw_series(f, &F, p->val, p->n_val, "val", VAL_COLOR, 2);
@@ -310,6 +343,7 @@ char *tg_loss_plot_svg(const tg_loss_plot *p, int64_t *skipped) {
     fprintf(f, "<text id=\"note\" x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#a00\">%lld "
                "point%s with a loss of NaN or infinity left out</text>\n",
             RIGHT, HEIGHT - 12, (long long)bad, bad == 1 ? "" : "s");
+  for (int k = 0; k < TG_PLOT_NSERIES && panels; k++) draw_panel(f, p, k);
   fputs("</svg>\n", f);
   if (fclose(f) != 0 || !text) {
     fprintf(stderr, "tg: out of memory\n");
@@ -338,16 +372,31 @@ bool tg_loss_plot_from_metrics(const char *metrics_path, const char *svg_path, c
     fprintf(stderr, "tg: out of memory\n");
     exit(1);
   }
-  int64_t nt = 0, nv = 0;
+  tg_plot_point *other[TG_PLOT_NSERIES];
+  for (int k = 0; k < TG_PLOT_NSERIES; k++) {
+    other[k] = malloc(((size_t)log.n + 1) * sizeof *other[k]);
+    if (!other[k]) {
+      fprintf(stderr, "tg: out of memory\n");
+      exit(1);
+    }
+  }
+  int64_t nt = 0, nv = 0, no = 0;
   for (int64_t i = 0; i < log.n; i++) {
     const tg_metrics_row *r = &log.rows[i];
-    if (r->kind == TG_METRICS_STEP) train[nt++] = (tg_plot_point){(double)r->step, r->loss};
-    else val[nv++] = (tg_plot_point){(double)r->step, r->val_loss};
+    if (r->kind == TG_METRICS_STEP) {
+      double step = (double)r->step;
+      train[nt++] = (tg_plot_point){step, r->loss};
+      other[TG_PLOT_LR][no] = (tg_plot_point){step, r->lr};
+      other[TG_PLOT_GRAD_NORM][no] = (tg_plot_point){step, r->grad_norm};
+      other[TG_PLOT_TOK_PER_S][no++] = (tg_plot_point){step, r->tok_per_s};
+    } else
+      val[nv++] = (tg_plot_point){(double)r->step, r->val_loss};
   }
-  tg_loss_plot p = {title, train, nt, val, nv};
+  tg_loss_plot p = {title, train, nt, val, nv, {other[0], other[1], other[2]}, {no, no, no}};
   bool ok = tg_loss_plot_write(svg_path, &p, why, whylen);
   free(train);
   free(val);
+  for (int k = 0; k < TG_PLOT_NSERIES; k++) free(other[k]);
   tg_metrics_log_free(&log);
   return ok;
 }

@@ -32,7 +32,7 @@ double tg_mfu(double flops_per_step, double dt_s, double peak_flops) {
 /* ---- rows ----------------------------------------------------------------- */
 
 tg_metrics_row tg_metrics_row_blank(tg_metrics_kind kind, int64_t step) {
-  return (tg_metrics_row){kind, step, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+  return (tg_metrics_row){kind, step, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
 }
 
 /* snprintf that keeps appending into one buffer and counts what it needed. */
@@ -77,6 +77,9 @@ int tg_metrics_json(char *buf, size_t n, const tg_metrics_row *r) {
     json_num(&o, "tok_per_s", r->tok_per_s);
     json_num(&o, "mfu", r->mfu);
   }
+  /* %.3f: a unix time needs 10 digits before the point, more than %.9g keeps */
+  if (isfinite(r->time)) put(&o, ",\"time\":%.3f", r->time);
+  if (isfinite(r->elapsed_s)) put(&o, ",\"elapsed_s\":%.3f", r->elapsed_s);
   put(&o, "}");
   return finish(&o);
 }
@@ -175,6 +178,7 @@ static bool row_from_json(const tg_json *o, tg_metrics_row *r) {
   if (!step || step->kind != TG_JSON_INT || step->u.i < 0) return false;
   bool eval = tg_json_get(o, "val_loss") != NULL;
   *r = tg_metrics_row_blank(eval ? TG_METRICS_EVAL : TG_METRICS_STEP, step->u.i);
+  if (!get_num(o, "time", &r->time) || !get_num(o, "elapsed_s", &r->elapsed_s)) return false;
   if (eval) return get_num(o, "val_loss", &r->val_loss) && get_num(o, "train_loss", &r->train_loss);
   return get_num(o, "loss", &r->loss) && get_num(o, "lr", &r->lr) &&
          get_num(o, "grad_norm", &r->grad_norm) && get_num(o, "dt_ms", &r->dt_ms) &&
@@ -281,6 +285,20 @@ static void with_commas(char *buf, size_t n, double v) {
   buf[j] = 0;
 }
 
+/* Seconds as a person reads a span of time: "42s", "3m05s", "2h07m",
+ * "3d04h"; "-" when unknown. */
+static void duration(char *buf, size_t n, double s) {
+  if (!isfinite(s) || s < 0 || s >= 1e9) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  long long t = llround(s);
+  if (t < 60) snprintf(buf, n, "%llds", t);
+  else if (t < 3600) snprintf(buf, n, "%lldm%02llds", t / 60, t % 60);
+  else if (t < 86400) snprintf(buf, n, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  else snprintf(buf, n, "%lldd%02lldh", t / 86400, t / 3600 % 24);
+}
+
 static void step_col(out *o, const tg_log_columns *c, int64_t step) {
   int64_t max = c->max_steps > 0 ? c->max_steps : 0;
   put(o, "step %*lld/%lld", digits(max), (long long)step, (long long)max);
@@ -314,6 +332,12 @@ int tg_log_step_line(char *buf, size_t n, const tg_log_columns *c, const tg_metr
   put(&o, " | %9s tok/s | mfu ", tok);
   if (isfinite(r->mfu)) put(&o, "%4.1f%%", 100 * r->mfu);
   else put(&o, "%5s", "-");
+  if (isfinite(r->elapsed_s)) {
+    char took[24], left[24];
+    duration(took, sizeof took, r->elapsed_s);
+    duration(left, sizeof left, r->eta_s);
+    put(&o, " | %6s, eta %6s", took, left);
+  }
   return finish(&o);
 }
 
@@ -342,7 +366,11 @@ void tg_log_legend(FILE *f, const tg_log_columns *c) {
     fputs("  dt     wall time of the whole step in ms\n", f);
   fputs("  tok/s  tokens trained per second\n"
         "  mfu    model FLOPs utilisation: FLOP/s achieved (6N + 12*L*H*Q*T a token, as nanoGPT\n"
-        "         counts) over peak_flops; '-' while peak_flops is unknown (0)\n"
+        "         counts) over the peak: peak_flops in train.cfg, else the device's own (a GPU's\n"
+        "         datasheet, a CPU's measured sgemm: the 'mfu:' line above says which); '-' while\n"
+        "         it is unknown\n"
+        "  eta    wall time since the run (or its resume) started, and the time left to\n"
+        "         max_steps at its pace so far\n"
         "each evaluation prints train and val loss: the mean over eval_batches batches of each "
         "split\n",
         f);

@@ -8,11 +8,13 @@
  *
  * A step row and its JSON line:
  *   {"step":10,"loss":2.5131,"lr":0.0001,"grad_norm":0.812,"dt_ms":41.2,
- *    "fwd_ms":12,"bwd_ms":27.1,"tok_per_s":15872,"mfu":0.031}
+ *    "fwd_ms":12,"bwd_ms":27.1,"tok_per_s":15872,"mfu":0.031,
+ *    "time":1795766400.123,"elapsed_s":12.5}
  * fwd_ms and bwd_ms are left out when the backend does not time them; mfu
  * is null when peak_flops is unknown, and so is any other value that is not
  * finite (JSON has no NaN).  An evaluation row:
- *   {"step":250,"train_loss":2.1234,"val_loss":2.2345}
+ *   {"step":250,"train_loss":2.1234,"val_loss":2.2345,"time":1795766700.5,"elapsed_s":312.9}
+ * time and elapsed_s are left out when unknown (rows of older files). 
  * Other keys in a line are ignored when reading, so rows may grow. */
 #ifndef TG_METRICS_H
 #define TG_METRICS_H
@@ -61,6 +63,13 @@ typedef struct tg_metrics_row {
   double mfu;       /* a fraction: 0.031 is 3.1% */
   /* TG_METRICS_EVAL: mean losses over eval_batches batches of each split */
   double train_loss, val_loss;
+  /* both kinds: when the row was written, as unix seconds (UTC, to the
+   * millisecond: pandas reads it with pd.to_datetime(unit="s")), and the
+   * seconds since this run (or this resume of it) started */
+  double time, elapsed_s;
+  /* the console only, not the file: seconds left to max_steps at the pace
+   * of this run so far (its steps, evaluations, checkpoints and samples) */
+  double eta_s;
 } tg_metrics_row;
 
 /* A row of that kind and step with every value NaN, to be filled in. */
@@ -109,7 +118,7 @@ typedef struct tg_log_columns {
 /* The lines below explained, column by column; print once at the start. */
 void tg_log_legend(FILE *out, const tg_log_columns *c);
 /* One line, fixed-width columns, without a newline (snprintf's contract):
- * step   10/2000 | loss  2.5131 | lr 1.00e-04 | norm  0.812 | dt   41.2 ms (fwd  12.0, bwd  27.1) |    15,872 tok/s | mfu  3.1%
+ * step   10/2000 | loss  2.5131 | lr 1.00e-04 | norm  0.812 | dt   41.2 ms (fwd  12.0, bwd  27.1) |    15,872 tok/s | mfu  3.1% |    12s, eta  1m22s
  * "(fwd .., bwd ..)" only with c->fwd_bwd; "-" for what is unknown. */
 int tg_log_step_line(char *buf, size_t n, const tg_log_columns *c, const tg_metrics_row *r);
 /* step  250/2000 | eval | train loss  2.1234 | val loss  2.2345 */

@@ -96,6 +96,14 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* Unix seconds (UTC), for the metrics' time stamps: the wall clock, which
+ * may jump, so durations come from now() instead. */
+static double unix_time(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* ---- the run ---------------------------------------------------------------- */
 
 /* One parameter, shared by every graph: tensors on the device. */
@@ -142,6 +150,7 @@ typedef struct run {
   int n_loaders;
   tg_metrics_file *mf; /* rank 0's metrics file */
   tg_hf_dims init_dims; /* the model's sizes in init_from's file (hf.h); n = 0: none */
+  double started;      /* now() when tg_train began: the metrics' elapsed_s counts from it */
 } run;
 
 /* Prints to stdout and, on rank 0, to the log file. */
@@ -667,6 +676,18 @@ static void write_effective_config(run *r) {
   }
 }
 
+/* Resuming a run that has done max_steps already would train nothing and
+ * exit 0 as if it had: an error at max_steps's place in train.cfg (or the
+ * command line), with the checkpoint's step and what to raise. */
+static void refuse_resume_without_steps(run *r, int64_t done, const char *ckpt) {
+  const tg_train_config *c = &r->cfg;
+  if (done < c->max_steps) return;
+  tg_error(r->ctx, key_loc(r, "max_steps"),
+           "max_steps = %lld, but the checkpoint %s has done %lld steps already: there is nothing to resume; "
+           "raise max_steps above %lld to train further (max_steps = N in %s, or max_steps=N on the command line)",
+           (long long)c->max_steps, ckpt, (long long)done, (long long)done, c->path);
+}
+
 /* Fills the parameters (and for resume the moments) from wherever the
  * config says; returns the steps already done and the data position. */
 static int64_t initial_state(run *r, uint64_t *position) {
@@ -700,12 +721,7 @@ static int64_t initial_state(run *r, uint64_t *position) {
         say(r, "seed %lld (reseed = true; the checkpoint's was %llu)\n", (long long)c->seed,
             (unsigned long long)m.seed);
     }
-    if (m.step >= c->max_steps) {
-      tg_error(r->ctx, key_loc(r, "max_steps"),
-               "max_steps = %lld, but the checkpoint %s has done %lld steps already: there is nothing to resume; "
-               "raise max_steps above %lld to train further",
-               (long long)c->max_steps, used ? used : c->out_dir, (long long)m.step, (long long)m.step);
-    }
+    refuse_resume_without_steps(r, m.step, used ? used : c->out_dir);
     say(r, "resumed from %s: %lld steps done\n", used ? used : c->out_dir, (long long)m.step);
     return m.step;
   }
@@ -757,6 +773,8 @@ static void evaluate(run *r, const tg_log_columns *cols, tg_metrics_file *mf, in
   tg_metrics_row e = tg_metrics_row_blank(TG_METRICS_EVAL, step);
   e.train_loss = eval_split(r, r->train);
   e.val_loss = eval_split(r, r->val);
+  e.time = unix_time();
+  e.elapsed_s = now() - r->started;
   tg_log_eval_line(line, sizeof line, cols, &e);
   say(r, "%s\n", line);
   if (mf && !tg_metrics_append(mf, &e, why, sizeof why)) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "%s", why);
@@ -798,6 +816,33 @@ static double step_flops(run *r, int64_t tokens_per_step, int64_t *nparams) {
   return tg_flops_per_step(&mm, tokens_per_step);
 }
 
+/* Rank 0's lines before the first step: the model, the batch, the ZeRO
+ * stage, MFU's peak and the legend of the step lines.  Returns that peak:
+ * train.cfg's peak_flops, else the device's own (a known GPU's datasheet
+ * figure, a CPU's measured one: backend.h), 0 when unknown; only rank 0
+ * logs MFU, so only it spends the CPU's measurement on it. */
+static double say_run_start(run *r, int64_t nparams, int64_t tokens_per_step, const tg_log_columns *cols) {
+  const tg_train_config *c = &r->cfg;
+  if (r->rank != 0) return 0;
+  bool bf16 = tg_train_config_precision(c) == TG_PRECISION_BF16;
+  double peak = c->peak_flops;
+  const char *peak_from = "peak_flops in train.cfg";
+  if (!(peak > 0)) peak = tg_device_peak_flops(r->dev, bf16, &peak_from);
+  say(r, "training %s: %lld parameters, %lld tokens per step (%lld x %lld x %lld accumulated x %d rank%s), %s\n",
+      c->model, (long long)nparams, (long long)tokens_per_step, (long long)c->batch_size, (long long)c->block_size,
+      (long long)c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s",
+      bf16 ? "bf16 (f32 master weights, optimizer and statistics)" : "f32");
+  if (r->nranks > 1) say(r, "%s\n", tg_zero_describe(r->zero));
+  if (peak > 0)
+    say(r, "mfu: over a peak of %.4g %s %s a device (%s)\n", peak >= 1e12 ? peak * 1e-12 : peak * 1e-9,
+        peak >= 1e12 ? "TFLOP/s" : "GFLOP/s", bf16 ? "bf16" : "f32", peak_from);
+  else
+    say(r, "mfu: unknown (%s); set peak_flops in train.cfg to show it\n", peak_from);
+  tg_log_legend(stdout, cols);
+  if (r->log) tg_log_legend(r->log, cols);
+  return peak;
+}
+
 static void train_loop(run *r) {
   const tg_train_config *c = &r->cfg;
   uint64_t position;
@@ -817,26 +862,16 @@ static void train_loop(run *r) {
   int64_t tokens_per_step = c->batch_size * c->block_size * c->grad_accum * r->nranks;
   int64_t nparams;
   double flops_per_step = step_flops(r, tokens_per_step, &nparams);
-
   tg_lr_schedule sched = {c->learning_rate, c->min_lr, c->warmup_steps, tg_train_config_decay_steps(c)};
   tg_log_columns cols = {c->max_steps, true};
-  if (r->rank == 0) {
-    say(r, "training %s: %lld parameters, %lld tokens per step (%lld x %lld x %lld accumulated x %d rank%s), %s\n",
-        c->model, (long long)nparams, (long long)tokens_per_step, (long long)c->batch_size, (long long)c->block_size,
-        (long long)c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s",
-        tg_train_config_precision(c) == TG_PRECISION_BF16
-            ? "bf16 (f32 master weights, optimizer and statistics)"
-            : "f32");
-    if (r->nranks > 1) say(r, "%s\n", tg_zero_describe(r->zero));
-    tg_log_legend(stdout, &cols);
-    if (r->log) tg_log_legend(r->log, &cols);
-  }
+  double peak = say_run_start(r, nparams, tokens_per_step, &cols);
   /* the loss before any step: the baseline of the plot */
   /* at stage 3 every rank runs the evaluations and samples: their graphs
    * gather the weights from every rank's shards */
   const bool all_ranks = sharded_weights(r);
   if (done == 0 && (r->rank == 0 || all_ranks)) evaluate(r, &cols, mf, 0);
   double phase0[TG_NPHASES] = {0};
+  const double loop_started = now(); /* the ETA's pace: the loop's, not the compile's */
   for (int64_t s = done; s < c->max_steps; s++) {
     double t0 = now();
     double lr = tg_lr_at(&sched, s);
@@ -878,7 +913,10 @@ static void train_loop(run *r) {
     row.fwd_ms = (phase1[TG_PHASE_FORWARD] - phase0[TG_PHASE_FORWARD]) * 1e3;
     row.bwd_ms = (phase1[TG_PHASE_BACKWARD] - phase0[TG_PHASE_BACKWARD]) * 1e3;
     row.tok_per_s = (double)tokens_per_step / dt;
-    row.mfu = tg_mfu(flops_per_step, dt, c->peak_flops);
+    row.mfu = tg_mfu(flops_per_step, dt, peak * r->nranks); /* the step's FLOPs are every rank's */
+    row.time = unix_time();
+    row.elapsed_s = now() - r->started;
+    row.eta_s = (now() - loop_started) / (double)(step - done) * (double)(c->max_steps - step);
     if (r->rank == 0) {
       if (due(step, c->log_interval, c->max_steps) || step == 1) {
         char line[512];
@@ -1221,6 +1259,15 @@ static int train(run *r) {
     mkdirs(r, c->out_dir);
     lock_out_dir(r);
     refuse_fresh_run_over_old(r);
+    if (c->resume) {
+      /* before anything is compiled (initial_state checks again, on the
+       * checkpoint it loads, in case this one could not be read) */
+      char *ckpt = NULL;
+      int64_t done = tg_ckpt_latest_step(c->out_dir, &ckpt);
+      const char *at = ckpt ? tg_strdup(r->ctx->arena, ckpt) : NULL;
+      free(ckpt);
+      if (at) refuse_resume_without_steps(r, done, at);
+    }
     r->log = fopen(path_in(r, c->out_dir, "train.log"), c->resume ? "a" : "w");
     if (!r->log)
       tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot open %s/train.log: %s", c->out_dir, strerror(errno));
@@ -1261,6 +1308,7 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   r->nranks = nranks;
   r->ctx = tg_ctx_new(stderr);
   r->lock_fd = -1;
+  r->started = now();
   jmp_buf bail;
   r->ctx->bail = &bail;
   int status;

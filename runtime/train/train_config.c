@@ -697,9 +697,13 @@ bool tg_train_config_validate(tg_ctx *ctx, const tg_train_config *cfg) {
   int init = key_index("init_from"), batch = key_index("batch_size");
   const tg_cfg_origin *o = cfg->origin;
   if (cfg->warmup_steps > cfg->max_steps)
-    rule_error(ctx, cfg, warm, max, "warmup_steps (%lld%s) must not exceed max_steps (%lld%s)",
+    /* Refused, not capped: a run that is all warmup never reaches its
+     * learning_rate, which a short test run would not show. */
+    rule_error(ctx, cfg, warm, max,
+               "warmup_steps (%lld%s) must not exceed max_steps (%lld%s): set warmup_steps to at most "
+               "%lld, or raise max_steps",
                (long long)cfg->warmup_steps, how_set(o[warm]), (long long)cfg->max_steps,
-               how_set(o[max]));
+               how_set(o[max]), (long long)cfg->max_steps);
   if (cfg->min_lr > cfg->learning_rate)
     rule_error(ctx, cfg, min_lr, lr, "min_lr (%g%s) must not exceed learning_rate (%g%s)",
                cfg->min_lr, how_set(o[min_lr]), cfg->learning_rate, how_set(o[lr]));

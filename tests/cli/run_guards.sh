@@ -41,6 +41,17 @@ expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true
 contains "$tmp/out" "max_steps = 4, but the checkpoint $tmp/r/ckpt.safetensors has done 4 steps already"
 expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=3
 contains "$tmp/out" "raise max_steps above 4"
+# ... naming where max_steps was set and the file to change, before any compile work
+contains "$tmp/out" "command line: error: max_steps = 3"
+contains "$tmp/out" "(max_steps = N in $s, or max_steps=N on the command line)"
+if grep -q "^built \|^compile:" "$tmp/out"; then bad "the refused resume compiled the model first"; else ok; fi
+# ... and on two ranks, once (rank 0 checks; the others are ended with it)
+if [ -z "${TG_SANITIZED:-}" ] && command -v mpirun > /dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  expect_status 1 timeout 120 "$tgrun" --nproc 2 "$s" out_dir="$tmp/r" resume=true
+  n=$(grep -o "error: max_steps = 4, but the checkpoint" "$tmp/out" | wc -l)
+  if [ "$n" -eq 1 ]; then ok; else bad "the resume error printed $n times"; cat "$tmp/out"; fi
+fi
 expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true overwrite=true
 contains "$tmp/out" "set one of them"
 # overwrite = true: replaced as a fresh run; resume past the step works

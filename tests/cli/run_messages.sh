@@ -102,6 +102,11 @@ elif command -v mpirun > /dev/null; then
   expect_status 2 timeout 120 "$tgrun" --nproc 2 "$s" out_dir="$tmp/np" max_steps=abc
   n=$(grep -o "error: max_steps takes an integer" "$tmp/out" | wc -l)  # -o: interleaved copies share a line
   if [ "$n" -eq 1 ]; then ok; else bad "the train.cfg error printed $n times"; cat "$tmp/out"; fi
+  # ... and so is a broken rule between keys, with what to change
+  expect_status 1 timeout 120 "$tgrun" --nproc 2 "$s" out_dir="$tmp/np" max_steps=1 warmup_steps=2
+  n=$(grep -o "error: warmup_steps (2, from the command line) must not exceed max_steps (1" "$tmp/out" | wc -l)
+  if [ "$n" -eq 1 ]; then ok; else bad "the rule error printed $n times"; cat "$tmp/out"; fi
+  contains "$tmp/out" "set warmup_steps to at most 1, or raise max_steps"
   expect_status 1 timeout 120 "$tgrun" --nproc 2 "$s" out_dir="$tmp/np" model.n_layer=-1
   n=$(grep -o "error: assertion failed: n_layer" "$tmp/out" | wc -l)
   if [ "$n" -eq 1 ]; then ok; else bad "the model's error printed $n times"; cat "$tmp/out"; fi

@@ -75,12 +75,59 @@ first=$(head -1 "$tmp/a.losses" | cut -d' ' -f2) last=$(tail -1 "$tmp/a.losses" 
 /usr/bin/python3 -c "import sys; sys.exit(0 if float('$last') < float('$first') - 0.3 else 1)" && ok ||
   bad "the loss did not fall: $first -> $last"
 
+# issue 29, item 8: every metrics row has a time stamp and the seconds
+# since the start, never going back; the log shows them with an ETA; MFU
+# is a number on the CPU backend with no peak_flops (measured); loss.svg,
+# parsed as XML, draws train and val loss, the learning rate, the gradient
+# norm and the tokens per second
+times() { /usr/bin/python3 - "$@" <<'PY'
+import json, sys, time
+rows = [json.loads(l) for l in open(sys.argv[1])]
+bad = [r for r in rows if not isinstance(r.get("time"), float) or not isinstance(r.get("elapsed_s"), float)]
+if bad: sys.exit("rows without time or elapsed_s: %s" % bad[:2])
+el = [r["elapsed_s"] for r in rows]
+if any(b < a for a, b in zip(el, el[1:])) or el[0] < 0: sys.exit("elapsed_s goes back: %s" % el)
+now = time.time()
+if not all(now - 3600 < r["time"] <= now + 1 for r in rows): sys.exit("a time that is not now's: %s" % rows[0])
+mfu = [r["mfu"] for r in rows if "loss" in r]
+if not all(isinstance(m, float) and 0 < m for m in mfu): sys.exit("mfu not a number: %s" % mfu)
+print("%d rows, elapsed %.3f .. %.3f s, mfu %.3g .. %.3g" % (len(rows), el[0], el[-1], min(mfu), max(mfu)))
+PY
+}
+times "$tmp/a/metrics.jsonl" && ok || bad "the metrics' time, elapsed_s or mfu"
+if grep -Eq '^step +12/12 \|.*\| mfu +[0-9.]+% \| +[0-9dhms]+, eta +0s$' "$tmp/a.out"; then ok
+else bad "no elapsed time and eta on the last step's line: $(grep '^step 12/12' "$tmp/a.out")"; fi
+contains "$tmp/a.out" "mfu: over a peak of"
+contains "$tmp/a.out" "(measured: OpenBLAS sgemm 512x512x512 on one core"
+if /usr/bin/python3 - "$tmp/a/loss.svg" <<'PY'
+import sys, xml.etree.ElementTree as ET
+svg = ET.parse(sys.argv[1]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+paths = {p.get("id"): p.get("d") for p in svg.iter(ns + "path")}
+want = ["train", "val", "lr", "grad_norm", "tok_per_s"]
+missing = [k for k in want if not (paths.get(k) or "").strip()]
+ids = [e.get("id") for e in svg.iter() if e.get("id")]
+print("paths:", sorted(paths), "missing:", missing)
+sys.exit(1 if missing or len(ids) != len(set(ids)) else 0)
+PY
+then ok; else bad "loss.svg lacks a series, or repeats an id"; fi
+
 # resume: 6 steps, then on to 12
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/b" max_steps=6
 if grep -Eq '^compile: front end [0-9.]+ s, back end [0-9.]+ s \(cc, warm: 4 programs, 0 compiled, 4 cached\)$' "$tmp/out"
 then ok; else bad "no warm compile line: $(grep compile: "$tmp/out")"; fi
 expect_status 0 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/b" resume=true
 contains "$tmp/out" "resumed from"
+# the resumed rows count their elapsed_s from the resume, not from the
+# first run's start (which came before its step-0 row's time)
+/usr/bin/python3 - "$tmp/b/metrics.jsonl" <<'PY' && ok || bad "elapsed_s did not restart at the resume"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+first = rows[0]
+resumed = next(r for r in rows if r["step"] == 7)
+print("step 7: elapsed_s %.3f, %.3f s after step 0's row" % (resumed["elapsed_s"], resumed["time"] - first["time"]))
+sys.exit(0 if resumed["elapsed_s"] < resumed["time"] - first["time"] else 1)
+PY
 losses "$tmp/b/metrics.jsonl" > "$tmp/b.losses"
 if diff "$tmp/a.losses" "$tmp/b.losses" > "$tmp/diff"; then ok; else bad "resumed losses differ:"; cat "$tmp/diff"; fi
 

@@ -104,7 +104,7 @@ START_TEST(test_a_run) {
   tg_plot_point *train = curve(2000, 1, 1);
   tg_plot_point val[9];
   for (int i = 0; i < 9; i++) val[i] = (tg_plot_point){i * 250, 1.6 + 2.6 * exp(-i / 1.5)};
-  tg_loss_plot p = {"baby_shakespeare_char", train, 2000, val, 9};
+  tg_loss_plot p = {.title = "baby_shakespeare_char", .train = train, .n_train = 2000, .val = val, .n_val = 9};
   int64_t skipped = -1;
   char *svg = render(&p, &skipped);
   ck_assert_int_eq(skipped, 0);
@@ -132,7 +132,7 @@ END_TEST
 
 START_TEST(test_one_point) {
   tg_plot_point one = {1, 4.17};
-  tg_loss_plot p = {NULL, &one, 1, NULL, 0};
+  tg_loss_plot p = {.title = NULL, .train = &one, .n_train = 1, .val = NULL, .n_val = 0};
   char *svg = render(&p, NULL);
   /* A line of one point is drawn as a small ring, on axes around it. */
   ck_assert_ptr_nonnull(strstr(svg, "<path id=\"train\""));
@@ -141,7 +141,7 @@ START_TEST(test_one_point) {
   ck_assert_ptr_nonnull(strstr(svg, "<title>loss</title>"));
   free(svg);
   /* Only a val point. */
-  tg_loss_plot q = {"v", NULL, 0, &one, 1};
+  tg_loss_plot q = {.title = "v", .train = NULL, .n_train = 0, .val = &one, .n_val = 1};
   svg = render(&q, NULL);
   ck_assert_ptr_null(strstr(svg, "id=\"train\""));
   ck_assert_ptr_nonnull(strstr(svg, "<path id=\"val\""));
@@ -152,7 +152,7 @@ END_TEST
 START_TEST(test_not_finite) {
   tg_plot_point train[6] = {{1, 4}, {2, NAN}, {3, 3.5}, {4, INFINITY}, {5, 3}, {NAN, 2}};
   tg_plot_point val[2] = {{0, -INFINITY}, {5, 3.2}};
-  tg_loss_plot p = {"diverged", train, 6, val, 2};
+  tg_loss_plot p = {.title = "diverged", .train = train, .n_train = 6, .val = val, .n_val = 2};
   int64_t skipped = 0;
   char *svg = render(&p, &skipped);
   ck_assert_int_eq(skipped, 4);
@@ -166,7 +166,7 @@ START_TEST(test_not_finite) {
   free(svg);
   /* Nothing finite at all: still a plot, saying so. */
   tg_plot_point bad[2] = {{1, NAN}, {2, NAN}};
-  tg_loss_plot q = {"empty", bad, 2, NULL, 0};
+  tg_loss_plot q = {.title = "empty", .train = bad, .n_train = 2, .val = NULL, .n_val = 0};
   svg = render(&q, &skipped);
   ck_assert_int_eq(skipped, 2);
   ck_assert_ptr_null(strstr(svg, "<path"));
@@ -183,7 +183,7 @@ START_TEST(test_huge) {
    * file stays small because each pixel column keeps four points. */
   int64_t n = 600000;
   tg_plot_point *train = curve(n, 1, 1);
-  tg_loss_plot p = {"gpt2", train, n, NULL, 0};
+  tg_loss_plot p = {.title = "gpt2", .train = train, .n_train = n, .val = NULL, .n_val = 0};
   char *svg = render(&p, NULL);
   ck_assert_uint_lt(strlen(svg), 200000);
   ck_assert_ptr_nonnull(strstr(svg, ">600k</text>"));
@@ -192,34 +192,81 @@ START_TEST(test_huge) {
   free(train);
   /* Steps near a trillion and beyond 2^53. */
   train = curve(1000, 1e12, 1e9);
-  p = (tg_loss_plot){"big", train, 1000, NULL, 0};
+  p = (tg_loss_plot){.title = "big", .train = train, .n_train = 1000, .val = NULL, .n_val = 0};
   svg = render(&p, NULL);
   ck_assert_ptr_nonnull(strstr(svg, ">1T</text>"));
   ck_assert_ptr_nonnull(strstr(svg, ">1.2T</text>"));
   free(svg);
   free(train);
   tg_plot_point far[2] = {{1e18, 3}, {1e18 + 4096, 2}};
-  p = (tg_loss_plot){"far", far, 2, far, 2};
+  p = (tg_loss_plot){.title = "far", .train = far, .n_train = 2, .val = far, .n_val = 2};
   free(render(&p, NULL));
   tg_plot_point flat[3] = {{5, 2}, {5, 2}, {5, 2}};
-  p = (tg_loss_plot){"flat", flat, 3, NULL, 0};
+  p = (tg_loss_plot){.title = "flat", .train = flat, .n_train = 3, .val = NULL, .n_val = 0};
   free(render(&p, NULL));
   /* Losses far from the usual, and ranges narrower than a tick can be. */
   tg_plot_point wild[3] = {{1, 1e30}, {2, -5}, {3, 1e-30}};
-  p = (tg_loss_plot){"wild", wild, 3, NULL, 0};
+  p = (tg_loss_plot){.title = "wild", .train = wild, .n_train = 3, .val = NULL, .n_val = 0};
   free(render(&p, NULL));
   tg_plot_point narrow[2] = {{1e18, 1}, {1e18 + 128, 1 + 2.3e-16}};
-  p = (tg_loss_plot){"narrow", narrow, 2, NULL, 0};
+  p = (tg_loss_plot){.title = "narrow", .train = narrow, .n_train = 2, .val = NULL, .n_val = 0};
   free(render(&p, NULL));
 }
 END_TEST
 
 START_TEST(test_title_escaped) {
   tg_plot_point one = {1, 2};
-  tg_loss_plot p = {"a <b> & \"c\"\n", &one, 1, NULL, 0};
+  tg_loss_plot p = {.title = "a <b> & \"c\"\n", .train = &one, .n_train = 1, .val = NULL, .n_val = 0};
   char *svg = render(&p, NULL);
   ck_assert_ptr_nonnull(strstr(svg, "<title>a &lt;b&gt; &amp; &quot;c&quot; </title>"));
   free(svg);
+}
+END_TEST
+
+START_TEST(test_small_plots) {
+  /* The other series of a run, each a small plot on its own axes under the
+   * loss: a path each, inside its own box, and ids that stay unique. */
+  int64_t n = 300;
+  tg_plot_point *train = curve(n, 1, 1), *lr = curve(n, 1, 1), *norm = curve(n, 1, 1), *rate = curve(n, 1, 1);
+  for (int64_t i = 0; i < n; i++) lr[i].loss = 1e-3 * (double)(i + 1) / (double)n, rate[i].loss = 15000 + 10 * (double)i;
+  tg_loss_plot p = {.title = "run", .train = train, .n_train = n, .other = {lr, norm, rate}, .n_other = {n, n, n}};
+  char *svg = render(&p, NULL);
+  ck_assert_ptr_nonnull(strstr(svg, "height=\"700\""));
+  const char *ids[] = {"train", "lr", "grad_norm", "tok_per_s", "panel-lr", "panel-grad_norm", "panel-tok_per_s"};
+  for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+    char id[64];
+    snprintf(id, sizeof id, " id=\"%s\"", ids[i]);
+    ck_assert_msg(count(svg, id) == 1, "%s: %d times", id, count(svg, id));
+  }
+  ck_assert_ptr_null(strstr(svg, " id=\"grid\"")); /* one grid a plot: a class, not an id */
+  ck_assert_ptr_nonnull(strstr(svg, ">learning rate</text>"));
+  ck_assert_ptr_nonnull(strstr(svg, ">tokens per second</text>"));
+  /* Each small plot's path keeps to its box: x within its column, y
+   * between the panel's top and bottom, below the loss plot. */
+  const char *paths[] = {"<path id=\"lr\"", "<path id=\"grad_norm\"", "<path id=\"tok_per_s\""};
+  for (int k = 0; k < 3; k++) {
+    const char *d = strstr(strstr(svg, paths[k]), " d=\"") + 4;
+    double x_lo = 70 + 255 * k, x_hi = x_lo + 185;
+    for (const char *c = d; *c != '"';) {
+      if (*c == ' ' || *c == 'M') {
+        c++;
+        continue;
+      }
+      char *stop;
+      double x = strtod(c, &stop), y = strtod(stop + 1, &stop);
+      ck_assert_msg(x >= x_lo - 0.05 && x <= x_hi + 0.05 && y >= 530 - 0.05 && y <= 640 + 0.05,
+                    "%s: (%g, %g) out of its box", paths[k], x, y);
+      c = stop;
+    }
+  }
+  free(svg);
+  /* Without them, the plot is the loss plot alone, as before. */
+  p.n_other[0] = p.n_other[1] = p.n_other[2] = 0;
+  svg = render(&p, NULL);
+  ck_assert_ptr_nonnull(strstr(svg, "height=\"480\""));
+  ck_assert_ptr_null(strstr(svg, "panel-"));
+  free(svg);
+  free(train), free(lr), free(norm), free(rate);
 }
 END_TEST
 
@@ -239,6 +286,7 @@ START_TEST(test_files) {
   for (int i = 1; i <= 100; i++) {
     tg_metrics_row r = tg_metrics_row_blank(TG_METRICS_STEP, i);
     r.loss = 4.0 - i * 0.01;
+    r.lr = 1e-3, r.grad_norm = 0.5 + i * 0.01, r.tok_per_s = 15000;
     ck_assert(tg_metrics_append(m, &r, why, sizeof why));
     if (i % 50 == 0) {
       tg_metrics_row e = tg_metrics_row_blank(TG_METRICS_EVAL, i);
@@ -257,6 +305,9 @@ START_TEST(test_files) {
   ck_assert_msg(well_formed(text, &why2), "%s", why2);
   ck_assert_ptr_nonnull(strstr(text, "<path id=\"train\""));
   ck_assert_ptr_nonnull(strstr(text, "<path id=\"val\""));
+  ck_assert_ptr_nonnull(strstr(text, "<path id=\"lr\""));
+  ck_assert_ptr_nonnull(strstr(text, "<path id=\"grad_norm\""));
+  ck_assert_ptr_nonnull(strstr(text, "<path id=\"tok_per_s\""));
   ck_assert_int_eq(count(text, "<circle"), 2 + 1);
 
   /* Nothing but the two files: the temporary one was renamed. */
@@ -287,6 +338,7 @@ int main(void) {
   tcase_add_test(tc, test_not_finite);
   tcase_add_test(tc, test_huge);
   tcase_add_test(tc, test_title_escaped);
+  tcase_add_test(tc, test_small_plots);
   tcase_add_test(tc, test_files);
   suite_add_tcase(s, tc);
   return tu_run(s);

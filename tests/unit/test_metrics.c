@@ -77,6 +77,17 @@ START_TEST(test_json_lines) {
   r = eval_row(250, 2.1234, NAN);
   tg_metrics_json(buf, sizeof buf, &r);
   ck_assert_str_eq(buf, "{\"step\":250,\"train_loss\":2.1234,\"val_loss\":null}");
+  /* Both kinds carry the time (unix seconds, to the millisecond: %.9g
+   * would round a 2026 time to 10 s) and the seconds since the start. */
+  r.time = 1795766400.1234, r.elapsed_s = 312.5;
+  tg_metrics_json(buf, sizeof buf, &r);
+  ck_assert_str_eq(buf, "{\"step\":250,\"train_loss\":2.1234,\"val_loss\":null,\"time\":1795766400.123,"
+                        "\"elapsed_s\":312.500}");
+  r = step_row(10, 2.5);
+  r.time = 1795766400.5, r.elapsed_s = 12.25, r.eta_s = 99; /* eta: the console's, not the file's */
+  tg_metrics_json(buf, sizeof buf, &r);
+  ck_assert_ptr_nonnull(strstr(buf, ",\"mfu\":null,\"time\":1795766400.500,\"elapsed_s\":12.250}"));
+  ck_assert_ptr_null(strstr(buf, "eta"));
   /* A float32 loss survives the 9 digits exactly. */
   r = step_row(1, (double)1.23456789f);
   tg_metrics_json(buf, sizeof buf, &r);
@@ -107,6 +118,7 @@ START_TEST(test_write_read) {
     ck_assert(tg_metrics_append(f, &r, why, sizeof why));
   }
   r = eval_row(5, 3.6, 3.7);
+  r.time = 1795766400.5, r.elapsed_s = 7.25;
   ck_assert(tg_metrics_append(f, &r, why, sizeof why));
   ck_assert(tg_metrics_close(f, why, sizeof why));
 
@@ -116,6 +128,8 @@ START_TEST(test_write_read) {
   const tg_metrics_row *a = &log.rows[0];
   ck_assert_int_eq(a->kind, TG_METRICS_STEP);
   ck_assert_int_eq(a->step, 1);
+  ck_assert(isnan(a->time) && isnan(a->elapsed_s)); /* absent: a file of a tg before them */
+  ck_assert(log.rows[5].time == 1795766400.5 && log.rows[5].elapsed_s == 7.25);
   ck_assert(a->loss == 4.2 && a->lr == 1e-3 && a->grad_norm == 0.5 && a->dt_ms == 40);
   ck_assert(a->fwd_ms == 10 && a->bwd_ms == 20 && a->tok_per_s == 19200 && a->mfu == 0.05);
   ck_assert(isnan(a->val_loss) && isnan(a->train_loss));
@@ -211,6 +225,20 @@ START_TEST(test_console) {
   tg_log_step_line(buf, sizeof buf, &c, &r);
   ck_assert_str_eq(buf, "step   10/2000 | loss  2.5131 | lr 1.00e-04 | norm  0.812 | dt   41.2 ms "
                         "(fwd  12.0, bwd  27.1) |    15,872 tok/s | mfu  3.1%");
+  /* The time since the start and the time left, as a person reads them. */
+  const struct {
+    double elapsed, eta;
+    const char *text;
+  } spans[] = {{12, 82.4, " |    12s, eta  1m22s"},         {3599.6, 7260, " |  1h00m, eta  2h01m"},
+               {90061, NAN, " |  1d01h, eta      -"},           {0.2, 4e9, " |     0s, eta      -"}};
+  for (size_t i = 0; i < sizeof spans / sizeof *spans; i++) {
+    r.elapsed_s = spans[i].elapsed, r.eta_s = spans[i].eta;
+    tg_log_step_line(buf, sizeof buf, &c, &r);
+    const char *tail = strstr(buf, "mfu  3.1%");
+    ck_assert_msg(tail && !strcmp(tail + 9, spans[i].text), "%s", buf);
+  }
+  r.elapsed_s = NAN;
+  tg_log_step_line(buf, sizeof buf, &c, &r);
   size_t width = strlen(buf);
   /* Other values, the same columns: GPT-2's first step, an unknown MFU. */
   r.step = 1, r.loss = 10.9876, r.grad_norm = 12.5, r.dt_ms = 1234.5, r.tok_per_s = 1543210;
@@ -254,7 +282,7 @@ START_TEST(test_legend) {
   tg_log_legend(f, &c);
   fclose(f);
   const char *cols[] = {"\n  step ", "\n  loss ", "\n  lr ", "\n  norm ", "\n  dt ", "\n  tok/s ",
-                        "\n  mfu ", "fwd and bwd", "peak_flops", "eval_batches"};
+                        "\n  mfu ", "fwd and bwd", "peak_flops", "measured sgemm", "\n  eta ", "eval_batches"};
   for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
     ck_assert_msg(strstr(text, cols[i]), "legend lacks '%s':\n%s", cols[i], text);
   free(text);

@@ -155,7 +155,8 @@ START_TEST(test_example_config) {
   ck_assert_int_eq(cfg.max_steps, 2000);
   ck_assert(cfg.learning_rate == 1e-3 && cfg.min_lr == 1e-4);
   ck_assert_int_eq(cfg.warmup_steps, 100);
-  ck_assert_int_eq(cfg.lr_decay_steps, 2000);
+  ck_assert_int_eq(cfg.lr_decay_steps, 0); /* follows max_steps */
+  ck_assert_int_eq(tg_train_config_decay_steps(&cfg), 2000);
   ck_assert(cfg.beta2 == 0.99);
   ck_assert_int_eq(cfg.eval_interval, 250);
   ck_assert_int_eq(cfg.eval_batches, 20);
@@ -441,10 +442,12 @@ START_TEST(test_rules_between_keys) {
   /* Reported where the later of the two values was set, with the other
    * one's place in a note. */
   bad_rule("max_steps = 50\n", NULL,
-           "t.cfg:1:13: error: warmup_steps (100, the default) must not exceed max_steps (50)\n"
+           "t.cfg:1:13: error: warmup_steps (100, the default) must not exceed max_steps (50): set "
+           "warmup_steps to at most 50, or raise max_steps\n"
            "    1 | max_steps = 50\n");
   bad_rule("warmup_steps = 10\nmax_steps = 5\n", NULL,
-           "t.cfg:2:13: error: warmup_steps (10) must not exceed max_steps (5)\n"
+           "t.cfg:2:13: error: warmup_steps (10) must not exceed max_steps (5): set warmup_steps to "
+           "at most 5, or raise max_steps\n"
            "    2 | max_steps = 5\n"
            "      |             ^\n"
            "t.cfg:1:16: note: warmup_steps is set here\n");

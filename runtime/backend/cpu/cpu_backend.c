@@ -27,6 +27,8 @@ typedef struct cpu_device {
   tg_device base;
   float *pack;        /* the all-reduce's packed buffer, grown as needed */
   int64_t pack_cap;
+  double peak;        /* tg_device_peak_flops, once measured (0: not yet) */
+  char peak_what[160];
 } cpu_device;
 
 typedef struct cpu_tensor {
@@ -96,6 +98,61 @@ static void cpu_close(tg_device *x) {
 static const char *cpu_describe(const tg_device *d) {
   (void)d;
   return "generated C (cc -O2 -fopenmp, OpenBLAS)";
+}
+
+/* A CPU has no datasheet figure tg can look up, so its peak is measured:
+ * OpenBLAS's sgemm (what the generated C's matmuls call) on one core, on
+ * matrices of 512 (large enough for its best kernel, small enough for the
+ * caches), for about 0.2 s, times the threads the kernels run on (each
+ * calls BLAS single-threaded: render_c.c).  The library is the one the
+ * generated objects link (-lopenblas); dlopen finds it already loaded when
+ * a graph has been compiled.  Cores that other work keeps busy while it
+ * measures lower the figure, and MFU with it, which is what they do to
+ * training too. */
+static double cpu_peak_flops(tg_device *x, bool bf16, const char **what) {
+  cpu_device *d = (cpu_device *)x;
+  (void)bf16; /* the CPU computes in f32 */
+  *what = d->peak_what;
+  if (d->peak > 0) return d->peak;
+  void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (!blas) blas = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
+  typedef void sgemm_fn(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                        float *, int);
+  sgemm_fn *sgemm = blas ? (sgemm_fn *)dlsym(blas, "cblas_sgemm") : NULL;
+  void (*set_threads)(int) = blas ? (void (*)(int))dlsym(blas, "openblas_set_num_threads") : NULL;
+  if (!sgemm) {
+    snprintf(d->peak_what, sizeof d->peak_what, "cannot time OpenBLAS's cblas_sgemm: %s",
+             blas ? "no such symbol" : dlerror());
+    if (blas) dlclose(blas);
+    return 0;
+  }
+  if (set_threads) set_threads(1);
+  enum { N = 512, ROW_MAJOR = 101, NO_TRANS = 111 };
+  float *a = aligned_zeroed(NULL, (int64_t)sizeof(float) * 3 * N * N), *b = a + N * N, *c = b + N * N;
+  for (int i = 0; i < 2 * N * N; i++) a[i] = (float)(i % 7) * 0.25f - 0.75f;
+  sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, N, N, N, 1, a, N, b, N, 0, c, N); /* warm: pages, caches, frequency */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double secs = 0;
+  int calls = 0;
+  do {
+    sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, N, N, N, 1, a, N, b, N, 0, c, N);
+    calls++;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  } while (secs < 0.2);
+  free(a);
+  dlclose(blas);
+  /* the kernels' OpenMP threads: OMP_NUM_THREADS (which tgrun sets to the
+   * rank's share of the cores, or train.cfg's threads), else every core */
+  const char *env = getenv("OMP_NUM_THREADS");
+  long threads = env && atol(env) > 0 ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads < 1) threads = 1;
+  double per_core = 2.0 * N * N * N * calls / secs;
+  d->peak = per_core * (double)threads;
+  snprintf(d->peak_what, sizeof d->peak_what, "measured: OpenBLAS sgemm %dx%dx%d on one core, %.1f GFLOP/s, x %ld thread%s",
+           N, N, N, per_core * 1e-9, threads, threads == 1 ? "" : "s");
+  return d->peak;
 }
 
 /* The tensors packed into one buffer, one all-reduce, unpacked: fewer,
@@ -606,6 +663,7 @@ const tg_backend tg_backend_cpu = {
     .open = cpu_open,
     .close = cpu_close,
     .describe = cpu_describe,
+    .peak_flops = cpu_peak_flops,
     .allreduce_average = cpu_allreduce_average,
     .reduce_scatter = cpu_reduce_scatter,
     .all_gather = cpu_all_gather,

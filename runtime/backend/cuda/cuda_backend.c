@@ -439,6 +439,54 @@ static void cuda_close(tg_device *x) {
 
 static const char *cuda_describe(const tg_device *x) { return ((const cuda_device *)x)->describe; }
 
+/* Dense peaks (no 2:4 sparsity) from NVIDIA's datasheets, in TFLOP/s: bf16
+ * on the tensor cores, and plain f32.  The sheets print bf16 "with
+ * sparsity"; the dense figure is half of it.  Found by the name the driver
+ * reports (cuDeviceGetName: "NVIDIA H100 80GB HBM3"), the first entry whose
+ * key appears in it as a whole word, so the variants come before their
+ * family (H100 PCIe before H100) and A10 does not match A100 or A10G. */
+static const struct gpu_peak {
+  const char *key;
+  double bf16, f32;
+  const char *source;
+} gpu_peaks[] = {
+    {"H100 PCIe", 756, 51, "NVIDIA H100 datasheet (PCIe)"},
+    {"H100 NVL", 835, 60, "NVIDIA H100 datasheet (NVL)"},
+    {"H200 NVL", 835, 60, "NVIDIA H200 datasheet (NVL)"},
+    {"GH200", 989, 67, "NVIDIA GH200 datasheet (its H100 SXM GPU)"},
+    {"H100", 989, 67, "NVIDIA H100 datasheet (SXM)"},
+    {"H200", 989, 67, "NVIDIA H200 datasheet (SXM)"},
+    {"A100", 312, 19.5, "NVIDIA A100 datasheet"},
+    {"A10", 125, 31.2, "NVIDIA A10 datasheet"},
+    {"L40S", 362, 91.6, "NVIDIA L40S datasheet"},
+    {"L4", 121, 30.3, "NVIDIA L4 datasheet"},
+    {"RTX 4090", 165.2, 82.6, "NVIDIA Ada GPU architecture whitepaper (RTX 4090, FP32 accumulate)"},
+};
+
+/* key in name, not followed by a letter or digit */
+static bool names_gpu(const char *name, const char *key) {
+  for (const char *p = strstr(name, key); p; p = strstr(p + 1, key)) {
+    char next = p[strlen(key)];
+    if (!((next >= '0' && next <= '9') || (next >= 'A' && next <= 'Z') || (next >= 'a' && next <= 'z'))) return true;
+  }
+  return false;
+}
+
+static double cuda_peak_flops(tg_device *x, bool bf16, const char **what) {
+  cuda_device *d = (cuda_device *)x;
+  if (d->emulated) {
+    *what = "the emulated GPU has no peak of its own";
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof gpu_peaks / sizeof *gpu_peaks; i++)
+    if (names_gpu(d->name, gpu_peaks[i].key)) {
+      *what = gpu_peaks[i].source;
+      return (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].f32) * 1e12;
+    }
+  *what = "a GPU missing from cuda_backend.c's table of peaks";
+  return 0;
+}
+
 /* ---- tensors -------------------------------------------------------------------------- */
 
 static void *staging(cuda_device *d, size_t n) {
@@ -1773,7 +1821,7 @@ static void cuda_profile_print(const tg_exec *x, FILE *out, int top) {
 }
 
 #define CUDA_BACKEND_FUNCTIONS                                                                                     \
-  .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .memory_free = cuda_memory_free, .allreduce_average = cuda_allreduce_average, \
+  .source_suffix = ".cu", .default_precision = "bf16", .close = cuda_close, .describe = cuda_describe, .peak_flops = cuda_peak_flops, .memory_free = cuda_memory_free, .allreduce_average = cuda_allreduce_average, \
   .reduce_scatter = cuda_reduce_scatter, .all_gather = cuda_all_gather, .tensor_view = cuda_tensor_view, .value = cuda_value, \
   .tensor_new = cuda_tensor_new, .tensor_free = cuda_tensor_free, .tensor_write = cuda_tensor_write,                 \
   .tensor_read = cuda_tensor_read, .tensor_hash = cuda_tensor_hash, .compile = cuda_compile, .free = cuda_free,     \
