@@ -296,6 +296,18 @@ static void need_weights_file(tg_ctx *ctx, const char *path) {
              path);
 }
 
+/* The next token from the step's logits: the repetition penalty, then
+ * greedy at temperature 0, else temperature, top-k and top-p. */
+static int32_t choose_next(tg_ctx *ctx, const tg_generate_opts *o, gen *s, const tg_node *lg, int32_t V, double penalty,
+                           double top_p, tg_rng *rng) {
+  if (penalty != 1) tg_sample_penalize(s->logits, V, s->present, penalty);
+  int32_t next = o->temperature == 0
+                     ? tg_sample_greedy(s->logits, V)
+                     : tg_sample_top_p(s->logits, V, o->temperature, (int32_t)o->top_k, top_p, rng, s->scratch);
+  if (next < 0) tg_error(ctx, lg->loc, "cannot sample: the logits are NaN or all -inf");
+  return next;
+}
+
 static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats *st) {
   double t0 = now();
   need_weights_file(ctx, o->weights);
@@ -380,11 +392,7 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
       }
       if (!tg_exec_read(s->e, lg, s->logits, TG_HOST_F32))
         tg_error(ctx, lg->loc, "internal: the logits are not in memory after the step");
-      if (penalty != 1) tg_sample_penalize(s->logits, V, s->present, penalty);
-      int32_t next = o->temperature == 0
-                         ? tg_sample_greedy(s->logits, V)
-                         : tg_sample_top_p(s->logits, V, o->temperature, (int32_t)o->top_k, top_p, &rng, s->scratch);
-      if (next < 0) tg_error(ctx, lg->loc, "cannot sample: the logits are NaN or all -inf");
+      int32_t next = choose_next(ctx, o, s, lg, V, penalty, top_p, &rng);
       if (stop_at_eot && next == TG_GPT2_EOT) {
         fprintf(o->info, "\nsample: <|endoftext|> after %d new tokens; stopping this sample (--no-stop-at-eot goes "
                 "on)\n", made);
