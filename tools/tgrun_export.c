@@ -23,7 +23,7 @@ static const char usage[] =
     "  --out DIR          where to write; made if missing\n"
     "  -D NAME=VALUE      a size the file does not give: n_head, for a Hugging Face\n"
     "                     file without config.json beside it (tg's own files record it)\n"
-    "  --model FILE       the .tg model the weights are for (default: models/gpt2.tg)\n"
+    "  --model FILE       the .tg model the weights are for (default: the one the\n                     checkpoint records, else models/gpt2.tg); it must be GPT-2\n                     (compared with models/gpt2.tg, graph by graph)\n"
     "  -I DIR             also look for imports in DIR\n"
     "  --help\n"
     "\n"

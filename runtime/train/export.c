@@ -5,7 +5,14 @@
  * what is exported is exactly what tgrun would train from the file: the
  * same loader (checkpoint.c, weights.c) with its checks, the model's
  * parameter set and shapes; only the front end runs, no pass and no
- * compiler, so it takes as long as reading and writing the file. */
+ * compiler, so it takes as long as reading and writing the file.
+ *
+ * The model is the one the checkpoint records (its "model" metadata, as
+ * `tgrun sample` finds it), --model overriding; a file that names none (a
+ * Hugging Face file, tgrun init's) is read as models/gpt2.tg.  Whatever the
+ * model, it must compute what Hugging Face's GPT2LMHeadModel computes,
+ * since config.json says GPT-2 and transformers builds GPT-2 from it: see
+ * refuse_not_gpt2. */
 #include "export.h"
 
 #include <math.h>
@@ -18,6 +25,7 @@
 #include "checkpoint.h"
 #include "file.h"
 #include "hf_export.h"
+#include "safetensors.h"
 #include "model_sizes.h"
 #include "weights.h"
 #include "program_dir.h"
@@ -79,16 +87,142 @@ static void refuse_non_finite(tg_ctx *ctx, const tg_export_opts *o, const tg_gra
   }
 }
 
+/* A node's position in g (its id, which the front end keeps in order). */
+static int pos_of(const tg_graph *g, const tg_node *n) {
+  if (n && n->id >= 0 && n->id < g->n_nodes && g->nodes[n->id] == n) return n->id;
+  for (int i = 0; n && i < g->n_nodes; i++)
+    if (g->nodes[i] == n) return i;
+  return -1;
+}
+
+static bool same_sizes(const tg_type *a, const tg_type *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i].size != b->dim[i].size) return false;
+  return true;
+}
+
+/* Whether two nodes compute the same thing from the same operand positions:
+ * op, operands, result type (sizes, not the constants' names) and the
+ * attributes the op has.  The variable name, the location and a param's
+ * initializer are no part of what the model computes and are ignored; a
+ * leaf's name is (it is the tensor's name in the file, and an input's
+ * role). */
+static bool same_node(const tg_graph *ga, const tg_node *a, const tg_graph *gb, const tg_node *b) {
+  if (a->op != b->op || a->nin != b->nin || !same_sizes(&a->type, &b->type)) return false;
+  for (int i = 0; i < a->nin; i++)
+    if (pos_of(ga, a->in[i]) != pos_of(gb, b->in[i])) return false;
+  switch (tg_ops[a->op].attr) {
+  case TG_ATTR_VALUE: return a->value == b->value || (a->value != a->value && b->value != b->value);
+  case TG_ATTR_AXIS: return a->axis == b->axis;
+  case TG_ATTR_RANKS: return a->ranks == b->ranks;
+  case TG_ATTR_AXES: return a->axes == b->axes;
+  case TG_ATTR_PERM: return !memcmp(a->perm, b->perm, sizeof a->perm);
+  case TG_ATTR_SLICE: return a->axis == b->axis && a->start == b->start && a->len == b->len;
+  case TG_ATTR_NAME: return !strcmp(a->name ? a->name : "", b->name ? b->name : "");
+  case TG_ATTR_INIT: return !strcmp(a->name ? a->name : "", b->name ? b->name : "");
+  case TG_ATTR_NONE:
+  case TG_ATTR_DTYPE: return true;
+  }
+  return true;
+}
+
+static const char *describe(tg_ctx *ctx, const tg_node *n) {
+  char ty[TG_TYPE_STR_MAX];
+  return tg_sprintf(ctx->arena, "%s%s%s%s : %s at %s:%d:%d", tg_ops[n->op].name, n->name ? " '" : "",
+                    n->name ? n->name : "", n->name ? "'" : "", tg_type_str(&n->type, ty, sizeof ty),
+                    n->loc.file ? n->loc.file : "?", n->loc.line, n->loc.col);
+}
+
+/* config.json says GPT-2, and transformers builds GPT2LMHeadModel from it
+ * whatever the weights were trained for: a model that computes anything
+ * else (RMSNorm, SwiGLU, an untied head) would load with at most a warning
+ * and generate garbage.  So the model must be GPT-2, judged by its graph,
+ * not its file name: models/gpt2.tg (the GPT-2 that tests/torch checks
+ * against transformers) is compiled with the same sizes, and the two front
+ * end graphs must agree node for node: op, operands, shapes, attributes,
+ * the names of parameters and inputs, the outputs.  This is the IR text
+ * `tgc --emit ir` prints with the variable names, locations and
+ * initializers left out, compared as structure rather than text.  A
+ * parameter check alone (names, shapes, which are tied) would pass a model
+ * with RMSNorm that kept LayerNorm's weight and bias, or GELU swapped for
+ * ReLU; the graph comparison cannot be fooled so, and costs one more front
+ * end run (no passes).  The parameters are compared first all the same,
+ * since "no parameter h.0.ln_1.bias" says more than a node number.  Its
+ * price: a GPT-2 written differently (x / 2 for x * 0.5, another order)
+ * is refused too; models/gpt2.tg is the form to export. */
+static void refuse_not_gpt2(tg_ctx *ctx, const tg_export_opts *o, const tg_graph *g, const tg_compile_opts *co) {
+  const char *models = tg_program_models_dir();
+  const char *ref_path = tg_sprintf(ctx->arena, "%s/gpt2.tg", models ? models : "models");
+  tg_graph *ref = tg_compile_file(ctx, ref_path, co);
+  if (!tg_verify(ctx, ref)) tg_bail(ctx);
+  const char *what = NULL;
+  for (int k = 0; k < ref->n_nodes && !what; k++) {
+    const tg_node *p = ref->nodes[k];
+    if (p->op != TG_OP_param) continue;
+    const tg_node *q = tg_graph_leaf(g, TG_OP_param, p->name);
+    char a[TG_TYPE_STR_MAX], b[TG_TYPE_STR_MAX];
+    if (!q)
+      what = tg_sprintf(ctx->arena, "GPT-2 has the parameter '%s' (%s), which the model lacks", p->name,
+                        tg_type_str(&p->type, a, sizeof a));
+    else if (!same_sizes(&p->type, &q->type))
+      what = tg_sprintf(ctx->arena, "the parameter '%s' is %s in the model but %s in GPT-2", p->name,
+                        tg_type_str(&q->type, a, sizeof a), tg_type_str(&p->type, b, sizeof b));
+  }
+  for (int k = 0; k < g->n_nodes && !what; k++) {
+    const tg_node *q = g->nodes[k];
+    if (q->op != TG_OP_param || tg_graph_leaf(ref, TG_OP_param, q->name)) continue;
+    what = tg_sprintf(ctx->arena,
+                      "the model has the parameter '%s', which GPT-2 lacks%s", q->name,
+                      strstr(q->name, "head") ? " (an untied output head: GPT-2 ties its head to wte.weight, and "
+                                                "transformers would drop this one)"
+                                              : "");
+  }
+  int n = g->n_nodes < ref->n_nodes ? g->n_nodes : ref->n_nodes;
+  for (int k = 0; k < n && !what; k++)
+    if (!same_node(g, g->nodes[k], ref, ref->nodes[k]))
+      what = tg_sprintf(ctx->arena, "the graphs part at node %%%d: the model computes %s where GPT-2 computes %s", k,
+                        describe(ctx, g->nodes[k]), describe(ctx, ref->nodes[k]));
+  if (!what && g->n_nodes != ref->n_nodes)
+    what = tg_sprintf(ctx->arena, "the model's graph has %d nodes, GPT-2's %d (the first %d agree)", g->n_nodes,
+                      ref->n_nodes, n);
+  for (int i = 0; !what && i < (g->n_outputs > ref->n_outputs ? g->n_outputs : ref->n_outputs); i++)
+    if (i >= g->n_outputs || i >= ref->n_outputs || strcmp(g->outputs[i].name, ref->outputs[i].name) ||
+        pos_of(g, g->outputs[i].node) != pos_of(ref, ref->outputs[i].node))
+      what = tg_sprintf(ctx->arena, "the model's outputs are not GPT-2's (output %d)", i);
+  tg_graph_free(ref);
+  if (what)
+    tg_error(ctx, (tg_loc){g->source ? g->source : o->checkpoint, 0, 0},
+             "not GPT-2: %s; the export writes Hugging Face's GPT2LMHeadModel, which would load these weights and "
+             "compute something else (the graph is compared with %s at the same sizes)",
+             what, ref_path);
+}
+
+/* --model, else the model the checkpoint records (as `tgrun sample`
+ * finds it), else, for a file that records none, models/gpt2.tg. */
+static const char *model_of(tg_ctx *ctx, const tg_export_opts *o) {
+  if (o->model) return tg_model_file(ctx, o->model);
+  tg_st_file *f = tg_st_read(ctx, o->checkpoint);
+  const char *recorded = tg_st_meta_get(f, "model");
+  recorded = recorded ? tg_strdup(ctx->arena, recorded) : NULL;
+  tg_st_free(f);
+  if (recorded) return tg_model_file(ctx, recorded);
+  const char *models = tg_program_models_dir();
+  return tg_sprintf(ctx->arena, "%s/gpt2.tg", models ? models : "models");
+}
+
 static int run(tg_ctx *ctx, const tg_export_opts *o, tg_graph **gp, tg_weights **wp, int *lock_fd) {
   refuse_own_input(ctx, o);
   /* the file's sizes, then -D (the last of a name wins; they agree) */
   int n = 0;
-  tg_define *d = tg_model_sizes(ctx, o->checkpoint, NULL, 0, o->defines, o->n_defines, 0, &n);
+  /* B and T are fixed (the export has no batch), so that a model whose
+   * own defaults differ from gpt2.tg's still compares with it */
+  static const tg_define one_row[2] = {{"B", 1, true, "the export (no batch)"}, {"T", 1, true, "the export (no batch)"}};
+  tg_define *d = tg_model_sizes(ctx, o->checkpoint, one_row, 2, o->defines, o->n_defines, 0, &n);
   tg_compile_opts co = {d, n, o->include_dirs, o->n_include_dirs};
-  const char *models = tg_program_models_dir();
-  const char *model = o->model ? o->model : tg_sprintf(ctx->arena, "%s/gpt2.tg", models ? models : "models");
-  *gp = tg_compile_file(ctx, model, &co);
+  *gp = tg_compile_file(ctx, model_of(ctx, o), &co);
   if (!tg_verify(ctx, *gp)) tg_bail(ctx);
+  refuse_not_gpt2(ctx, o, *gp, &co);
   *wp = tg_ckpt_load(ctx, *gp, o->checkpoint, false, NULL);
   if (!*wp) tg_bail(ctx);
   refuse_non_finite(ctx, o, *gp, *wp);

@@ -183,16 +183,6 @@ static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, int vocab,
   return d;
 }
 
-static const char *model_path(tg_ctx *ctx, const char *path) {
-  /* models/gpt2.tg run from elsewhere: the installed models/ */
-  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-  const char *models = tg_program_models_dir();
-  const char *installed = models ? tg_sprintf(ctx->arena, "%s/%s", models, base) : NULL;
-  if (access(path, F_OK) != 0 && path[0] != '/' && installed && access(installed, F_OK) == 0) return installed;
-  if (access(path, F_OK) != 0) tg_error(ctx, (tg_loc){path, 0, 0}, "--model %s: no such file", path);
-  return path;
-}
-
 static void put_token(tg_ctx *ctx, const tg_generate_opts *o, gen *s, int32_t id) {
   size_t len = 0;
   const char *piece = tg_tok_piece(s->tok, id, &len);
@@ -227,7 +217,7 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
   int nd = 0;
   tg_define *d = defines_for(ctx, o, V, &nd);
   tg_compile_opts co = {d, nd, o->include_dirs, o->n_include_dirs};
-  s->g = tg_compile_file(ctx, model_path(ctx, model), &co);
+  s->g = tg_compile_file(ctx, tg_model_file(ctx, model), &co);
   if (!tg_verify(ctx, s->g)) tg_bail(ctx);
   double vocab;
   if (tg_graph_get_config(s->g, "vocab", &vocab) && vocab < V)

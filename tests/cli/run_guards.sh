@@ -61,6 +61,19 @@ expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=4
 contains "$tmp/out" "resumed from"
 
 # export: never over its own input, by any path
+# export takes the model the checkpoint records: a run of a model with
+# RMSNorm for LayerNorm (gpt2.tg, edited here) is refused without --model,
+# naming the difference; --model gpt2.tg over it is refused by the loader
+sed -e 's/ln_\([12f]\)\.layernorm(x)/ln_\1.rmsnorm(x)/g' \
+    -e 's/^block layer(x) {/block rmsnorm(x: f32[..., C]) {\n  param weight: [C] = ones\n  return x * rsqrt(sum(x * x, -1) \/ C + 1e-5) * weight\n}\n\nblock layer(x) {/' \
+    models/gpt2.tg > "$tmp/rms.tg"
+grep -q "rmsnorm" "$tmp/rms.tg" && ok || bad "the RMSNorm model was not made"
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/rms-run" model="$tmp/rms.tg" max_steps=1
+expect_status 1 "$tgrun" export "$tmp/rms-run/ckpt.safetensors" --out "$tmp/rms-hf"
+contains "$tmp/out" "$tmp/rms.tg: error: not GPT-2: GPT-2 has the parameter 'h.0.ln_1.bias'"
+[ -e "$tmp/rms-hf/model.safetensors" ] && bad "the RMSNorm model was exported" || ok
+expect_status 1 "$tgrun" export "$tmp/rms-run/ckpt.safetensors" --model models/gpt2.tg --out "$tmp/rms-hf"
+contains "$tmp/out" "tensor 'h.0.ln_1.bias' is missing"
 expect_status 0 "$tgrun" export "$tmp/r/ckpt.safetensors" --out "$tmp/e"
 cp "$tmp/e/model.safetensors" "$tmp/model.before"
 ln -s "$tmp/e" "$tmp/elink"
