@@ -15,7 +15,9 @@
 #include "ir.h"
 
 /* values: per node id, at the graph's shapes (a tg_weights's values).
+ * eot: config.json's bos/eos token id, negative for none (hf.h).
  * Makes DIR if missing.  Returns false with a message in why. */
-bool tg_hf_export(const char *dir, const tg_graph *g, float *const *values, char *why, size_t whylen);
+bool tg_hf_export(const char *dir, const tg_graph *g, float *const *values, int64_t eot, char *why,
+                  size_t whylen);
 
 #endif

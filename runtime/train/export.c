@@ -24,14 +24,26 @@
 
 #include "checkpoint.h"
 #include "file.h"
+#include "generate.h"
 #include "hf_export.h"
+#include "json_text.h"
 #include "safetensors.h"
 #include "model_sizes.h"
 #include "weights.h"
 #include "program_dir.h"
+#include "sbuf.h"
+#include "tokenizer.h"
 
-/* The files the export writes into out_dir (hf_export.h). */
-static const char *const written[] = {"model.safetensors", "config.json"};
+/* The files the export writes into out_dir: the model (hf_export.h), the
+ * generation config, and the tokenizer: Hugging Face's GPT-2 BPE files
+ * (vocab.json, merges.txt) or, for the char tokenizer, a tokenizer.json in
+ * Hugging Face's `tokenizers` format (not tg's own tokenizer.json, which
+ * `tgrun prepare` writes into a data directory); tokenizer_config.json
+ * names the class AutoTokenizer makes. */
+static const char *const written[] = {"model.safetensors", "config.json",    "generation_config.json",
+                                      "vocab.json",        "merges.txt",     "tokenizer.json",
+                                      "tokenizer_config.json"};
+enum { n_written = sizeof written / sizeof *written };
 
 /* An export must not replace what it reads: out_dir/model.safetensors
  * (or config.json) being the input itself, by any path, a link or a hard
@@ -40,7 +52,7 @@ static const char *const written[] = {"model.safetensors", "config.json"};
 static void refuse_own_input(tg_ctx *ctx, const tg_export_opts *o) {
   struct stat in, out;
   if (stat(o->checkpoint, &in) != 0) return; /* the loader says why it cannot be read */
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < n_written; i++) {
     const char *path = tg_sprintf(ctx->arena, "%s/%s", o->out_dir, written[i]);
     if (stat(path, &out) == 0 && out.st_dev == in.st_dev && out.st_ino == in.st_ino)
       tg_error(ctx, (tg_loc){o->out_dir, 0, 0},
@@ -198,6 +210,94 @@ static void refuse_not_gpt2(tg_ctx *ctx, const tg_export_opts *o, const tg_graph
              what, ref_path);
 }
 
+static void write_text(tg_ctx *ctx, const tg_export_opts *o, const char *name, const char *text, size_t len) {
+  char why[1024];
+  const char *path = tg_sprintf(ctx->arena, "%s/%s", o->out_dir, name);
+  if (!tg_write_file_atomic(path, text, len, why, sizeof why)) tg_error(ctx, (tg_loc){path, 0, 0}, "%s", why);
+}
+
+static void copy_file(tg_ctx *ctx, const tg_export_opts *o, const char *from, const char *name) {
+  char why[1024], *text = NULL;
+  size_t len = 0;
+  if (!tg_read_whole_file(from, &text, &len, why, sizeof why)) tg_error(ctx, (tg_loc){from, 0, 0}, "%s", why);
+  write_text(ctx, o, name, text, len);
+  free(text);
+}
+
+/* The char tokenizer in Hugging Face's `tokenizers` format: a WordLevel
+ * model over the characters (id i = the i-th piece), a pre-tokenizer that
+ * makes each character a word of its own (a regex split isolating every
+ * match of "any one character", newlines included), and the Fuse decoder,
+ * which joins the pieces without the spaces WordLevel's default decoding
+ * puts between words.  No added or special tokens: the char tokenizer has
+ * none.  "<unk>" is not in the vocabulary, so a character the training
+ * text did not have is an error, as in tg. */
+static char *char_tokenizer_json(const tg_tokenizer *t) {
+  tg_sbuf b = {0};
+  tg_sb_puts(&b, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
+                 "  \"added_tokens\": [],\n  \"normalizer\": null,\n"
+                 "  \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"[\\\\s\\\\S]\"}, "
+                 "\"behavior\": \"Isolated\", \"invert\": false},\n"
+                 "  \"post_processor\": null,\n  \"decoder\": {\"type\": \"Fuse\"},\n"
+                 "  \"model\": {\"type\": \"WordLevel\", \"unk_token\": \"<unk>\", \"vocab\": {");
+  for (int32_t id = 0; id < tg_tok_vocab_size(t); id++) {
+    size_t len = 0;
+    const char *piece = tg_tok_piece(t, id, &len);
+    tg_sb_puts(&b, id ? ",\n    " : "\n    ");
+    tg_json_quote(&b, piece, len);
+    tg_sb_printf(&b, ": %d", (int)id);
+  }
+  tg_sb_puts(&b, "\n  }}\n}\n");
+  return tg_sb_take(&b);
+}
+
+/* The tokenizer the run trained with, for AutoTokenizer.from_pretrained,
+ * and generation_config.json; the files of the other kind (an earlier
+ * export's) are removed, so that the directory holds one tokenizer. */
+static void write_tokenizer(tg_ctx *ctx, const tg_export_opts *o, const tg_tokenizer *t, int64_t block_size) {
+  bool gpt2 = t && tg_tok_kind_of(t) == TG_TOK_GPT2;
+  tg_sbuf b = {0};
+  /* both: no clean-up of spaces (transformers' default would make " ." "."):
+   * decode must give back the text as tg's tokenizer does */
+  if (gpt2) {
+    /* encoder.json and vocab.bpe are Hugging Face's vocab.json and merges.txt, byte for byte */
+    const char *enc = tg_tok_source(t);
+    const char *slash = strrchr(enc, '/');
+    const char *bpe = slash ? tg_sprintf(ctx->arena, "%.*s/vocab.bpe", (int)(slash - enc), enc) : "vocab.bpe";
+    copy_file(ctx, o, enc, "vocab.json");
+    copy_file(ctx, o, bpe, "merges.txt");
+    tg_sb_printf(&b,
+                 "{\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n  \"add_prefix_space\": false,\n"
+                 "  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
+                 "  \"unk_token\": \"<|endoftext|>\",\n  \"clean_up_tokenization_spaces\": false,\n"
+                 "  \"model_max_length\": %lld\n}\n",
+                 (long long)block_size);
+  } else if (t) {
+    char *json = char_tokenizer_json(t);
+    write_text(ctx, o, "tokenizer.json", json, strlen(json));
+    free(json);
+    tg_sb_printf(&b,
+                 "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n"
+                 "  \"clean_up_tokenization_spaces\": false,\n  \"model_max_length\": %lld\n}\n",
+                 (long long)block_size);
+  }
+  static const char *const gpt2_files[] = {"vocab.json", "merges.txt"}, *const char_files[] = {"tokenizer.json"};
+  for (int i = 0; i < 2 && (!t || !gpt2); i++) unlink(tg_sprintf(ctx->arena, "%s/%s", o->out_dir, gpt2_files[i]));
+  if (!t || gpt2) unlink(tg_sprintf(ctx->arena, "%s/%s", o->out_dir, char_files[0]));
+  if (t) write_text(ctx, o, "tokenizer_config.json", tg_sb_text(&b), strlen(tg_sb_text(&b)));
+  else unlink(tg_sprintf(ctx->arena, "%s/tokenizer_config.json", o->out_dir));
+  tg_sb_free(&b);
+  /* generate() stops at the context length, past which GPT-2 has no
+   * position; GPT-2's BPE starts and ends text with <|endoftext|> */
+  if (gpt2)
+    tg_sb_printf(&b, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"max_length\": %lld\n}\n", TG_GPT2_EOT,
+                 TG_GPT2_EOT, (long long)block_size);
+  else
+    tg_sb_printf(&b, "{\n  \"max_length\": %lld\n}\n", (long long)block_size);
+  write_text(ctx, o, "generation_config.json", tg_sb_text(&b), strlen(tg_sb_text(&b)));
+  tg_sb_free(&b);
+}
+
 /* --model, else the model the checkpoint records (as `tgrun sample`
  * finds it), else, for a file that records none, models/gpt2.tg. */
 static const char *model_of(tg_ctx *ctx, const tg_export_opts *o) {
@@ -211,7 +311,8 @@ static const char *model_of(tg_ctx *ctx, const tg_export_opts *o) {
   return tg_sprintf(ctx->arena, "%s/gpt2.tg", models ? models : "models");
 }
 
-static int run(tg_ctx *ctx, const tg_export_opts *o, tg_graph **gp, tg_weights **wp, int *lock_fd) {
+static int run(tg_ctx *ctx, const tg_export_opts *o, tg_graph **gp, tg_weights **wp, tg_tokenizer **tokp,
+               int *lock_fd) {
   refuse_own_input(ctx, o);
   /* the file's sizes, then -D (the last of a name wins; they agree) */
   int n = 0;
@@ -226,10 +327,23 @@ static int run(tg_ctx *ctx, const tg_export_opts *o, tg_graph **gp, tg_weights *
   *wp = tg_ckpt_load(ctx, *gp, o->checkpoint, false, NULL);
   if (!*wp) tg_bail(ctx);
   refuse_non_finite(ctx, o, *gp, *wp);
+  /* the tokenizer: --tokenizer, else the run's (as tgrun sample finds it);
+   * a file with none beside it is exported without one */
+  *tokp = tg_generate_tokenizer(ctx, o->checkpoint, o->tokenizer, o->tokenizer != NULL);
+  double vocab = 0, block_size = 0;
+  tg_graph_get_config(*gp, "vocab", &vocab);
+  tg_graph_get_config(*gp, "block_size", &block_size);
+  if (*tokp && tg_tok_vocab_size(*tokp) != (int32_t)vocab)
+    tg_error(ctx, (tg_loc){o->checkpoint, 0, 0},
+             "the model's vocab is %g but the tokenizer (%s) has %d ids: not the tokenizer it was trained with; "
+             "name that one with --tokenizer",
+             vocab, tg_tok_source(*tokp), (int)tg_tok_vocab_size(*tokp));
+  bool gpt2 = *tokp && tg_tok_kind_of(*tokp) == TG_TOK_GPT2;
   *lock_fd = lock_out_dir(ctx, o);
   char why[1024];
-  if (!tg_hf_export(o->out_dir, *gp, (*wp)->values, why, sizeof why))
+  if (!tg_hf_export(o->out_dir, *gp, (*wp)->values, gpt2 ? TG_GPT2_EOT : -1, why, sizeof why))
     tg_error(ctx, (tg_loc){o->out_dir, 0, 0}, "%s", why);
+  write_tokenizer(ctx, o, *tokp, (int64_t)block_size);
   int64_t params = 0;
   int tensors = 0;
   for (int i = 0; i < (*gp)->n_nodes; i++)
@@ -241,6 +355,12 @@ static int run(tg_ctx *ctx, const tg_export_opts *o, tg_graph **gp, tg_weights *
     }
   printf("wrote %s/model.safetensors (%d tensors, %lld parameters) and %s/config.json: GPT-2 for Hugging Face\n",
          o->out_dir, tensors, (long long)params, o->out_dir);
+  if (*tokp)
+    printf("wrote %s's %s tokenizer (%s) and generation_config.json\n", tg_tok_source(*tokp),
+           tg_tok_kind_name(tg_tok_kind_of(*tokp)), gpt2 ? "vocab.json, merges.txt" : "tokenizer.json");
+  else
+    printf("wrote generation_config.json; no tokenizer: none beside %s (give --tokenizer to export one)\n",
+           o->checkpoint);
   return 0;
 }
 
@@ -249,15 +369,18 @@ int tg_export_run(const tg_export_opts *o) {
   /* what the run makes, freed after an error's longjmp too */
   tg_graph **gp = tg_xcalloc(1, sizeof *gp);
   tg_weights **wp = tg_xcalloc(1, sizeof *wp);
+  tg_tokenizer **tokp = tg_xcalloc(1, sizeof *tokp);
   int *lock_fd = tg_xcalloc(1, sizeof *lock_fd);
   *lock_fd = -1;
   jmp_buf bail;
   ctx->bail = &bail;
   int status;
   if (setjmp(bail)) status = 1;
-  else status = run(ctx, o, gp, wp, lock_fd);
+  else status = run(ctx, o, gp, wp, tokp, lock_fd);
   if (*lock_fd >= 0) close(*lock_fd); /* releases the lock; the file stays, harmlessly */
   free(lock_fd);
+  if (*tokp) tg_tok_free(*tokp);
+  free(tokp);
   tg_weights_free(*wp);
   if (*gp) tg_graph_free(*gp);
   free(gp);

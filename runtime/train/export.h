@@ -14,6 +14,7 @@ typedef struct tg_export_opts {
   const char *checkpoint;           /* the file to read */
   const char *out_dir;              /* DIR: model.safetensors, config.json */
   const char *model;                /* the .tg file; NULL: the checkpoint's, else models/gpt2.tg */
+  const char *tokenizer;            /* --tokenizer; NULL: the run's, as tgrun sample finds it */
   const tg_define *defines;         /* -D: sizes the file does not give (n_head) */
   int n_defines;
   const char *const *include_dirs;

@@ -128,11 +128,11 @@ static const char *dir_of(tg_ctx *ctx, const char *path) {
 
 /* The tokenizer: tokenizer.json (as `tgrun prepare` writes it, in the data
  * directory training reads) or GPT-2's two BPE files. */
-static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
-  const char *where = o->tokenizer ? o->tokenizer : dir_of(ctx, o->weights);
+tg_tokenizer *tg_generate_tokenizer(tg_ctx *ctx, const char *weights, const char *tokenizer, bool required) {
+  const char *where = tokenizer ? tokenizer : dir_of(ctx, weights);
   const char *dir = where;
   char why[1024];
-  if (!o->tokenizer) {
+  if (!tokenizer) {
     /* a run's out_dir: its train.cfg names the data_dir whose tokenizer the
      * run trained with, as training finds it */
     const char *cfg = tg_sprintf(ctx->arena, "%s/train.cfg", where);
@@ -156,6 +156,7 @@ static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
   const char *json = tg_sprintf(ctx->arena, "%s/tokenizer.json", dir);
   const char *enc = tg_sprintf(ctx->arena, "%s/encoder.json", dir), *bpe = tg_sprintf(ctx->arena, "%s/vocab.bpe", dir);
   tg_tokenizer *t = NULL;
+  if (!required && !is_file(json) && !(is_file(enc) && is_file(bpe))) return NULL;
   if (is_file(json)) t = tg_prepare_load_tokenizer(dir, why, sizeof why);
   else if (is_file(enc) && is_file(bpe)) t = tg_tok_gpt2_load(enc, bpe, why, sizeof why);
   else
@@ -206,7 +207,7 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
     tg_error(ctx, (tg_loc){o->weights, 0, 0}, "%s names no model (it is not a tg checkpoint): give --model, e.g. "
              "--model models/gpt2.tg", o->weights);
 
-  s->tok = load_tokenizer(ctx, o);
+  s->tok = tg_generate_tokenizer(ctx, o->weights, o->tokenizer, true);
   char why[1024];
   if (o->prompt_len == 0) tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is empty: give some text to continue");
   if (!tg_tok_encode(s->tok, o->prompt, o->prompt_len, &s->prompt, np, why, sizeof why))
