@@ -61,6 +61,19 @@ expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=4
 contains "$tmp/out" "resumed from"
 
 # export: never over its own input, by any path
+# export carries the run's char tokenizer (its data_dir's, found through
+# train.cfg) in Hugging Face's format, not tg's file; no bos/eos: the char
+# tokenizer has no <|endoftext|>
+expect_status 0 "$tgrun" export "$tmp/r/ckpt.safetensors" --out "$tmp/e"
+contains "$tmp/out" "wrote $tmp/data/tokenizer.json's char tokenizer (tokenizer.json) and generation_config.json"
+contains "$tmp/e/tokenizer.json" '"model": {"type": "WordLevel"'
+contains "$tmp/e/tokenizer_config.json" '"tokenizer_class": "PreTrainedTokenizerFast"'
+contains "$tmp/e/config.json" '"bos_token_id": null,'
+contains "$tmp/e/config.json" '"eos_token_id": null,'
+[ -e "$tmp/e/vocab.json" ] && bad "a char export wrote vocab.json" || ok
+# --tokenizer naming nothing usable is an error, not an export without one
+expect_status 1 "$tgrun" export "$tmp/r/ckpt.safetensors" --tokenizer "$tmp/nowhere" --out "$tmp/e"
+contains "$tmp/out" "--tokenizer $tmp/nowhere: no such file or directory"
 # export takes the model the checkpoint records: a run of a model with
 # RMSNorm for LayerNorm (gpt2.tg, edited here) is refused without --model,
 # naming the difference; --model gpt2.tg over it is refused by the loader
