@@ -301,12 +301,13 @@ static void write_tokenizer(tg_ctx *ctx, const tg_export_opts *o, const tg_token
 /* --model, else the model the checkpoint records (as `tgrun sample`
  * finds it), else, for a file that records none, models/gpt2.tg. */
 static const char *model_of(tg_ctx *ctx, const tg_export_opts *o) {
-  if (o->model) return tg_model_file(ctx, o->model);
+  if (o->model) return tg_model_file(ctx, o->model, "--model");
   tg_st_file *f = tg_st_read(ctx, o->checkpoint);
   const char *recorded = tg_st_meta_get(f, "model");
   recorded = recorded ? tg_strdup(ctx->arena, recorded) : NULL;
   tg_st_free(f);
-  if (recorded) return tg_model_file(ctx, recorded);
+  if (recorded)
+    return tg_model_file(ctx, recorded, "the checkpoint's model (give --model if it has moved)");
   const char *models = tg_program_models_dir();
   return tg_sprintf(ctx->arena, "%s/gpt2.tg", models ? models : "models");
 }

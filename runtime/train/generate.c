@@ -218,7 +218,8 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
   int nd = 0;
   tg_define *d = defines_for(ctx, o, V, &nd);
   tg_compile_opts co = {d, nd, o->include_dirs, o->n_include_dirs};
-  s->g = tg_compile_file(ctx, tg_model_file(ctx, model), &co);
+  const char *named_by = o->model ? "--model" : "the checkpoint's model (give --model if it has moved)";
+  s->g = tg_compile_file(ctx, tg_model_file(ctx, model, named_by), &co);
   if (!tg_verify(ctx, s->g)) tg_bail(ctx);
   double vocab;
   if (tg_graph_get_config(s->g, "vocab", &vocab) && vocab < V)

@@ -33,12 +33,12 @@ tg_define *tg_model_sizes(tg_ctx *ctx, const char *path, const tg_define *before
   return d;
 }
 
-const char *tg_model_file(tg_ctx *ctx, const char *path) {
+const char *tg_model_file(tg_ctx *ctx, const char *path, const char *named_by) {
   /* models/gpt2.tg run from elsewhere: the installed models/ */
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   const char *models = tg_program_models_dir();
   const char *installed = models ? tg_sprintf(ctx->arena, "%s/%s", models, base) : NULL;
   if (access(path, F_OK) != 0 && path[0] != '/' && installed && access(installed, F_OK) == 0) return installed;
-  if (access(path, F_OK) != 0) tg_error(ctx, (tg_loc){path, 0, 0}, "--model %s: no such file", path);
+  if (access(path, F_OK) != 0) tg_error(ctx, (tg_loc){path, 0, 0}, "%s %s: no such file", named_by, path);
   return path;
 }

@@ -17,7 +17,7 @@ tg_define *tg_model_sizes(tg_ctx *ctx, const char *path, const tg_define *before
 /* The .tg file a model path (--model, or the one a checkpoint records)
  * means: the path itself, or, where it is relative and not there from
  * here, the file of that name in the installed models/.  Bails through ctx
- * when neither exists. */
-const char *tg_model_file(tg_ctx *ctx, const char *path);
+ * when neither exists, saying who named it (named_by: "--model", ...). */
+const char *tg_model_file(tg_ctx *ctx, const char *path, const char *named_by);
 
 #endif

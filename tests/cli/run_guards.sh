@@ -87,6 +87,10 @@ contains "$tmp/out" "$tmp/rms.tg: error: not GPT-2: GPT-2 has the parameter 'h.0
 [ -e "$tmp/rms-hf/model.safetensors" ] && bad "the RMSNorm model was exported" || ok
 expect_status 1 "$tgrun" export "$tmp/rms-run/ckpt.safetensors" --model models/gpt2.tg --out "$tmp/rms-hf"
 contains "$tmp/out" "tensor 'h.0.ln_1.bias' is missing"
+# a recorded model that has moved: named, with the way out
+mv "$tmp/rms.tg" "$tmp/rms-moved.tg"
+expect_status 1 "$tgrun" export "$tmp/rms-run/ckpt.safetensors" --out "$tmp/rms-hf"
+contains "$tmp/out" "the checkpoint's model (give --model if it has moved) $tmp/rms.tg: no such file"
 expect_status 0 "$tgrun" export "$tmp/r/ckpt.safetensors" --out "$tmp/e"
 cp "$tmp/e/model.safetensors" "$tmp/model.before"
 ln -s "$tmp/e" "$tmp/elink"
