@@ -6,6 +6,7 @@
  *                          lm_head.weight (tied to wte, as save_pretrained
  *                          writes it), __metadata__ {"format": "pt"};
  *   DIR/config.json        the GPT2Config (hf.h: tg_hf_config_json).
+ * (The tokenizer and generation_config.json are runtime/train/export.c's.)
  * Each file is written atomically, the weights first: a config.json is
  * only ever beside complete weights.  The model must have gpt2.tg's config
  * constants n_layer, n_head, n_embd, vocab and block_size. */

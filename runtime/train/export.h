@@ -3,8 +3,10 @@
  * Reads a tg checkpoint or any weights file tgrun takes (Hugging Face's,
  * tgrun init/step output), loads it into the model as --weights does (the
  * model's sizes from the file, every tensor checked), and writes DIR as
- * Hugging Face's GPT-2 format (runtime/formats/hf_export.h), so that
- * transformers' from_pretrained(DIR) and nanoGPT-style loaders read it. */
+ * Hugging Face's GPT-2 format (runtime/formats/hf_export.h), with the
+ * run's tokenizer and a generation config, so that transformers'
+ * from_pretrained(DIR) and nanoGPT-style loaders read it.  Only a model
+ * whose graph is GPT-2's is exported (export.c: refuse_not_gpt2). */
 #ifndef TG_EXPORT_H
 #define TG_EXPORT_H
 
