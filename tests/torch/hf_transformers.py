@@ -75,8 +75,23 @@ def cmd_reader(d):
         assert e - s == 4 * n
         end = max(end, e)
     assert end == len(data)
+    # the tokenizer, where there is one: its vocabulary is the model's, and
+    # bos/eos are <|endoftext|> exactly when it is GPT-2's BPE
+    import os
+    tok = "none"
+    if os.path.exists(d + "/tokenizer.json"):
+        t = json.load(open(d + "/tokenizer.json"))
+        assert t["model"]["type"] == "WordLevel" and t["decoder"] == {"type": "Fuse"}, "not the char tokenizer's form"
+        assert sorted(t["model"]["vocab"].values()) == list(range(V)), "the char vocabulary is not ids 0 .. V-1"
+        assert all(len(k) == 1 for k in t["model"]["vocab"]), "a char vocabulary entry is not one character"
+        assert cfg["bos_token_id"] is None and cfg["eos_token_id"] is None, "bos/eos for the char tokenizer"
+        tok = "char"
+    elif os.path.exists(d + "/vocab.json"):
+        assert len(json.load(open(d + "/vocab.json"))) == V and os.path.exists(d + "/merges.txt")
+        assert cfg["bos_token_id"] == 50256 and cfg["eos_token_id"] == 50256, "bos/eos not <|endoftext|>"
+        tok = "gpt2"
     print(f"reader: {len(got)} tensors, F32, GPT-2 names and shapes (L={L} C={C} V={V} P={P}), "
-          f"metadata format pt, config.json a GPT2Config")
+          f"metadata format pt, config.json a GPT2Config, tokenizer {tok}")
 
 
 def cmd_equal_weights(exported, tg_file):

@@ -178,6 +178,7 @@ loss_bpe=$(loss_of)
 check "tgrun export --tokenizer (GPT-2's BPE)" "$tgrun" export "$tmp/w50k.safetensors" --tokenizer "$gpt2_tok" --out "$tmp/exp_bpe"
 check "vocab.json is encoder.json" cmp "$tmp/exp_bpe/vocab.json" "$gpt2_tok/encoder.json"
 check "merges.txt is vocab.bpe" cmp "$tmp/exp_bpe/merges.txt" "$gpt2_tok/vocab.bpe"
+check "the BPE export: the independent reader" "$py" "$hf" reader "$tmp/exp_bpe"
 if [ $have_tf = 1 ]; then
   check "transformers: AutoTokenizer of the BPE export" \
     "$py" "$hf" tokenizer "$tmp/exp_bpe" "$tmp/text.txt" --kind gpt2 --encoder "$gpt2_tok/encoder.json"
