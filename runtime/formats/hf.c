@@ -262,16 +262,19 @@ void tg_hf_dims_check(tg_ctx *ctx, const tg_hf_dims *file, const tg_hf_dim *set,
   }
 }
 
-char *tg_hf_config_json(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab, int64_t block_size) {
+char *tg_hf_config_json(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab, int64_t block_size,
+                        int64_t eot) {
   tg_sbuf b = {0};
+  char id[24] = "null";
+  if (eot >= 0) snprintf(id, sizeof id, "%lld", (long long)eot);
   tg_sb_printf(&b,
                  "{\n"
                  "  \"activation_function\": \"gelu_new\",\n"
                  "  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n"
                  "  \"attn_pdrop\": 0.0,\n"
-                 "  \"bos_token_id\": 50256,\n"
+                 "  \"bos_token_id\": %s,\n"
                  "  \"embd_pdrop\": 0.0,\n"
-                 "  \"eos_token_id\": 50256,\n"
+                 "  \"eos_token_id\": %s,\n"
                  "  \"initializer_range\": 0.02,\n"
                  "  \"layer_norm_epsilon\": %s,\n"
                  "  \"model_type\": \"gpt2\",\n"
@@ -287,7 +290,7 @@ char *tg_hf_config_json(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t
                  "  \"torch_dtype\": \"float32\",\n"
                  "  \"vocab_size\": %lld\n"
                  "}\n",
-                 TG_HF_LAYERNORM_EPS, (long long)block_size, (long long)n_embd, (long long)n_head,
+                 id, id, TG_HF_LAYERNORM_EPS, (long long)block_size, (long long)n_embd, (long long)n_head,
                  (long long)n_layer, (long long)block_size, (long long)vocab);
   return tg_sb_take(&b);
 }

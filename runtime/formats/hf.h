@@ -77,8 +77,11 @@ void tg_hf_dims_check(tg_ctx *ctx, const tg_hf_dims *file, const tg_hf_dim *set,
 
 /* The GPT2Config that describes a model, as config.json text (malloc'ed):
  * model_type gpt2, architectures GPT2LMHeadModel, the sizes, gelu_new,
- * layer_norm_epsilon TG_HF_LAYERNORM_EPS, tied embeddings. */
+ * layer_norm_epsilon TG_HF_LAYERNORM_EPS, tied embeddings.  eot: the
+ * tokenizer's end-of-text id (GPT-2's BPE: 50256), bos_token_id and
+ * eos_token_id; negative where the tokenizer has none (char, or unknown):
+ * both null, which GPT2Config takes. */
 char *tg_hf_config_json(int64_t n_layer, int64_t n_head, int64_t n_embd, int64_t vocab,
-                        int64_t block_size);
+                        int64_t block_size, int64_t eot);
 
 #endif

@@ -10,7 +10,7 @@
 #include "safetensors.h"
 #include "weights.h"
 
-bool tg_hf_export(const char *dir, const tg_graph *g, float *const *values, char *why, size_t whylen) {
+bool tg_hf_export(const char *dir, const tg_graph *g, float *const *values, int64_t eot, char *why, size_t whylen) {
   static const char *const names[5] = {"n_layer", "n_head", "n_embd", "vocab", "block_size"};
   double c[5];
   for (int i = 0; i < 5; i++)
@@ -59,7 +59,7 @@ bool tg_hf_export(const char *dir, const tg_graph *g, float *const *values, char
   tg_st_meta meta[1] = {{"format", "pt"}};
   if (ok) ok = tg_st_write(wpath, ts, n, meta, 1, why, whylen);
   if (ok) {
-    char *json = tg_hf_config_json((int64_t)c[0], (int64_t)c[1], (int64_t)c[2], (int64_t)c[3], (int64_t)c[4]);
+    char *json = tg_hf_config_json((int64_t)c[0], (int64_t)c[1], (int64_t)c[2], (int64_t)c[3], (int64_t)c[4], eot);
     ok = tg_write_file_atomic(cpath, json, strlen(json), why, whylen);
     free(json);
   }

@@ -6,6 +6,7 @@
  *                          lm_head.weight (tied to wte, as save_pretrained
  *                          writes it), __metadata__ {"format": "pt"};
  *   DIR/config.json        the GPT2Config (hf.h: tg_hf_config_json).
+ * (The tokenizer and generation_config.json are runtime/train/export.c's.)
  * Each file is written atomically, the weights first: a config.json is
  * only ever beside complete weights.  The model must have gpt2.tg's config
  * constants n_layer, n_head, n_embd, vocab and block_size. */
@@ -15,7 +16,9 @@
 #include "ir.h"
 
 /* values: per node id, at the graph's shapes (a tg_weights's values).
+ * eot: config.json's bos/eos token id, negative for none (hf.h).
  * Makes DIR if missing.  Returns false with a message in why. */
-bool tg_hf_export(const char *dir, const tg_graph *g, float *const *values, char *why, size_t whylen);
+bool tg_hf_export(const char *dir, const tg_graph *g, float *const *values, int64_t eot, char *why,
+                  size_t whylen);
 
 #endif

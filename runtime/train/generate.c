@@ -128,11 +128,11 @@ static const char *dir_of(tg_ctx *ctx, const char *path) {
 
 /* The tokenizer: tokenizer.json (as `tgrun prepare` writes it, in the data
  * directory training reads) or GPT-2's two BPE files. */
-static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
-  const char *where = o->tokenizer ? o->tokenizer : dir_of(ctx, o->weights);
+tg_tokenizer *tg_generate_tokenizer(tg_ctx *ctx, const char *weights, const char *tokenizer, bool required) {
+  const char *where = tokenizer ? tokenizer : dir_of(ctx, weights);
   const char *dir = where;
   char why[1024];
-  if (!o->tokenizer) {
+  if (!tokenizer) {
     /* a run's out_dir: its train.cfg names the data_dir whose tokenizer the
      * run trained with, as training finds it */
     const char *cfg = tg_sprintf(ctx->arena, "%s/train.cfg", where);
@@ -156,6 +156,7 @@ static tg_tokenizer *load_tokenizer(tg_ctx *ctx, const tg_generate_opts *o) {
   const char *json = tg_sprintf(ctx->arena, "%s/tokenizer.json", dir);
   const char *enc = tg_sprintf(ctx->arena, "%s/encoder.json", dir), *bpe = tg_sprintf(ctx->arena, "%s/vocab.bpe", dir);
   tg_tokenizer *t = NULL;
+  if (!required && !is_file(json) && !(is_file(enc) && is_file(bpe))) return NULL;
   if (is_file(json)) t = tg_prepare_load_tokenizer(dir, why, sizeof why);
   else if (is_file(enc) && is_file(bpe)) t = tg_tok_gpt2_load(enc, bpe, why, sizeof why);
   else
@@ -183,16 +184,6 @@ static tg_define *defines_for(tg_ctx *ctx, const tg_generate_opts *o, int vocab,
   return d;
 }
 
-static const char *model_path(tg_ctx *ctx, const char *path) {
-  /* models/gpt2.tg run from elsewhere: the installed models/ */
-  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-  const char *models = tg_program_models_dir();
-  const char *installed = models ? tg_sprintf(ctx->arena, "%s/%s", models, base) : NULL;
-  if (access(path, F_OK) != 0 && path[0] != '/' && installed && access(installed, F_OK) == 0) return installed;
-  if (access(path, F_OK) != 0) tg_error(ctx, (tg_loc){path, 0, 0}, "--model %s: no such file", path);
-  return path;
-}
-
 static void put_token(tg_ctx *ctx, const tg_generate_opts *o, gen *s, int32_t id) {
   size_t len = 0;
   const char *piece = tg_tok_piece(s->tok, id, &len);
@@ -216,7 +207,7 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
     tg_error(ctx, (tg_loc){o->weights, 0, 0}, "%s names no model (it is not a tg checkpoint): give --model, e.g. "
              "--model models/gpt2.tg", o->weights);
 
-  s->tok = load_tokenizer(ctx, o);
+  s->tok = tg_generate_tokenizer(ctx, o->weights, o->tokenizer, true);
   char why[1024];
   if (o->prompt_len == 0) tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is empty: give some text to continue");
   if (!tg_tok_encode(s->tok, o->prompt, o->prompt_len, &s->prompt, np, why, sizeof why))
@@ -227,7 +218,8 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
   int nd = 0;
   tg_define *d = defines_for(ctx, o, V, &nd);
   tg_compile_opts co = {d, nd, o->include_dirs, o->n_include_dirs};
-  s->g = tg_compile_file(ctx, model_path(ctx, model), &co);
+  const char *named_by = o->model ? "--model" : "the checkpoint's model (give --model if it has moved)";
+  s->g = tg_compile_file(ctx, tg_model_file(ctx, model, named_by), &co);
   if (!tg_verify(ctx, s->g)) tg_bail(ctx);
   double vocab;
   if (tg_graph_get_config(s->g, "vocab", &vocab) && vocab < V)

@@ -53,4 +53,14 @@ typedef struct tg_generate_stats {
  * stderr).  stats may be NULL. */
 int tg_generate(const tg_generate_opts *o, tg_generate_stats *stats);
 
+/* The tokenizer a run's weights were trained with, as sample and export
+ * find it: tokenizer (--tokenizer: a directory or a file in it) if given,
+ * else the weights' directory: its tokenizer.json or GPT-2's encoder.json
+ * and vocab.bpe, or, in a run's out_dir, the data_dir its train.cfg names.
+ * tokenizer.json is tg's own format (tgrun prepare), not Hugging Face's.
+ * Bails through ctx on a tokenizer that cannot be read; where none is
+ * found, bails if required, else returns NULL. */
+typedef struct tg_tokenizer tg_tokenizer;
+tg_tokenizer *tg_generate_tokenizer(tg_ctx *ctx, const char *weights, const char *tokenizer, bool required);
+
 #endif

@@ -4,8 +4,10 @@
 #include "model_sizes.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "hf.h"
+#include "program_dir.h"
 
 tg_define *tg_model_sizes(tg_ctx *ctx, const char *path, const tg_define *before, int n_before,
                           const tg_define *defines, int n_defines, int room, int *n_out) {
@@ -29,4 +31,14 @@ tg_define *tg_model_sizes(tg_ctx *ctx, const char *path, const tg_define *before
   if (n_defines) memcpy(d + n, defines, sizeof *d * (size_t)n_defines);
   *n_out = n + n_defines;
   return d;
+}
+
+const char *tg_model_file(tg_ctx *ctx, const char *path, const char *named_by) {
+  /* models/gpt2.tg run from elsewhere: the installed models/ */
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  const char *models = tg_program_models_dir();
+  const char *installed = models ? tg_sprintf(ctx->arena, "%s/%s", models, base) : NULL;
+  if (access(path, F_OK) != 0 && path[0] != '/' && installed && access(installed, F_OK) == 0) return installed;
+  if (access(path, F_OK) != 0) tg_error(ctx, (tg_loc){path, 0, 0}, "%s %s: no such file", named_by, path);
+  return path;
 }

@@ -14,4 +14,10 @@
 tg_define *tg_model_sizes(tg_ctx *ctx, const char *path, const tg_define *before, int n_before,
                           const tg_define *defines, int n_defines, int room, int *n_out);
 
+/* The .tg file a model path (--model, or the one a checkpoint records)
+ * means: the path itself, or, where it is relative and not there from
+ * here, the file of that name in the installed models/.  Bails through ctx
+ * when neither exists, saying who named it (named_by: "--model", ...). */
+const char *tg_model_file(tg_ctx *ctx, const char *path, const char *named_by);
+
 #endif

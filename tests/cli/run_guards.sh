@@ -61,6 +61,36 @@ expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=4
 contains "$tmp/out" "resumed from"
 
 # export: never over its own input, by any path
+# export carries the run's char tokenizer (its data_dir's, found through
+# train.cfg) in Hugging Face's format, not tg's file; no bos/eos: the char
+# tokenizer has no <|endoftext|>
+expect_status 0 "$tgrun" export "$tmp/r/ckpt.safetensors" --out "$tmp/e"
+contains "$tmp/out" "wrote $tmp/data/tokenizer.json's char tokenizer (tokenizer.json) and generation_config.json"
+contains "$tmp/e/tokenizer.json" '"model": {"type": "WordLevel"'
+contains "$tmp/e/tokenizer_config.json" '"tokenizer_class": "PreTrainedTokenizerFast"'
+contains "$tmp/e/config.json" '"bos_token_id": null,'
+contains "$tmp/e/config.json" '"eos_token_id": null,'
+[ -e "$tmp/e/vocab.json" ] && bad "a char export wrote vocab.json" || ok
+# --tokenizer naming nothing usable is an error, not an export without one
+expect_status 1 "$tgrun" export "$tmp/r/ckpt.safetensors" --tokenizer "$tmp/nowhere" --out "$tmp/e"
+contains "$tmp/out" "--tokenizer $tmp/nowhere: no such file or directory"
+# export takes the model the checkpoint records: a run of a model with
+# RMSNorm for LayerNorm (gpt2.tg, edited here) is refused without --model,
+# naming the difference; --model gpt2.tg over it is refused by the loader
+sed -e 's/ln_\([12f]\)\.layernorm(x)/ln_\1.rmsnorm(x)/g' \
+    -e 's/^block layer(x) {/block rmsnorm(x: f32[..., C]) {\n  param weight: [C] = ones\n  return x * rsqrt(sum(x * x, -1) \/ C + 1e-5) * weight\n}\n\nblock layer(x) {/' \
+    models/gpt2.tg > "$tmp/rms.tg"
+grep -q "rmsnorm" "$tmp/rms.tg" && ok || bad "the RMSNorm model was not made"
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/rms-run" model="$tmp/rms.tg" max_steps=1
+expect_status 1 "$tgrun" export "$tmp/rms-run/ckpt.safetensors" --out "$tmp/rms-hf"
+contains "$tmp/out" "$tmp/rms.tg: error: not GPT-2: GPT-2 has the parameter 'h.0.ln_1.bias'"
+[ -e "$tmp/rms-hf/model.safetensors" ] && bad "the RMSNorm model was exported" || ok
+expect_status 1 "$tgrun" export "$tmp/rms-run/ckpt.safetensors" --model models/gpt2.tg --out "$tmp/rms-hf"
+contains "$tmp/out" "tensor 'h.0.ln_1.bias' is missing"
+# a recorded model that has moved: named, with the way out
+mv "$tmp/rms.tg" "$tmp/rms-moved.tg"
+expect_status 1 "$tgrun" export "$tmp/rms-run/ckpt.safetensors" --out "$tmp/rms-hf"
+contains "$tmp/out" "the checkpoint's model (give --model if it has moved) $tmp/rms.tg: no such file"
 expect_status 0 "$tgrun" export "$tmp/r/ckpt.safetensors" --out "$tmp/e"
 cp "$tmp/e/model.safetensors" "$tmp/model.before"
 ln -s "$tmp/e" "$tmp/elink"

@@ -189,5 +189,24 @@ contains "$tmp/out" "none.safetensors: error: cannot open"
 expect_status 1 "$tgrun" export "$W" --out "$tmp/hfdir2" -D n_head=4
 contains "$tmp/out" "n_head = 4 here, but the weights are of a model with n_head = 2 ($W (its __metadata__ config))"
 if [ -e "$tmp/hfdir2" ]; then bad "a refused export made its directory"; else ok; fi
+# export refuses a model that is not GPT-2, judged by its graph: an untied
+# head (one more parameter), GELU swapped for tanh (the same parameters: the
+# graphs differ); gpt2.tg at other sizes is GPT-2
+sed -e 's/^logits = x @ transpose(wte.weight).*/param lm_head.weight: [vocab, n_embd] = normal(0.02)\nlogits = x @ transpose(lm_head.weight)/' \
+    models/gpt2.tg > "$tmp/untied.tg"
+sed -e 's/return gelu(x @ c_fc.weight/return tanh(x @ c_fc.weight/' models/gpt2.tg > "$tmp/tanh.tg"
+for m in untied tanh; do
+  expect_status 0 "$tgrun" init "$tmp/$m.tg" -D n_layer=1 -D n_embd=16 -D n_head=2 -D vocab=32 -D block_size=8 --out "$tmp/$m.safetensors"
+  expect_status 1 "$tgrun" export "$tmp/$m.safetensors" --model "$tmp/$m.tg" --out "$tmp/hf-$m"
+  [ -e "$tmp/hf-$m/model.safetensors" ] && bad "the $m model was exported" || ok
+  case $m in
+  untied) contains "$tmp/out" "$tmp/untied.tg: error: not GPT-2: the model has the parameter 'lm_head.weight', which GPT-2 lacks (an untied output head" ;;
+  tanh) contains "$tmp/out" "not GPT-2: the graphs part at node %"
+        contains "$tmp/out" "the model computes tanh : f32[B=1, T=1, 64] at $tmp/tanh.tg:$(grep -n 'return tanh(' "$tmp/tanh.tg" | cut -d: -f1):" ;;
+  esac
+done
+expect_status 0 "$tgrun" init models/gpt2.tg -D n_layer=3 -D n_embd=24 -D n_head=3 -D vocab=65 -D block_size=16 --out "$tmp/w3.safetensors"
+expect_status 0 "$tgrun" export "$tmp/w3.safetensors" --model models/gpt2.tg --out "$tmp/hf3"
+contains "$tmp/hf3/config.json" '"n_layer": 3,'
 
 finish

@@ -24,6 +24,12 @@ standard library.
   reader DIR
         the exported directory read with json and struct only: names,
         shapes, dtypes, metadata, config.json
+  tokenizer DIR TEXT --kind char|gpt2 [--encoder ENCODER_JSON]
+        AutoTokenizer.from_pretrained(DIR) is the kind's class, its
+        vocabulary is tg's (char: TEXT's sorted characters, id i the i-th;
+        gpt2: ENCODER_JSON's), decode(encode(TEXT)) == TEXT and
+        encode(decode(ids)) == ids (char: every id; gpt2: TEXT's); bos/eos in
+        config.json and generation_config.json are 50256 for gpt2, none for char
 """
 import json
 import struct
@@ -69,8 +75,23 @@ def cmd_reader(d):
         assert e - s == 4 * n
         end = max(end, e)
     assert end == len(data)
+    # the tokenizer, where there is one: its vocabulary is the model's, and
+    # bos/eos are <|endoftext|> exactly when it is GPT-2's BPE
+    import os
+    tok = "none"
+    if os.path.exists(d + "/tokenizer.json"):
+        t = json.load(open(d + "/tokenizer.json"))
+        assert t["model"]["type"] == "WordLevel" and t["decoder"] == {"type": "Fuse"}, "not the char tokenizer's form"
+        assert sorted(t["model"]["vocab"].values()) == list(range(V)), "the char vocabulary is not ids 0 .. V-1"
+        assert all(len(k) == 1 for k in t["model"]["vocab"]), "a char vocabulary entry is not one character"
+        assert cfg["bos_token_id"] is None and cfg["eos_token_id"] is None, "bos/eos for the char tokenizer"
+        tok = "char"
+    elif os.path.exists(d + "/vocab.json"):
+        assert len(json.load(open(d + "/vocab.json"))) == V and os.path.exists(d + "/merges.txt")
+        assert cfg["bos_token_id"] == 50256 and cfg["eos_token_id"] == 50256, "bos/eos not <|endoftext|>"
+        tok = "gpt2"
     print(f"reader: {len(got)} tensors, F32, GPT-2 names and shapes (L={L} C={C} V={V} P={P}), "
-          f"metadata format pt, config.json a GPT2Config")
+          f"metadata format pt, config.json a GPT2Config, tokenizer {tok}")
 
 
 def cmd_equal_weights(exported, tg_file):
@@ -88,6 +109,34 @@ def cmd_equal_weights(exported, tg_file):
     print(f"equal: {len(a)} tensors bit for bit")
 
 
+def cmd_tokenizer(d, text_path, kind, encoder):
+    from transformers import AutoTokenizer, GenerationConfig
+    tok = AutoTokenizer.from_pretrained(d)
+    text = open(text_path, encoding="utf-8").read()
+    want_class = {"char": "PreTrainedTokenizerFast", "gpt2": "GPT2TokenizerFast"}[kind]
+    assert type(tok).__name__ == want_class, f"AutoTokenizer made a {type(tok).__name__}, expected {want_class}"
+    vocab = tok.get_vocab()
+    if kind == "char":
+        want = {c: i for i, c in enumerate(sorted(set(text)))}
+        assert vocab == want, f"the vocabulary differs from tg's: {sorted(set(vocab.items()) ^ set(want.items()))[:5]}"
+        ids = list(range(len(want)))
+    else:
+        want = json.load(open(encoder))
+        assert vocab == want, "the vocabulary is not encoder.json's"
+        ids = tok.encode(text)
+    enc = tok.encode(text)
+    assert tok.decode(enc) == text, "decode(encode(text)) is not the text"
+    assert tok.encode(tok.decode(ids)) == ids, "encode(decode(ids)) is not ids"
+    cfg = json.load(open(d + "/config.json"))
+    gen = GenerationConfig.from_pretrained(d)
+    eot = 50256 if kind == "gpt2" else None
+    for where, b, e in [("config.json", cfg.get("bos_token_id"), cfg.get("eos_token_id")),
+                        ("generation_config.json", gen.bos_token_id, gen.eos_token_id)]:
+        assert b == eot and e == eot, f"{where}: bos {b}, eos {e}, expected {eot}"
+    assert gen.max_length == cfg["n_positions"], f"max_length {gen.max_length}, n_positions {cfg['n_positions']}"
+    print(f"tokenizer: {type(tok).__name__}, {len(vocab)} ids, {len(enc)} tokens round-trip, bos/eos {eot}")
+
+
 def opt(args, name, default=None):
     return args[args.index(name) + 1] if name in args else default
 
@@ -100,6 +149,8 @@ def main():
         return cmd_equal_weights(args[0], args[1])
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+    if cmd == "tokenizer":
+        return cmd_tokenizer(args[0], args[1], opt(args, "--kind"), opt(args, "--encoder"))
     if cmd == "save":
         out = args[0]
         torch.manual_seed(int(opt(args, "--seed")))
@@ -136,7 +187,14 @@ def main():
         kw = {}
         if opt(args, "--config"):
             kw["config"] = GPT2Config.from_pretrained(opt(args, "--config"))
-        m = GPT2LMHeadModel.from_pretrained(model, **kw).float().eval()
+        if kw:
+            m = GPT2LMHeadModel.from_pretrained(model, **kw)
+        else:
+            # a directory: as a user loads it, the class from its config.json
+            from transformers import AutoModelForCausalLM
+            m = AutoModelForCausalLM.from_pretrained(model)
+            assert type(m) is GPT2LMHeadModel, f"AutoModelForCausalLM made a {type(m).__name__}"
+        m = m.float().eval()
         b = load_np(batch)
         idx = torch.from_numpy(b["idx"].astype("int64"))
         tgt = torch.from_numpy(b["targets"].astype("int64"))

@@ -7,6 +7,10 @@
 #     GPT2LMHeadModel.from_pretrained; its loss on a batch equals tgrun
 #     grad's.  The tg files themselves load too (from_pretrained(FILE,
 #     config=...)): their metadata says "format": "pt".
+#   The exports carry the run's tokenizer: a char checkpoint's (its
+#     tokenizers-format tokenizer.json) and GPT-2's BPE (vocab.json and
+#     merges.txt); AutoTokenizer.from_pretrained loads each, with tg's
+#     vocabulary, and round-trips the text; bos/eos are 50256 only for BPE.
 #   transformers -> tg: save_pretrained's directory (GPT2LMHeadModel's
 #     "transformer." names, config.json beside), its f16 and bf16 variants
 #     (from_pretrained(torch_dtype=...) then save_pretrained), and an
@@ -72,14 +76,15 @@ loss_of() { sed -n 's/^loss //p' "$tmp/out" | tail -1; }
 
 # ---- transformers, installed into the build tree --------------------------------
 pydeps="$build/pydeps/transformers-4.40.2"
-tf_pkgs=(transformers==4.40.2 huggingface-hub==0.23.4 safetensors==0.4.3 regex==2024.5.15 packaging==24.0
-  filelock==3.14.0 tqdm==4.66.4 fsspec==2024.5.0 typing-extensions==4.12.0)
+# tokenizers: AutoTokenizer's fast tokenizers (the char export's tokenizer.json)
+tf_pkgs=(transformers==4.40.2 tokenizers==0.19.1 huggingface-hub==0.23.4 safetensors==0.4.3 regex==2024.5.15
+  packaging==24.0 filelock==3.14.0 tqdm==4.66.4 fsspec==2024.5.0 typing-extensions==4.12.0)
 have_tf=0
 if ! "$py" -c 'import torch, numpy' 2> /dev/null; then
   echo "FAIL: $py cannot import torch and numpy (tools/install-deps.sh installs python3-torch, python3-numpy)"
   exit 1
 fi
-if ! PYTHONPATH="$pydeps" "$py" -c 'import transformers' 2> /dev/null; then
+if ! PYTHONPATH="$pydeps" "$py" -c 'import transformers, tokenizers' 2> /dev/null; then
   # --no-deps and every package pinned: pip must not replace Debian's numpy
   # or torch, which torch 1.13 was built against
   rm -rf "$pydeps.tmp.$$"
@@ -90,7 +95,7 @@ if ! PYTHONPATH="$pydeps" "$py" -c 'import transformers' 2> /dev/null; then
     rm -rf "$pydeps.tmp.$$"
   fi
 fi
-if PYTHONPATH="$pydeps" "$py" -c 'import transformers, sys; sys.exit(transformers.__version__ != "4.40.2")' 2> /dev/null; then
+if PYTHONPATH="$pydeps" "$py" -c 'import transformers, tokenizers, sys; sys.exit(transformers.__version__ != "4.40.2")' 2> /dev/null; then
   have_tf=1
   export PYTHONPATH="$pydeps"
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
@@ -160,6 +165,25 @@ if [ $have_tf = 1 ]; then
   check "transformers: from_pretrained(ckpt.safetensors itself)" \
     "$py" "$hf" loss "$tmp/run/ckpt.safetensors" "$tmp/x.safetensors" --config "$tmp/exp_ck"
   same_loss "checkpoint: the losses agree" "$loss_ck" "$(loss_of)"
+  check "transformers: AutoTokenizer of the checkpoint's export (char, from the run's data_dir)" \
+    "$py" "$hf" tokenizer "$tmp/exp_ck" "$tmp/text.txt" --kind char
+fi
+# GPT-2's BPE: a model of its vocabulary, exported with --tokenizer
+gpt2_tok="${TG_DATA:-$src/../shared/data}/gpt2"
+check "init at GPT-2's vocabulary" "$tgrun" init models/gpt2.tg -D n_layer=1 -D n_embd=16 -D n_head=2 -D vocab=50257 \
+  -D block_size=16 --seed 7 --out "$tmp/w50k.safetensors"
+check "tgrun grad at GPT-2's vocabulary" "$tgrun" grad models/gpt2.tg --precision f64 --weights "$tmp/w50k.safetensors" \
+  --batch "$tmp/x.safetensors" --out "$tmp/g.safetensors"
+loss_bpe=$(loss_of)
+check "tgrun export --tokenizer (GPT-2's BPE)" "$tgrun" export "$tmp/w50k.safetensors" --tokenizer "$gpt2_tok" --out "$tmp/exp_bpe"
+check "vocab.json is encoder.json" cmp "$tmp/exp_bpe/vocab.json" "$gpt2_tok/encoder.json"
+check "merges.txt is vocab.bpe" cmp "$tmp/exp_bpe/merges.txt" "$gpt2_tok/vocab.bpe"
+check "the BPE export: the independent reader" "$py" "$hf" reader "$tmp/exp_bpe"
+if [ $have_tf = 1 ]; then
+  check "transformers: AutoTokenizer of the BPE export" \
+    "$py" "$hf" tokenizer "$tmp/exp_bpe" "$tmp/text.txt" --kind gpt2 --encoder "$gpt2_tok/encoder.json"
+  check "transformers: AutoModelForCausalLM of the BPE export" "$py" "$hf" loss "$tmp/exp_bpe" "$tmp/x.safetensors"
+  same_loss "BPE export: the losses agree" "$loss_bpe" "$(loss_of)"
 fi
 
 # ---- transformers -> tg ---------------------------------------------------------

@@ -201,7 +201,7 @@ START_TEST(test_disagreements) {
 END_TEST
 
 START_TEST(test_config_json) {
-  char *text = tg_hf_config_json(12, 12, 768, 50257, 1024);
+  char *text = tg_hf_config_json(12, 12, 768, 50257, 1024, 50256);
   tg_arena *a = tg_arena_new();
   tg_json_error err;
   const tg_json *j = tg_json_parse(a, text, strlen(text), NULL, &err);
@@ -216,6 +216,16 @@ START_TEST(test_config_json) {
   ck_assert_int_eq(tg_json_get(j, "n_ctx")->u.i, 1024);
   ck_assert(tg_json_get(j, "layer_norm_epsilon")->u.d == 1e-5);
   ck_assert_int_eq(tg_json_get(j, "tie_word_embeddings")->kind, TG_JSON_TRUE);
+  ck_assert_int_eq(tg_json_get(j, "bos_token_id")->u.i, 50256);
+  ck_assert_int_eq(tg_json_get(j, "eos_token_id")->u.i, 50256);
+  free(text);
+  /* a tokenizer without an end-of-text token (char): null ids */
+  text = tg_hf_config_json(2, 2, 16, 65, 32, -1);
+  j = tg_json_parse(a, text, strlen(text), NULL, &err);
+  ck_assert_msg(j, "%s: %s", err.msg, text);
+  ck_assert_int_eq(tg_json_get(j, "bos_token_id")->kind, TG_JSON_NULL);
+  ck_assert_int_eq(tg_json_get(j, "eos_token_id")->kind, TG_JSON_NULL);
+  ck_assert_int_eq(tg_json_get(j, "vocab_size")->u.i, 65);
   tg_arena_free(a);
   free(text);
 }
@@ -229,7 +239,7 @@ START_TEST(test_function_fields) {
   snprintf(path, sizeof path, "%s", in_dir("w.safetensors"));
   write_model(path, "", 50, 8, 16, 3, NULL);
   const char *err;
-  char *exported = tg_hf_config_json(3, 2, 8, 50, 16);
+  char *exported = tg_hf_config_json(3, 2, 8, 50, 16, -1);
   write_text(in_dir("config.json"), exported);
   free(exported);
   tg_ctx *ctx = tu_ctx();
