@@ -110,15 +110,18 @@ typedef struct side {
   jmp_buf bail;
 } side;
 
-static void open_side(side *s, const char *backend, const tg_graph *g) {
+/* ... in a precision of its own (the interpreter in float64 as a reference) */
+static void open_side_at(side *s, const char *backend, const tg_graph *g, tg_precision precision) {
   s->ctx = tu_ctx();
   s->ctx->bail = &s->bail;
   if (setjmp(s->bail)) ck_abort_msg("%s: %s", backend, tu_errors(s->ctx));
-  tg_device_opts o = {.precision = TG_PREC_F32};
+  tg_device_opts o = {.precision = precision};
   s->dev = tg_device_open_named(s->ctx, backend, &o);
   tg_exec_opts eo = {.name = backend, .remat = -1};
   s->x = tg_exec_compile(s->dev, s->ctx, g, &eo);
 }
+
+static void open_side(side *s, const char *backend, const tg_graph *g) { open_side_at(s, backend, g, TG_PREC_F32); }
 
 static void set_leaves(side *s, const tg_graph *g) {
   for (int i = 0; i < g->n_nodes; i++) {
@@ -362,13 +365,7 @@ START_TEST(test_tied_embedding_gradient) {
   side emu, cpu, ref;
   open_side(&emu, "cuda-emu", g);
   open_side(&cpu, "cpu", g);
-  ref.ctx = tu_ctx();
-  ref.ctx->bail = &ref.bail;
-  if (setjmp(ref.bail)) ck_abort_msg("ref: %s", tu_errors(ref.ctx));
-  tg_device_opts o = {.precision = TG_PREC_F64};
-  ref.dev = tg_device_open_named(ref.ctx, "ref", &o);
-  tg_exec_opts eo = {.name = "ref", .remat = -1};
-  ref.x = tg_exec_compile(ref.dev, ref.ctx, g, &eo);
+  open_side_at(&ref, "ref", g, TG_PREC_F64);
   side *sides[3] = {&emu, &cpu, &ref};
   for (int k = 0; k < 3; k++) set_leaves(sides[k], g), run(sides[k]);
   for (int out = 0; out < g->n_outputs; out++) {
@@ -425,13 +422,7 @@ START_TEST(test_scatter_of_a_common_word) {
   side emu, cpu, ref;
   open_side(&emu, "cuda-emu", g);
   open_side(&cpu, "cpu", g);
-  ref.ctx = tu_ctx();
-  ref.ctx->bail = &ref.bail;
-  if (setjmp(ref.bail)) ck_abort_msg("ref: %s", tu_errors(ref.ctx));
-  tg_device_opts o = {.precision = TG_PREC_F64};
-  ref.dev = tg_device_open_named(ref.ctx, "ref", &o);
-  tg_exec_opts eo = {.name = "ref", .remat = -1};
-  ref.x = tg_exec_compile(ref.dev, ref.ctx, g, &eo);
+  open_side_at(&ref, "ref", g, TG_PREC_F64);
   /* 3 in 4 of the words are word 11; the rest spread over the table,
    * the last row (1199) among them */
   int32_t ids[4 * 64];
