@@ -403,18 +403,12 @@ static const char *narrow_round(tg_dtype t) {
   return t == TG_BF16 ? "tg_bf16_round" : t == TG_F16 ? "tg_f16_round" : "";
 }
 
-/* Whether n's value is always a bf16 value (exactly representable in
- * bf16): a bf16 value (every one is rounded, or is such a value already),
- * a constant that is one, or what selects, negates, takes the larger of,
- * widens or views such values.  Rounding such a value to bf16 changes no
- * bit, so it is left out (the cross-entropy's row kernel rounded six
- * values an element: its walks are issue-bound), and storing it to bf16
- * keeps its top half (tg_bf16_bits).  Its NaNs are bf16 NaNs widened, whose
- * payload is in the top half. */
-static bool holds_bf16(const tg_node *n, int depth) {
-  if (n->type.dtype == TG_BF16) return true;
-  if (n->type.dtype != TG_F32 || depth > 8) return false;
-  if (tg_is_view(n)) return holds_bf16(n->in[0], depth + 1);
+static bool holds_bf16(const tg_node *n, int depth);
+
+/* Whether op n makes a bf16 value from inputs that hold bf16 values (a
+ * constant: whether it is one): a select, a negation, the larger of two,
+ * a widening. */
+static bool keeps_bf16(const tg_node *n, int depth) {
   switch (n->op) {
   case TG_OP_const: {
     float f = (float)n->value;
@@ -429,15 +423,18 @@ static bool holds_bf16(const tg_node *n, int depth) {
   }
 }
 
-/* Whether computing bf16 node n from its inputs' values needs no rounding. */
-static bool exact_in_bf16(const tg_node *n) {
-  switch (n->op) {
-  case TG_OP_cast:
-  case TG_OP_neg: return holds_bf16(n->in[0], 0);
-  case TG_OP_maximum: return holds_bf16(n->in[0], 0) && holds_bf16(n->in[1], 0);
-  case TG_OP_where: return holds_bf16(n->in[1], 0) && holds_bf16(n->in[2], 0);
-  default: return false;
-  }
+/* Whether n's value is always a bf16 value (exactly representable in
+ * bf16): a bf16 value (every one is rounded, or is such a value already),
+ * or an f32 value that keeps_bf16 makes, or a view of one.  Rounding such
+ * a value to bf16 changes no bit, so it is left out (the cross-entropy's
+ * row kernel rounded six values an element: its walks are issue-bound),
+ * and storing it to bf16 keeps its top half (tg_bf16_bits).  Its NaNs are
+ * bf16 NaNs widened, whose payload is in the top half. */
+static bool holds_bf16(const tg_node *n, int depth) {
+  if (n->type.dtype == TG_BF16) return true;
+  if (n->type.dtype != TG_F32 || depth > 8) return false;
+  if (tg_is_view(n)) return holds_bf16(n->in[0], depth + 1);
+  return keeps_bf16(n, depth);
 }
 
 /* The statement defining `name` at depth d. */
@@ -666,7 +663,7 @@ static val value_at(emitter *e, const tg_node *n, const char **c, int ctx_depth)
   const char *x = compute(e, n, c, d);
   /* a bf16 value is computed in f32 and rounded, as the interpreter
    * rounds each value to its dtype, whether it is stored or not */
-  if (*narrow_round(t) && !(t == TG_BF16 && exact_in_bf16(n))) x = tg_sprintf(e->arena, "%s(%s)", narrow_round(t), x);
+  if (*narrow_round(t) && !(t == TG_BF16 && keeps_bf16(n, 0))) x = tg_sprintf(e->arena, "%s(%s)", narrow_round(t), x);
   const char *name = canonical ? tname(e, n->id, d) : new_tmp(e);
   define(e, d, t, name, x);
   if (canonical) {

@@ -86,32 +86,34 @@ static tg_cuda_op *push(builder *b, tg_cuda_op_kind kind, int kernel) {
 }
 
 /* The dynamic shared memory of step s: its row cache (emit.h); *cached
- * (if not NULL) says whether the row is cached in shared memory. */
+ * says whether the row is cached in shared memory. */
 static size_t step_shared_bytes(const tg_program *p, const tg_lkernel *lk, int s, bool *cached) {
   const tg_step *st = &lk->steps[s];
-  if (cached) *cached = false;
+  *cached = false;
   if (!tg_cuda_is_reduction_nest(st) || st->nest.n_sweeps < 2) return 0;
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
   size_t bytes = (size_t)c.shared_bytes;
-  if (cached) *cached = c.row_cache == TG_ROW_CACHE_SHARED;
+  *cached = c.row_cache == TG_ROW_CACHE_SHARED;
   tg_nest_code_free(&c);
   return bytes;
 }
 
-int tg_cuda_wave_threads(const tg_program *p, const tg_lkernel *lk, int w) {
+/* Wave w's dynamic shared memory (the most any of its steps needs) and
+ * its threads a block (tg_cuda_wave_threads), each step's nest emitted once. */
+static int wave_shape(const tg_program *p, const tg_lkernel *lk, int w, size_t *shared) {
   size_t most = 0;
+  bool all_cached = true; /* every step a block-per-row walk with its row in shared memory */
   for (int s = 0; s < lk->n_steps; s++) {
     const tg_step *st = &lk->steps[s];
     if (st->wave != w || !tg_cuda_step_launched(st)) continue;
-    /* only a block per row walks its row with blockDim.x */
-    if (!tg_cuda_is_reduction_nest(st) || tg_cuda_column_nest(st) || st->nest.group > 1) return TG_CUDA_BLOCK;
     bool cached;
     size_t sh = step_shared_bytes(p, lk, s, &cached);
-    if (!cached) return TG_CUDA_BLOCK;
     if (sh > most) most = sh;
+    all_cached &= cached && !tg_cuda_column_nest(st) && st->nest.group <= 1;
   }
-  if (!most) return TG_CUDA_BLOCK;
+  if (shared) *shared = most;
+  if (!all_cached || !most) return TG_CUDA_BLOCK;
   long per_sm = (long)(TG_CUDA_SM_SHARED / (most + 1024)); /* 1 KB: what the driver reserves a block */
   if (per_sm < 1) per_sm = 1;
   int threads = TG_CUDA_BLOCK;
@@ -119,20 +121,17 @@ int tg_cuda_wave_threads(const tg_program *p, const tg_lkernel *lk, int w) {
   return threads;
 }
 
+int tg_cuda_wave_threads(const tg_program *p, const tg_lkernel *lk, int w) { return wave_shape(p, lk, w, NULL); }
+
 /* The wave's function: every argument of the kernel, as the renderer
  * declares them (emit.c, tg_emit_params); its dynamic shared memory is
  * the most any of its steps needs. */
 static void wave_launch(builder *b, const tg_lkernel *lk, int w, long long blocks) {
   tg_cuda_op *op = push(b, TG_CUDA_LAUNCH, lk->kernel);
   tg_cuda_launch *L = &op->launch;
-  for (int s = 0; s < lk->n_steps; s++)
-    if (lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s])) {
-      size_t sh = step_shared_bytes(b->p, lk, s, NULL);
-      if (sh > L->shared_bytes) L->shared_bytes = sh;
-    }
+  L->block[0] = (unsigned)wave_shape(b->p, lk, w, &L->shared_bytes), L->block[1] = L->block[2] = 1;
   L->function = tg_sprintf(b->a, "k%d_w%d", lk->kernel, w);
   L->grid[0] = (unsigned)blocks, L->grid[1] = L->grid[2] = 1;
-  L->block[0] = (unsigned)tg_cuda_wave_threads(b->p, lk, w), L->block[1] = L->block[2] = 1;
   L->n_args = lk->n_args;
   L->args = tg_alloc(b->a, sizeof *L->args * (size_t)(lk->n_args + 1));
   for (int i = 0; i < lk->n_args; i++) L->args[i] = (tg_cuda_arg){lk->args[i], lk->arg_read[i], lk->arg_written[i]};
