@@ -82,6 +82,7 @@ typedef enum tg_stmt_kind {
   TG_S_IMPORT, /* import "file" */
   TG_S_BLOCK,  /* block name(args) { body } */
   TG_S_ASSERT, /* assert value [, "message"]: a compile-time check */
+  TG_S_MESH,   /* mesh name = value: the tensor axis of the device mesh and its degree */
 } tg_stmt_kind;
 
 struct tg_stmt {
@@ -100,6 +101,9 @@ struct tg_stmt {
   tg_arg *args;       /* block */
   int n_args;
   const char *file;   /* import: the file named; assert: its message */
+  const char *shard;  /* param: "shard NAME": how it splits over the mesh's tensor axis; NULL: replicated */
+  tg_loc shard_loc;
+  tg_expr *shard_groups; /* param: "shard NAME(groups)", or NULL */
 };
 
 /* What one file parses to. */

@@ -845,8 +845,8 @@ static value call(elab *E, const tg_expr *e) {
 static tg_init param_init(elab *E, const tg_expr *e) {
   if (e->kind == TG_E_NAME && e->path.n == 1) {
     const char *n = e->path.segs[0].name;
-    if (!strcmp(n, "zeros")) return (tg_init){TG_INIT_ZEROS, 0};
-    if (!strcmp(n, "ones")) return (tg_init){TG_INIT_ONES, 0};
+    if (!strcmp(n, "zeros")) return (tg_init){.kind = TG_INIT_ZEROS};
+    if (!strcmp(n, "ones")) return (tg_init){.kind = TG_INIT_ONES};
   }
   if (e->kind == TG_E_CALL && e->path.n == 1 && !strcmp(e->path.segs[0].name, "normal")) {
     if (e->args.n != 1)
@@ -855,7 +855,7 @@ static tg_init param_init(elab *E, const tg_expr *e) {
                           "normal's standard deviation");
     if (!(std >= 0 && isfinite(std)))
       fail(E, e->args.items[0]->loc, "normal's standard deviation must be finite and >= 0, not %g", std);
-    return (tg_init){TG_INIT_NORMAL, std};
+    return (tg_init){.kind = TG_INIT_NORMAL, .std = std};
   }
   fail(E, e->loc, "a parameter's initialiser must be zeros, ones or normal(std)");
 }
@@ -872,6 +872,44 @@ static tg_type shape_of(elab *E, const tg_expr_list *dims, tg_dtype dt, tg_loc l
   return t;
 }
 
+/* "shard columns|rows|vocab|replicated[(groups)]": how the param splits
+ * over the mesh's tensor axis (passes/shard_tensor.c does the splitting;
+ * docs/language.md). */
+static void param_split(elab *E, const tg_stmt *s, tg_node *p) {
+  if (!s->shard) return;
+  tg_split split;
+  if (!tg_split_parse(s->shard, strlen(s->shard), &split))
+    fail(E, s->shard_loc, "unknown split '%s': a param is shard columns (its last axis), rows (its first), vocab "
+                          "(its first, an embedding's vocabulary) or replicated", s->shard);
+  if (split != TG_SPLIT_NONE && p->type.rank == 0)
+    fail(E, s->shard_loc, "a scalar parameter cannot be split: drop 'shard %s'", s->shard);
+  int64_t groups = 1;
+  if (s->shard_groups) {
+    if (split == TG_SPLIT_NONE) fail(E, s->shard_groups->loc, "a replicated parameter has no groups");
+    groups = need_int(E, eval(E, s->shard_groups), s->shard_groups->loc, "a number of groups", 1, 4096);
+    int axis = split == TG_SPLIT_COLUMNS ? p->type.rank - 1 : 0;
+    if (p->type.dim[axis].size % groups)
+      fail(E, s->shard_groups->loc, "%lld groups do not divide the split axis's %lld elements",
+           (long long)groups, (long long)p->type.dim[axis].size);
+  }
+  p->init.split = split;
+  p->init.split_groups = split == TG_SPLIT_NONE ? 0 : (int)groups;
+}
+
+/* "mesh tensor = N": the devices form a data x tensor mesh whose tensor
+ * axis has N ranks (the data axis: the ranks left over, a run's choice). */
+static void exec_mesh(elab *E, const tg_stmt *s) {
+  if (E->cur != &E->top) fail(E, s->loc, "'mesh' is only allowed at the top level");
+  if (strcmp(s->names[0], "tensor"))
+    fail(E, s->name_locs[0], "the mesh's axes are data (the ranks a run has left over) and tensor: write 'mesh "
+                             "tensor = N', not '%s'", s->names[0]);
+  double old;
+  if (tg_graph_get_config(E->g, TG_CONFIG_MESH_TENSOR, &old)) fail(E, s->loc, "the mesh is declared twice");
+  int64_t n = need_int(E, eval(E, s->value), s->value->loc, "the tensor axis's ranks", 1, 4096);
+  tg_graph_set_config(E->g, TG_CONFIG_MESH_TENSOR, (double)n);
+  if (s->value->kind == TG_E_NAME && s->value->path.n == 1) E->g->mesh_sym = s->value->path.segs[0].name;
+}
+
 static void exec_param(elab *E, const tg_stmt *s) {
   const char *local = path_text(E, &s->path, s->path.n);
   const char *prefix = E->cur->prefix;
@@ -881,6 +919,7 @@ static void exec_param(elab *E, const tg_stmt *s) {
   tg_node *p = tg_node_new(E->g, TG_OP_param, s->loc);
   p->type = shape_of(E, &s->shape, dt, s->loc);
   p->init = param_init(E, s->value);
+  param_split(E, s, p);
   p->name = full;
   claim_param_name(E, full, s->loc);
   add_node(E, p);
@@ -1008,6 +1047,9 @@ static void exec_stmt(elab *E, const tg_stmt *s) {
     bind(E, E->cur, s->names[0], (value){.kind = V_TENSOR, .node = n}, s->loc);
     return;
   }
+  case TG_S_MESH:
+    exec_mesh(E, s);
+    return;
   case TG_S_CONFIG:
   case TG_S_IMPORT:
   case TG_S_BLOCK:
@@ -1139,6 +1181,7 @@ static void check_body(elab *E, const tg_stmt_list *body, bool in_block) {
                        : !in_block              ? NULL
                        : s->kind == TG_S_INPUT  ? "input"
                        : s->kind == TG_S_OUTPUT ? "output"
+                       : s->kind == TG_S_MESH   ? "mesh"
                                                 : NULL;
     if (what)
       fail(E, s->loc, "%s is only allowed at the top level, not inside %s", what,

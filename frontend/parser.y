@@ -57,6 +57,7 @@ static tg_expr *binary(tg_parse_state *ps, int op, tg_loc loc, tg_expr *l, tg_ex
 %token IMPORT "keyword 'import'" CONFIG "keyword 'config'" INPUT "keyword 'input'"
 %token PARAM "keyword 'param'" BLOCK "keyword 'block'" FOR "keyword 'for'" IN "keyword 'in'"
 %token RETURN "keyword 'return'" OUTPUT "keyword 'output'" ASSERT "keyword 'assert'"
+%token SHARD "keyword 'shard'" MESH "keyword 'mesh'"
 %token DOTDOT "'..'" ELLIPSIS "'...'" EQ "'=='" NE "'!='" LE "'<='" GE "'>='"
 
 %nonassoc EQ NE '<' '>' LE GE
@@ -67,7 +68,7 @@ static tg_expr *binary(tg_parse_state *ps, int op, tg_loc loc, tg_expr *l, tg_ex
 %type <expr> expr primary
 %type <exprs> exprs opt_exprs
 %type <path> path
-%type <stmt> stmt assign names block_def config_block param_decl input_decl opt_args args
+%type <stmt> stmt assign names block_def config_block param_decl param_head input_decl opt_args args
 %type <stmts> stmts config_entries
 %type <pat> type_pat
 %type <arg> arg
@@ -109,6 +110,11 @@ stmt
       $$->value = $4;
       $$->hi = $6;
       $$->body = $8;
+    }
+  | MESH IDENT '=' expr   {
+      $$ = tg_stmt_new(A, TG_S_MESH, LOC(@1));
+      tg_stmt_add_name(A, $$, $2, LOC(@2));
+      $$->value = $4;
     }
   | ';'                   { $$ = NULL; }
   ;
@@ -187,6 +193,21 @@ type_pat
   ;
 
 param_decl
+  : param_head
+  | param_head SHARD IDENT {
+      $$ = $1;
+      $$->shard = $3;
+      $$->shard_loc = LOC(@3);
+    }
+  | param_head SHARD IDENT '(' expr ')' {
+      $$ = $1;
+      $$->shard = $3;
+      $$->shard_loc = LOC(@3);
+      $$->shard_groups = $5;
+    }
+  ;
+
+param_head
   : PARAM path ':' opt_dtype '[' opt_exprs ']' '=' expr {
       $$ = tg_stmt_new(A, TG_S_PARAM, LOC(@2));
       $$->path = $2;

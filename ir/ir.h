@@ -110,9 +110,22 @@ bool tg_op_is_collective(tg_op op);
 
 typedef enum tg_init_kind { TG_INIT_ZEROS, TG_INIT_ONES, TG_INIT_NORMAL } tg_init_kind;
 
+/* How a parameter is split across the ranks of the tensor axis of the
+ * mesh (tensor parallelism, passes/shard_tensor.c; docs/language.md's
+ * "shard"): not at all, by its last axis, by its first, or by its first as a
+ * vocabulary (an embedding table that is also the head).  groups > 1 cuts
+ * the split axis into that many equal parts first and splits each (a fused
+ * q, k, v projection: each rank takes its heads of all three). */
+typedef enum tg_split { TG_SPLIT_NONE, TG_SPLIT_COLUMNS, TG_SPLIT_ROWS, TG_SPLIT_VOCAB, TG_NSPLITS } tg_split;
+
+const char *tg_split_name(tg_split s);
+bool tg_split_parse(const char *s, size_t n, tg_split *out);
+
 typedef struct tg_init {
   tg_init_kind kind;
   double std; /* for TG_INIT_NORMAL: mean 0, this standard deviation */
+  tg_split split;   /* the param's tensor-parallel split */
+  int split_groups; /* >= 1 when split */
 } tg_init;
 
 /* Which part of a training step a node belongs to, for reports and stats. */
@@ -252,7 +265,13 @@ typedef struct tg_graph {
   int n_kernels, cap_kernels;
   tg_mem_plan *memplan; /* after the memplan pass; NULL before */
   tg_allreduce_plan *allreduce; /* after the schedule pass; NULL before */
+  const char *mesh_sym; /* the config constant "mesh tensor = NAME" names (a run's choice, not
+                         * the model's size: weights files do not record it), or NULL */
 } tg_graph;
+
+/* The config entry holding the tensor axis's ranks ("mesh tensor = N"),
+ * when the model declares a mesh. */
+#define TG_CONFIG_MESH_TENSOR "mesh_tensor"
 
 tg_graph *tg_graph_new(tg_arena *arena);
 /* The arena owns the graph and its arrays; this marks it as no longer in use. */

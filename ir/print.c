@@ -84,13 +84,18 @@ static void print_attr(FILE *out, const tg_node *n) {
   switch (tg_ops[n->op].attr) {
   case TG_ATTR_INIT:
     if (n->init.kind == TG_INIT_ZEROS)
-      fputs(" {init=zeros}", out);
+      fputs(" {init=zeros", out);
     else if (n->init.kind == TG_INIT_ONES)
-      fputs(" {init=ones}", out);
+      fputs(" {init=ones", out);
     else if (n->init.kind == TG_INIT_NORMAL)
-      fprintf(out, " {init=normal(%s)}", tg_fmt_double(n->init.std, num, sizeof num));
+      fprintf(out, " {init=normal(%s)", tg_fmt_double(n->init.std, num, sizeof num));
     else
-      fprintf(out, " {init=<kind %d>}", (int)n->init.kind);
+      fprintf(out, " {init=<kind %d>", (int)n->init.kind);
+    if (n->init.split != TG_SPLIT_NONE) {
+      fprintf(out, ", split=%s", tg_split_name(n->init.split));
+      if (n->init.split_groups > 1) fprintf(out, "/%d", n->init.split_groups);
+    }
+    fputc('}', out);
     break;
   case TG_ATTR_VALUE: fprintf(out, " {value=%s}", tg_fmt_double(n->value, num, sizeof num)); break;
   case TG_ATTR_AXIS: fprintf(out, " {axis=%d}", n->axis); break;

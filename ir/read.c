@@ -334,10 +334,20 @@ static void read_init(reader *r, tg_node *n) {
          describe(r, at, buf, sizeof buf));
   }
   r->p += k;
-  if (n->init.kind != TG_INIT_NORMAL) return;
-  expect(r, '(', "after normal");
-  n->init.std = read_number(r, "a standard deviation");
-  expect(r, ')', "after the standard deviation");
+  if (n->init.kind == TG_INIT_NORMAL) {
+    expect(r, '(', "after normal");
+    n->init.std = read_number(r, "a standard deviation");
+    expect(r, ')', "after the standard deviation");
+  }
+  if (!accept(r, ',')) return;
+  expect_key(r, "param", "split");
+  size_t s = ident_len(r);
+  char buf[128];
+  if (!tg_split_parse(r->p, s, &n->init.split) || n->init.split == TG_SPLIT_NONE)
+    fail(r, r->p, "unknown split %s (expected columns, rows or vocab)", describe(r, r->p, buf, sizeof buf));
+  r->p += s;
+  n->init.split_groups = accept(r, '/') ? (int)read_int(r, false, 4096, "a number of groups") : 1;
+  if (n->init.split_groups < 1) fail(r, r->p, "a split needs at least 1 group");
 }
 
 /* "[a, b, ...]" of axis numbers below TG_MAX_RANK; returns the count. */

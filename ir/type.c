@@ -48,7 +48,7 @@ bool tg_op_is_flash_attention(tg_op op) {
 }
 
 bool tg_op_is_collective(tg_op op) {
-  return op == TG_OP_all_reduce || op == TG_OP_all_gather || op == TG_OP_reduce_scatter;
+  return op == TG_OP_all_reduce || op == TG_OP_all_gather || op == TG_OP_reduce_scatter || op == TG_OP_all_max;
 }
 
 static const struct {
@@ -68,6 +68,20 @@ bool tg_dtype_parse(const char *s, size_t n, tg_dtype *out) {
   for (int i = 0; i < TG_NDTYPES; i++)
     if (strlen(dtypes[i].name) == n && memcmp(dtypes[i].name, s, n) == 0) {
       *out = (tg_dtype)i;
+      return true;
+    }
+  return false;
+}
+
+static const char *const split_names[TG_NSPLITS] = {
+    [TG_SPLIT_NONE] = "replicated", [TG_SPLIT_COLUMNS] = "columns", [TG_SPLIT_ROWS] = "rows", [TG_SPLIT_VOCAB] = "vocab"};
+
+const char *tg_split_name(tg_split s) { return s >= 0 && s < TG_NSPLITS ? split_names[s] : "?"; }
+
+bool tg_split_parse(const char *s, size_t n, tg_split *out) {
+  for (int i = 0; i < TG_NSPLITS; i++)
+    if (strlen(split_names[i]) == n && memcmp(split_names[i], s, n) == 0) {
+      *out = (tg_split)i;
       return true;
     }
   return false;
@@ -574,8 +588,12 @@ bool tg_infer_type(const tg_node *n, tg_type *out, char *why, size_t whylen) {
   case TG_OP_flash_attention_lse: case TG_OP_flash_attention: case TG_OP_flash_attention_dq:
   case TG_OP_flash_attention_dk: case TG_OP_flash_attention_dv:
     return infer_flash(n, out, why, whylen);
-  case TG_OP_all_reduce: case TG_OP_all_gather: case TG_OP_reduce_scatter:
+  case TG_OP_all_reduce: case TG_OP_all_gather: case TG_OP_reduce_scatter: case TG_OP_all_max:
     return infer_collective(n, out, why, whylen);
+  case TG_OP_replicate:
+    if (n->ranks < 1) FAIL("replicate needs ranks >= 1, got %d", n->ranks);
+    *out = n->in[0]->type;
+    return true;
   case TG_OP_matmul:
     return infer_matmul(n, out, why, whylen);
   default:

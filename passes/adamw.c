@@ -66,7 +66,7 @@ static tg_node *leaf(opt *O, tg_op op, const char *name, const tg_type *t) {
   tg_node *n = tg_node_new(O->g, op, O->loc);
   n->name = name;
   n->type = *t;
-  n->init = (tg_init){TG_INIT_ZEROS, 0};
+  n->init = (tg_init){.kind = TG_INIT_ZEROS};
   return add(O, n);
 }
 

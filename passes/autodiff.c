@@ -65,6 +65,9 @@ static tg_node *cst(ad *A, double v, tg_dtype dt) {
 
 static tg_node *reshape(ad *A, const tg_node *x, const tg_type *t) {
   if (tg_type_same_shape(&x->type, t)) return (tg_node *)x;
+  /* a reshape back to what was reshaped (a collective's flattening, undone
+   * in the gradient) is that value itself: no view of a view */
+  if (x->op == TG_OP_reshape && tg_type_same_shape(&x->in[0]->type, t)) return x->in[0];
   tg_node *n = mk(A, TG_OP_reshape, 1, x, NULL, NULL);
   n->type = *t;
   return add(A, n);
@@ -359,6 +362,28 @@ static void grad_all_gather(ad *A, const tg_node *n, const tg_node *g) {
 
 static void grad_reduce_scatter(ad *A, const tg_node *n, const tg_node *g) {
   accumulate(A, IN(0), collective(A, TG_OP_all_gather, g, n->ranks));
+}
+
+/* all_max -> each rank's share where its x is the largest: the gradient
+ * of a max over an axis split across the ranks (max's own rule, grad_max,
+ * shares g among the tied elements; here among the tied ranks, whose
+ * count is itself summed over them).  Like all_reduce, assumes every rank
+ * holds the same g (the loss counted once). */
+static void grad_all_max(ad *A, const tg_node *n, const tg_node *g) {
+  tg_dtype dt = g->type.dtype;
+  tg_node *is_max = op2(A, TG_OP_eq, IN(0), n);
+  tg_node *count = collective(A, TG_OP_all_reduce, op3(A, TG_OP_where, is_max, cst(A, 1, dt), cst(A, 0, dt)), n->ranks);
+  accumulate(A, IN(0), op3(A, TG_OP_where, is_max, op2(A, TG_OP_div, g, count), cst(A, 0, dt)));
+}
+
+/* replicate -> all_reduce: x is one value every tensor-parallel rank holds
+ * alike, and each rank's g is the gradient of its own part of the
+ * computation that follows; x's is their sum (Megatron's f).  Flattened
+ * around the collective, which takes 1-D values. */
+static void grad_replicate(ad *A, const tg_node *n, const tg_node *g) {
+  tg_type flat = {.dtype = g->type.dtype, .rank = 1, .dim = {{.size = tg_type_numel(&g->type)}}};
+  tg_node *sum = collective(A, TG_OP_all_reduce, reshape(A, g, &flat), n->ranks);
+  accumulate(A, IN(0), reshape(A, sum, &g->type));
 }
 
 /* The gradient aᵀ g of a weight b [K, N] (a [R, K], g [R, N]).  When b is

@@ -129,7 +129,7 @@ static tg_node *cached_attention(dec *D, const tg_node *fa, tg_node *q, tg_node 
     tg_node *s = tg_node_new(D->g, TG_OP_state, loc);
     s->name = tg_sprintf(D->ctx->arena, "%s%d", i ? TG_DECODE_V_PREFIX : TG_DECODE_K_PREFIX, L);
     s->type = ct;
-    s->init = (tg_init){TG_INIT_ZEROS, 0};
+    s->init = (tg_init){.kind = TG_INIT_ZEROS, .std = 0};
     cache[i] = add(D, s, loc);
   }
   /* the new key and value into row pos of the caches */

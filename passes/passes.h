@@ -129,6 +129,19 @@ tg_node *tg_param_copy_of(const tg_graph *g, const tg_node *param);
  * weight_copies and narrow_saved, before the lowering passes; no optimizer
  * in the graph.  ranks < 2: nothing. */
 void tg_shard_params(tg_ctx *ctx, tg_graph *g, int ranks);
+
+/* Tensor parallelism (shard_tensor.c): the forward cut to tensor rank
+ * `rank`'s parts of the parameters the model marks "shard", over the
+ * "mesh tensor = N" axis, with the forward's collectives placed and
+ * replicate markers where autodiff must sum a gradient over the ranks.
+ * Nothing when the model declares no mesh or N = 1.  Writes the
+ * "sharding" report to report when given. */
+void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report);
+/* The replicate markers dropped (their readers read their inputs), once
+ * autodiff has read them. */
+void tg_drop_replicates(tg_ctx *ctx, tg_graph *g);
+/* The tensor axis's ranks the model declares ("mesh tensor = N"), 1 when none. */
+int tg_tensor_degree(const tg_graph *g);
 /* The shard leaf of weight leaf `leaf` (by name), or NULL. */
 tg_node *tg_shard_of(const tg_graph *g, const tg_node *leaf);
 
@@ -310,6 +323,7 @@ void tg_decode(tg_ctx *ctx, tg_graph *g);
 #define TG_REPORT_FUSION "fusion"
 #define TG_REPORT_MEMPLAN "memplan"
 #define TG_REPORT_SCHEDULE "schedule"
+#define TG_REPORT_SHARDING "sharding"
 
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
@@ -322,6 +336,8 @@ typedef struct tg_pipeline_opts {
                            * generation will run) */
   tg_adamw_opts adamw;
   int pad_multiple;       /* pad_vocab's multiple; 0 or 1: no padding */
+  int tensor_rank;        /* this rank's place on the mesh's tensor axis (shard_tensor.c) */
+  bool whole_tensors;     /* no tensor split: the model whole, as weights files hold it */
   int shard_ranks;        /* > 1: ZeRO stage 3 over this many ranks (shard_params.c);
                            * not with step (stage 3's optimizer is a graph apart) */
   const char *dump_after; /* print the IR after this pass (to dump) */

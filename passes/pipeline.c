@@ -46,6 +46,17 @@ static void run_narrow_saved(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o
   tg_narrow_saved(ctx, g);
 }
 
+static void run_shard_tensor(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  if (o->decode && tg_tensor_degree(g) > 1)
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "a decode step with a tensor axis (mesh tensor > 1) is not supported yet");
+  if (!o->whole_tensors) tg_shard_tensor(ctx, g, o->tensor_rank, report);
+}
+
+static void run_drop_replicates(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+  (void)o, (void)report;
+  tg_drop_replicates(ctx, g);
+}
+
 static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
   (void)o, (void)report;
   tg_autodiff(ctx, g);
@@ -103,7 +114,9 @@ static const pass passes[] = {
     {{"gelu", ALWAYS, TG_REPORT_GELU, "GELU's tanh form from primitives -> one gelu op (its derivative: one gelu_grad)"}, run_gelu},
     {{"decode", FOR_DECODE, NULL, "the forward as one decode step with a key/value cache (tgc --decode)"}, run_decode},
     {{"precision", ALWAYS, TG_REPORT_PRECISION, "the mixed-precision policy (--precision bf16; --report precision)"}, run_precision},
+    {{"shard_tensor", ALWAYS, TG_REPORT_SHARDING, "tensor parallelism: the forward cut to one rank's parts of the \"shard\" params, with its collectives (--report sharding)"}, run_shard_tensor},
     {{"autodiff", FOR_GRAD, NULL, "the gradient of '" TG_OUTPUT_LOSS "' w.r.t. every parameter"}, run_autodiff},
+    {{"replicas", ALWAYS, NULL, "shard_tensor's replicate markers dropped once autodiff has summed their gradients"}, run_drop_replicates},
     {{"weight_copies", ALWAYS, NULL, "precision's bf16 weight casts as copies the optimizer writes once a step"}, run_weight_copies},
     {{"narrow_saved", FOR_GRAD, NULL, "the backward widens the bf16 values it reads, so they are saved bf16"}, run_narrow_saved},
     {{"shard_params", FOR_SHARDS, NULL, "ZeRO stage 3: weights read from shards, all-gathered before use; gradients reduce-scattered"}, run_shard_params},

@@ -370,7 +370,7 @@ tg_param_copy *tg_hoist_param_copies(tg_ctx *ctx, tg_graph *g, int *n_copies) {
     c->op = TG_OP_state;
     c->nin = 0;
     c->in = NULL;
-    c->init = (tg_init){TG_INIT_ZEROS, 0};
+    c->init = (tg_init){.kind = TG_INIT_ZEROS, .std = 0};
     c->name = tg_sprintf(g->arena, "%s%s", TG_BF16_COPY_PREFIX, p->name);
     copies[k++] = (tg_param_copy){p, c};
   }

@@ -90,6 +90,10 @@ static const char usage[] =
     "                     all-gathered from its shard before use, each gradient\n"
     "                     reduce-scattered; no optimizer) for --emit, --dump-after\n"
     "                     and --report traffic\n"
+    "  --tensor-rank R    with a tensor axis (the model's mesh tensor = tp, e.g.\n"
+    "                     -D tp=2): show rank R's part of the model (default 0);\n"
+    "                     --report sharding lists the split parameters and the\n"
+    "                     forward's collectives (docs/parallel.md)\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -113,7 +117,7 @@ static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--g
                                           "-D",      "-I",     "-o",        "--help",
                                           "--version", "--dump-after", "--pad-multiple",
                                           "--report", "--precision", "--gpu", "--decode",
-                                          "--ranks", "--zero"};
+                                          "--ranks", "--zero", "--tensor-rank"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgc", fmt, arg); }
@@ -369,6 +373,7 @@ typedef struct cli {
   const char *arch; /* --arch, for --emit cubin */
   zero_args zero;   /* --ranks, --zero */
   bool shard;       /* --zero 3 --ranks N without a report: the gradient graph of stage 3 */
+  int tensor_rank;  /* --tensor-rank R */
 } cli;
 
 /* The one report no pass writes: codegen's traffic (the CUDA step's bytes
@@ -521,6 +526,15 @@ static int parse_args(int argc, char **argv, cli *c) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = NULL;
+    if (!strcmp(a, "--tensor-rank")) {
+      char *end;
+      long r = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+      if (i + 1 >= argc || end == argv[i + 1] || *end || r < 0 || r > 4095)
+        return usage_error("%s", "--tensor-rank needs a rank: a whole number from 0 to the mesh's tp - 1");
+      c->tensor_rank = (int)r;
+      i++;
+      continue;
+    }
     int zero_status = parse_zero_arg(argc, argv, &i, c);
     if (zero_status >= 0) {
       if (zero_status) return zero_status;
@@ -629,7 +643,8 @@ int main(int argc, char **argv) {
                                                       (c.report_pass && c.report_pass->when == TG_PASS_FOR_KERNELS)),
                               .adamw = tg_adamw_defaults,
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
-                              .report_name = c.report, .report = stdout, .shard_ranks = c.shard ? c.zero.ranks : 0};
+                              .report_name = c.report, .report = stdout, .shard_ranks = c.shard ? c.zero.ranks : 0,
+                              .tensor_rank = c.tensor_rank};
     static held h; /* static: it outlives the longjmp unchanged */
     if (setjmp(bail)) status = 1;
     else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &c.zero,

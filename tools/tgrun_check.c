@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backends.h"
+#include "comm.h"
 #include "diag.h"
 #include "frontend.h"
 #include "nearest.h"
@@ -247,6 +248,13 @@ int tgrun_check_main(int argc, char **argv) {
   o.define_names = tg_xcalloc((size_t)argc + 1, sizeof *o.define_names);
   o.incs = tg_xcalloc((size_t)argc + 64, sizeof *o.incs);
   int status = parse_args(argc, argv, &o);
+  int rank, nranks;
+  char why[1024];
+  /* under mpirun, grad runs a model with a tensor axis on its ranks */
+  if (status < 0 && !tg_comm_init(&argc, &argv, &rank, &nranks, why, sizeof why)) {
+    fprintf(stderr, "tgrun: error: %s\n", why);
+    status = 1;
+  }
   if (status < 0) {
     /* -I first, then $TG_PATH, then the program's models/, as tgc. */
     char *tg_path = tg_import_path(o.incs, &o.s.n_include_dirs, argc + 64, tg_program_models_dir());
@@ -257,6 +265,11 @@ int tgrun_check_main(int argc, char **argv) {
     o.s.profile_top = prof ? (atoi(prof) > 1 ? atoi(prof) : 15) : 0;
     status = o.cmd == CMD_INIT ? tg_single_init(&o.s) : o.cmd == CMD_GRAD ? tg_single_grad(&o.s) : tg_single_step(&o.s);
     free(tg_path);
+    if (status && tg_comm_size() > 1) {
+      fflush(stderr);
+      exit(status); /* one rank's error must not leave the others waiting in a collective */
+    }
+    tg_comm_finalize();
   }
   free(o.defines);
   free(o.define_names);

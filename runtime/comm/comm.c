@@ -286,6 +286,30 @@ void tg_comm_sum_floats(float *buf, int64_t n) {
 #endif
 }
 
+void tg_comm_max_floats(float *buf, int64_t n) {
+  if (ranks == 1) return;
+#ifdef TG_HAVE_MPI
+  for (int64_t at = 0; at < n; at += 1 << 28) { /* MPI counts are int */
+    int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
+    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_MAX, coll, &op_));
+  }
+#else
+  (void)buf, (void)n;
+#endif
+}
+
+void tg_comm_max_doubles(double *buf, int64_t n) {
+  if (ranks == 1) return;
+#ifdef TG_HAVE_MPI
+  for (int64_t at = 0; at < n; at += 1 << 28) {
+    int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
+    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_DOUBLE, MPI_MAX, coll, &op_));
+  }
+#else
+  (void)buf, (void)n;
+#endif
+}
+
 void tg_comm_reduce_scatter_sum(const float *send, float *recv, int64_t block) {
   if (ranks == 1) {
     memmove(recv, send, sizeof(float) * (size_t)block);

@@ -53,6 +53,11 @@ void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const 
  * this rank's block of the sum. */
 void tg_comm_sum_floats(float *buf, int64_t n);
 void tg_comm_reduce_scatter_sum(const float *send, float *recv, int64_t block);
+/* The largest of every rank's buf, elementwise, into every rank's buf (the
+ * IR's all_max: a softmax's shift over a vocabulary split across ranks);
+ * the same bits on every rank, as a max is exact. */
+void tg_comm_max_floats(float *buf, int64_t n);
+void tg_comm_max_doubles(double *buf, int64_t n);
 /* ZeRO's all-gather, in place: buf is one tensor of elements elem_bytes
  * wide (1, 2, 4 or 8) in which rank q owns counts[q] elements from
  * displs[q]; afterwards every rank holds every rank's part. */

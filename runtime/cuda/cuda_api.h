@@ -168,7 +168,7 @@ typedef enum ncclDataType_t {
   ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5, ncclFloat16 = 6,
   ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 /* the fp8 types of NCCL 2.24+ are not used */
 } ncclDataType_t;
-typedef enum ncclRedOp_t { ncclSum = 0, ncclAvg = 4 } ncclRedOp_t;
+typedef enum ncclRedOp_t { ncclSum = 0, ncclMax = 2, ncclAvg = 4 } ncclRedOp_t;
 
 /* ---- the table --------------------------------------------------------------- */
 

@@ -260,6 +260,8 @@ char *tg_weights_config_text(const tg_graph *g, bool batch) {
     const tg_config_entry *e = &g->config[i];
     /* tgrun sets B and T from the batch (docs/tgrun.md): they are the run's, not the model's */
     if ((!strcmp(e->name, "B") || !strcmp(e->name, "T")) != batch) continue;
+    /* nor is the tensor-parallel degree: a layout, not a size */
+    if (!strcmp(e->name, TG_CONFIG_MESH_TENSOR) || (g->mesh_sym && !strcmp(e->name, g->mesh_sym))) continue;
     char num[40];
     double v = e->value;
     /* Sizes read as sizes; anything else in the shortest exact form. */

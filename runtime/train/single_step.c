@@ -16,8 +16,10 @@
 #include "batch.h"
 #include "checkpoint.h"
 #include "backends.h"
+#include "comm.h"
 #include "model_sizes.h"
 #include "safetensors.h"
+#include "tensor_parts.h"
 #include "weights.h"
 
 /* Compiles the model; B and T follow the batch, and the model's sizes
@@ -88,6 +90,8 @@ static int save_weights(const tg_weights *w, const char *path) {
 typedef struct session {
   tg_batch *batch;
   tg_graph *g;
+  tg_graph *whole;  /* with a tensor axis: the model unsplit, as weights files hold it; else NULL */
+  int tp;           /* the tensor axis's ranks (1: none) */
   tg_weights *w;
   tg_device *dev;
   tg_exec *e;
@@ -99,8 +103,45 @@ static void session_free(session *s) {
   tg_device_close(s->dev);
   tg_weights_free(s->w);
   if (s->g) tg_graph_free(s->g);
+  if (s->whole) tg_graph_free(s->whole);
   tg_batch_free(s->batch);
   free(s);
+}
+
+/* The weights of split graph g, this rank's parts of the whole ones
+ * (whole->g's), which are freed. */
+static tg_weights *parts_of(const tg_graph *g, tg_weights *whole, int tp, int rank) {
+  tg_weights *w = tg_xcalloc(1, sizeof *w);
+  w->g = g;
+  w->values = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *w->values);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *p = g->nodes[i];
+    if (p->op != TG_OP_param) continue;
+    const tg_node *W = tg_graph_leaf(whole->g, TG_OP_param, p->name);
+    const float *from = W ? whole->values[W->id] : NULL;
+    if (!from) continue;
+    w->values[i] = tg_xcalloc((size_t)tg_type_numel(&p->type), sizeof(float));
+    int axis = tg_param_split_axis(p);
+    if (axis < 0) memcpy(w->values[i], from, sizeof(float) * (size_t)tg_type_numel(&p->type));
+    else tg_tensor_part_cut(from, &W->type, axis, p->init.split_groups, tp, rank, w->values[i]);
+  }
+  tg_weights_free(whole);
+  return w;
+}
+
+/* A split parameter's gradient, this rank's part v (of p's local type),
+ * joined with the other ranks' into the whole tensor (of W's type). */
+static float *joined(const tg_node *p, const tg_node *W, const float *v, int tp) {
+  int64_t part = tg_type_numel(&p->type);
+  float *all = tg_xcalloc((size_t)(part * tp), sizeof *all);
+  int64_t *counts = tg_xcalloc((size_t)tp, sizeof *counts), *displs = tg_xcalloc((size_t)tp, sizeof *displs);
+  for (int q = 0; q < tp; q++) counts[q] = part, displs[q] = q * part;
+  memcpy(all + displs[tg_comm_rank()], v, sizeof(float) * (size_t)part);
+  tg_comm_all_gather_in_place(all, counts, displs, (int)sizeof(float));
+  float *whole = tg_xcalloc((size_t)tg_type_numel(&W->type), sizeof *whole);
+  tg_tensor_part_join(all, &W->type, tg_param_split_axis(p), p->init.split_groups, tp, whole);
+  free(all), free(counts), free(displs);
+  return whole;
 }
 
 static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, session *s) {
@@ -110,11 +151,27 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
   if (tg_graph_get_config(s->g, "vocab", &vocab)) tg_batch_check_ids(ctx, s->batch, o->batch, (int64_t)vocab);
   tg_pipeline_opts popts = {.precision = o->policy, .grad = true, .step = step, .adamw = o->adamw,
                             .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  s->tp = tg_tensor_degree(s->g);
+  if (s->tp > 1) {
+    if (step) tg_error(ctx, (tg_loc){o->model, 1, 1}, "tgrun step with a tensor axis (mesh tensor > 1) is not supported yet: use grad, or train");
+    if (tg_comm_size() != s->tp)
+      tg_error(ctx, (tg_loc){o->model, 1, 1}, "the model's mesh has a tensor axis of %d ranks, but %d rank%s run%s: "
+               "start grad on %d (mpirun -np %d tgrun grad ...), or set tp = 1",
+               s->tp, tg_comm_size(), tg_comm_size() == 1 ? "" : "s", tg_comm_size() == 1 ? "s" : "", s->tp, s->tp);
+    popts.tensor_rank = tg_comm_rank();
+  }
   tg_run_pipeline(ctx, s->g, &popts);
   check_batch_inputs(ctx, s->g, s->batch, o->batch);
-  /* a tg checkpoint or a plain weights file (Hugging Face's, tgrun's) */
-  s->w = tg_ckpt_load(ctx, s->g, o->weights, false, NULL);
-  if (!s->w) tg_bail(ctx);
+  /* a tg checkpoint or a plain weights file (Hugging Face's, tgrun's):
+   * whole tensors, read for the unsplit model and cut to this rank's parts */
+  if (s->tp > 1) {
+    s->whole = compile(ctx, o, s->batch);
+    tg_pipeline_opts wopts = {.precision = o->policy, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .whole_tensors = true};
+    tg_run_pipeline(ctx, s->whole, &wopts);
+  }
+  tg_weights *read = tg_ckpt_load(ctx, s->whole ? s->whole : s->g, o->weights, false, NULL);
+  if (!read) tg_bail(ctx);
+  s->w = s->whole ? parts_of(s->g, read, s->tp, tg_comm_rank()) : read;
   tg_device_opts dopts = {.precision = o->precision};
   s->dev = tg_device_open_named(ctx, o->backend ? o->backend : "ref", &dopts);
   tg_exec_opts eo = {.name = step ? "step" : "grad", .source_path = o->keep_source, .remat = -1};
@@ -178,11 +235,23 @@ static int do_grad(tg_ctx *ctx, const tg_single_opts *o, session *s) {
     if (!tg_exec_read(s->e, node, v, TG_HOST_F32))
       tg_error(ctx, node->loc, "internal: output '%s' is not in memory after the step", name);
     if (!param) loss_value = v[0];
+    /* a split parameter's gradient whole, from every tensor rank's part */
+    const tg_graph *fg = g;
+    const tg_type *vt = &node->type;
+    const tg_node *p = param && s->whole ? tg_graph_leaf(g, TG_OP_param, param) : NULL;
+    if (p && tg_param_split_axis(p) >= 0) {
+      const tg_node *W = tg_graph_leaf(s->whole, TG_OP_param, param);
+      float *whole = joined(p, W, v, s->tp);
+      v = tg_alloc(ctx->arena, sizeof *v * (size_t)tg_type_numel(&W->type));
+      memcpy(v, whole, sizeof *v * (size_t)tg_type_numel(&W->type));
+      free(whole);
+      fg = s->whole, vt = &W->type;
+    }
     /* At the parameter's file shape: a padded vocab (pad_vocab) is cropped. */
     tg_type ft;
-    tg_file_type(g, &node->type, &ft);
+    tg_file_type(fg, vt, &ft);
     float *out = tg_alloc(ctx->arena, sizeof *out * (size_t)tg_type_numel(&ft));
-    tg_copy_box(v, &node->type, out, &ft);
+    tg_copy_box(v, vt, out, &ft);
     tg_st_tensor *t = &ts[n++];
     t->name = param ? param : name;
     t->dtype = TG_F32;
@@ -191,6 +260,7 @@ static int do_grad(tg_ctx *ctx, const tg_single_opts *o, session *s) {
     t->data = out;
     t->nbytes = (size_t)tg_type_numel(&ft) * sizeof *out;
   }
+  if (tg_comm_rank() != 0) return 0; /* tensor ranks: the first writes the whole gradients */
   char why[512];
   if (!tg_st_write(o->out, ts, n, NULL, 0, why, sizeof why)) {
     fprintf(stderr, "tgrun: error: %s\n", why);

@@ -101,7 +101,7 @@ expect_status 0 "$tgc" models/gpt2.tg --emit ir
 if grep -q ' = flash_attention ' "$tmp/out" && ! grep -q 'bool\[T=1024, T=1024\]' "$tmp/out"; then ok
 else bad "the IR still holds a [T, T] mask, or no flash_attention"; fi
 expect_status 2 "$tgc" models/gpt2.tg --report autodiff
-contains "$tmp/out" "the reports are: flash_attn, gelu, precision, fusion"
+contains "$tmp/out" "the reports are: flash_attn, gelu, precision, sharding, fusion"
 
 # --report fusion: the kernels of the training step (it implies --grad),
 # compared with a golden file; after a deliberate change to the fuse pass,

@@ -18,7 +18,7 @@ static tg_node leaf(tg_op op, const char *name, int64_t numel, tg_init_kind kind
   n.type.dtype = TG_F32;
   n.type.rank = 1;
   n.type.dim[0].size = numel;
-  n.init = (tg_init){kind, std};
+  n.init = (tg_init){.kind = kind, .std = std};
   return n;
 }
 

@@ -80,7 +80,7 @@ static tg_node *param(tg_type t) {
   tg_node *n = node(TG_OP_param, 0, NULL, NULL, NULL);
   n->type = t;
   n->name = fresh_name();
-  n->init = (tg_init){TG_INIT_NORMAL, 0.02};
+  n->init = (tg_init){.kind = TG_INIT_NORMAL, .std = 0.02};
   return add(n);
 }
 
@@ -414,7 +414,7 @@ START_TEST(test_leaves) {
   ck_assert_has(add_fails(pi), "parameters must have a float dtype, not i32");
   tg_node *pn = node(TG_OP_param, 0, NULL, NULL, NULL);
   pn->type = ty(TG_F32, 1, DIMS({4, NULL}));
-  pn->init = (tg_init){TG_INIT_NORMAL, -1};
+  pn->init = (tg_init){.kind = TG_INIT_NORMAL, .std = -1};
   ck_assert_has(add_fails(pn), "normal() needs a finite standard deviation >= 0");
   pn->init.std = NAN;
   ck_assert_has(add_fails(pn), "normal() needs a finite standard deviation");

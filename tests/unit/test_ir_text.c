@@ -72,13 +72,13 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   idx->loc = (tg_loc){"models/dir with space/a:b.tg", 14, 7};
   add(g, idx);
   tg_node *wte = leaf(g, TG_OP_param, ty(TG_F32, 2, DIMS({16, "vocab"}, {8, "C"})), "wte.weight");
-  wte->init = (tg_init){TG_INIT_NORMAL, 0.02};
+  wte->init = (tg_init){.kind = TG_INIT_NORMAL, .std = 0.02, .split = TG_SPLIT_VOCAB, .split_groups = 1};
   add(g, wte);
   tg_node *gain = leaf(g, TG_OP_param, ty(TG_F32, 1, DIMS({8, "C"})), "we\"ird\\name\x01\xc3\xa9");
-  gain->init = (tg_init){TG_INIT_ONES, 0};
+  gain->init = (tg_init){.kind = TG_INIT_ONES, .std = 0};
   add(g, gain);
   tg_node *bias = leaf(g, TG_OP_param, ty(TG_F32, 1, DIMS({8, NULL})), "bias");
-  bias->init = (tg_init){TG_INIT_ZEROS, 0};
+  bias->init = (tg_init){.kind = TG_INIT_ZEROS, .std = 0};
   bias->loc = (tg_loc){NULL, 0, 0};
   add(g, bias);
   tg_node *x = bin(g, TG_OP_gather, wte, idx);
@@ -148,7 +148,7 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   sc->type = ty(TG_F32, 2, DIMS({16, "vocab"}, {8, "C"}));
   add(g, sc);
   tg_node *mom = leaf(g, TG_OP_state, ty(TG_F32, 2, DIMS({16, "vocab"}, {8, "C"})), "adam.m.wte.weight");
-  mom->init = (tg_init){TG_INIT_ZEROS, 0};
+  mom->init = (tg_init){.kind = TG_INIT_ZEROS, .std = 0};
   add(g, mom);
   bin(g, TG_OP_assign, mom, sc);
   bin(g, TG_OP_assign, wte, bin(g, TG_OP_sub, wte, sc));
@@ -171,6 +171,13 @@ static tg_graph *every_op_graph(tg_ctx *ctx) {
   tg_node *rsc = node(g, TG_OP_reduce_scatter, 1, ag, NULL, NULL);
   rsc->ranks = 2;
   add(g, rsc);
+  tg_node *amax = node(g, TG_OP_all_max, 1, rsc, NULL, NULL);
+  amax->ranks = 2;
+  add(g, amax);
+  /* tensor parallelism's marker, of any shape */
+  tg_node *rep = node(g, TG_OP_replicate, 1, logits, NULL, NULL);
+  rep->ranks = 2;
+  add(g, rep);
   tg_node *loss = node(g, TG_OP_sum, 1, logits, NULL, NULL);
   loss->axes = 7;
   add(g, loss);
@@ -225,7 +232,7 @@ START_TEST(test_golden_format) {
   add(g, idx);
   tg_node *wte =
       leaf(g, TG_OP_param, ty(TG_F32, 2, DIMS({50257, "vocab"}, {768, "n_embd"})), "wte.weight");
-  wte->init = (tg_init){TG_INIT_NORMAL, 0.02};
+  wte->init = (tg_init){.kind = TG_INIT_NORMAL, .std = 0.02};
   wte->loc = (tg_loc){"models/gpt2.tg", 16, 7};
   add(g, wte);
   tg_node *x = node(g, TG_OP_gather, 2, wte, idx, NULL);
@@ -323,7 +330,11 @@ START_TEST(test_round_trip_every_op) {
     ck_assert_int_eq(b->id, k);
     ck_assert(tg_type_equal(&a->type, &b->type));
     ck_assert_int_eq(a->axes, b->axes);
-    if (tg_op_is_collective(a->op)) ck_assert_int_eq(a->ranks, b->ranks);
+    if (tg_op_is_collective(a->op) || a->op == TG_OP_replicate) ck_assert_int_eq(a->ranks, b->ranks);
+    if (a->op == TG_OP_param) {
+      ck_assert_int_eq(a->init.split, b->init.split);
+      ck_assert_int_eq(a->init.split ? a->init.split_groups : 0, b->init.split ? b->init.split_groups : 0);
+    }
     if (a->op == TG_OP_const)
       ck_assert(memcmp(&a->value, &b->value, sizeof a->value) == 0 ||
                 (a->value != a->value && b->value != b->value));

@@ -41,7 +41,7 @@ static tg_node *leaf(tg_graph *gr, tg_op op, tg_type t, int line) {
   n->type = t;
   /* leaves are looked up by name, so the verifier wants them named */
   n->name = tg_sprintf(ctx->arena, "leaf%d", gr->n_nodes);
-  if (op == TG_OP_param) n->init = (tg_init){TG_INIT_NORMAL, 0.02};
+  if (op == TG_OP_param) n->init = (tg_init){.kind = TG_INIT_NORMAL, .std = 0.02};
   return add(gr, n);
 }
 

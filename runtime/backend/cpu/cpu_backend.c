@@ -517,9 +517,10 @@ static void run_collective(cpu_exec *e, const tg_node *n) {
   tg_dtype dt = n->type.dtype;
   char *in = operand_at(e, &c.in, dt), *out = operand_at(e, &c.out, dt);
   int size = tg_dtype_size(dt), me = tg_comm_rank();
-  if (n->op == TG_OP_all_reduce) {
+  if (n->op == TG_OP_all_reduce || n->op == TG_OP_all_max) {
     memmove(out, in, (size_t)(c.in_numel * size));
-    tg_comm_sum_floats((float *)out, c.out_numel);
+    if (n->op == TG_OP_all_max) tg_comm_max_floats((float *)out, c.out_numel);
+    else tg_comm_sum_floats((float *)out, c.out_numel);
   } else if (n->op == TG_OP_reduce_scatter) {
     tg_comm_reduce_scatter_sum((const float *)in, (float *)out, c.out_numel);
   } else {

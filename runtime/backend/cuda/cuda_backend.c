@@ -1555,8 +1555,8 @@ static void enqueue_ir_collective(cuda_exec *e, tg_ctx *ctx, int i, int *n_pendi
     NC(d, ctx, A->ncclReduceScatter((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32, ncclSum, d->nccl,
                                     d->comm_stream), what);
   else
-    NC(d, ctx, A->ncclAllReduce((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32, ncclSum, d->nccl,
-                                d->comm_stream), what);
+    NC(d, ctx, A->ncclAllReduce((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32,
+                                n->op == TG_OP_all_max ? ncclMax : ncclSum, d->nccl, d->comm_stream), what);
   CU(d, ctx, A->cuEventRecord(e->coll_ev[i], d->comm_stream), what);
   if (e->p->store[c.in.base].place != TG_PLACE_LEAF || op->ready_at == i + 1)
     CU(d, ctx, A->cuStreamWaitEvent(d->stream, e->coll_ev[i], 0), what);

@@ -475,6 +475,9 @@ static void collective(tg_interp *it, int i) {
   if (n->op == TG_OP_all_reduce) {
     memcpy(it->val[i], x, sizeof(double) * (size_t)in_n);
     sum_over_ranks(it->val[i], in_n);
+  } else if (n->op == TG_OP_all_max) {
+    memcpy(it->val[i], x, sizeof(double) * (size_t)in_n);
+    tg_comm_max_doubles(it->val[i], in_n);
   } else if (n->op == TG_OP_all_gather) {
     int64_t *counts = tg_xcalloc((size_t)ranks, sizeof *counts), *displs = tg_xcalloc((size_t)ranks, sizeof *displs);
     for (int q = 0; q < ranks; q++) counts[q] = in_n, displs[q] = (int64_t)q * in_n;
@@ -532,7 +535,7 @@ static void eval(tg_ctx *ctx, tg_interp *it, int i) {
   case TG_OP_flash_attention_dq: case TG_OP_flash_attention_dk: case TG_OP_flash_attention_dv:
     flash_attention(it, i);
     return;
-  case TG_OP_all_reduce: case TG_OP_all_gather: case TG_OP_reduce_scatter: collective(it, i); return;
+  case TG_OP_all_reduce: case TG_OP_all_gather: case TG_OP_reduce_scatter: case TG_OP_all_max: collective(it, i); return;
   case TG_OP_assign: /* gives its value; the leaf is updated after the run */
     memcpy(it->val[i], it->val[n->in[1]->id], sizeof(double) * (size_t)it->numel[i]);
     return;
