@@ -156,6 +156,8 @@ typedef struct tg_node {
   int64_t start, len;    /* slice */
   tg_init init;          /* param */
   int ranks;             /* collectives: the number of ranks in the group */
+  bool over_tensor;      /* collectives: the group is the mesh's tensor axis (tensor
+                          * parallelism), not the data-parallel ranks */
   int kernel;            /* index into g->kernels after the fuse pass; -1: none
                           * (leaves, views, and every node before fusion) */
 } tg_node;

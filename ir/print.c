@@ -99,7 +99,7 @@ static void print_attr(FILE *out, const tg_node *n) {
     break;
   case TG_ATTR_VALUE: fprintf(out, " {value=%s}", tg_fmt_double(n->value, num, sizeof num)); break;
   case TG_ATTR_AXIS: fprintf(out, " {axis=%d}", n->axis); break;
-  case TG_ATTR_RANKS: fprintf(out, " {ranks=%d}", n->ranks); break;
+  case TG_ATTR_RANKS: fprintf(out, " {ranks=%d%s}", n->ranks, n->over_tensor ? ", over=tensor" : ""); break;
   case TG_ATTR_AXES: {
     int v[32], k = 0;
     for (int i = 0; i < 32; i++)

@@ -424,6 +424,16 @@ static void read_attrs(reader *r, tg_node *n) {
   case TG_ATTR_RANKS:
     expect_key(r, op, "ranks");
     n->ranks = (int)read_int(r, false, INT_MAX, "a rank count");
+    if (accept(r, ',')) {
+      expect_key(r, op, "over");
+      size_t k = ident_len(r);
+      char buf[128];
+      if (!ident_is(r->p, k, "tensor"))
+        fail(r, r->p, "expected over=tensor (a collective of the mesh's tensor axis), found %s",
+             describe(r, r->p, buf, sizeof buf));
+      r->p += k;
+      n->over_tensor = true;
+    }
     break;
   case TG_ATTR_AXES:
     expect_key(r, op, "axes");

@@ -22,7 +22,7 @@
 
 #include "passes.h"
 
-const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0, NULL, NULL, 0};
+const tg_adamw_opts tg_adamw_defaults = {0.9, 0.95, 1e-8, 0.1, 1.0, NULL, NULL, 0, 0};
 
 typedef struct opt {
   tg_ctx *ctx;
@@ -125,6 +125,38 @@ static tg_node *square_sum(opt *O, tg_node *const *locs, tg_node *const *xs, int
 }
 
 
+/* A scalar's sum over a group of ranks (the data ranks, or the tensor
+ * axis's), through a [1] vector: collectives take 1-D values. */
+static tg_node *summed_over(opt *O, tg_node *x, int ranks, bool over_tensor) {
+  const tg_type one = {.dtype = TG_F32, .rank = 1, .dim = {{.size = 1}}}, scalar = {.dtype = TG_F32};
+  tg_node *v = reshape_to(O, x, &one);
+  tg_node *all = tg_node_new(O->g, TG_OP_all_reduce, O->loc);
+  tg_node_set_inputs(O->g, all, 1, &v);
+  all->ranks = ranks, all->over_tensor = over_tensor;
+  return reshape_to(O, add(O, all), &scalar);
+}
+
+/* The squares of every gradient under tensor parallelism: the split
+ * parameters' summed over the tensor ranks (each holds a part), the
+ * replicated ones' counted once (each rank holds all of it); each first
+ * summed over the data ranks when these are ZeRO shards. */
+static tg_node *tensor_square_sum(opt *O, const tg_adamw_opts *o, tg_node *const *params, tg_node *const *grads,
+                                  int n) {
+  tg_node **sp = tg_alloc(O->g->arena, sizeof *sp * (size_t)(2 * n + 2)), **sg = sp + n + 1;
+  tg_node **rp = tg_alloc(O->g->arena, sizeof *rp * (size_t)(2 * n + 2)), **rg = rp + n + 1;
+  int ns = 0, nr = 0;
+  for (int i = 0; i < n; i++) {
+    if (params[i]->init.split != TG_SPLIT_NONE) sp[ns] = params[i], sg[ns++] = grads[i];
+    else rp[nr] = params[i], rg[nr++] = grads[i];
+  }
+  tg_node *split = square_sum(O, sp, sg, ns), *rep = square_sum(O, rp, rg, nr);
+  if (o->norm_ranks > 1) {
+    split = summed_over(O, split, o->norm_ranks, false);
+    rep = summed_over(O, rep, o->norm_ranks, false);
+  }
+  return op2(O, TG_OP_add, summed_over(O, split, o->tensor_ranks, true), rep);
+}
+
 /* Whether p's update decays it: by name when the caller lists them, else
  * matrices and higher (not biases, gains or other vectors). */
 static bool decays(const tg_adamw_opts *o, const tg_node *p) {
@@ -199,7 +231,9 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
 
   /* Global norm over all gradients, then one clipping factor for all. */
   tg_node *norm;
-  if (o->norm_ranks > 1) {
+  if (o->tensor_ranks > 1) {
+    norm = op1(&O, TG_OP_sqrt, tensor_square_sum(&O, o, params, grads, nparams));
+  } else if (o->norm_ranks > 1) {
     /* this rank's sum of squares (a leaf of zeros where it holds no
      * element: every rank takes part in the all_reduce), summed over the
      * ranks: the collective's operand is a [1] vector */

@@ -346,9 +346,11 @@ static void grad_scatter_add(ad *A, const tg_node *n, const tg_node *g) {
  * reduce_scatter -> all_gather: under the same sum, rank r's input x_r
  * reaches rank q's result through block q only, with weight one, so x_r's
  * gradient is every rank's g laid side by side. */
-static tg_node *collective(ad *A, tg_op op, const tg_node *g, int ranks) {
+/* A collective over the group of n's (its ranks and its axis). */
+static tg_node *collective(ad *A, tg_op op, const tg_node *g, const tg_node *n) {
   tg_node *c = mk(A, op, 1, g, NULL, NULL);
-  c->ranks = ranks;
+  c->ranks = n->ranks;
+  c->over_tensor = n->over_tensor || n->op == TG_OP_replicate;
   return add(A, c);
 }
 
@@ -357,11 +359,11 @@ static void grad_all_reduce(ad *A, const tg_node *n, const tg_node *g) {
 }
 
 static void grad_all_gather(ad *A, const tg_node *n, const tg_node *g) {
-  accumulate(A, IN(0), collective(A, TG_OP_reduce_scatter, g, n->ranks));
+  accumulate(A, IN(0), collective(A, TG_OP_reduce_scatter, g, n));
 }
 
 static void grad_reduce_scatter(ad *A, const tg_node *n, const tg_node *g) {
-  accumulate(A, IN(0), collective(A, TG_OP_all_gather, g, n->ranks));
+  accumulate(A, IN(0), collective(A, TG_OP_all_gather, g, n));
 }
 
 /* all_max -> each rank's share where its x is the largest: the gradient
@@ -372,7 +374,7 @@ static void grad_reduce_scatter(ad *A, const tg_node *n, const tg_node *g) {
 static void grad_all_max(ad *A, const tg_node *n, const tg_node *g) {
   tg_dtype dt = g->type.dtype;
   tg_node *is_max = op2(A, TG_OP_eq, IN(0), n);
-  tg_node *count = collective(A, TG_OP_all_reduce, op3(A, TG_OP_where, is_max, cst(A, 1, dt), cst(A, 0, dt)), n->ranks);
+  tg_node *count = collective(A, TG_OP_all_reduce, op3(A, TG_OP_where, is_max, cst(A, 1, dt), cst(A, 0, dt)), n);
   accumulate(A, IN(0), op3(A, TG_OP_where, is_max, op2(A, TG_OP_div, g, count), cst(A, 0, dt)));
 }
 
@@ -381,9 +383,21 @@ static void grad_all_max(ad *A, const tg_node *n, const tg_node *g) {
  * computation that follows; x's is their sum (Megatron's f).  Flattened
  * around the collective, which takes 1-D values. */
 static void grad_replicate(ad *A, const tg_node *n, const tg_node *g) {
-  tg_type flat = {.dtype = g->type.dtype, .rank = 1, .dim = {{.size = tg_type_numel(&g->type)}}};
-  tg_node *sum = collective(A, TG_OP_all_reduce, reshape(A, g, &flat), n->ranks);
-  accumulate(A, IN(0), reshape(A, sum, &g->type));
+  tg_type flat = {.dtype = TG_F32, .rank = 1, .dim = {{.size = tg_type_numel(&g->type)}}};
+  /* summed in f32, as the backends sum (a bf16 gradient widened first) */
+  const tg_node *x = g;
+  if (g->type.dtype != TG_F32) {
+    tg_node *c = mk(A, TG_OP_cast, 1, g, NULL, NULL);
+    c->type = g->type, c->type.dtype = TG_F32;
+    x = add(A, c);
+  }
+  tg_node *sum = reshape(A, collective(A, TG_OP_all_reduce, reshape(A, x, &flat), n), &x->type);
+  if (g->type.dtype != TG_F32) {
+    tg_node *c = mk(A, TG_OP_cast, 1, sum, NULL, NULL);
+    c->type = g->type;
+    sum = add(A, c);
+  }
+  accumulate(A, IN(0), sum);
 }
 
 /* The gradient aᵀ g of a weight b [K, N] (a [R, K], g [R, N]).  When b is

@@ -49,6 +49,11 @@ typedef struct tg_adamw_opts {
    * ranks by an all_reduce of the IR, inside the graph; 0 or 1: the
    * graph's gradients are all of them */
   int norm_ranks;
+  /* > 1: tensor parallelism over this many ranks (shard_tensor.c): a
+   * parameter split across them (init.split) holds a part of the model's,
+   * whose squares are summed over the tensor ranks; a replicated one is
+   * the same on every rank and counted once */
+  int tensor_ranks;
 } tg_adamw_opts;
 
 /* nanoGPT's defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1. */
@@ -337,7 +342,8 @@ typedef struct tg_pipeline_opts {
   tg_adamw_opts adamw;
   int pad_multiple;       /* pad_vocab's multiple; 0 or 1: no padding */
   int tensor_rank;        /* this rank's place on the mesh's tensor axis (shard_tensor.c) */
-  bool whole_tensors;     /* no tensor split: the model whole, as weights files hold it */
+  bool no_tensor_split;   /* shard_tensor does nothing: the model whole, as weights files hold
+                           * it, or a graph of parts already (an optimizer built on them) */
   int shard_ranks;        /* > 1: ZeRO stage 3 over this many ranks (shard_params.c);
                            * not with step (stage 3's optimizer is a graph apart) */
   const char *dump_after; /* print the IR after this pass (to dump) */

@@ -49,7 +49,7 @@ static void run_narrow_saved(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o
 static void run_shard_tensor(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
   if (o->decode && tg_tensor_degree(g) > 1)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "a decode step with a tensor axis (mesh tensor > 1) is not supported yet");
-  if (!o->whole_tensors) tg_shard_tensor(ctx, g, o->tensor_rank, report);
+  if (!o->no_tensor_split) tg_shard_tensor(ctx, g, o->tensor_rank, report);
 }
 
 static void run_drop_replicates(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {

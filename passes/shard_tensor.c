@@ -131,7 +131,7 @@ static tg_node *combine(sharder *s, tg_op op, tg_node *x, tg_loc loc) {
   tg_type flat = {.dtype = TG_F32, .rank = 1, .dim = {{.size = numel}}};
   v = reshaped(s, v, &flat, loc);
   tg_node *c = node(s, op, loc, 1, v, NULL, NULL);
-  c->ranks = s->tp;
+  c->ranks = s->tp, c->over_tensor = true;
   v = add(s, c, tg_ops[op].name);
   s->n_collectives++;
   /* a ring all-reduce sends 2 (N - 1) / N of the buffer (collectives.c);
@@ -156,7 +156,7 @@ static tg_node *entering(sharder *s, const tg_node *x) {
   if (!s->trained[x->id]) return s->nw[x->id];
   if (!s->rep[x->id]) {
     tg_node *r = node(s, TG_OP_replicate, x->loc, 1, s->nw[x->id], NULL, NULL);
-    r->ranks = s->tp;
+    r->ranks = s->tp, r->over_tensor = true;
     s->rep[x->id] = add(s, r, "a replicate");
   }
   return s->rep[x->id];
@@ -214,7 +214,7 @@ static tg_node *rebuilt(sharder *s, const tg_node *n, tg_node **in, const tg_typ
   tg_node_set_inputs(s->g, c, n->nin, in);
   c->name = n->name, c->value = n->value, c->axis = n->axis, c->axes = n->axes;
   memcpy(c->perm, n->perm, sizeof c->perm);
-  c->start = n->start, c->len = n->len, c->init = n->init, c->ranks = n->ranks;
+  c->start = n->start, c->len = n->len, c->init = n->init, c->ranks = n->ranks, c->over_tensor = n->over_tensor;
   c->type = given ? *given : n->type;
   return add(s, c, tg_ops[n->op].name);
 }
@@ -484,7 +484,7 @@ static tg_node *gathered(sharder *s, const tg_node *n) {
   if (l.groups != 1) tg_error(s->ctx, n->loc, "shard_tensor: an output split in groups cannot be gathered yet");
   tg_type flat = {.dtype = x->type.dtype, .rank = 1, .dim = {{.size = tg_type_numel(&x->type)}}};
   tg_node *ag = node(s, TG_OP_all_gather, n->loc, 1, reshaped(s, x, &flat, n->loc), NULL, NULL);
-  ag->ranks = s->tp;
+  ag->ranks = s->tp, ag->over_tensor = true;
   add(s, ag, "an all_gather");
   tg_type ranked = {.dtype = x->type.dtype, .rank = x->type.rank + 1};
   ranked.dim[0] = (tg_dim){s->tp, NULL};
@@ -494,7 +494,11 @@ static tg_node *gathered(sharder *s, const tg_node *n) {
   /* result axis i: the rank axis sits just before the split axis */
   for (int i = 0, k = 1; i <= x->type.rank; i++) t->perm[i] = i == l.axis ? 0 : k++;
   add(s, t, "a transpose");
-  return reshaped(s, t, &n->type, n->loc);
+  /* an output is read from memory: the transposed view made a value of
+   * its own by an exact elementwise op (x + 0 is x, -inf included) */
+  tg_node *whole = op2(s, TG_OP_add, reshaped(s, t, &n->type, n->loc), cst(s, 0, n->type.dtype, n->loc), n->loc);
+  whole->name = n->name;
+  return whole;
 }
 
 int tg_tensor_degree(const tg_graph *g) {

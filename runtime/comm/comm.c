@@ -18,7 +18,12 @@
 #include <mpi.h>
 #endif
 
+/* The data group's size and this rank's place in it: the whole world, or
+ * after tg_comm_split_mesh the ranks that hold the same tensor part. */
 static int ranks = 1, me = 0;
+static int world_ranks = 1, world_me = 0;
+static int tranks = 1, tme = 0; /* the tensor group (tg_comm_split_mesh) */
+static bool on_tensor;          /* tg_comm_use_tensor: the IR's collectives over the tensor group */
 static double timeout_s = 300;
 
 void tg_comm_set_timeout(double seconds) {
@@ -29,7 +34,7 @@ double tg_comm_timeout(void) { return timeout_s; }
 
 #ifdef TG_HAVE_MPI
 enum { PING_TAG = 7317, PONG_TAG = 7318 };
-static MPI_Comm coll = MPI_COMM_NULL, pings = MPI_COMM_NULL;
+static MPI_Comm coll = MPI_COMM_NULL, pings = MPI_COMM_NULL, tcoll = MPI_COMM_NULL;
 static unsigned long long seq; /* collectives started */
 
 static double mono(void) {
@@ -55,7 +60,7 @@ static void answer_pings(void) {
     if (!flag) return;
     int x;
     MPI_Recv(&x, 1, MPI_INT, st.MPI_SOURCE, PING_TAG, pings, MPI_STATUS_IGNORE);
-    MPI_Send(&me, 1, MPI_INT, st.MPI_SOURCE, PONG_TAG, pings);
+    MPI_Send(&world_me, 1, MPI_INT, st.MPI_SOURCE, PONG_TAG, pings);
   }
 }
 
@@ -64,32 +69,32 @@ static void answer_pings(void) {
  * few seconds are the ones that failed, stopped or hang elsewhere.  Names
  * them and ends the job. */
 static _Noreturn void timed_out(const char *what) {
-  MPI_Request *req = malloc(sizeof *req * 2 * (size_t)ranks);
-  int *in = malloc(sizeof *in * (size_t)ranks);
+  MPI_Request *req = malloc(sizeof *req * 2 * (size_t)world_ranks);
+  int *in = malloc(sizeof *in * (size_t)world_ranks);
   if (!req || !in) {
     fprintf(stderr, "tg: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
   }
-  for (int j = 0; j < ranks; j++) {
-    req[j] = req[ranks + j] = MPI_REQUEST_NULL;
-    if (j == me) continue;
+  for (int j = 0; j < world_ranks; j++) {
+    req[j] = req[world_ranks + j] = MPI_REQUEST_NULL;
+    if (j == world_me) continue;
     MPI_Irecv(&in[j], 1, MPI_INT, j, PONG_TAG, pings, &req[j]);
-    MPI_Isend(&me, 1, MPI_INT, j, PING_TAG, pings, &req[ranks + j]);
+    MPI_Isend(&world_me, 1, MPI_INT, j, PING_TAG, pings, &req[world_ranks + j]);
   }
   double grace = timeout_s < 5 ? timeout_s : 5, t0 = mono();
   long polls = 0;
   int all = 0;
   while (!all && mono() - t0 < grace) {
     answer_pings();
-    MPI_Testall(ranks, req, &all, MPI_STATUSES_IGNORE);
+    MPI_Testall(world_ranks, req, &all, MPI_STATUSES_IGNORE);
     nap(++polls);
   }
   char missing[512] = "";
   size_t n = 0;
   int nmiss = 0;
-  for (int j = 0; j < ranks; j++) {
-    if (j == me) continue;
+  for (int j = 0; j < world_ranks; j++) {
+    if (j == world_me) continue;
     int got = req[j] == MPI_REQUEST_NULL;
     if (!got) MPI_Test(&req[j], &got, MPI_STATUS_IGNORE);
     if (got) continue;
@@ -100,12 +105,12 @@ static _Noreturn void timed_out(const char *what) {
     fprintf(stderr,
             "tgrun: error: rank %d: waited %g s in %s (collective %llu) for rank%s %s, which did not answer: %s failed, "
             "stopped or hangs; ending the job (the limit is rank_timeout in train.cfg)\n",
-            me, timeout_s, what, seq, nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "they" : "it");
+            world_me, timeout_s, what, seq, nmiss > 1 ? "s" : "", missing, nmiss > 1 ? "they" : "it");
   else
     fprintf(stderr,
             "tgrun: error: rank %d: %s (collective %llu) did not complete within %g s, though every rank answers: the "
-            "ranks wait in different collectives; ending the job (the limit is rank_timeout in train.cfg)\n",
-            me, what, seq, timeout_s);
+            "world_ranks wait in different collectives; ending the job (the limit is rank_timeout in train.cfg)\n",
+            world_me, what, seq, timeout_s);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
@@ -136,7 +141,52 @@ static void wait_for(MPI_Request *op, const char *what) {
   } while (0)
 #endif
 
+/* The group the IR's collectives run over: the data group, or the tensor
+ * group while tg_comm_use_tensor is on. */
+#ifdef TG_HAVE_MPI
+#define GROUP (on_tensor ? tcoll : coll)
+#endif
+#define GROUP_SIZE (on_tensor ? tranks : ranks)
+#define GROUP_ME (on_tensor ? tme : me)
+
 int tg_comm_size(void) { return ranks; }
+int tg_comm_world_rank(void) { return world_me; }
+int tg_comm_world_size(void) { return world_ranks; }
+int tg_comm_tensor_rank(void) { return tme; }
+int tg_comm_tensor_size(void) { return tranks; }
+
+bool tg_comm_use_tensor(bool tensor) {
+  bool was = on_tensor;
+  on_tensor = tensor;
+  return was;
+}
+
+bool tg_comm_split_mesh(int tp, char *why, size_t whylen) {
+  if (tp < 1 || world_ranks % tp) {
+    snprintf(why, whylen, "a tensor axis of %d ranks needs a multiple of %d ranks, and this run has %d: start it with "
+             "tgrun --nproc %d (or mpirun -np %d)", tp, tp, world_ranks, world_ranks < tp ? tp : (world_ranks / tp + 1) * tp,
+             world_ranks < tp ? tp : (world_ranks / tp + 1) * tp);
+    return false;
+  }
+  if (tp == 1) return true;
+#ifdef TG_HAVE_MPI
+  /* tensor-parallel ranks adjacent (Megatron's order): world rank w is
+   * tensor rank w % tp of data rank w / tp */
+  MPI_Comm data;
+  MPI_Comm_split(MPI_COMM_WORLD, world_me / tp, world_me % tp, &tcoll);
+  MPI_Comm_split(MPI_COMM_WORLD, world_me % tp, world_me / tp, &data);
+  MPI_Comm_free(&coll);
+  coll = data;
+  MPI_Comm_rank(tcoll, &tme);
+  MPI_Comm_size(tcoll, &tranks);
+  MPI_Comm_rank(coll, &me);
+  MPI_Comm_size(coll, &ranks);
+  return true;
+#else
+  snprintf(why, whylen, "a tensor axis of %d ranks needs MPI (install libopenmpi-dev and rebuild)", tp);
+  return false;
+#endif
+}
 
 int tg_comm_rank(void) { return me; }
 
@@ -192,6 +242,7 @@ bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size
   MPI_Init(argc, argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  world_me = me, world_ranks = ranks;
   MPI_Comm_dup(MPI_COMM_WORLD, &coll);
   MPI_Comm_dup(MPI_COMM_WORLD, &pings);
   *rank = me, *size = ranks;
@@ -207,6 +258,7 @@ bool tg_comm_init(int *argc, char ***argv, int *rank, int *size, char *why, size
 void tg_comm_finalize(void) {
 #ifdef TG_HAVE_MPI
   if (coll != MPI_COMM_NULL) MPI_Comm_free(&coll);
+  if (tcoll != MPI_COMM_NULL) MPI_Comm_free(&tcoll);
   if (pings != MPI_COMM_NULL) MPI_Comm_free(&pings);
   if (ranks > 1 || tg_comm_launched()) MPI_Finalize();
 #endif
@@ -229,13 +281,15 @@ void tg_comm_average(float *buf, int64_t n) {
 
 #ifdef TG_HAVE_MPI
 /* counts (and displacements) as MPI's ints; NULL displs: none */
+/* One count a rank of the group the IR's collectives use now. */
 static int *int_counts(const int64_t *counts, const char *what) {
-  int *c = malloc(sizeof *c * (size_t)ranks);
+  int group = GROUP_SIZE;
+  int *c = malloc(sizeof *c * (size_t)group);
   if (!c) {
     fprintf(stderr, "tg: out of memory for %s\n", what);
     exit(1);
   }
-  for (int q = 0; q < ranks; q++) {
+  for (int q = 0; q < group; q++) {
     if (counts[q] < 0 || counts[q] > INT32_MAX) {
       fprintf(stderr, "tg: internal error: %s of %lld elements on rank %d: over MPI's 2^31 - 1\n", what,
               (long long)counts[q], q);
@@ -275,11 +329,11 @@ void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const 
 }
 
 void tg_comm_sum_floats(float *buf, int64_t n) {
-  if (ranks == 1) return;
+  if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
   for (int64_t at = 0; at < n; at += 1 << 28) { /* MPI counts are int */
     int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    COLLECTIVE("an all_reduce", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, coll, &op_));
+    COLLECTIVE("an all_reduce", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, GROUP, &op_));
   }
 #else
   (void)buf, (void)n;
@@ -287,11 +341,11 @@ void tg_comm_sum_floats(float *buf, int64_t n) {
 }
 
 void tg_comm_max_floats(float *buf, int64_t n) {
-  if (ranks == 1) return;
+  if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
   for (int64_t at = 0; at < n; at += 1 << 28) { /* MPI counts are int */
     int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_MAX, coll, &op_));
+    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_MAX, GROUP, &op_));
   }
 #else
   (void)buf, (void)n;
@@ -299,11 +353,11 @@ void tg_comm_max_floats(float *buf, int64_t n) {
 }
 
 void tg_comm_max_doubles(double *buf, int64_t n) {
-  if (ranks == 1) return;
+  if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
   for (int64_t at = 0; at < n; at += 1 << 28) {
     int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_DOUBLE, MPI_MAX, coll, &op_));
+    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_DOUBLE, MPI_MAX, GROUP, &op_));
   }
 #else
   (void)buf, (void)n;
@@ -311,7 +365,7 @@ void tg_comm_max_doubles(double *buf, int64_t n) {
 }
 
 void tg_comm_reduce_scatter_sum(const float *send, float *recv, int64_t block) {
-  if (ranks == 1) {
+  if (GROUP_SIZE == 1) {
     memmove(recv, send, sizeof(float) * (size_t)block);
     return;
   }
@@ -320,17 +374,17 @@ void tg_comm_reduce_scatter_sum(const float *send, float *recv, int64_t block) {
     fprintf(stderr, "tg: internal error: a reduce_scatter of %lld elements a rank: over MPI's 2^31 - 1\n", (long long)block);
     abort();
   }
-  COLLECTIVE("a reduce_scatter", MPI_Ireduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, coll, &op_));
+  COLLECTIVE("a reduce_scatter", MPI_Ireduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, GROUP, &op_));
 #endif
 }
 
 void tg_comm_all_gather_in_place(void *buf, const int64_t *counts, const int64_t *displs, int elem_bytes) {
-  if (ranks == 1) return;
+  if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
   MPI_Datatype t = elem_bytes == 8 ? MPI_DOUBLE : elem_bytes == 4 ? MPI_FLOAT : elem_bytes == 2 ? MPI_UINT16_T : MPI_BYTE;
   int *c = int_counts(counts, "an all-gather");
   int *at = int_counts(displs, "an all-gather's offsets");
-  COLLECTIVE("the parameters' all-gather", MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, at, t, coll, &op_));
+  COLLECTIVE("the parameters' all-gather", MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c, at, t, GROUP, &op_));
   free(c);
   free(at);
 #else
@@ -355,11 +409,11 @@ void tg_comm_gather_to_root(const float *mine, float *all, const int64_t *counts
 }
 
 void tg_comm_sum_doubles(double *buf, int n) {
-  if (ranks == 1) return;
+  if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
-  if (me == 0) COLLECTIVE("a sum", MPI_Ireduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, 0, coll, &op_));
-  else COLLECTIVE("a sum", MPI_Ireduce(buf, NULL, n, MPI_DOUBLE, MPI_SUM, 0, coll, &op_));
-  COLLECTIVE("a sum's broadcast", MPI_Ibcast(buf, n, MPI_DOUBLE, 0, coll, &op_));
+  if (GROUP_ME == 0) COLLECTIVE("a sum", MPI_Ireduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, 0, GROUP, &op_));
+  else COLLECTIVE("a sum", MPI_Ireduce(buf, NULL, n, MPI_DOUBLE, MPI_SUM, 0, GROUP, &op_));
+  COLLECTIVE("a sum's broadcast", MPI_Ibcast(buf, n, MPI_DOUBLE, 0, GROUP, &op_));
 #else
   (void)buf, (void)n;
 #endif

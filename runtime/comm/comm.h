@@ -21,6 +21,22 @@ void tg_comm_finalize(void);
  * and when not launched by mpirun or srun). */
 int tg_comm_rank(void);
 int tg_comm_size(void);
+/* A mesh of data x tensor ranks (tensor parallelism, passes/shard_tensor.c):
+ * world rank w is tensor rank w % tp of data rank w / tp.  After the split
+ * tg_comm_rank and tg_comm_size, and every collective but the IR's under
+ * tg_comm_use_tensor, are the data group's: the ranks that hold the same
+ * tensor part (data parallelism, ZeRO, the run's checks).  False with a
+ * message when the world is not a multiple of tp. */
+bool tg_comm_split_mesh(int tp, char *why, size_t whylen);
+int tg_comm_world_rank(void);
+int tg_comm_world_size(void);
+int tg_comm_tensor_rank(void); /* 0 and 1 without a mesh */
+int tg_comm_tensor_size(void);
+/* Whether the IR's collectives (tg_comm_sum_floats, _max_floats,
+ * _max_doubles, _sum_doubles, _reduce_scatter_sum, _all_gather_in_place)
+ * run over the tensor group (true) or the data group; returns the old
+ * setting, for the caller to restore. */
+bool tg_comm_use_tensor(bool tensor);
 /* This process's rank among the ranks on its machine, from the launcher's
  * environment (Open MPI, MPICH, Slurm); 0 when not launched.  The CUDA
  * backend takes GPU number local_rank. */

@@ -136,8 +136,10 @@ static float *joined(const tg_node *p, const tg_node *W, const float *v, int tp)
   float *all = tg_xcalloc((size_t)(part * tp), sizeof *all);
   int64_t *counts = tg_xcalloc((size_t)tp, sizeof *counts), *displs = tg_xcalloc((size_t)tp, sizeof *displs);
   for (int q = 0; q < tp; q++) counts[q] = part, displs[q] = q * part;
-  memcpy(all + displs[tg_comm_rank()], v, sizeof(float) * (size_t)part);
+  memcpy(all + displs[tg_comm_tensor_rank()], v, sizeof(float) * (size_t)part);
+  bool was = tg_comm_use_tensor(true);
   tg_comm_all_gather_in_place(all, counts, displs, (int)sizeof(float));
+  tg_comm_use_tensor(was);
   float *whole = tg_xcalloc((size_t)tg_type_numel(&W->type), sizeof *whole);
   tg_tensor_part_join(all, &W->type, tg_param_split_axis(p), p->init.split_groups, tp, whole);
   free(all), free(counts), free(displs);
@@ -154,11 +156,14 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
   s->tp = tg_tensor_degree(s->g);
   if (s->tp > 1) {
     if (step) tg_error(ctx, (tg_loc){o->model, 1, 1}, "tgrun step with a tensor axis (mesh tensor > 1) is not supported yet: use grad, or train");
-    if (tg_comm_size() != s->tp)
+    if (tg_comm_world_size() != s->tp)
       tg_error(ctx, (tg_loc){o->model, 1, 1}, "the model's mesh has a tensor axis of %d ranks, but %d rank%s run%s: "
                "start grad on %d (mpirun -np %d tgrun grad ...), or set tp = 1",
-               s->tp, tg_comm_size(), tg_comm_size() == 1 ? "" : "s", tg_comm_size() == 1 ? "s" : "", s->tp, s->tp);
-    popts.tensor_rank = tg_comm_rank();
+               s->tp, tg_comm_world_size(), tg_comm_world_size() == 1 ? "" : "s", tg_comm_world_size() == 1 ? "s" : "",
+               s->tp, s->tp);
+    char why[256];
+    if (!tg_comm_split_mesh(s->tp, why, sizeof why)) tg_error(ctx, (tg_loc){o->model, 1, 1}, "%s", why);
+    popts.tensor_rank = tg_comm_tensor_rank();
   }
   tg_run_pipeline(ctx, s->g, &popts);
   check_batch_inputs(ctx, s->g, s->batch, o->batch);
@@ -166,12 +171,12 @@ static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, sessio
    * whole tensors, read for the unsplit model and cut to this rank's parts */
   if (s->tp > 1) {
     s->whole = compile(ctx, o, s->batch);
-    tg_pipeline_opts wopts = {.precision = o->policy, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .whole_tensors = true};
+    tg_pipeline_opts wopts = {.precision = o->policy, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .no_tensor_split = true};
     tg_run_pipeline(ctx, s->whole, &wopts);
   }
   tg_weights *read = tg_ckpt_load(ctx, s->whole ? s->whole : s->g, o->weights, false, NULL);
   if (!read) tg_bail(ctx);
-  s->w = s->whole ? parts_of(s->g, read, s->tp, tg_comm_rank()) : read;
+  s->w = s->whole ? parts_of(s->g, read, s->tp, tg_comm_tensor_rank()) : read;
   tg_device_opts dopts = {.precision = o->precision};
   s->dev = tg_device_open_named(ctx, o->backend ? o->backend : "ref", &dopts);
   tg_exec_opts eo = {.name = step ? "step" : "grad", .source_path = o->keep_source, .remat = -1};
@@ -260,7 +265,7 @@ static int do_grad(tg_ctx *ctx, const tg_single_opts *o, session *s) {
     t->data = out;
     t->nbytes = (size_t)tg_type_numel(&ft) * sizeof *out;
   }
-  if (tg_comm_rank() != 0) return 0; /* tensor ranks: the first writes the whole gradients */
+  if (tg_comm_world_rank() != 0) return 0; /* tensor ranks: the first writes the whole gradients */
   char why[512];
   if (!tg_st_write(o->out, ts, n, NULL, 0, why, sizeof why)) {
     fprintf(stderr, "tgrun: error: %s\n", why);

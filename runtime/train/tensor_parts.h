@@ -19,4 +19,21 @@ void tg_tensor_part_cut(const float *whole, const tg_type *whole_t, int axis, in
  * into whole. */
 void tg_tensor_part_join(const float *parts, const tg_type *whole_t, int axis, int groups, int ranks, float *whole);
 
+/* The parameter a leaf of an optimizer state graph belongs to: a param
+ * itself, or the state leaf of one (AdamW's moments "adam.m.NAME",
+ * "adam.v.NAME"); NULL for anything else. */
+const tg_node *tg_tensor_owner(const tg_graph *g, const tg_node *leaf);
+
+/* The whole model's leaves for checkpoints: each param and state leaf of
+ * sg (a tensor rank's state graph, zero.h) at its whole shape, the one
+ * whole_model (the model compiled unsplit) gives its parameter. */
+tg_graph *tg_tensor_whole_state(tg_ctx *ctx, const tg_graph *sg, const tg_graph *whole_model);
+/* Every tensor rank's values of sg's leaves (indexed by sg's node ids)
+ * joined into whole tensors, indexed by wsg's (a collective over the
+ * tensor group: every tensor rank calls it).  malloc'ed. */
+float **tg_tensor_join_state(const tg_graph *sg, float *const *v, const tg_graph *wsg, int tp, int rank);
+/* Whole values of wsg's leaves cut to this rank's parts, indexed by sg's
+ * node ids.  malloc'ed. */
+float **tg_tensor_cut_state(const tg_graph *wsg, float *const *wv, const tg_graph *sg, int tp, int rank);
+
 #endif

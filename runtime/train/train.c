@@ -50,6 +50,7 @@
 #include "prepare.h"
 #include "rng.h"
 #include "sampler.h"
+#include "tensor_parts.h"
 #include "tokenizer.h"
 #include "tokens_file.h"
 #include "train_config.h"
@@ -120,7 +121,14 @@ typedef struct param {
 typedef struct run {
   tg_ctx *ctx;
   tg_train_config cfg;
-  int rank, nranks;
+  int rank, nranks;   /* in the world: rank 0 speaks and writes */
+  /* the mesh (tp > 1: tensor parallelism, passes/shard_tensor.c): this
+   * rank's place among the data-parallel ranks (which read different
+   * batches and average gradients) and on the tensor axis; without a
+   * tensor axis drank, dranks are rank, nranks */
+  int drank, dranks, trank, tp;
+  tg_graph *g_whole;  /* tp > 1: the model unsplit (weights files and checkpoints hold whole tensors) */
+  tg_graph *g_whole_state; /* ... and the optimizer state's leaves at their whole shapes */
   int threads; /* the CPU backend's threads a rank (0: OMP_NUM_THREADS decides) */
   /* Ranks other than 0, until training starts: their messages, held
    * (hold_setup_errors). */
@@ -211,7 +219,7 @@ static const char *model_path(run *r) {
 
 static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   const tg_train_config *c = &r->cfg;
-  tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 4 + r->init_dims.n));
+  tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 5 + r->init_dims.n));
   int n = 0;
   /* init_from's sizes first: explicit model.NAME values come after (the
    * last of a name wins), and check_init_dims made sure they agree.  Each
@@ -228,6 +236,7 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
   d[n++] = (tg_define){"vocab", (double)r->vocab, true,
                        tg_sprintf(r->ctx->arena, "%s/tokenizer.json (the tokenizer's vocabulary)", c->data_dir)};
   d[n++] = (tg_define){"B", (double)B, true, "the run's batch (batch_size)"};
+  if (c->tp > 1) d[n++] = (tg_define){"tp", (double)c->tp, true, origin_text(r, key_origin(c, "tp"), "tp")};
   d[n++] = (tg_define){"T", (double)c->block_size, true, block_from};
   if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true, block_from};
   const char *incs[1] = {tg_program_models_dir()};
@@ -249,7 +258,12 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
 
 /* ZeRO stage 3 on more than one rank: the model's graphs read their
  * weights from this rank's shards (passes/shard_params.c, zero.c). */
-static bool sharded_weights(const run *r) { return r->cfg.zero == 3 && r->nranks > 1; }
+static bool sharded_weights(const run *r) { return r->cfg.zero == 3 && r->dranks > 1; }
+
+/* Whether this rank runs the evaluations, samples and the checkpoint's
+ * check: rank 0, with its tensor peers (their graphs talk to each other),
+ * or every rank at stage 3 (their graphs gather the weights). */
+static bool evaluates(const run *r) { return r->drank == 0 || sharded_weights(r); }
 
 /* Compiles the run's graphs for its device, their compilers running in
  * parallel where the backend can (the CPU: one cc a graph, one per core);
@@ -440,6 +454,35 @@ static void check_zero(run *r) {
 }
 
 /* The graphs of the run, their kernels and the fusion report. */
+static void free_values(const tg_graph *g, float **v) {
+  if (!v) return;
+  for (int i = 0; i < g->n_nodes; i++) free(v[i]);
+  free(v);
+}
+
+/* The model's tensor axis is the run's tp: a model that declares none, or
+ * another, is refused at tp's place; with one, the model compiled whole,
+ * for the weights and checkpoints, which hold whole tensors (so that a run
+ * resumes with another tp). */
+static void check_mesh(run *r) {
+  int declared = tg_tensor_degree(r->g_grad);
+  double have;
+  bool mesh = tg_graph_get_config(r->g_grad, TG_CONFIG_MESH_TENSOR, &have);
+  if (declared != r->tp)
+    tg_error(r->ctx, key_loc(r, "tp"),
+             "tp = %d, but %s %s: %s", r->tp, r->cfg.model,
+             mesh ? tg_sprintf(r->ctx->arena, "splits its tensor axis %d ways (mesh tensor = %s)", declared,
+                               r->g_grad->mesh_sym ? r->g_grad->mesh_sym : "?")
+                  : "declares no tensor axis (mesh tensor = N) to split its layers across",
+             mesh ? "its mesh's degree must be a constant the run sets (mesh tensor = tp)"
+                  : "remove tp, or annotate the model (docs/language.md, \"shard\")");
+  if (r->tp == 1) return;
+  r->g_whole = compile_model(r, r->cfg.batch_size, false);
+  tg_pipeline_opts pw = {.precision = tg_train_config_precision(&r->cfg), .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
+                         .no_tensor_split = true};
+  tg_run_pipeline(r->ctx, r->g_whole, &pw);
+}
+
 static void build(run *r) {
   double t_front = now(); /* parsing and the passes of every graph: the front end */
   const tg_train_config *c = &r->cfg;
@@ -450,14 +493,16 @@ static void build(run *r) {
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   check_zero(r);
   const tg_precision_policy prec = tg_train_config_precision(c);
-  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL, NULL, 0};
+  tg_adamw_opts ao = {c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip, NULL, NULL, 0, r->tp};
+  check_mesh(r);
   const char *kdir = path_in(r, c->out_dir, "kernels");
   if (r->rank == 0) mkdirs(r, kdir);
   FILE *fusion = r->rank == 0 ? fopen(path_in(r, kdir, "fusion.txt"), "w") : NULL;
   /* stage 3: the model's graphs read their weights from shards (passes/shard_params.c) */
-  const int shard_ranks = sharded_weights(r) ? r->nranks : 0;
+  const int shard_ranks = sharded_weights(r) ? r->dranks : 0;
   tg_pipeline_opts po = {.precision = prec, .grad = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
-                         .report_name = TG_REPORT_FUSION, .report = fusion, .shard_ranks = shard_ranks};
+                         .report_name = TG_REPORT_FUSION, .report = fusion, .shard_ranks = shard_ranks,
+                         .tensor_rank = r->trank};
   tg_run_pipeline(r->ctx, r->g_grad, &po);
   if (fusion) fclose(fusion);
 
@@ -480,7 +525,7 @@ static void build(run *r) {
   }
   r->g_eval = compile_model(r, c->batch_size, false);
   tg_pipeline_opts pe = {.precision = prec, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
-                         .shard_ranks = shard_ranks};
+                         .shard_ranks = shard_ranks, .tensor_rank = r->trank};
   tg_run_pipeline(r->ctx, r->g_eval, &pe);
   r->g_sample = compile_model(r, 1, true);
   tg_run_pipeline(r->ctx, r->g_sample, &pe);
@@ -514,6 +559,7 @@ static void build(run *r) {
   r->e_grad = es[0], r->e_eval = es[1], r->e_sample = es[2];
   for (int i = 0; i < r->n_zero; i++) r->e_zero[i] = es[3 + i];
   tg_zero_bind(r->zero, r->e_zero);
+  if (r->tp > 1) r->g_whole_state = tg_tensor_whole_state(r->ctx, tg_zero_state_graph(r->zero), r->g_whole);
   say_compile_time(r, t_front, wall);
   tg_exec_profile(r->e_grad, TG_PROFILE_PHASES);
 }
@@ -619,18 +665,21 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
    * in the loss of one batch: checked below, before they replace anything
    * (at ZeRO stage 3 every rank runs it: the graph gathers the weights) */
   float check = 0;
-  if (r->rank == 0 || sharded_weights(r)) {
+  if (evaluates(r)) {
     tg_loader_eval_batch(r->train, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, 0, 0, 1, r->idx,
                          r->tgt);
     feed(r, r->e_eval, r->idx, r->tgt);
     tg_exec_run(r->ctx, r->e_eval);
     check = read_scalar(r, r->e_eval, TG_OUTPUT_LOSS);
   }
+  const tg_graph *sg = tg_zero_state_graph(r->zero);
+  float **whole = NULL; /* tensor parallelism: the tensor ranks' parts joined, indexed by g_whole_state */
+  if (r->tp > 1 && r->drank == 0) whole = tg_tensor_join_state(sg, v, r->g_whole_state, r->tp, r->trank);
   if (r->rank != 0) {
     tg_zero_free_state_values(r->zero, v);
+    free_values(r->g_whole_state, whole);
     return;
   }
-  const tg_graph *sg = tg_zero_state_graph(r->zero);
   tg_ckpt_meta m = {.step = step, .data_position = position, .seed = (uint64_t)r->cfg.seed, .model = r->cfg.model,
                     .writer = TG_TRAIN_VERSION};
   char why[1024];
@@ -653,8 +702,10 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
              "%s/" TG_CKPT_FILE " keeps the last good one (lower learning_rate or set grad_clip, then resume = true)",
              (long long)step, (double)check, r->cfg.out_dir);
   }
-  bool ok = tg_ckpt_save_in_dir(r->cfg.out_dir, sg, v, &m, why, sizeof why);
+  bool ok = whole ? tg_ckpt_save_in_dir(r->cfg.out_dir, r->g_whole_state, whole, &m, why, sizeof why)
+                  : tg_ckpt_save_in_dir(r->cfg.out_dir, sg, v, &m, why, sizeof why);
   tg_zero_free_state_values(r->zero, v);
+  free_values(r->g_whole_state, whole);
   if (!ok) tg_error(r->ctx, (tg_loc){r->cfg.out_dir, 0, 0}, "cannot write the checkpoint: %s", why);
   say(r, "checkpoint: %s/" TG_CKPT_FILE " at step %lld (%.2f s)\n", r->cfg.out_dir, (long long)step, now() - t0);
 }
@@ -688,6 +739,27 @@ static void refuse_resume_without_steps(run *r, int64_t done, const char *ckpt) 
            (long long)c->max_steps, ckpt, (long long)done, (long long)done, c->path);
 }
 
+/* Whole values (of the whole state graph's leaves) as this rank's parts,
+ * indexed by the state graph's nodes; w is freed. */
+static tg_weights *parts_of_state(run *r, tg_weights *w) {
+  const tg_graph *sg = tg_zero_state_graph(r->zero);
+  tg_weights *p = tg_xcalloc(1, sizeof *p);
+  p->g = sg;
+  p->values = tg_tensor_cut_state(r->g_whole_state, w->values, sg, r->tp, r->trank);
+  tg_weights_free(w);
+  return p;
+}
+
+/* The whole model's initial weights (of g_whole's params) as this rank's
+ * parts, indexed by the grad graph's nodes; w is freed. */
+static tg_weights *parts_of_model(run *r, tg_weights *w) {
+  tg_weights *p = tg_xcalloc(1, sizeof *p);
+  p->g = r->g_grad;
+  p->values = tg_tensor_cut_state(r->g_whole, w->values, r->g_grad, r->tp, r->trank);
+  tg_weights_free(w);
+  return p;
+}
+
 /* Fills the parameters (and for resume the moments) from wherever the
  * config says; returns the steps already done and the data position. */
 static int64_t initial_state(run *r, uint64_t *position) {
@@ -696,10 +768,12 @@ static int64_t initial_state(run *r, uint64_t *position) {
   if (c->resume) {
     tg_ckpt_meta m = {0};
     char *used_m = NULL;
-    tg_weights *w = tg_ckpt_load_latest(r->ctx, tg_zero_state_graph(r->zero), c->out_dir, true, &m, &used_m);
+    const tg_graph *sg = tg_zero_state_graph(r->zero);
+    tg_weights *w = tg_ckpt_load_latest(r->ctx, r->g_whole_state ? r->g_whole_state : sg, c->out_dir, true, &m, &used_m);
     const char *used = used_m ? tg_strdup(r->ctx->arena, used_m) : NULL;
     free(used_m);
     if (!w) tg_bail(r->ctx);
+    if (r->g_whole_state) w = parts_of_state(r, w);
     tg_zero_load(r->zero, w, true); /* each rank takes its shards of the optimizer state */
     tg_weights_free(w);
     refresh_copies(r);
@@ -728,11 +802,17 @@ static int64_t initial_state(run *r, uint64_t *position) {
   /* init_from: a tg checkpoint or a plain weights file (Hugging Face's
    * GPT-2, tgrun init/step output); only its weights are taken */
   const tg_graph *sg = tg_zero_state_graph(r->zero);
-  const tg_graph *wg = c->init_from && *c->init_from ? sg : r->g_grad;
+  /* with a tensor axis: the whole model's, cut to this rank's parts */
+  const tg_graph *mg = r->g_whole ? r->g_whole : r->g_grad;
+  const tg_graph *wg = c->init_from && *c->init_from ? (r->g_whole_state ? r->g_whole_state : sg) : mg;
   tg_ckpt_meta m = {0};
-  tg_weights *w = c->init_from && *c->init_from ? tg_ckpt_load(r->ctx, sg, c->init_from, false, &m)
-                                                 : tg_weights_init(r->g_grad, (uint64_t)c->seed);
+  tg_weights *w = c->init_from && *c->init_from ? tg_ckpt_load(r->ctx, wg, c->init_from, false, &m)
+                                                 : tg_weights_init(mg, (uint64_t)c->seed);
   if (!w) tg_bail(r->ctx);
+  if (r->g_whole) {
+    w = c->init_from && *c->init_from ? parts_of_state(r, w) : parts_of_model(r, w);
+    wg = c->init_from && *c->init_from ? sg : r->g_grad;
+  }
   for (int i = 0; i < r->n_params; i++) {
     const tg_node *n = tg_graph_leaf(wg, TG_OP_param, r->params[i].name);
     tg_zero_set_value(r->zero, i, w->values[n->id]);
@@ -791,7 +871,7 @@ static tg_loader **open_loaders(run *r, uint64_t position) {
   tg_loader **loaders = r->loaders = tg_xcalloc((size_t)accum, sizeof *loaders);
   r->n_loaders = accum;
   for (int m = 0; m < accum; m++) {
-    loaders[m] = tg_loader_new(r->train, c->batch_size, c->block_size, m * r->nranks + r->rank, accum * r->nranks,
+    loaders[m] = tg_loader_new(r->train, c->batch_size, c->block_size, m * r->dranks + r->drank, accum * r->dranks,
                                (uint64_t)c->seed, position, why, sizeof why);
     if (!loaders[m]) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
   }
@@ -859,7 +939,7 @@ static void train_loop(run *r) {
   r->accum = (int)c->grad_accum;
   tg_zero_attach(r->zero, r->e_grad, r->accum);
 
-  int64_t tokens_per_step = c->batch_size * c->block_size * c->grad_accum * r->nranks;
+  int64_t tokens_per_step = c->batch_size * c->block_size * c->grad_accum * r->dranks;
   int64_t nparams;
   double flops_per_step = step_flops(r, tokens_per_step, &nparams);
   tg_lr_schedule sched = {c->learning_rate, c->min_lr, c->warmup_steps, tg_train_config_decay_steps(c)};
@@ -868,8 +948,7 @@ static void train_loop(run *r) {
   /* the loss before any step: the baseline of the plot */
   /* at stage 3 every rank runs the evaluations and samples: their graphs
    * gather the weights from every rank's shards */
-  const bool all_ranks = sharded_weights(r);
-  if (done == 0 && (r->rank == 0 || all_ranks)) evaluate(r, &cols, mf, 0);
+  if (done == 0 && evaluates(r)) evaluate(r, &cols, mf, 0);
   double phase0[TG_NPHASES] = {0};
   const double loop_started = now(); /* the ETA's pace: the loop's, not the compile's */
   for (int64_t s = done; s < c->max_steps; s++) {
@@ -893,7 +972,7 @@ static void train_loop(run *r) {
     double stats[2] = {loss_sum / r->accum, stop_signal};
     tg_comm_sum_doubles(stats, 2);
     double dt = now() - t0;
-    if (r->nranks > 1 && !sharded_weights(r) && !tg_comm_all_equal(weights_hash(r)))
+    if (r->dranks > 1 && !sharded_weights(r) && !tg_comm_all_equal(weights_hash(r)))
       tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "the ranks' weights differ after step %lld", (long long)s + 1);
     /* a diverged step stops the run before anything records it: the
      * checkpoint on disk stays the last good one */
@@ -902,11 +981,11 @@ static void train_loop(run *r) {
                "step %lld: the loss is %g and the gradient norm %g: training diverged; stopped without writing a "
                "checkpoint, so %s/" TG_CKPT_FILE " keeps the last good one (%s); lower learning_rate or set "
                "grad_clip, then resume = true",
-               (long long)s + 1, stats[0] / r->nranks, (double)gn, c->out_dir, "if one was written");
+               (long long)s + 1, stats[0] / r->dranks, (double)gn, c->out_dir, "if one was written");
 
     int64_t step = s + 1;
     tg_metrics_row row = tg_metrics_row_blank(TG_METRICS_STEP, step);
-    row.loss = stats[0] / r->nranks;
+    row.loss = stats[0] / r->dranks;
     row.lr = lr;
     row.grad_norm = gn;
     row.dt_ms = dt * 1e3;
@@ -928,11 +1007,11 @@ static void train_loop(run *r) {
     /* the checkpoint first: nothing slow (an evaluation, a long sample)
      * stands between a step and its being kept */
     if (due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
-    if ((r->rank == 0 || all_ranks) && due(step, c->eval_interval, c->max_steps)) {
+    if (evaluates(r) && due(step, c->eval_interval, c->max_steps)) {
       evaluate(r, &cols, mf, step);
       write_plot(r, metrics_path);
     }
-    if ((r->rank == 0 || all_ranks) && due(step, c->sample_interval, c->max_steps)) sample(r, step);
+    if (evaluates(r) && due(step, c->sample_interval, c->max_steps)) sample(r, step);
     if (stats[1] > 0) {
       if (!due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
       say(r, "stopped by %s after step %lld of %lld: the checkpoint holds it; resume with resume = true\n",
@@ -944,8 +1023,8 @@ static void train_loop(run *r) {
   r->mf = NULL;
   if (mf && !tg_metrics_close(mf, why, sizeof why)) tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "%s", why);
   write_plot(r, metrics_path);
-  if (r->nranks > 1 && !sharded_weights(r))
-    say(r, "replicas: the %d ranks' weights were bit-identical after every step\n", r->nranks);
+  if (r->dranks > 1 && !sharded_weights(r))
+    say(r, "replicas: the %d data-parallel ranks' weights were bit-identical after every step\n", r->dranks);
 }
 
 /* ---- before any work: what can be checked is checked --------------------------------- */
@@ -1231,6 +1310,18 @@ static void report_held_setup_error(run *r) {
   r->held_text = NULL;
 }
 
+/* tp > 1: the ranks become a data x tensor mesh (comm.h); from here on
+ * the data-parallel collectives run among the ranks that hold the same
+ * tensor part. */
+static void split_mesh(run *r) {
+  r->tp = (int)r->cfg.tp;
+  r->drank = r->rank, r->dranks = r->nranks, r->trank = 0;
+  if (r->tp == 1) return;
+  char why[256];
+  if (!tg_comm_split_mesh(r->tp, why, sizeof why)) tg_error(r->ctx, key_loc(r, "tp"), "tp = %d: %s", r->tp, why);
+  r->drank = tg_comm_rank(), r->dranks = tg_comm_size(), r->trank = tg_comm_tensor_rank();
+}
+
 static int train(run *r) {
   char why[1024];
   const tg_train_config *c = &r->cfg;
@@ -1286,6 +1377,7 @@ static int train(run *r) {
       tg_tok_kind_name(tg_tok_kind_of(r->tok)), r->vocab);
   check_data(r);
   check_init_dims(r);
+  split_mesh(r);
   build(r);
   release_setup_errors(r);
   train_loop(r);

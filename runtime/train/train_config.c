@@ -87,6 +87,8 @@ static const key_info keys[] = {
     /* ZeRO's stage (runtime/train/zero.c, docs/parallel.md); 3 is planned
      * (tgc --report memplan) but not yet run: refused in tg_train */
     {"zero", K_INT, F(zero), "0", 0, 3, 0, 0, NULL, NULL},
+    /* the tensor-parallel degree: the model's "mesh tensor = tp" (passes/shard_tensor.c) */
+    {"tp", K_INT, F(tp), "1", 1, 4096, 0, 0, NULL, NULL},
     {"peak_flops", K_FLOAT, F(peak_flops), "0", 0, INFINITY, 0, 0, NULL, NULL},
     {"metrics_file", K_STR, F(metrics_file), "metrics.jsonl", 0, 0, 0, 0, check_file_name, NULL},
 };

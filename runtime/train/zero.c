@@ -87,6 +87,7 @@ struct tg_zero {
 static tg_graph *new_graph(tg_ctx *ctx, const tg_graph *model) {
   tg_graph *g = tg_graph_new(ctx->arena);
   g->source = model->source;
+  g->mesh_sym = model->mesh_sym;
   for (int i = 0; i < model->n_config; i++) tg_graph_set_config(g, model->config[i].name, model->config[i].value);
   return g;
 }
@@ -235,7 +236,7 @@ tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_g
   z->g_whole = optimizer_graph(z, &whole, NULL, &z->whole_slots, &n_slots);
   if (n_slots != n) tg_error(ctx, (tg_loc){g_grad->source, 1, 1}, "internal: the optimizer has %d parameters, not %d", n_slots, n);
   if (z->stage == 0) {
-    tg_pipeline_opts pk = {.kernels = true};
+    tg_pipeline_opts pk = {.kernels = true, .no_tensor_split = true}; /* its params are the model graph's parts already */
     tg_run_pipeline(ctx, z->g_whole, &pk);
     for (int i = 0; i < n; i++) z->ps[i].slot = &z->whole_slots[i];
     return z;
@@ -253,7 +254,7 @@ tg_zero *tg_zero_new(tg_ctx *ctx, tg_device *dev, int stage, const tg_graph *g_g
   z->g_shard = optimizer_graph(z, &shard, len, &slots, &n_slots);
   for (int i = 0, k = 0; i < n; i++)
     if (len[i]) z->ps[i].slot = &slots[k++];
-  tg_pipeline_opts pk = {.kernels = true};
+  tg_pipeline_opts pk = {.kernels = true, .no_tensor_split = true};
   tg_run_pipeline(ctx, z->g_shard, &pk);
   return z;
 }

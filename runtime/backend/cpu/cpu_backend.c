@@ -516,7 +516,8 @@ static void run_collective(cpu_exec *e, const tg_node *n) {
   tg_collective_operands c = tg_collective_operands_of(e->p, n);
   tg_dtype dt = n->type.dtype;
   char *in = operand_at(e, &c.in, dt), *out = operand_at(e, &c.out, dt);
-  int size = tg_dtype_size(dt), me = tg_comm_rank();
+  int size = tg_dtype_size(dt), me = n->over_tensor ? tg_comm_tensor_rank() : tg_comm_rank();
+  bool was = tg_comm_use_tensor(n->over_tensor);
   if (n->op == TG_OP_all_reduce || n->op == TG_OP_all_max) {
     memmove(out, in, (size_t)(c.in_numel * size));
     if (n->op == TG_OP_all_max) tg_comm_max_floats((float *)out, c.out_numel);
@@ -530,6 +531,7 @@ static void run_collective(cpu_exec *e, const tg_node *n) {
     tg_comm_all_gather_in_place(out, counts, displs, size);
     free(counts), free(displs);
   }
+  tg_comm_use_tensor(was);
 }
 
 /* The step's collective point after (or at) kernel k (step_abi.h): the

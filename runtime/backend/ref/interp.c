@@ -471,7 +471,8 @@ static void collective(tg_interp *it, int i) {
   const tg_node *n = it->g->nodes[i];
   const double *x = it->val[n->in[0]->id];
   int64_t in_n = it->numel[n->in[0]->id];
-  int me = tg_comm_rank(), ranks = n->ranks;
+  bool was = tg_comm_use_tensor(n->over_tensor);
+  int me = n->over_tensor ? tg_comm_tensor_rank() : tg_comm_rank(), ranks = n->ranks;
   if (n->op == TG_OP_all_reduce) {
     memcpy(it->val[i], x, sizeof(double) * (size_t)in_n);
     sum_over_ranks(it->val[i], in_n);
@@ -493,6 +494,7 @@ static void collective(tg_interp *it, int i) {
     memcpy(it->val[i], all + (int64_t)me * block, sizeof(double) * (size_t)block);
     free(all);
   }
+  tg_comm_use_tensor(was);
 }
 
 /* ---- one node ----------------------------------------------------------- */
@@ -593,11 +595,12 @@ bool tg_interp_check(const tg_graph *g, char *why, size_t whylen) {
       return false;
     }
     const tg_node *n = g->nodes[i];
-    if (tg_op_is_collective(n->op) && n->ranks != tg_comm_size()) {
+    int group = n->over_tensor ? tg_comm_tensor_size() : tg_comm_size();
+    if (tg_op_is_collective(n->op) && n->ranks != group) {
       snprintf(why, whylen,
-               "node %%%d (%s) is a collective over %d ranks, but this run has %d process%s; "
+               "node %%%d (%s) is a collective over %d %sranks, but this run has %d; "
                "run it under mpirun -np %d",
-               i, tg_ops[n->op].name, n->ranks, tg_comm_size(), tg_comm_size() == 1 ? "" : "es", n->ranks);
+               i, tg_ops[n->op].name, n->ranks, n->over_tensor ? "tensor " : "", group, n->ranks);
       return false;
     }
   }
