@@ -516,6 +516,13 @@ void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report) {
   int tp = (int)degree;
   if (rank < 0 || rank >= tp)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "tensor rank %d is not among the mesh's %d tensor ranks", rank, tp);
+  /* a graph split already (IR text read back after this pass) is left as
+   * it is: its collectives over the tensor axis say so */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i]->over_tensor || g->nodes[i]->op == TG_OP_replicate) {
+      if (report) fprintf(report, "sharding: the graph is split over the tensor axis already\n");
+      return;
+    }
   for (int i = 0; i < g->n_nodes; i++)
     if (g->nodes[i]->phase != TG_PHASE_FORWARD)
       tg_error(ctx, g->nodes[i]->loc, "shard_tensor: the graph already has a backward; split the forward");
