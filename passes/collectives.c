@@ -462,3 +462,33 @@ void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan
   if (ddp->bytes_sent) fprintf(out, "ratio %.3f)\n", (double)p->bytes_sent / (double)ddp->bytes_sent);
   else fputs("one rank sends nothing)\n", out);
 }
+
+/* Tensor parallelism's collectives (shard_tensor.c and their gradients'):
+ * one line each, in run order, with the bytes a rank sends on a ring of
+ * the tensor axis's ranks (2 (N-1)/N of the buffer for an all_reduce or an
+ * all_max, (N-1)/N of the result for an all_gather), and their total per
+ * micro-step.  They are on the step's critical path: each one's result is
+ * read by the next kernel (an activation, not a gradient). */
+void tg_tensor_collectives_print(FILE *out, const tg_graph *g) {
+  int n = 0, tp = 0;
+  double total = 0;
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_kernel *K = &g->kernels[k];
+    const tg_node *c = K->n_nodes == 1 ? g->nodes[K->nodes[0]] : NULL;
+    if (!c || !tg_op_is_collective(c->op) || !c->over_tensor) continue;
+    int64_t elem = tg_dtype_size(c->type.dtype), numel = tg_type_numel(&c->type);
+    double sent = c->op == TG_OP_all_gather ? (double)(numel * elem) * (c->ranks - 1) / c->ranks
+                                            : 2.0 * (double)(numel * elem) * (c->ranks - 1) / c->ranks;
+    if (!n)
+      fprintf(out, "collective: tensor parallelism over %d ranks (passes/shard_tensor.c): each collective of the "
+                   "tensor axis in run order, the bytes a rank sends on a ring\n", c->ranks);
+    fprintf(out, "collective: k%d %s %s of %lld %s values, %.0f bytes sent per rank (%s:%d)\n", k,
+            c->phase == TG_PHASE_FORWARD ? "forward" : c->phase == TG_PHASE_BACKWARD ? "backward" : "optimizer",
+            tg_ops[c->op].name, (long long)numel, tg_dtype_name(c->type.dtype), sent,
+            c->loc.file ? c->loc.file : "?", c->loc.line);
+    total += sent, n++, tp = c->ranks;
+  }
+  if (n)
+    fprintf(out, "collective: tensor axis total per micro-step per rank: %d collectives, %.0f bytes sent over %d "
+                 "ranks\n", n, total, tp);
+}

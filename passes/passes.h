@@ -301,6 +301,10 @@ void tg_collectives_placed(const tg_graph *g, int ranks, tg_collective_plan *out
 /* A line per collective of p, then its total next to ddp's (the same
  * ranks at stage 0). */
 void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan *p, const tg_collective_plan *ddp);
+/* The tensor axis's collectives of a fused graph (tensor parallelism), one
+ * line each with the bytes a rank sends, and their total; nothing when
+ * there are none.  Part of the schedule report. */
+void tg_tensor_collectives_print(FILE *out, const tg_graph *g);
 /* What tg_zero_plan_make and tg_collectives_plan ask of their arguments:
  * false, with why, for a stage outside 0..TG_ZERO_MAX_STAGE or fewer than
  * one rank. */

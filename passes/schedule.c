@@ -81,6 +81,7 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE 
     }
     fprintf(report, "schedule: %d bucket%s of up to %lld bytes over %d kernels\n", p->n_buckets,
             p->n_buckets == 1 ? "" : "s", (long long)bucket_bytes, g->n_kernels);
+    tg_tensor_collectives_print(report, g);
   }
   free(gs);
 }

@@ -79,6 +79,23 @@ contains "$tmp/out" "unknown split 'diagonal'"
 sed 's/^mesh tensor = tp/mesh pipeline = tp/' "$tmp/odd.tg" > "$tmp/bad2.tg"
 expect_status 1 "$tgc" "$tmp/bad2.tg" --stats
 contains "$tmp/out" "the mesh's axes are data"
+# memory: each rank holds its parts (the split matrices halve; norms,
+# biases of row-parallel products and wpe stay whole) and the activations
+# of its heads and hidden units
+mem() { # mem TP: "params peak" in MB from --report memplan
+  "$tgc" models/gpt2.tg -D tp="$1" --report memplan > "$tmp/mem$1" 2>&1
+  sed -n 's/^memplan: peak memory \([0-9.]*\) MB .*parameters and state \([0-9.]*\) MB$/\2 \1/p' "$tmp/mem$1"
+}
+read -r p1 a1 <<< "$(mem 1)"
+read -r p2 a2 <<< "$(mem 2)"
+if awk -v p1="$p1" -v p2="$p2" -v a1="$a1" -v a2="$a2" \
+  'BEGIN { exit !(p2 < 0.51 * p1 && p2 > 0.49 * p1 && a2 < 0.8 * a1) }'; then ok
+else bad "tp=2's memplan: parameters $p2 MB (tp=1 $p1 MB), peak $a2 MB (tp=1 $a1 MB)"; fi
+# the schedule lists the tensor axis's collectives, forward and backward
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=2 -D tp=2 --report schedule
+contains "$tmp/out" "collective: tensor parallelism over 2 ranks"
+contains "$tmp/out" "backward all_reduce of"
+contains "$tmp/out" "tensor axis total per micro-step per rank"
 # the IR text keeps the splits and the collectives' group
 expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 -D tp=2 -D B=2 -D T=16 --grad --emit ir
 contains "$tmp/out" "split=columns/3"
