@@ -469,16 +469,36 @@ void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan
  * all_max, (N-1)/N of the result for an all_gather), and their total per
  * micro-step.  They are on the step's critical path: each one's result is
  * read by the next kernel (an activation, not a gradient). */
+static double tensor_sent(const tg_node *c) {
+  int64_t elem = tg_dtype_size(c->type.dtype), numel = tg_type_numel(&c->type);
+  return c->op == TG_OP_all_gather ? (double)(numel * elem) * (c->ranks - 1) / c->ranks
+                                   : 2.0 * (double)(numel * elem) * (c->ranks - 1) / c->ranks;
+}
+
+static const tg_node *tensor_collective(const tg_graph *g, int k) {
+  const tg_kernel *K = &g->kernels[k];
+  const tg_node *c = K->n_nodes == 1 ? g->nodes[K->nodes[0]] : NULL;
+  return c && tg_op_is_collective(c->op) && c->over_tensor ? c : NULL;
+}
+
+double tg_tensor_collective_bytes(const tg_graph *g, int *n) {
+  double total = 0;
+  *n = 0;
+  for (int k = 0; k < g->n_kernels; k++) {
+    const tg_node *c = tensor_collective(g, k);
+    if (c) total += tensor_sent(c), ++*n;
+  }
+  return total;
+}
+
 void tg_tensor_collectives_print(FILE *out, const tg_graph *g) {
   int n = 0, tp = 0;
   double total = 0;
   for (int k = 0; k < g->n_kernels; k++) {
-    const tg_kernel *K = &g->kernels[k];
-    const tg_node *c = K->n_nodes == 1 ? g->nodes[K->nodes[0]] : NULL;
-    if (!c || !tg_op_is_collective(c->op) || !c->over_tensor) continue;
-    int64_t elem = tg_dtype_size(c->type.dtype), numel = tg_type_numel(&c->type);
-    double sent = c->op == TG_OP_all_gather ? (double)(numel * elem) * (c->ranks - 1) / c->ranks
-                                            : 2.0 * (double)(numel * elem) * (c->ranks - 1) / c->ranks;
+    const tg_node *c = tensor_collective(g, k);
+    if (!c) continue;
+    int64_t numel = tg_type_numel(&c->type);
+    double sent = tensor_sent(c);
     if (!n)
       fprintf(out, "collective: tensor parallelism over %d ranks (passes/shard_tensor.c): each collective of the "
                    "tensor axis in run order, the bytes a rank sends on a ring\n", c->ranks);

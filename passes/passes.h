@@ -305,6 +305,8 @@ void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan
  * line each with the bytes a rank sends, and their total; nothing when
  * there are none.  Part of the schedule report. */
 void tg_tensor_collectives_print(FILE *out, const tg_graph *g);
+/* Their bytes a rank sends a micro-step, and (into *n) how many. */
+double tg_tensor_collective_bytes(const tg_graph *g, int *n);
 /* What tg_zero_plan_make and tg_collectives_plan ask of their arguments:
  * false, with why, for a stage outside 0..TG_ZERO_MAX_STAGE or fewer than
  * one rank. */

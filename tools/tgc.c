@@ -19,6 +19,7 @@
 #include "passes.h"
 #include "render_c.h"
 #include "render_cuda.h"
+#include "tgc_plan.h"
 #include "traffic.h"
 #include "program_dir.h"
 
@@ -94,6 +95,13 @@ static const char usage[] =
     "                     -D tp=2): show rank R's part of the model (default 0);\n"
     "                     --report sharding lists the split parameters and the\n"
     "                     forward's collectives (docs/parallel.md)\n"
+    "  --plan-parallel    with --devices N: every parallel layout of the model's\n"
+    "                     training step on N devices (data x tensor ranks, ZeRO\n"
+    "                     stage, micro-batch), its memory a device, compute and\n"
+    "                     communication estimated from what the compiler counts,\n"
+    "                     ranked, with the reasons (docs/parallel.md); also\n"
+    "                     --device-memory GB (80), --link nvlink|ib|ethernet\n"
+    "                     (nvlink), --devices-per-node N (8), --gpu, --precision\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -117,7 +125,8 @@ static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--g
                                           "-D",      "-I",     "-o",        "--help",
                                           "--version", "--dump-after", "--pad-multiple",
                                           "--report", "--precision", "--gpu", "--decode",
-                                          "--ranks", "--zero", "--tensor-rank"};
+                                          "--ranks", "--zero", "--tensor-rank", "--plan-parallel", "--devices",
+                                          "--devices-per-node", "--device-memory", "--link"};
 
 /* Prints a usage error; returns the exit status for it. */
 static int usage_error(const char *fmt, const char *arg) { return tg_usage_error("tgc", fmt, arg); }
@@ -374,6 +383,10 @@ typedef struct cli {
   zero_args zero;   /* --ranks, --zero */
   bool shard;       /* --zero 3 --ranks N without a report: the gradient graph of stage 3 */
   int tensor_rank;  /* --tensor-rank R */
+  bool plan;        /* --plan-parallel, with: */
+  int devices, devices_per_node; /* --devices, --devices-per-node */
+  double device_gb; /* --device-memory */
+  const tgc_plan_link *link; /* --link */
 } cli;
 
 /* The one report no pass writes: codegen's traffic (the CUDA step's bytes
@@ -495,11 +508,17 @@ static int settle_args(int argc, cli *c) {
     if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true, "--decode (one token a step)"};
   }
   bool traffic = c->traffic;
-  if (c->gpu && !traffic) return usage_error("%s", "--gpu is for --report traffic");
+  if ((c->devices || c->devices_per_node || c->device_gb > 0 || c->link) && !c->plan)
+    return usage_error("%s", "--devices, --devices-per-node, --device-memory and --link are for --plan-parallel");
+  if (c->plan && !c->devices) return usage_error("%s", "--plan-parallel needs --devices N, the devices to plan for");
+  if (c->plan && (c->what_given || c->report || c->dump_after || c->out_path))
+    return usage_error("%s", "--plan-parallel prints the plan alone: drop --emit, --report, --dump-after and -o");
+  if (c->gpu && !traffic && !c->plan) return usage_error("%s", "--gpu is for --report traffic and --plan-parallel");
   if (traffic && !c->gpu) c->gpu = tg_gpu_find("h100");
   /* what tgrun runs: bf16 on the cuda backends, f32 on the CPU */
   if (c->precision < 0)
-    c->precision = c->what == EMIT_CUDA || c->what == EMIT_CUBIN || traffic ? TG_PRECISION_BF16 : TG_PRECISION_F32;
+    c->precision =
+        c->what == EMIT_CUDA || c->what == EMIT_CUBIN || traffic || c->plan ? TG_PRECISION_BF16 : TG_PRECISION_F32;
   if (c->arch && c->what != EMIT_CUBIN) return usage_error("%s", "--arch is for --emit cubin");
   if (c->what == EMIT_CUBIN && !c->out_path)
     return usage_error("%s", "--emit cubin needs -o DIR: the directory for the .cu, the manifest and the cubins");
@@ -521,6 +540,54 @@ static int settle_args(int argc, cli *c) {
   return -1;
 }
 
+/* The planner's options at argv[*i] (--plan-parallel, --devices N,
+ * --devices-per-node N, --device-memory GB, --link L): -1 when argv[*i] is
+ * none of them, 0 when read (*i past its value), else the exit status of
+ * a usage error. */
+static int parse_plan_arg(int argc, char **argv, int *i, cli *c) {
+  const char *a = argv[*i];
+  if (!strcmp(a, "--plan-parallel")) {
+    c->plan = true;
+    return 0;
+  }
+  bool devices = !strcmp(a, "--devices"), per_node = !strcmp(a, "--devices-per-node");
+  bool memory = !strcmp(a, "--device-memory"), link = !strcmp(a, "--link");
+  if (!devices && !per_node && !memory && !link) return -1;
+  if (*i + 1 >= argc) return usage_error("%s needs a value (see tgc --help)", a);
+  const char *val = argv[++*i];
+  if (link) {
+    if (!(c->link = tgc_plan_find_link(val))) return usage_error("--link %s: the links known are nvlink, ib and ethernet", val);
+    return 0;
+  }
+  char *end;
+  errno = 0;
+  double v = strtod(val, &end);
+  if (end == val || *end || errno || !(v > 0))
+    return usage_error("%s: expected a positive number", a);
+  if (memory) {
+    if (v > 1e6) return usage_error("--device-memory %s: in GB, at most 1000000", val);
+    c->device_gb = v;
+  } else {
+    if (v != (double)(long)v || v > 65536) return usage_error("%s: expected a whole number of devices up to 65536", a);
+    *(devices ? &c->devices : &c->devices_per_node) = (int)v;
+  }
+  return 0;
+}
+
+/* tgc MODEL --plan-parallel --devices N: the layouts ranked (tgc_plan.c). */
+static int run_plan(cli *c) {
+  tg_arena *arena = tg_arena_new();
+  tgc_plan_opts o = {.arena = arena, .model = c->input, .defines = c->defines, .n_defines = c->n_defines,
+                     .include_dirs = c->incs, .n_include_dirs = c->n_incs, .devices = c->devices,
+                     .devices_per_node = c->devices_per_node ? c->devices_per_node : 8,
+                     .device_bytes = (c->device_gb > 0 ? c->device_gb : 80) * 1e9,
+                     .link = c->link ? c->link : tgc_plan_find_link("nvlink"),
+                     .gpu = c->gpu ? c->gpu : tg_gpu_find("h100"), .precision = (tg_precision_policy)c->precision};
+  int status = tgc_plan_parallel(&o, NULL);
+  tg_arena_free(arena);
+  return status;
+}
+
 /* Fills c from argv.  Returns -1 to go on, or the status to exit with. */
 static int parse_args(int argc, char **argv, cli *c) {
   for (int i = 1; i < argc; i++) {
@@ -533,6 +600,11 @@ static int parse_args(int argc, char **argv, cli *c) {
         return usage_error("%s", "--tensor-rank needs a rank: a whole number from 0 to the mesh's tp - 1");
       c->tensor_rank = (int)r;
       i++;
+      continue;
+    }
+    int plan_status = parse_plan_arg(argc, argv, &i, c);
+    if (plan_status >= 0) {
+      if (plan_status) return plan_status;
       continue;
     }
     int zero_status = parse_zero_arg(argc, argv, &i, c);
@@ -633,6 +705,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int status = parse_args(argc, argv, &c);
+  if (status < 0 && c.plan) status = run_plan(&c);
   if (status < 0) {
     tg_ctx *ctx = tg_ctx_new(stderr);
     jmp_buf bail;

@@ -96,6 +96,33 @@ expect_status 0 "$tgc" models/gpt2.tg -D n_layer=2 -D tp=2 --report schedule
 contains "$tmp/out" "collective: tensor parallelism over 2 ranks"
 contains "$tmp/out" "backward all_reduce of"
 contains "$tmp/out" "tensor axis total per micro-step per rank"
+# the planner: GPT-2 124M on 8 GPUs is plain data parallelism (its
+# activations' all-reduces would cost more than they save)
+expect_status 0 "$tgc" models/gpt2.tg --plan-parallel --devices 8
+contains "$tmp/out" "plan: choice: data 8 x tensor 1, zero 0, micro-batch 8 x 1"
+contains "$tmp/out" "assertion failed: n_head must be a multiple of tp"
+cp "$tmp/out" "$tmp/plan8"
+# its estimates are the reports' counts: a rank's memory is the ZeRO plan's
+# peak and 1 GiB; the tensor axis's time its bytes over NVLink's 450 GB/s
+"$tgc" models/gpt2.tg --report memplan --ranks 8 --zero 1 --precision bf16 > "$tmp/mp" 2>&1
+peak=$(sed -n 's/^zero:   peak  *\([0-9.]*\) MB .*/\1/p' "$tmp/mp")
+plan_gb=$(awk '$2 == "8" && $4 == "1" && $5 == "1" { print $9 }' "$tmp/plan8")
+if awk -v p="$peak" -v g="$plan_gb" 'BEGIN { d = (p * 1e6 + 1073741824) / 1e9 - g; exit !(d < 0.01 && d > -0.01) }'
+then ok; else bad "the plan's memory of 8 x 1 at zero 1 ($plan_gb GB) is not memplan's peak ($peak MB) and 1 GiB"; fi
+"$tgc" models/gpt2.tg -D tp=2 -D B=16 --precision bf16 --report schedule > "$tmp/sch" 2>&1
+tbytes=$(sed -n 's/^collective: tensor axis total per micro-step per rank: [0-9]* collectives, \([0-9]*\) bytes.*/\1/p' "$tmp/sch")
+plan_ms=$(awk '$2 == "4" && $4 == "2" && $5 == "0" && $6 == "16" { sub("ms", "", $11); print $11 }' "$tmp/plan8")
+if awk -v b="$tbytes" -v m="$plan_ms" 'BEGIN { d = b / 450e9 * 1e3 - m; exit !(b > 0 && d < 0.01 && d > -0.01) }'
+then ok; else bad "the plan's tensor time of 4 x 2 ($plan_ms ms) is not the schedule's $tbytes bytes over 450 GB/s"; fi
+# a model whose state and activations do not fit one device's memory as
+# plain data parallelism: ZeRO or tensor parallelism
+expect_status 0 "$tgc" models/gpt2.tg --plan-parallel --devices 8 -D B=1 --device-memory 2.5
+contains "$tmp/out" "does not fit: needs"
+if grep -q 'plan: choice: data 8 x tensor 1, zero 0' "$tmp/out"; then bad "the plan chose zero 0 at 2.5 GB"; else ok; fi
+expect_status 2 "$tgc" models/gpt2.tg --plan-parallel
+contains "$tmp/out" "--plan-parallel needs --devices N"
+expect_status 2 "$tgc" models/gpt2.tg --plan-parallel --devices 8 --link carrier-pigeon
+contains "$tmp/out" "the links known are nvlink, ib and ethernet"
 # the IR text keeps the splits and the collectives' group
 expect_status 0 "$tgc" models/gpt2.tg -D n_layer=1 -D tp=2 -D B=2 -D T=16 --grad --emit ir
 contains "$tmp/out" "split=columns/3"
