@@ -157,6 +157,32 @@ static tg_node *tensor_square_sum(opt *O, const tg_adamw_opts *o, tg_node *const
   return op2(O, TG_OP_add, summed_over(O, split, o->tensor_ranks, true), rep);
 }
 
+/* The global norm of the gradients: this rank's squares, summed over the
+ * data ranks when these are ZeRO shards (norm_ranks) and over the tensor
+ * axis for split parameters (tensor_ranks). */
+static tg_node *global_norm(opt *O, const tg_adamw_opts *o, tg_node *const *params, tg_node *const *grads,
+                            int nparams) {
+  const tg_type scalar = {.dtype = TG_F32};
+  tg_node *norm;
+  if (o->tensor_ranks > 1) {
+    norm = op1(O, TG_OP_sqrt, tensor_square_sum(O, o, params, grads, nparams));
+  } else if (o->norm_ranks > 1) {
+    /* this rank's sum of squares (a leaf of zeros where it holds no
+     * element: every rank takes part in the all_reduce), summed over the
+     * ranks: the collective's operand is a [1] vector */
+    const tg_type one = {.dtype = TG_F32, .rank = 1, .dim = {{.size = 1}}};
+    tg_node *mine = nparams ? reshape_to(O, square_sum(O, params, grads, nparams), &one)
+                            : leaf(O, TG_OP_input, TG_INPUT_NO_SQUARES, &one);
+    tg_node *all = tg_node_new(O->g, TG_OP_all_reduce, O->loc);
+    tg_node_set_inputs(O->g, all, 1, &mine);
+    all->ranks = o->norm_ranks;
+    norm = op1(O, TG_OP_sqrt, reshape_to(O, add(O, all), &scalar));
+  } else {
+    norm = op1(O, TG_OP_sqrt, square_sum(O, params, grads, nparams));
+  }
+  return norm;
+}
+
 /* Whether p's update decays it: by name when the caller lists them, else
  * matrices and higher (not biases, gains or other vectors). */
 static bool decays(const tg_adamw_opts *o, const tg_node *p) {
@@ -230,23 +256,7 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *o,
   qsort(copies, (size_t)n_copies, sizeof *copies, by_name);
 
   /* Global norm over all gradients, then one clipping factor for all. */
-  tg_node *norm;
-  if (o->tensor_ranks > 1) {
-    norm = op1(&O, TG_OP_sqrt, tensor_square_sum(&O, o, params, grads, nparams));
-  } else if (o->norm_ranks > 1) {
-    /* this rank's sum of squares (a leaf of zeros where it holds no
-     * element: every rank takes part in the all_reduce), summed over the
-     * ranks: the collective's operand is a [1] vector */
-    const tg_type one = {.dtype = TG_F32, .rank = 1, .dim = {{.size = 1}}};
-    tg_node *mine = nparams ? reshape_to(&O, square_sum(&O, params, grads, nparams), &one)
-                            : leaf(&O, TG_OP_input, TG_INPUT_NO_SQUARES, &one);
-    tg_node *all = tg_node_new(g, TG_OP_all_reduce, O.loc);
-    tg_node_set_inputs(g, all, 1, &mine);
-    all->ranks = o->norm_ranks;
-    norm = op1(&O, TG_OP_sqrt, reshape_to(&O, add(&O, all), &scalar));
-  } else {
-    norm = op1(&O, TG_OP_sqrt, square_sum(&O, params, grads, nparams));
-  }
+  tg_node *norm = global_norm(&O, o, params, grads, nparams);
   O.loc = (tg_loc){g->source, 1, 1};
   tg_graph_add_output(g, TG_OUTPUT_GRAD_NORM, norm);
   tg_node *coef = NULL;

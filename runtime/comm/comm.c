@@ -155,6 +155,8 @@ int tg_comm_world_size(void) { return world_ranks; }
 int tg_comm_tensor_rank(void) { return tme; }
 int tg_comm_tensor_size(void) { return tranks; }
 
+bool tg_comm_using_tensor(void) { return on_tensor; }
+
 bool tg_comm_use_tensor(bool tensor) {
   bool was = on_tensor;
   on_tensor = tensor;
@@ -209,11 +211,11 @@ int tg_comm_local_rank(void) {
 }
 
 void tg_comm_broadcast(void *buf, size_t n) {
-  if (ranks == 1) return;
+  if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
   for (size_t at = 0; at < n; at += 1 << 30) {
     int c = (int)(n - at < (1u << 30) ? n - at : 1u << 30);
-    COLLECTIVE("a broadcast", MPI_Ibcast((char *)buf + at, c, MPI_BYTE, 0, coll, &op_));
+    COLLECTIVE("a broadcast", MPI_Ibcast((char *)buf + at, c, MPI_BYTE, 0, GROUP, &op_));
   }
 #else
   (void)buf, (void)n;

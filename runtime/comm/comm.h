@@ -33,10 +33,12 @@ int tg_comm_world_size(void);
 int tg_comm_tensor_rank(void); /* 0 and 1 without a mesh */
 int tg_comm_tensor_size(void);
 /* Whether the IR's collectives (tg_comm_sum_floats, _max_floats,
- * _max_doubles, _sum_doubles, _reduce_scatter_sum, _all_gather_in_place)
- * run over the tensor group (true) or the data group; returns the old
- * setting, for the caller to restore. */
+ * _max_doubles, _sum_doubles, _reduce_scatter_sum, _all_gather_in_place,
+ * and tg_comm_broadcast: a tensor group's NCCL id) run over the tensor
+ * group (true) or the data group; returns the old setting, for the caller
+ * to restore.  tg_comm_using_tensor: the setting now. */
 bool tg_comm_use_tensor(bool tensor);
+bool tg_comm_using_tensor(void);
 /* This process's rank among the ranks on its machine, from the launcher's
  * environment (Open MPI, MPICH, Slurm); 0 when not launched.  The CUDA
  * backend takes GPU number local_rank. */

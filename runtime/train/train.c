@@ -477,10 +477,6 @@ static void check_mesh(run *r) {
              mesh ? "its mesh's degree must be a constant the run sets (mesh tensor = tp)"
                   : "remove tp, or annotate the model (docs/language.md, \"shard\")");
   if (r->tp == 1) return;
-  /* the CUDA backend's NCCL has one communicator, the data ranks' */
-  if (!strncmp(r->cfg.backend, "cuda", 4))
-    tg_error(r->ctx, key_loc(r, "tp"), "tp = %d: tensor parallelism runs on the cpu and ref backends; not yet on %s",
-             r->tp, r->cfg.backend);
   r->g_whole = compile_model(r, r->cfg.batch_size, false);
   tg_pipeline_opts pw = {.precision = tg_train_config_precision(&r->cfg), .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
                          .no_tensor_split = true};

@@ -104,6 +104,8 @@ typedef struct cuda_device {
   CUfunction k_shard_pack[3], k_shard_unpack[3]; /* ZeRO's staging, elements of [0] 4, [1] 2, [2] 1 bytes */
   bool emulated;       /* the emulated device: the whole .cu is one module */
   ncclComm_t nccl;
+  ncclComm_t nccl_tensor; /* tensor parallelism: the mesh's tensor axis (comm.h), or NULL */
+  int tensor_ranks;
   int rank, nranks;
   algo_entry *algos;
   int n_algos, cap_algos;
@@ -395,6 +397,21 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
     tg_comm_broadcast(&id, sizeof id);
     NC(d, ctx, A->ncclCommInitRank(&d->nccl, d->nranks, id, d->rank), "the NCCL communicator");
   }
+  /* a second communicator over the mesh's tensor axis: its ranks' id from
+   * its first, broadcast among them */
+  d->tensor_ranks = tg_comm_tensor_size();
+  if (d->tensor_ranks > 1) {
+    if (!A->ncclCommInitRank)
+      tg_error(ctx, (tg_loc){0}, "a tensor axis of %d ranks needs NCCL, and no libnccl.so.2 was found", d->tensor_ranks);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    bool was = tg_comm_use_tensor(true);
+    if (tg_comm_tensor_rank() == 0) NC(d, ctx, A->ncclGetUniqueId(&id), "the tensor axis's NCCL unique id");
+    tg_comm_broadcast(&id, sizeof id);
+    NC(d, ctx, A->ncclCommInitRank(&d->nccl_tensor, d->tensor_ranks, id, tg_comm_tensor_rank()),
+       "the tensor axis's NCCL communicator");
+    tg_comm_use_tensor(was);
+  }
   snprintf(d->describe, sizeof d->describe, "%s (%s, %d SMs, %.1f GiB), %s", d->name, d->arch, d->sm_count,
            (double)d->total_mem / (1 << 30), A->name);
   return &d->base;
@@ -422,6 +439,7 @@ static void cuda_close(tg_device *x) {
   if (A->cuStreamSynchronize && d->stream) A->cuStreamSynchronize(d->stream);
   if (A->cuStreamSynchronize && d->comm_stream) A->cuStreamSynchronize(d->comm_stream);
   if (d->nccl && A->ncclCommDestroy) A->ncclCommDestroy(d->nccl);
+  if (d->nccl_tensor && A->ncclCommDestroy) A->ncclCommDestroy(d->nccl_tensor);
   if (d->shard_staging) A->cuMemFree(d->shard_staging);
   if (d->comm_ready) A->cuEventDestroy(d->comm_ready);
   if (d->comm_over) A->cuEventDestroy(d->comm_over);
@@ -1546,17 +1564,22 @@ static void enqueue_ir_collective(cuda_exec *e, tg_ctx *ctx, int i, int *n_pendi
   const char *what = op_what(e, i);
   CU(d, ctx, A->cuEventRecord(e->coll_start, d->stream), what);
   CU(d, ctx, A->cuStreamWaitEvent(d->comm_stream, e->coll_start, 0), what);
-  if (d->nranks == 1 || !d->nccl)
+  ncclComm_t comm = n->over_tensor ? d->nccl_tensor : d->nccl;
+  int group = n->over_tensor ? d->tensor_ranks : d->nranks;
+  if (n->ranks != group)
+    tg_error(ctx, n->loc, "%s: a collective over %d %sranks, but this run has %d", what, n->ranks,
+             n->over_tensor ? "tensor " : "", group);
+  if (group == 1 || !comm)
     CU(d, ctx, A->cuMemcpyDtoDAsync(out, in, (size_t)c.out_numel * size, d->comm_stream), what);
   else if (n->op == TG_OP_all_gather)
-    NC(d, ctx, A->ncclAllGather((const void *)in, (void *)out, (size_t)c.in_numel * size, ncclUint8, d->nccl,
+    NC(d, ctx, A->ncclAllGather((const void *)in, (void *)out, (size_t)c.in_numel * size, ncclUint8, comm,
                                 d->comm_stream), what);
   else if (n->op == TG_OP_reduce_scatter)
-    NC(d, ctx, A->ncclReduceScatter((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32, ncclSum, d->nccl,
+    NC(d, ctx, A->ncclReduceScatter((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32, ncclSum, comm,
                                     d->comm_stream), what);
   else
     NC(d, ctx, A->ncclAllReduce((const void *)in, (void *)out, (size_t)c.out_numel, ncclFloat32,
-                                n->op == TG_OP_all_max ? ncclMax : ncclSum, d->nccl, d->comm_stream), what);
+                                n->op == TG_OP_all_max ? ncclMax : ncclSum, comm, d->comm_stream), what);
   CU(d, ctx, A->cuEventRecord(e->coll_ev[i], d->comm_stream), what);
   if (e->p->store[c.in.base].place != TG_PLACE_LEAF || op->ready_at == i + 1)
     CU(d, ctx, A->cuStreamWaitEvent(d->stream, e->coll_ev[i], 0), what);

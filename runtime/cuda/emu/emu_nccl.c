@@ -25,8 +25,12 @@
 
 static const char ID_MAGIC[] = "tg emulated NCCL";
 
+/* A communicator spans the MPI group that was current when it was made:
+ * the data ranks, or with tg_comm_use_tensor on the mesh's tensor axis
+ * (tensor parallelism's second communicator). */
 struct ncclComm {
   int nranks, rank;
+  bool tensor;
 };
 
 static const char *error_string(ncclResult_t r) {
@@ -50,15 +54,17 @@ static ncclResult_t comm_init_rank(ncclComm_t *comm, int nranks, ncclUniqueId id
     emu_set_error("ncclCommInitRank: the unique id did not come from ncclGetUniqueId");
     return ncclInvalidArgument;
   }
-  if (nranks != tg_comm_size() || rank != tg_comm_rank()) {
-    emu_set_error("ncclCommInitRank: rank %d of %d, but this process is rank %d of the %d of its MPI job (the emulated "
-                  "NCCL spans the whole job)",
-                  rank, nranks, tg_comm_rank(), tg_comm_size());
+  bool tensor = tg_comm_using_tensor();
+  int size = tensor ? tg_comm_tensor_size() : tg_comm_size(), me = tensor ? tg_comm_tensor_rank() : tg_comm_rank();
+  if (nranks != size || rank != me) {
+    emu_set_error("ncclCommInitRank: rank %d of %d, but this process is rank %d of the %d of its MPI group (the emulated "
+                  "NCCL spans the group current when the communicator is made: the job's %s ranks)",
+                  rank, nranks, me, size, tensor ? "tensor-parallel" : "data-parallel");
     return ncclInvalidUsage;
   }
   struct ncclComm *c = calloc(1, sizeof *c);
   if (!c) return ncclInvalidUsage;
-  c->nranks = nranks, c->rank = rank;
+  c->nranks = nranks, c->rank = rank, c->tensor = tensor;
   *comm = c;
   return ncclSuccess;
 }
@@ -74,7 +80,15 @@ typedef struct coll_args {
   size_t count; /* elements: the all-reduce's; a rank's for the reduce-scatter (recvcount) and all-gather (sendcount) */
   size_t elem;  /* bytes an element */
   bool sum;     /* ncclSum, not ncclAvg */
+  bool max;     /* ncclMax (all-reduce only) */
+  bool tensor;  /* the communicator's group: the tensor axis's ranks (struct ncclComm) */
 } coll_args;
+
+/* The group a collective runs over, made current for its MPI calls; the
+ * old setting returned, for restore(). */
+static bool enter_group(const coll_args *a) { return tg_comm_use_tensor(a->tensor); }
+static int group_size(const coll_args *a) { return a->tensor ? tg_comm_tensor_size() : tg_comm_size(); }
+static int group_rank(const coll_args *a) { return a->tensor ? tg_comm_tensor_rank() : tg_comm_rank(); }
 
 /* Runs fn(a) in stream order on s: at once, or recorded in a capture to
  * run when the graph is replayed. */
@@ -102,8 +116,11 @@ static CUresult average(const void *arg, char *why, size_t whylen) {
       !emu_range_ok(a->recv, a->count * 4, "ncclAllReduce's receive buffer", why, whylen))
     return CUDA_ERROR_ILLEGAL_ADDRESS;
   if (a->send != a->recv) memmove((void *)a->recv, (const void *)a->send, a->count * 4);
-  if (a->sum) tg_comm_sum_floats((float *)a->recv, (int64_t)a->count);
+  bool was = enter_group(a);
+  if (a->max) tg_comm_max_floats((float *)a->recv, (int64_t)a->count);
+  else if (a->sum) tg_comm_sum_floats((float *)a->recv, (int64_t)a->count);
   else tg_comm_average((float *)a->recv, (int64_t)a->count);
+  tg_comm_use_tensor(was);
   return CUDA_SUCCESS;
 }
 
@@ -114,12 +131,12 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
     emu_set_error("%s: no communicator", call);
     return ncclInvalidArgument;
   }
-  if (type != ncclFloat32 || (op != ncclAvg && op != ncclSum)) {
-    emu_set_error("%s: the emulated NCCL averages and sums f32 only (ncclFloat32, ncclAvg or ncclSum); got type %d, "
-                  "op %d", call, (int)type, (int)op);
+  if (type != ncclFloat32 || (op != ncclAvg && op != ncclSum && op != ncclMax)) {
+    emu_set_error("%s: the emulated NCCL averages, sums and takes the max of f32 only (ncclFloat32; ncclAvg, ncclSum "
+                  "or ncclMax); got type %d, op %d", call, (int)type, (int)op);
     return ncclInvalidArgument;
   }
-  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4, op == ncclSum};
+  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4, op == ncclSum, op == ncclMax, comm->tensor};
   const emu_access access[] = {{.lo = a.send, .hi = a.send + count * 4, .write = false, .what = "its send buffer"},
                                {.lo = a.recv, .hi = a.recv + count * 4, .write = true, .what = "its receive buffer"}};
   return in_stream_order(call, s, average, &a, access);
@@ -181,7 +198,7 @@ static bool shard_call_ok(const char *call, ncclComm_t comm, const void *send, c
  * in place through a copy, since MPI allows no overlap. */
 static CUresult reduce_scatter_average(const void *arg, char *why, size_t whylen) {
   const coll_args *a = arg;
-  int nranks = tg_comm_size();
+  int nranks = group_size(a);
   size_t bytes = a->count * 4;
   if (!emu_range_ok(a->send, bytes * (size_t)nranks, "ncclReduceScatter's send buffer", why, whylen) ||
       !emu_range_ok(a->recv, bytes, "ncclReduceScatter's receive buffer", why, whylen))
@@ -194,8 +211,10 @@ static CUresult reduce_scatter_average(const void *arg, char *why, size_t whylen
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   for (int q = 0; q < nranks; q++) counts[q] = (int64_t)a->count;
+  bool was = enter_group(a);
   if (a->sum) tg_comm_reduce_scatter_sum((const float *)a->send, mine, (int64_t)a->count);
   else tg_comm_reduce_scatter_average((const float *)a->send, mine, counts);
+  tg_comm_use_tensor(was);
   memcpy((void *)a->recv, mine, bytes);
   free(counts), free(mine);
   return CUDA_SUCCESS;
@@ -211,7 +230,7 @@ static ncclResult_t reduce_scatter(const void *send, void *recv, size_t count, n
     return ncclInvalidArgument;
   }
   if (!count) return ncclSuccess;
-  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4, op == ncclSum};
+  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, 4, op == ncclSum, false, comm->tensor};
   bool in_place;
   if (!layout_ok(call, a.send, a.recv, count * 4, comm->nranks, comm->rank, "sendbuff", "recvbuff", &in_place))
     return ncclInvalidArgument;
@@ -225,7 +244,7 @@ static ncclResult_t reduce_scatter(const void *send, void *recv, size_t count, n
  * there: in place), then every rank's block to every rank. */
 static CUresult gather(const void *arg, char *why, size_t whylen) {
   const coll_args *a = arg;
-  int nranks = tg_comm_size(), me = tg_comm_rank();
+  int nranks = group_size(a), me = group_rank(a);
   size_t bytes = a->count * a->elem;
   if (!emu_range_ok(a->send, bytes, "ncclAllGather's send buffer", why, whylen) ||
       !emu_range_ok(a->recv, bytes * (size_t)nranks, "ncclAllGather's receive buffer", why, whylen))
@@ -239,7 +258,9 @@ static CUresult gather(const void *arg, char *why, size_t whylen) {
   for (int q = 0; q < nranks; q++) counts[q] = (int64_t)a->count, displs[q] = (int64_t)a->count * q;
   char *mine = (char *)a->recv + (size_t)me * bytes;
   if ((uintptr_t)mine != a->send) memcpy(mine, (const void *)a->send, bytes);
+  bool was = enter_group(a);
   tg_comm_all_gather_in_place((void *)a->recv, counts, displs, (int)a->elem);
+  tg_comm_use_tensor(was);
   free(counts);
   return CUDA_SUCCESS;
 }
@@ -254,7 +275,7 @@ static ncclResult_t all_gather(const void *send, void *recv, size_t count, ncclD
   }
   if (!shard_call_ok(call, comm, send, recv, count, elem)) return ncclInvalidArgument;
   if (!count) return ncclSuccess;
-  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, elem, false};
+  coll_args a = {(uintptr_t)send, (uintptr_t)recv, count, elem, false, false, comm->tensor};
   bool in_place;
   if (!layout_ok(call, a.recv, a.send, count * elem, comm->nranks, comm->rank, "recvbuff", "sendbuff", &in_place))
     return ncclInvalidArgument;
