@@ -582,7 +582,8 @@ static int run_plan(cli *c) {
                      .devices_per_node = c->devices_per_node ? c->devices_per_node : 8,
                      .device_bytes = (c->device_gb > 0 ? c->device_gb : 80) * 1e9,
                      .link = c->link ? c->link : tgc_plan_find_link("nvlink"),
-                     .gpu = c->gpu ? c->gpu : tg_gpu_find("h100"), .precision = (tg_precision_policy)c->precision};
+                     .gpu = c->gpu ? c->gpu : tg_gpu_find("h100"), .precision = (tg_precision_policy)c->precision,
+                     .out = stdout};
   int status = tgc_plan_parallel(&o, NULL);
   tg_arena_free(arena);
   return status;

@@ -188,6 +188,8 @@ int tgc_plan_parallel(const tgc_plan_opts *o, tgc_plan_choice *choice) {
     fprintf(stderr, "tgc: error: %s has no batch constant B to plan micro-batches from\n", o->model);
     return 1;
   }
+  FILE *out = o->out ? o->out : fopen("/dev/null", "w");
+  if (!out) return 1;
   row *rows = tg_alloc(o->arena, sizeof *rows * MAX_ROWS);
   int n = 0, compiled = 0;
   for (int tp = 1; tp <= o->devices; tp++) {
@@ -197,13 +199,13 @@ int tgc_plan_parallel(const tgc_plan_opts *o, tgc_plan_choice *choice) {
     int64_t per_rank = (int64_t)B * tp;
     for (int64_t b = per_rank; b >= 1 && b * 4 >= per_rank && n < MAX_ROWS - 4; b /= 2) {
       if (per_rank % b) continue;
-      fprintf(stderr, "\rplan: compiling data %d x tensor %d, micro-batch %lld (%d so far) ", o->devices / tp, tp,
+      if (o->out) fprintf(stderr, "\rplan: compiling data %d x tensor %d, micro-batch %lld (%d so far) ", o->devices / tp, tp,
               (long long)b, ++compiled);
       n += rows_of(o, tp, (int)b, (int)(per_rank / b), mesh, rows + n);
       if (b == 1) break;
     }
   }
-  if (compiled) fprintf(stderr, "\n");
+  if (compiled && o->out) fprintf(stderr, "\n");
   qsort(rows, (size_t)n, sizeof *rows, by_step);
   /* the table: the best micro-batch of each (tensor degree, stage) that
    * fits, and of what does not fit one line a tensor degree */
@@ -217,11 +219,11 @@ int tgc_plan_parallel(const tgc_plan_opts *o, tgc_plan_choice *choice) {
   int all = n;
   n = shown;
   const row *best = n && !rows[0].refused ? &rows[0] : NULL;
-  printf("plan: %s on %d x %s (%.0f GB), %s%s; %lld tokens a step (B %g x T %g x %d devices), precision %s\n",
+  fprintf(out, "plan: %s on %d x %s (%.0f GB), %s%s; %lld tokens a step (B %g x T %g x %d devices), precision %s\n",
          o->model, o->devices, o->gpu->description, o->device_bytes / 1e9, o->link->what,
          o->devices > o->devices_per_node ? tg_sprintf(o->arena, " between nodes of %d", o->devices_per_node) : "",
          (long long)(B * T * o->devices), B, T, o->devices, o->precision == TG_PRECISION_BF16 ? "bf16" : "f32");
-  printf("plan: %-13s %-4s %-13s %10s %10s %10s %10s %10s %11s  %s\n", "data x tensor", "zero", "micro x accum",
+  fprintf(out, "plan: %-13s %-4s %-13s %10s %10s %10s %10s %10s %11s  %s\n", "data x tensor", "zero", "micro x accum",
          "GB a rank", "compute", "tensor", "data", "step", "tokens/s", "why");
   for (int i = 0; i < n; i++) {
     const row *r = &rows[i];
@@ -229,27 +231,29 @@ int tgc_plan_parallel(const tgc_plan_opts *o, tgc_plan_choice *choice) {
     snprintf(layout, sizeof layout, "%d x %d", r->dp, r->tp);
     snprintf(micro, sizeof micro, "%d x %d", r->micro, r->accum);
     if (r->refused && !r->mem) {
-      printf("plan: %-13s %-4s %-13s %10s %10s %10s %10s %10s %11s  %s\n", layout, "-", micro, "-", "-", "-", "-", "-",
+      fprintf(out, "plan: %-13s %-4s %-13s %10s %10s %10s %10s %10s %11s  %s\n", layout, "-", micro, "-", "-", "-", "-", "-",
              "-", reason(o, r, best));
       continue;
     }
     char tok[32] = "-";
     if (!r->refused) snprintf(tok, sizeof tok, "%.0f", B * T * o->devices / r->step);
-    printf("plan: %-13s %-4d %-13s %10.2f %8.2fms %8.2fms %8.2fms %8.2fms %11s  %s\n", layout, r->stage, micro,
+    fprintf(out, "plan: %-13s %-4d %-13s %10.2f %8.2fms %8.2fms %8.2fms %8.2fms %11s  %s\n", layout, r->stage, micro,
            r->mem / 1e9, r->compute * 1e3, r->tensor_comm * 1e3, r->exposed * 1e3, r->step * 1e3, tok,
            reason(o, r, best));
   }
   if (!best) {
-    printf("plan: no layout fits %d devices of %.0f GB: more devices, or a smaller micro-batch (-D B=...)\n",
+    fprintf(out, "plan: no layout fits %d devices of %.0f GB: more devices, or a smaller micro-batch (-D B=...)\n",
            o->devices, o->device_bytes / 1e9);
+    if (out != o->out) fclose(out);
     return 1;
   }
-  printf("plan: %d layouts estimated (%d shown: each tensor degree and stage at its best micro-batch); the model: "
+  fprintf(out, "plan: %d layouts estimated (%d shown: each tensor degree and stage at its best micro-batch); the model: "
          "a roofline of the compiled step on the GPU, the bytes the schedule counts over the link (docs/parallel.md)\n",
          all, n);
-  printf("plan: choice: data %d x tensor %d, zero %d, micro-batch %d x %d accumulated\n", best->dp, best->tp,
+  fprintf(out, "plan: choice: data %d x tensor %d, zero %d, micro-batch %d x %d accumulated\n", best->dp, best->tp,
          best->stage, best->micro, best->accum);
   if (choice) *choice = (tgc_plan_choice){best->tp, best->stage, best->micro, best->accum};
+  if (out != o->out) fclose(out);
   return 0;
 }
 

@@ -3,6 +3,8 @@
 #ifndef TGC_PLAN_H
 #define TGC_PLAN_H
 
+#include <stdio.h>
+
 #include "frontend.h"
 #include "passes.h"
 #include "traffic.h"
@@ -29,6 +31,7 @@ typedef struct tgc_plan_opts {
   const tgc_plan_link *link;     /* between nodes (and all devices when they are one node on it) */
   const tg_gpu_spec *gpu;
   tg_precision_policy precision;
+  FILE *out;                     /* the table, or NULL: none */
 } tgc_plan_opts;
 
 /* The layout chosen. */

@@ -10,6 +10,10 @@
 #include <string.h>
 
 #include "comm.h"
+#include "prepare.h"
+#include "program_dir.h"
+#include "tgc_plan.h"
+#include "tokenizer.h"
 #include "train.h"
 #include "train_config.h"
 
@@ -70,6 +74,53 @@ static int agree_on_config(int status, int rank, int nranks, const char *held, s
   return agreed;
 }
 
+/* parallel = auto: tp, zero, the micro-batch and the accumulation from
+ * the planner (tgc_plan.c) for the run's ranks, keeping the step's tokens
+ * (batch_size x grad_accum x ranks sequences).  Every rank plans (the same
+ * compilations, the same answer); rank 0 prints the table.  Returns -1 to
+ * go on, else the exit status. */
+static int plan_layout(tg_train_config *cfg, int rank, int nranks) {
+  if (strcmp(cfg->parallel, "auto")) return -1;
+  const char *refusal = strncmp(cfg->backend, "cuda", 4) ? "plans for GPUs (backend = cuda); on the cpu and ref "
+                                                            "backends set tp and zero yourself"
+                        : cfg->tp != 1 || cfg->zero != 0 ? "chooses tp and zero itself: remove them, or set parallel = manual"
+                                                          : NULL;
+  char why[512];
+  tg_tokenizer *tok = refusal ? NULL : tg_prepare_load_tokenizer(cfg->data_dir, why, sizeof why);
+  if (!refusal && !tok) refusal = why;
+  if (refusal) {
+    if (rank == 0) fprintf(stderr, "tgrun: error: %s: parallel = auto %s\n", cfg->path, refusal);
+    return 1;
+  }
+  tg_arena *arena = tg_arena_new();
+  tg_define *d = tg_alloc(arena, sizeof *d * (size_t)(cfg->n_defines + 4));
+  int n = 0;
+  for (int i = 0; i < cfg->n_defines; i++) d[n++] = (tg_define){cfg->defines[i].name, cfg->defines[i].value, false, "train.cfg"};
+  d[n++] = (tg_define){"vocab", (double)tg_tok_vocab_size(tok), true, "the tokenizer"};
+  d[n++] = (tg_define){"T", (double)cfg->block_size, true, "block_size"};
+  d[n++] = (tg_define){"B", (double)(cfg->batch_size * cfg->grad_accum), true, "batch_size x grad_accum"};
+  tg_tok_free(tok);
+  const char *incs[1] = {tg_program_models_dir()};
+  tgc_plan_opts o = {.arena = arena, .model = cfg->model, .defines = d, .n_defines = n, .include_dirs = incs,
+                     .n_include_dirs = incs[0] ? 1 : 0, .devices = nranks,
+                     .devices_per_node = tg_comm_local_size() > 0 ? tg_comm_local_size() : 8, .device_bytes = 80e9,
+                     .link = tgc_plan_find_link(nranks > tg_comm_local_size() ? "ib" : "nvlink"),
+                     .gpu = tg_gpu_find("h100"), .precision = tg_train_config_precision(cfg),
+                     .out = rank == 0 ? stdout : NULL};
+  tgc_plan_choice c;
+  int status = tgc_plan_parallel(&o, &c);
+  tg_arena_free(arena);
+  if (status) return status;
+  cfg->tp = c.tp, cfg->zero = c.zero, cfg->batch_size = c.micro_batch, cfg->grad_accum = c.accum;
+  static char note[256];
+  snprintf(note, sizeof note, "parallel = auto: the planner chose data %d x tensor %d, zero %d, batch_size %d x "
+           "grad_accum %d (the table: tgc %s --plan-parallel --devices %d)", nranks / c.tp, c.tp, c.zero,
+           c.micro_batch, c.accum, cfg->model, nranks);
+  cfg->parallel_note = note;
+  fflush(stdout);
+  return -1;
+}
+
 int tgrun_train_main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help")) {
     fputs(train_usage, argc < 2 ? stderr : stdout);
@@ -94,6 +145,7 @@ int tgrun_train_main(int argc, char **argv) {
     status = agree_on_config(status, rank, nranks, held, held_len);
     free(held);
   }
+  if (status < 0) status = plan_layout(&cfg, rank, nranks);
   if (status < 0) status = tg_train(&cfg, rank, nranks);
   tg_train_config_free(&cfg);
   /* a stop on a signal is agreed by every rank: they end together */

@@ -886,12 +886,16 @@ static double step_flops(run *r, int64_t tokens_per_step, int64_t *nparams) {
   tg_graph_get_config(r->g_grad, "n_head", &H);
   tg_graph_get_config(r->g_grad, "n_embd", &C);
   *nparams = 0;
-  for (int i = 0; i < r->n_params; i++)
-    if (strcmp(r->params[i].name, "wpe.weight")) {
+  /* the whole model's, not this tensor rank's parts */
+  const tg_graph *mg = r->g_whole ? r->g_whole : r->g_grad;
+  for (int i = 0; i < mg->n_nodes; i++) {
+    const tg_node *p = mg->nodes[i];
+    if (p->op == TG_OP_param && strcmp(p->name, "wpe.weight")) {
       tg_type ft;
-      tg_file_type(r->g_grad, &r->params[i].type, &ft);
+      tg_file_type(mg, &p->type, &ft);
       *nparams += tg_type_numel(&ft);
     }
+  }
   tg_mfu_model mm = {*nparams, (int64_t)L, (int64_t)H, H > 0 ? (int64_t)(C / H) : 0, r->cfg.block_size};
   return tg_flops_per_step(&mm, tokens_per_step);
 }
@@ -912,6 +916,7 @@ static double say_run_start(run *r, int64_t nparams, int64_t tokens_per_step, co
       c->model, (long long)nparams, (long long)tokens_per_step, (long long)c->batch_size, (long long)c->block_size,
       (long long)c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s",
       bf16 ? "bf16 (f32 master weights, optimizer and statistics)" : "f32");
+  if (c->parallel_note) say(r, "%s\n", c->parallel_note);
   if (r->nranks > 1) say(r, "%s\n", tg_zero_describe(r->zero));
   if (peak > 0)
     say(r, "mfu: over a peak of %.4g %s %s a device (%s)\n", peak >= 1e12 ? peak * 1e-12 : peak * 1e-9,

@@ -39,6 +39,7 @@ static const char *check_nonempty(const char *s);
 static const char *check_backend(const char *s);
 static const char *check_precision(const char *s);
 static const char *check_file_name(const char *s);
+static const char *check_parallel(const char *s);
 
 #define F(field) offsetof(tg_train_config, field)
 static const key_info keys[] = {
@@ -89,6 +90,9 @@ static const key_info keys[] = {
     {"zero", K_INT, F(zero), "0", 0, 3, 0, 0, NULL, NULL},
     /* the tensor-parallel degree: the model's "mesh tensor = tp" (passes/shard_tensor.c) */
     {"tp", K_INT, F(tp), "1", 1, 4096, 0, 0, NULL, NULL},
+    /* auto: tgrun takes tp, zero, batch_size and grad_accum from the
+     * parallel planner (tools/tgc_plan.c) for the run's ranks */
+    {"parallel", K_STR, F(parallel), "manual", 0, 0, 0, 0, check_parallel, NULL},
     {"peak_flops", K_FLOAT, F(peak_flops), "0", 0, INFINITY, 0, 0, NULL, NULL},
     {"metrics_file", K_STR, F(metrics_file), "metrics.jsonl", 0, 0, 0, 0, check_file_name, NULL},
 };
@@ -160,6 +164,13 @@ static const char *check_precision(const char *s) {
   return !strcmp(s, "auto") || tg_precision_parse(s, &p) ? NULL
                                                           : "must be auto (the backend's: bf16 on cuda, f32 on cpu), "
                                                             "f32 or bf16";
+}
+
+static const char *check_parallel(const char *s) {
+  return !strcmp(s, "manual") || !strcmp(s, "auto")
+             ? NULL
+             : "must be manual (tp, zero, batch_size and grad_accum as set) or auto (the planner's choice for the "
+               "run's devices: docs/parallel.md)";
 }
 
 tg_precision_policy tg_train_config_precision(const tg_train_config *cfg) {

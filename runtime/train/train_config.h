@@ -43,7 +43,7 @@ typedef struct tg_model_define {
   tg_cfg_origin origin;
 } tg_model_define;
 
-enum { TG_TRAIN_NKEYS = 38 }; /* the keys below, model.NAME not counted */
+enum { TG_TRAIN_NKEYS = 39 }; /* the keys below, model.NAME not counted */
 
 typedef struct tg_train_config {
   /* The model and the data. */
@@ -92,6 +92,8 @@ typedef struct tg_train_config {
   int64_t rank_timeout;        /* 300 s: a collective waits this long for the other ranks */
   int64_t zero;                /* 0: ZeRO stage (0 plain data parallelism; 1 optimizer state sharded; 2 and gradients) */
   int64_t tp;                  /* 1: the tensor-parallel degree, the model's mesh tensor axis (ranks a multiple of it) */
+  char *parallel;              /* "manual" | "auto": tp, zero and the batch from the planner (tgrun_train.c) */
+  const char *parallel_note;   /* set by tgrun with parallel = auto: the choice, for the log; not a key */
   double peak_flops;           /* 0: unknown (MFU shown as "-"); FLOP/s */
   char *metrics_file;          /* "metrics.jsonl", inside out_dir */
 

@@ -248,7 +248,17 @@ sys.exit(worst > 1e-3)
 PY
 if [ $? -eq 0 ]; then ok; else bad "tp=2 on cuda-emu: the losses differ from tp=1's"; cat "$tmp/cmp"; fi
 
+# parallel = auto: the planner's choice for the run's 2 devices, logged
+run auto 2 backend=cuda-emu parallel=auto max_steps=2 lr_decay_steps=2 eval_interval=0 sample_tokens=0
+contains "$tmp/auto.out" "plan: choice: data 2 x tensor 1"
+contains "$tmp/auto/train.log" "parallel = auto: the planner chose data 2 x tensor 1"
+contains "$tmp/tp2/train.log" "training models/gpt2.tg: 27552 parameters"
+
 # ---- refusals, before any work ----
+expect_status 1 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/auto-cpu" parallel=auto
+contains "$tmp/out" "parallel = auto plans for GPUs (backend = cuda)"
+expect_status 1 "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/auto-tp" backend=cuda-emu parallel=auto tp=2
+contains "$tmp/out" "parallel = auto chooses tp and zero itself"
 expect_status 1 "$tgrun" --nproc 3 "$tmp/small.cfg" out_dir="$tmp/three" tp=2
 contains "$tmp/out" "a tensor axis of 2 ranks needs a multiple of 2 ranks, and this run has 3"
 sed '/^# Tensor parallelism/,$d' models/gpt2.tg > "$tmp/nomesh.tg"
