@@ -224,6 +224,10 @@ run dp2 2
 run mesh 4 tp=2 zero=1
 close dp2 mesh "a 2 x 2 mesh at zero = 1 against 2 data-parallel ranks"
 contains "$tmp/mesh.out" "replicas: the 2 data-parallel ranks' weights were bit-identical after every step"
+# and at stage 3: the data ranks' all-gathers and reduce-scatters of the
+# tensor ranks' parts (passes/shard_params.c after shard_tensor)
+run mesh3 4 tp=2 zero=3
+close dp2 mesh3 "a 2 x 2 mesh at zero = 3 against 2 data-parallel ranks"
 # checkpoints hold whole tensors: a run resumes with another tp
 run half 2 tp=2 max_steps=10 checkpoint_interval=10
 run half 1 resume=true
