@@ -1,0 +1,50 @@
+/* report.h: `tgc --report html`'s page (report.c): what the compiler did,
+ * as one self-contained web page (DIR/index.html).
+ *
+ * The page is a layer of its own, above the code generators and below the
+ * tools: it reads what they made (the graph with its kernels, memory plan
+ * and all-reduce buckets, the lowered program, the CUDA plan and its
+ * kernels, the traffic counts, the pass log) and writes it as data, one
+ * JSON block, that the page's own script (report/page.js, embedded at
+ * build time with report/page.css) draws.  Nothing is fetched when the
+ * page is viewed.  Where only text exists (the fusion report), the text is
+ * embedded as it is and the script splits it by kernel. */
+#ifndef TG_REPORT_H
+#define TG_REPORT_H
+
+#include <stdio.h>
+
+#include "cuda_kernels.h"
+#include "passes.h"
+#include "traffic.h"
+
+enum { TG_REPORT_MAX_PHASES = 8 };
+
+/* One phase of the compilation and its time ("frontend", "passes", ...). */
+typedef struct tg_report_phase {
+  const char *name;
+  double seconds;
+} tg_report_phase;
+
+typedef struct tg_report_page {
+  const char *model;            /* the input, as named */
+  const char *command;          /* the command line, for the reader to rerun */
+  const char *precision;        /* "bf16" or "f32" */
+  const tg_source *sources;     /* every file read (the ctx's list) */
+  const tg_pass_log *passes;    /* the passes that ran, or NULL */
+  tg_report_phase phases[TG_REPORT_MAX_PHASES];
+  int n_phases;
+  /* a compiled model: all set; a failed one: g may be NULL, the rest is */
+  const tg_graph *g;
+  const tg_program *p;
+  const tg_cuda_plan *plan;
+  const tg_cuda_kernels *ks;
+  const tg_traffic *traffic;
+  const char *fusion_text;      /* the fusion report, or NULL */
+  const char *error;            /* the diagnostics of a model that failed, or NULL */
+} tg_report_page;
+
+/* Writes the page to out. */
+void tg_report_html(FILE *out, const tg_report_page *r);
+
+#endif
