@@ -57,7 +57,8 @@
   function basename(p) { return p.replace(/^.*\//, ""); }
 
   var nav = el("nav");
-  app.appendChild(el("header", {}, [el("h1", { text: "tg: what the compiler did with " + D.model }), nav]));
+  app.appendChild(el("header", {}, [el("h1", { text: D.run ? "tg: a run of " + D.model + " in " + D.run.out_dir
+                                                       : "tg: what the compiler did with " + D.model }), nav]));
   function link(id, text) { nav.appendChild(el("a", { href: "#" + id, text: text })); }
 
   /* ---- a model that failed: the error, the caret view, the passes that ran */
@@ -397,7 +398,65 @@
     s.appendChild(p);
   }
 
-  if (D.error !== null) {
+  /* ---- a run (tgrun's out_dir/report.html): curves, samples, config */
+  function chart(title, series) {
+    var W = 440, H = 220, L = 56, B = 28, pts = [];
+    series.forEach(function (s) { pts = pts.concat(s.pts); });
+    var g = svg("svg", { width: W, height: H, "class": "chart" });
+    g.appendChild(svg("text", { x: L, y: 12 }, title));
+    if (!pts.length) { g.appendChild(svg("text", { x: L, y: H / 2 }, "no points yet")); return g; }
+    var x0 = Math.min.apply(null, pts.map(function (p) { return p[0]; })), x1 = Math.max.apply(null, pts.map(function (p) { return p[0]; }));
+    var y0 = Math.min.apply(null, pts.map(function (p) { return p[1]; })), y1 = Math.max.apply(null, pts.map(function (p) { return p[1]; }));
+    if (x1 === x0) x1 = x0 + 1;
+    if (y1 === y0) y1 = y0 + 1;
+    function X(v) { return L + (v - x0) / (x1 - x0) * (W - L - 10); }
+    function Y(v) { return H - B - (v - y0) / (y1 - y0) * (H - B - 20); }
+    g.appendChild(svg("rect", { x: L, y: 20, width: W - L - 10, height: H - B - 20, fill: "none", stroke: "#ccd" }));
+    g.appendChild(svg("text", { x: 2, y: Y(y1) + 4 }, y1.toPrecision(4)));
+    g.appendChild(svg("text", { x: 2, y: Y(y0) + 4 }, y0.toPrecision(4)));
+    g.appendChild(svg("text", { x: L, y: H - 10 }, "step " + x0));
+    g.appendChild(svg("text", { x: W - 80, y: H - 10 }, "step " + x1));
+    series.forEach(function (s, i) {
+      g.appendChild(svg("polyline", { points: s.pts.map(function (p) { return X(p[0]) + "," + Y(p[1]); }).join(" "),
+        fill: "none", stroke: s.color, "stroke-width": 1.5, "class": "series-" + s.name }));
+      g.appendChild(svg("text", { x: W - 120, y: 34 + 14 * i, fill: s.color }, s.name));
+    });
+    return g;
+  }
+  function drawRun() {
+    var R = D.run, rows = [];
+    R.metrics.split("\n").forEach(function (l) {
+      if (!l.trim()) return;
+      try { rows.push(JSON.parse(l)); } catch (e) { /* the line being written: left for the next update */ }
+    });
+    function series(key, from) {
+      return from.filter(function (r) { return typeof r[key] === "number"; }).map(function (r) { return [r.step, r[key]]; });
+    }
+    var steps = rows.filter(function (r) { return "loss" in r; }), evals = rows.filter(function (r) { return "val_loss" in r; });
+    link("run", "run"); link("curves", "curves"); link("samples", "samples"); link("config", "config");
+    var s = section("run", "The run");
+    var last = steps[steps.length - 1], val = evals[evals.length - 1];
+    s.appendChild(table(["", ""], [["model", D.model], ["out_dir", R.out_dir],
+      ["steps", steps.length ? last.step + " (" + steps.length + " rows)" : "none yet"],
+      ["train loss", last ? String(last.loss) : "—"], ["val loss", val ? val.val_loss + " at step " + val.step : "—"],
+      ["the compiler's page", "tgc " + D.model + " --report html -o DIR (with the run's -D and precision)"]]));
+    var c = section("curves", "Curves against step");
+    var box = el("div", { "class": "cols" });
+    box.appendChild(chart("loss", [{ name: "train", pts: series("loss", steps), color: "#2b6fd6" },
+                                   { name: "val", pts: series("val_loss", evals), color: "#e67e22" }]));
+    box.appendChild(chart("learning rate", [{ name: "lr", pts: series("lr", steps), color: "#27ae60" }]));
+    c.appendChild(box);
+    var box2 = el("div", { "class": "cols" });
+    box2.appendChild(chart("gradient norm", [{ name: "grad_norm", pts: series("grad_norm", steps), color: "#9b59b6" }]));
+    box2.appendChild(chart("tokens/s", [{ name: "tok_per_s", pts: series("tok_per_s", steps), color: "#c0392b" }]));
+    c.appendChild(box2);
+    section("samples", "Samples").appendChild(el("pre", { text: R.samples || "(no samples yet)" }));
+    section("config", "The run's train.cfg").appendChild(el("pre", { text: R.config || "" }));
+  }
+
+  if (D.run) {
+    drawRun();
+  } else if (D.error !== null) {
     drawError();
     drawPipeline();
   } else {

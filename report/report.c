@@ -309,19 +309,42 @@ static void write_data(FILE *out, const tg_report_page *r) {
   fputs("}\n", out);
 }
 
-void tg_report_html(FILE *out, const tg_report_page *r) {
+/* Everything before the data: the head with its title and style. */
+static void page_head(FILE *out, const char *title, const char *tail) {
   fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
         "<link rel=\"icon\" href=\"data:,\">\n<title>tg: ",
         out);
-  for (const char *c = r->model ? r->model : ""; *c; c++) {
+  for (const char *c = title ? title : ""; *c; c++) {
     if (*c == '<') fputs("&lt;", out);
     else if (*c == '&') fputs("&amp;", out);
     else fputc(*c, out);
   }
   fprintf(out, "%s</title>\n<style>\n%s</style>\n</head>\n<body>\n<div id=\"app\"></div>\n"
                "<script type=\"application/json\" id=\"tg-data\">\n",
-          r->error ? " (error)" : "", tg_report_css);
+          tail, tg_report_css);
+}
+
+static void page_tail(FILE *out) { fprintf(out, "</script>\n<script>\n%s</script>\n</body>\n</html>\n", tg_report_js); }
+
+void tg_report_html(FILE *out, const tg_report_page *r) {
+  page_head(out, r->model, r->error ? " (error)" : "");
   write_data(out, r);
-  fprintf(out, "</script>\n<script>\n%s</script>\n</body>\n</html>\n", tg_report_js);
+  page_tail(out);
+}
+
+void tg_report_run_html(FILE *out, const tg_report_run *r) {
+  page_head(out, r->model, " (run)");
+  fputs("{\"model\": ", out);
+  jstr(out, r->model);
+  fputs(", \"error\": null, \"run\": {\"out_dir\": ", out);
+  jstr(out, r->out_dir);
+  fputs(",\n\"config\": ", out);
+  jstr(out, r->config_text);
+  fputs(",\n\"metrics\": ", out);
+  jstr(out, r->metrics_text);
+  fputs(",\n\"samples\": ", out);
+  jstr(out, r->samples_text);
+  fputs("}}\n", out);
+  page_tail(out);
 }

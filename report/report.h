@@ -47,4 +47,18 @@ typedef struct tg_report_page {
 /* Writes the page to out. */
 void tg_report_html(FILE *out, const tg_report_page *r);
 
+/* tgrun's page of a run (out_dir/report.html, runtime/train/run_page.h):
+ * the texts a run writes, embedded as they are, which the same script
+ * draws: the metrics file's curves (train and val loss, learning rate,
+ * gradient norm, tokens/s against step), the samples and the config. */
+typedef struct tg_report_run {
+  const char *model;        /* the model file the run trains */
+  const char *out_dir;
+  const char *config_text;  /* the run's train.cfg */
+  const char *metrics_text; /* the metrics file: JSON lines (runtime/train/metrics.h) */
+  const char *samples_text; /* samples.txt, or NULL */
+} tg_report_run;
+
+void tg_report_run_html(FILE *out, const tg_report_run *r);
+
 #endif

@@ -57,7 +57,7 @@ LAYERS = {
                           'codegen', 'passes', 'ir', 'base'],
     'runtime/backend/registry': ['runtime/backend', 'runtime/backend/ref', 'runtime/backend/cpu', 'runtime/backend/cuda', 'base'],
     'runtime/train': ['runtime/backend/registry', 'runtime/backend', 'runtime/data', 'runtime/formats', 'runtime/comm',
-                      'frontend', 'passes', 'ir', 'base'],
+                      'report', 'frontend', 'passes', 'ir', 'base'],
     'tools': ['runtime/train', 'runtime/backend/registry', 'runtime/backend', 'runtime/data', 'runtime/formats', 'runtime/jit',
               'runtime/comm', 'report', 'codegen/c', 'codegen/cuda', 'codegen', 'frontend', 'passes', 'ir', 'base'],
 }

@@ -2,15 +2,16 @@
 """check_page.py: tgc --report html's page in a real browser (headless
 Chromium through Selenium and chromedriver).
 
-    check_page.py TGC SOURCE_DIR WORKDIR [--screenshot PNG]
+    check_page.py TGC SOURCE_DIR WORKDIR [--tgrun TGRUN] [--screenshot PNG]
 
 Compiles GPT-2 124M (models/gpt2.tg) with --report html and opens the page:
 no console error; every section is there and drawn (a table or an SVG in
 each); clicking each .tg line that has kernels, and a line without, lights
 exactly the kernels the manifest's "where" names for that line; clicking a
 kernel lights its lines.  Then a model with an error: tgc fails, its page
-shows the error, its caret and the message tgc printed.  --screenshot
-writes a PNG of GPT-2's page (docs/report.png).
+shows the error, its caret and the message tgc printed.  With --tgrun, a
+4-step run's out_dir/report.html: its curves, samples and config.
+--screenshot writes a PNG of GPT-2's page (docs/report.png).
 
 Exit 77 (ctest's SKIP) when Chromium, chromedriver or Selenium is missing:
 the browser test needs them (tools/install-deps.sh installs them)."""
@@ -166,17 +167,80 @@ def check_bad(d, tgc, src, work):
     print('ok: the bad model\'s page shows %r' % message)
 
 
+RUN_CFG = """model = "models/gpt2.tg"
+model.n_layer = 1
+model.n_head = 2
+model.n_embd = 32
+model.block_size = 32
+data_dir = "{data}"
+batch_size = 4
+block_size = 32
+max_steps = 4
+warmup_steps = 1
+lr_decay_steps = 4
+eval_interval = 2
+eval_batches = 1
+sample_interval = 2
+sample_tokens = 20
+checkpoint_interval = 0
+threads = 1
+"""
+
+
+def check_run(d, tgrun, src, work):
+    """A 4-step run on the CPU backend (the corpus: README.md, characters):
+    its out_dir/report.html draws the curves, one point a step, the samples
+    and the config, without a console error."""
+    env = dict(os.environ, TG_CACHE=os.path.join(work, 'cache'))
+    data = os.path.join(work, 'run_data')
+    subprocess.run([tgrun, 'prepare', '--tokenizer', 'char', '--input', os.path.join(src, 'README.md'), '--out', data],
+                   check=True, stdout=subprocess.DEVNULL, env=env, cwd=src)
+    cfg = os.path.join(work, 'run.cfg')
+    with open(cfg, 'w') as f:
+        f.write(RUN_CFG.format(data=data))
+    out = os.path.join(work, 'run')
+    r = subprocess.run([tgrun, cfg, 'out_dir=' + out, 'overwrite=true'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, env=env, cwd=src)
+    if r.returncode != 0:
+        fail('the run failed: %s' % r.stdout[-2000:])
+    if 'report    %s/report.html' % out not in r.stdout:
+        fail('the log\'s last lines do not name report.html')
+    d.get('file://' + os.path.join(out, 'report.html'))
+    for s in ('run', 'curves', 'samples', 'config'):
+        if not d.find_elements('id', s):
+            fail('the run\'s page has no section #%s' % s)
+    points = d.execute_script('var p = document.querySelector("#curves .series-train");'
+                              'return p ? p.getAttribute("points").trim().split(" ").length : 0;')
+    if points != 4:
+        fail('the run\'s train loss curve has %d points, not one a step (4)' % points)
+    first_sample = open(os.path.join(out, 'samples.txt'), encoding='utf-8').readline().strip()
+    if first_sample not in d.find_element('css selector', '#samples pre').text:
+        fail('the run\'s page does not show its samples (%r)' % first_sample)
+    errors = console_errors(d)
+    if errors:
+        fail('console errors on the run\'s page: %s' % errors)
+    print('ok: the run\'s report.html draws 4 steps of curves, its samples and config')
+
+
 def main():
-    if len(sys.argv) < 4:
+    args = sys.argv[1:]
+    opt = {}
+    for name in ('--screenshot', '--tgrun'):
+        if name in args:
+            i = args.index(name)
+            opt[name] = args[i + 1]
+            del args[i:i + 2]
+    if len(args) != 3:
         print(__doc__)
         return 2
-    tgc, src, work = sys.argv[1:4]
-    screenshot = sys.argv[5] if len(sys.argv) > 5 and sys.argv[4] == '--screenshot' else None
+    tgc, src, work = args
     os.makedirs(work, exist_ok=True)
     d = browser()
     try:
-        check_good(d, tgc, src, work, screenshot)
+        check_good(d, tgc, src, work, opt.get('--screenshot'))
         check_bad(d, tgc, src, work)
+        if '--tgrun' in opt:
+            check_run(d, opt['--tgrun'], src, work)
     finally:
         d.quit()
     print('ok: the page in a browser')
