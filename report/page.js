@@ -79,9 +79,12 @@
     s.appendChild(table(["pass", "what it does", "nodes before", "after", "kernels", "time"], rows,
                         [0, 0, 1, 1, 1, 1]));
     if (!D.passes.length) s.appendChild(el("p", { text: "No pass ran: the model stopped in the frontend." }));
-    var model = D.model;
+    if (D.ir) {
+      s.appendChild(el("details", { "class": "ir" }, [el("summary", { text: "The IR after " + D.ir_pass }),
+                                                    el("pre", { text: D.ir })]));
+    }
     s.appendChild(el("p", { "class": "muted",
-      text: "The IR after a pass: tgc " + model + " --dump-after PASS (the same options as this page's command)." }));
+      text: "The IR after a pass on this page: add --dump-after PASS to its command (" + D.command + ")." }));
   }
 
   function drawSummary() {
@@ -383,9 +386,21 @@
     s.appendChild(el("p", { "class": "muted",
       text: "Width is roofline time. Green: forward, blue: backward, grey: optimizer. Each all-reduce bucket starts when its last " +
             "gradient is made and may overlap the compute until the optimizer, which needs it (orange)." }));
+    var zero = (D.collectives || []).map(function (c, i) {
+      var at = start[c[0]] || 0, until = c[4] >= 0 && start[c[4]] !== undefined ? start[c[4]] : total;
+      g.appendChild(svg("rect", { x: X(at), y: 76, width: Math.max(2, X(until) - X(at)), height: 10,
+        fill: c[1] === "all_gather" ? "#27ae60" : "#c0392b", opacity: 0.4 }));
+      return [i, c[1], "k" + c[0], c[3], bytes(c[2]), c[4] >= 0 ? "k" + c[4] : "after the step", time(Math.max(0, until - at))];
+    });
+    if (zero.length) { g.setAttribute("height", 100); g.appendChild(svg("text", { x: 0, y: 85 }, "ZeRO")); }
     s.appendChild(g);
-    if (!rows.length) s.appendChild(el("p", { text: "No all-reduce buckets: one rank, or no gradient." }));
+    if (!rows.length) s.appendChild(el("p", { text: "No all-reduce buckets: one rank, no gradient, or ZeRO stage 3's graph." }));
     else s.appendChild(table(["bucket", "starts", "gradients", "bytes", "compute it can overlap"], rows, [1, 0, 1, 1, 1]));
+    if (zero.length) {
+      s.appendChild(el("h3", { text: zero.length + " collectives in the graph (ZeRO stage 3): each from its point until the first kernel that reads it" }));
+      s.appendChild(table(["#", "collective", "at", "ranks", "bytes a rank sends", "needed by", "compute it can overlap"], zero,
+                          [1, 0, 0, 1, 1, 0, 1]));
+    }
   }
 
   function drawReports() {

@@ -265,6 +265,24 @@ static void write_memory_and_buckets(FILE *out, const tg_graph *g) {
   fputs("]", out);
 }
 
+/* The IR's collectives (ZeRO stage 3's all-gathers and reduce-scatters):
+ * [its kernel, op, bytes each rank sends, ranks, the first kernel that
+ * reads its output or -1], as the manifest counts them. */
+static void write_collectives(FILE *out, const tg_cuda_plan *plan) {
+  fputs(",\n\"collectives\": [", out);
+  int written = 0;
+  for (int i = 0; i < plan->n_ops; i++) {
+    const tg_cuda_op *op = &plan->ops[i];
+    if (op->kind != TG_CUDA_COLLECTIVE || op->node < 0) continue;
+    const tg_node *n = plan->p->g->nodes[op->node];
+    const tg_node *in = n->in[0];
+    fprintf(out, "%s[%d, \"%s\", %lld, %d, %d]", written++ ? ", " : "", op->kernel, tg_ops[n->op].name,
+            (long long)(tg_type_numel(&in->type) * (int64_t)tg_dtype_size(in->type.dtype)), n->ranks,
+            op->ready_at < plan->n_ops ? plan->ops[op->ready_at].kernel : -1);
+  }
+  fputs("]", out);
+}
+
 /* The sources in the order they were read (the ctx's list is newest first). */
 static int collect_sources(const tg_source *s, const tg_source ***files) {
   int n = 0;
@@ -302,8 +320,13 @@ static void write_data(FILE *out, const tg_report_page *r) {
     write_units(out, r->ks);
     write_traffic(out, r);
     write_memory_and_buckets(out, r->g);
+    write_collectives(out, r->plan);
     fputs(",\n\"fusion\": ", out);
     jstr(out, r->fusion_text);
+    fputs(",\n\"ir_pass\": ", out);
+    jstr(out, r->ir_pass);
+    fputs(", \"ir\": ", out);
+    jstr(out, r->ir_text);
   }
   free(files);
   fputs("}\n", out);

@@ -41,6 +41,8 @@ typedef struct tg_report_page {
   const tg_cuda_kernels *ks;
   const tg_traffic *traffic;
   const char *fusion_text;      /* the fusion report, or NULL */
+  const char *ir_pass;          /* --dump-after PASS: the pass, and the IR after it, or NULL */
+  const char *ir_text;
   const char *error;            /* the diagnostics of a model that failed, or NULL */
 } tg_report_page;
 

@@ -78,8 +78,9 @@ static const char usage[] =
     "                     one self-contained page of what the compiler did: summary,\n"
     "                     passes, the .tg source beside its kernels (their ops,\n"
     "                     fusion, CUDA, bytes, FLOPs, roofline), the step's graph,\n"
-    "                     traffic, memory plan and all-reduces (docs/report.md); a\n"
-    "                     model that fails gets a page with the error\n"
+    "                     traffic, memory plan and collectives (docs/report.md); a\n"
+    "                     model that fails gets a page with the error; with\n"
+    "                     --dump-after PASS, the IR after PASS is on the page\n"
     "  --gpu NAME         the GPU of --report traffic: h100, h200 or a100\n"
     "  --precision P      f32 or bf16: the mixed-precision policy (bf16 matmuls,\n"
     "                     attention and saved activations; f32 master weights,\n"
@@ -205,6 +206,9 @@ typedef struct html_page {
   tg_pass_log log;
   struct timespec last; /* the end of the last phase timed */
   FILE *diag;           /* the diagnostics, kept for the error page */
+  FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
+  char *ir_text;
+  size_t ir_len;
 } html_page;
 
 /* What run() holds while a pass may longjmp out of it: main frees it
@@ -257,6 +261,8 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
     return 1;
   }
   page->fusion_text = fusion;
+  if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
+  h->html->ir = NULL;
   phase_done(h, "traffic");
   emitted with_page = *e;
   with_page.page = page;
@@ -637,7 +643,7 @@ static int settle_args(int argc, cli *c) {
     return usage_error("--dump-after %s is ZeRO stage 3's pass: add --zero 3 --ranks N (N > 1)", c->dump_after);
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
-  if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
+  if ((c->dump_after || c->report) && !c->what_given && !c->html) c->what = EMIT_NONE;
   if (c->out_path && c->what == EMIT_NONE)
     return usage_error("-o %s: nothing to write there (--report and --dump-after print to "
                        "stdout: redirect them with > FILE)", c->out_path);
@@ -815,6 +821,10 @@ static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg
   html->page.precision = c->precision == TG_PRECISION_BF16 ? "bf16" : "f32";
   html->page.passes = &html->log;
   popts->log = &html->log;
+  if (c->dump_after && (html->ir = open_memstream(&html->ir_text, &html->ir_len))) { /* on the page, not stdout */
+    html->page.ir_pass = c->dump_after;
+    popts->dump = html->ir;
+  }
   clock_gettime(CLOCK_MONOTONIC, &html->last);
   html->diag = tmpfile();
   return html->diag ? html->diag : stderr;
@@ -822,6 +832,9 @@ static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg
 
 /* The diagnostics kept for the page, to stderr where they belong. */
 static void html_end(html_page *html) {
+  if (html->ir) fclose(html->ir);
+  free(html->ir_text);
+  *html = (html_page){.diag = html->diag};
   if (!html->diag) return;
   char buf[4096];
   size_t n;

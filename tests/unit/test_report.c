@@ -31,7 +31,8 @@ static char *gpt2_page(tg_ctx *ctx, int n_defs, const char *const *defs, tg_pass
   tg_report_page page = {.model = "models/gpt2.tg", .command = "tgc models/gpt2.tg --report html -o out",
                          .precision = "bf16", .sources = ctx->sources, .passes = log, .g = g, .p = p, .plan = plan,
                          .ks = ks, .traffic = tg_traffic_count(g->arena, plan, tg_gpu_find("h100")),
-                         .fusion_text = "fusion: k0 \"</script><b>\"\n"};
+                         .fusion_text = "fusion: k0 \"</script><b>\"\n", .ir_pass = "fuse",
+                         .ir_text = "# tg IR 1 </script>\n"};
   page.phases[page.n_phases++] = (tg_report_phase){"frontend", 0.01};
   char *s = NULL;
   FILE *f = open_memstream(&s, size);
@@ -65,6 +66,9 @@ START_TEST(gpt2_124m_page_is_whole_and_self_contained) {
   /* the text given cannot close the data's <script>: two scripts, each closed once */
   ck_assert_int_eq(count(page, "</script>"), 2);
   ck_assert_int_eq(count(page, "<script"), 2);
+  ck_assert_ptr_nonnull(strstr(page, "\"ir_pass\": \"fuse\", \"ir\": \"# tg IR 1 \\u003c/script>\\n\""));
+  ck_assert_ptr_nonnull(strstr(page, "\"collectives\": []")); /* no ZeRO: the all-reduces are buckets */
+  ck_assert_ptr_nonnull(strstr(page, "\"buckets\": [["));
   /* every kernel of the program, by number and name */
   for (int i = 0; i < p->n_kernels; i++) {
     char want[512];
