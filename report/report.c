@@ -30,6 +30,13 @@ static void jstr(FILE *out, const char *s) {
   fputc('"', out);
 }
 
+/* key, already spelled with what comes before it (", \"name\": "), then
+ * value as a JSON string. */
+static void jfield(FILE *out, const char *key, const char *value) {
+  fputs(key, out);
+  jstr(out, value);
+}
+
 /* The index of file in the page's list of sources, or -1. */
 static int source_index(const tg_source *const *files, int n_files, const char *file) {
   if (!file) return -1;
@@ -43,8 +50,7 @@ static void write_sources(FILE *out, const tg_source *const *files, int n_files)
   for (int i = 0; i < n_files; i++) {
     fprintf(out, "%s\n {\"path\": ", i ? "," : "");
     jstr(out, files[i]->path);
-    fputs(", \"text\": ", out);
-    jstr(out, files[i]->text);
+    jfield(out, ", \"text\": ", files[i]->text);
     fputc('}', out);
   }
   fputs("]", out);
@@ -57,8 +63,7 @@ static void write_passes(FILE *out, const tg_pass_log *log) {
     const tg_pass_info *info = tg_pass_named(r->name);
     fprintf(out, "%s\n {\"name\": ", i ? "," : "");
     jstr(out, r->name);
-    fputs(", \"what\": ", out);
-    jstr(out, info ? info->what : "");
+    jfield(out, ", \"what\": ", info ? info->what : "");
     fprintf(out, ", \"before\": %d, \"after\": %d, \"kernels\": %d, \"seconds\": %.6f}", r->nodes_before,
             r->nodes_after, r->kernels_after, r->seconds);
   }
@@ -89,8 +94,7 @@ static void write_summary(FILE *out, const tg_report_page *r) {
             (long long)r->p->arena_bytes, (long long)r->p->scratch_bytes, (long long)m->live_bytes,
             (long long)m->sum_bytes, (long long)m->persistent_bytes);
   const tg_gpu_spec *gpu = r->traffic->gpu;
-  fputs(",\n\"gpu\": {\"name\": ", out);
-  jstr(out, gpu->description);
+  jfield(out, ",\n\"gpu\": {\"name\": ", gpu->description);
   fprintf(out, ", \"hbm\": %g, \"bf16\": %g, \"f32\": %g}", gpu->hbm_bytes_per_s, gpu->bf16_flops_per_s,
           gpu->f32_flops_per_s);
 }
@@ -208,14 +212,12 @@ static void write_kernels(FILE *out, const tg_report_page *r, const tg_source *c
 }
 
 static void write_units(FILE *out, const tg_cuda_kernels *ks) {
-  fputs(",\n\"prelude\": ", out);
-  jstr(out, ks->prelude);
+  jfield(out, ",\n\"prelude\": ", ks->prelude);
   fputs(",\n\"cuda\": [", out);
   for (int u = 0; u < ks->n_units; u++) {
     fprintf(out, "%s\n {\"name\": ", u ? "," : "");
     jstr(out, ks->units[u].name);
-    fputs(", \"code\": ", out);
-    jstr(out, ks->units[u].code);
+    jfield(out, ", \"code\": ", ks->units[u].code);
     fputc('}', out);
   }
   fputs("]", out);
@@ -294,12 +296,9 @@ static int collect_sources(const tg_source *s, const tg_source ***files) {
 }
 
 static void write_data(FILE *out, const tg_report_page *r) {
-  fputs("{\"model\": ", out);
-  jstr(out, r->model);
-  fputs(", \"command\": ", out);
-  jstr(out, r->command);
-  fputs(", \"precision\": ", out);
-  jstr(out, r->precision);
+  jfield(out, "{\"model\": ", r->model);
+  jfield(out, ", \"command\": ", r->command);
+  jfield(out, ", \"precision\": ", r->precision);
   fputs(", \"error\": ", out);
   if (r->error) jstr(out, r->error);
   else fputs("null", out);
@@ -321,12 +320,9 @@ static void write_data(FILE *out, const tg_report_page *r) {
     write_traffic(out, r);
     write_memory_and_buckets(out, r->g);
     write_collectives(out, r->plan);
-    fputs(",\n\"fusion\": ", out);
-    jstr(out, r->fusion_text);
-    fputs(",\n\"ir_pass\": ", out);
-    jstr(out, r->ir_pass);
-    fputs(", \"ir\": ", out);
-    jstr(out, r->ir_text);
+    jfield(out, ",\n\"fusion\": ", r->fusion_text);
+    jfield(out, ",\n\"ir_pass\": ", r->ir_pass);
+    jfield(out, ", \"ir\": ", r->ir_text);
   }
   free(files);
   fputs("}\n", out);
@@ -358,16 +354,11 @@ void tg_report_html(FILE *out, const tg_report_page *r) {
 
 void tg_report_run_html(FILE *out, const tg_report_run *r) {
   page_head(out, r->model, " (run)");
-  fputs("{\"model\": ", out);
-  jstr(out, r->model);
-  fputs(", \"error\": null, \"run\": {\"out_dir\": ", out);
-  jstr(out, r->out_dir);
-  fputs(",\n\"config\": ", out);
-  jstr(out, r->config_text);
-  fputs(",\n\"metrics\": ", out);
-  jstr(out, r->metrics_text);
-  fputs(",\n\"samples\": ", out);
-  jstr(out, r->samples_text);
+  jfield(out, "{\"model\": ", r->model);
+  jfield(out, ", \"error\": null, \"run\": {\"out_dir\": ", r->out_dir);
+  jfield(out, ",\n\"config\": ", r->config_text);
+  jfield(out, ",\n\"metrics\": ", r->metrics_text);
+  jfield(out, ",\n\"samples\": ", r->samples_text);
   fputs("}}\n", out);
   page_tail(out);
 }

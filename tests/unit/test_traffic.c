@@ -441,9 +441,9 @@ START_TEST(test_layernorm_backward_one_kernel) {
 }
 END_TEST
 
-START_TEST(test_gpt2_step) {
-  tg_ctx *c = tu_ctx();
-  static const char *const defs[] = {"B=16"};
+/* GPT-2's whole bf16 training step at one -D override, lowered for CUDA. */
+static tg_program *gpt2_step(tg_ctx *c, const char *define) {
+  const char *const defs[] = {define};
   tg_graph *g = tu_compile(c, "models/gpt2.tg", tu_read("models/gpt2.tg"), 1, defs);
   jmp_buf bail;
   c->bail = &bail;
@@ -451,8 +451,16 @@ START_TEST(test_gpt2_step) {
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
                          .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(c, g, &po);
-  tg_traffic *t = tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, tg_lower_ex(c, g, true)), tg_gpu_find("h100"));
+  tg_program *p = tg_lower_ex(c, g, true);
   c->bail = NULL;
+  return p;
+}
+
+START_TEST(test_gpt2_step) {
+  tg_ctx *c = tu_ctx();
+  tg_program *p = gpt2_step(c, "B=16");
+  const tg_graph *g = p->g;
+  tg_traffic *t = tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, p), tg_gpu_find("h100"));
   for (int i = 0; i < t->n; i++)
     ck_assert_msg(!t->launch[i].flag, "launch %d (%s) is flagged: %s", i, op_of(t, i)->launch.function,
                   t->launch[i].flag);
@@ -497,16 +505,8 @@ END_TEST
  * launch's bytes the same both ways, on GPT-2's whole bf16 step. */
 START_TEST(test_counted_as_rendered) {
   tg_ctx *c = tu_ctx();
-  static const char *const defs[] = {"n_layer=2"};
-  tg_graph *g = tu_compile(c, "models/gpt2.tg", tu_read("models/gpt2.tg"), 1, defs);
-  jmp_buf bail;
-  c->bail = &bail;
-  if (setjmp(bail)) ck_abort_msg("compiling failed: %s", tu_errors(c));
-  tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
-                         .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
-  tg_run_pipeline(c, g, &po);
-  tg_program *p = tg_lower_ex(c, g, true);
-  c->bail = NULL;
+  tg_program *p = gpt2_step(c, "n_layer=2");
+  const tg_graph *g = p->g;
   tg_cuda_plan *plan = tg_cuda_plan_make(g->arena, p);
   ck_assert_ptr_null(plan->step_bytes);
   tg_cuda_kernels_make(g->arena, p, plan);
