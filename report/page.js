@@ -68,6 +68,17 @@
     var s = section("error", "The model did not compile");
     s.appendChild(el("pre", { "class": "error", text: D.error }));
     s.appendChild(el("p", { "class": "muted", text: "command: " + D.command }));
+    /* the first error's place in its file, with the lines around it */
+    var at = /^(.*?):(\d+):(\d+): error/m.exec(D.error);
+    var src = at && D.sources.filter(function (f) { return f.path === at[1]; })[0];
+    if (src) {
+      var n = +at[2], lines = src.text.split("\n"), box = el("div", { "class": "pane" });
+      for (var i = Math.max(1, n - 4); i <= Math.min(lines.length, n + 4); i++)
+        box.appendChild(el("div", { "class": "line" + (i === n ? " hl" : "") },
+                           [el("span", { "class": "no", text: String(i) }), lines[i - 1]]));
+      s.appendChild(el("h3", { text: basename(src.path) + ", around line " + n }));
+      s.appendChild(box);
+    }
   }
 
   function drawPipeline() {

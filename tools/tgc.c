@@ -275,8 +275,9 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
 }
 
 /* --report html for a model that failed: DIR/index.html with the error,
- * its caret view (the diagnostics as printed) and the passes that ran. */
-static void write_error_page(tg_ctx *ctx, html_page *html, const char *dir, int status) {
+ * its caret view (the diagnostics as printed) and the passes that ran;
+ * whether it was written. */
+static bool write_error_page(tg_ctx *ctx, html_page *html, const char *dir, int status) {
   static char text[65536];
   size_t n = 0;
   if (html->diag && fflush(html->diag) == 0 && fseek(html->diag, 0, SEEK_SET) == 0)
@@ -289,14 +290,15 @@ static void write_error_page(tg_ctx *ctx, html_page *html, const char *dir, int 
   char why[256];
   if (!tg_make_dirs(dir, why, sizeof why)) {
     fprintf(stderr, "tgc: error: %s\n", why);
-    return;
+    return false;
   }
   size_t len = strlen(dir) + 32;
   char *path = malloc(len);
   snprintf(path, len, "%s/index.html", dir);
   emitted e = {.page = &html->page};
-  if (emit_to_file(path, EMIT_HTML, &e) == 0) fprintf(stderr, "tgc: wrote %s: the error, as a page\n", path);
+  bool written = emit_to_file(path, EMIT_HTML, &e) == 0;
   free(path);
+  return written;
 }
 
 /* --ranks and --zero: ZeRO's stages on N ranks, for --report memplan (the
@@ -873,9 +875,10 @@ int main(int argc, char **argv) {
     if (setjmp(bail)) status = 1;
     else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &c.zero,
                       &h);
-    if (status != 0 && c.html && !html.page.g) write_error_page(ctx, &html, c.out_path, status);
+    bool error_page = status != 0 && c.html && !html.page.g && write_error_page(ctx, &html, c.out_path, status);
     release(&h);
     if (c.html) html_end(&html);
+    if (error_page) fprintf(stderr, "tgc: wrote %s/index.html: the error, as a page\n", c.out_path);
     tg_ctx_free(ctx);
   }
   free(c.tg_path);

@@ -161,6 +161,11 @@ def check_bad(d, tgc, src, work):
     shown = d.find_element('css selector', '#error pre').text
     if message not in shown or '^' not in shown:
         fail('the error page shows %r, not the error %r with its caret' % (shown, message))
+    line = int(message.split(':')[1])
+    want = open(bad, encoding='utf-8').read().split('\n')[line - 1]
+    lit = [e.text for e in d.find_elements('css selector', '#error .line.hl')]
+    if len(lit) != 1 or want not in lit[0]:
+        fail('the error page lights %r, not line %d of the model (%r)' % (lit, line, want))
     errors = console_errors(d)
     if errors:
         fail('console errors on the error page: %s' % errors)
