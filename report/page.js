@@ -213,35 +213,44 @@
     showSource(0);
   }
 
-  /* ---- the step as a graph of kernels: repeated runs drawn once, ×N */
-  function signature(k) { return k.kind + "|" + k.where + "|" + Object.keys(k.ops).join(","); }
-  function collapse(ks) {
-    var sig = ks.map(signature), items = [], i = 0, n = ks.length;
-    function same(a, b, p) { for (var x = 0; x < p; x++) if (sig[a + x] !== sig[b + x]) return false; return true; }
-    while (i < n) {
-      var best = { p: 0, r: 1 };
-      for (var p = 2; p <= 80 && i + 2 * p <= n; p++) {
-        var r = 1;
-        while (i + (r + 1) * p <= n && same(i, i + r * p, p)) r++;
-        if (r >= 2 && p * (r - 1) > best.p * (best.r - 1)) best = { p: p, r: r };
-      }
-      if (best.r >= 2) { items.push({ start: i, p: best.p, r: best.r, open: false }); i += best.p * best.r; }
-      else items.push({ start: i, p: 1, r: 1 }), i++;
-    }
-    return items;
-  }
+  /* ---- the step as a graph of kernels: repeated runs drawn once, ×N
+   * (the runs are the compiler's: report.c, kernel_runs) */
   var colors = { matmul: "#4a7fd4", epilogue: "#7fa7e6", attention: "#9b59b6", row: "#e67e22", elementwise: "#27ae60",
                  reduce: "#c0392b", embedding: "#8e6c3a", optimizer: "#7f8c8d" };
   function drawGraph() {
     var s = section("graph", "The step as a graph of kernels");
-    s.appendChild(el("p", { "class": "muted",
-      text: "Kernels in run order, top to bottom, coloured by category; an arc joins a kernel to one that reads its output. " +
-            "Runs repeated layer by layer are drawn once with ×N: click one to open it. (A layout of its own, not Graphviz's.)" }));
-    var holder = el("div", { "class": "pane" });
-    s.appendChild(holder);
-    var items = collapse(D.kernels);
+    var items = D.runs.map(function (r) { return { start: r[0], p: r[1], r: r[2], open: false }; });
+    var own = el("div", { "class": "pane own-layout" }), dot = el("div", { "class": "pane dot-layout" });
+    function show(which) {
+      own.style.display = which === "own" ? "" : "none";
+      dot.style.display = which === "dot" ? "" : "none";
+    }
+    if (D.step_svg) {
+      s.appendChild(el("p", { "class": "muted",
+        text: "Graphviz's layout of the kernels (dot), a run repeated layer by layer drawn once as ×N; click a kernel to open it, " +
+              "a run to open it in the page's own layout." }));
+      s.appendChild(el("div", { "class": "tabs" }, [
+        el("button", { text: "Graphviz's layout", click: function () { show("dot"); } }),
+        el("button", { text: "own layout (runs open and close)", "class": "to-own", click: function () { show("own"); } })]));
+      dot.innerHTML = D.step_svg;
+      dot.querySelectorAll("g.node").forEach(function (n) {
+        var id = n.getAttribute("id") || "", num = +id.slice(1);
+        n.classList.add("tile");
+        n.addEventListener("click", function () {
+          if (id[0] === "k" && byId[num]) selectKernel(byId[num], true);
+          else if (id[0] === "g" && items[num]) { items[num].open = true; draw(); show("own"); }
+        });
+      });
+    } else {
+      s.appendChild(el("p", { "class": "muted",
+        text: "Kernels in run order, top to bottom, coloured by category; an arc joins a kernel to one that reads its output. " +
+              "Runs repeated layer by layer are drawn once with ×N: click one to open it. (Graphviz's dot was not found: " +
+              "the page's own layout.)" }));
+    }
+    s.appendChild(dot);
+    s.appendChild(own);
     function draw() {
-      holder.textContent = "";
+      own.textContent = "";
       var rows = [], rowOf = {};
       items.forEach(function (it) {
         if (it.r > 1 && !it.open) {
@@ -287,9 +296,10 @@
             fill: "none", stroke: "#889", "stroke-opacity": 0.45 }), g.firstChild);
         });
       });
-      holder.appendChild(g);
+      own.appendChild(g);
     }
     draw();
+    show(D.step_svg ? "dot" : "own");
   }
 
   /* ---- traffic by category, the roofline, the launches that dominate */

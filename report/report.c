@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sbuf.h"
+
 /* report/page.css and report/page.js, embedded at build time (CMakeLists.txt) */
 extern const char tg_report_css[];
 extern const char tg_report_js[];
@@ -211,6 +213,131 @@ static void write_kernels(FILE *out, const tg_report_page *r, const tg_source *c
   free(kt);
 }
 
+/* ---- the step graph's runs: kernels repeated layer after layer --------------- */
+
+/* A run of the step: kernels start .. start + period * repeats - 1, the same
+ * period kernels repeats times over (repeats 1: one kernel). */
+typedef struct run_of_kernels {
+  int start, period, repeats;
+} run_of_kernels;
+
+/* What makes two kernels alike for the runs: kind, .tg places and ops. */
+static char *kernel_signature(const tg_report_page *r, int i) {
+  const tg_kernel *K = &r->g->kernels[r->p->kernels[i].kernel];
+  tg_sbuf b = {0};
+  tg_sb_printf(&b, "%s|%s|", tg_kernel_kind_name(K->kind), r->plan->where[i]);
+  bool seen[TG_NOPS] = {0};
+  for (int x = 0; x < K->n_nodes; x++) {
+    tg_op op = r->g->nodes[K->nodes[x]]->op;
+    if (!seen[op]) tg_sb_printf(&b, "%s,", tg_ops[op].name);
+    seen[op] = true;
+  }
+  return tg_sb_take(&b);
+}
+
+static bool same_kernels(char *const *sig, int a, int b, int n) {
+  for (int x = 0; x < n; x++)
+    if (strcmp(sig[a + x], sig[b + x])) return false;
+  return true;
+}
+
+/* The runs, greedily from the first kernel: at each, the period (2 to 80
+ * kernels) whose repeats cover the most kernels beyond the first period. */
+static run_of_kernels *kernel_runs(const tg_report_page *r, int *n_runs) {
+  int n = r->p->n_kernels;
+  char **sig = tg_xcalloc((size_t)n + 1, sizeof *sig);
+  for (int i = 0; i < n; i++) sig[i] = kernel_signature(r, i);
+  run_of_kernels *runs = tg_xcalloc((size_t)n + 1, sizeof *runs);
+  *n_runs = 0;
+  for (int i = 0; i < n;) {
+    run_of_kernels best = {i, 1, 1};
+    for (int p = 2; p <= 80 && i + 2 * p <= n; p++) {
+      int reps = 1;
+      while (i + (reps + 1) * p <= n && same_kernels(sig, i, i + reps * p, p)) reps++;
+      if (reps >= 2 && p * (reps - 1) > best.period * (best.repeats - 1)) best = (run_of_kernels){i, p, reps};
+    }
+    if (best.repeats < 2) best.period = 1;
+    runs[(*n_runs)++] = best;
+    i += best.period * best.repeats;
+  }
+  for (int i = 0; i < n; i++) free(sig[i]);
+  free(sig);
+  return runs;
+}
+
+static void write_runs(FILE *out, const tg_report_page *r) {
+  int n;
+  run_of_kernels *runs = kernel_runs(r, &n);
+  fputs(",\n\"runs\": [", out);
+  for (int i = 0; i < n; i++)
+    fprintf(out, "%s[%d, %d, %d]", i ? ", " : "", runs[i].start, runs[i].period, runs[i].repeats);
+  fputs("]", out);
+  free(runs);
+}
+
+/* A DOT string: s quoted, '"' and '\\' escaped. */
+static void dot_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', out);
+    fputc(*s, out);
+  }
+  fputc('"', out);
+}
+
+int tg_report_step_dot(FILE *out, const tg_report_page *r) {
+  const tg_program *p = r->p;
+  int n_runs;
+  run_of_kernels *runs = kernel_runs(r, &n_runs);
+  int *node_of = tg_xcalloc((size_t)p->n_kernels + 1, sizeof *node_of); /* lowered kernel -> its node: itself or -(run + 1) */
+  int *lowered = tg_xcalloc((size_t)r->g->n_kernels + 1, sizeof *lowered); /* graph kernel -> lowered kernel */
+  for (int i = 0; i <= r->g->n_kernels; i++) lowered[i] = -1;
+  for (int i = 0; i < p->n_kernels; i++) lowered[p->kernels[i].kernel] = i;
+  fputs("digraph step {\n  rankdir=TB; nodesep=0.15; ranksep=0.25;\n"
+        "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#dfe8f7\", fontsize=10, height=0.25];\n"
+        "  edge [color=\"#8890a0\", arrowsize=0.5];\n",
+        out);
+  for (int i = 0; i < n_runs; i++) {
+    const run_of_kernels *run = &runs[i];
+    for (int x = 0; x < run->period * run->repeats; x++) node_of[run->start + x] = run->repeats > 1 ? -(i + 1) : run->start + x;
+    const tg_lkernel *lk = &p->kernels[run->start];
+    char label[256];
+    if (run->repeats > 1) {
+      snprintf(label, sizeof label, "×%d: k%d–k%d (%d kernels)", run->repeats, lk->kernel,
+               p->kernels[run->start + run->period - 1].kernel, run->period);
+      fprintf(out, "  g%d [id=\"g%d\", shape=box3d, fillcolor=\"#ffffff\", label=", i, i);
+    } else {
+      snprintf(label, sizeof label, "k%d %s", lk->kernel, r->g->kernels[lk->kernel].name);
+      fprintf(out, "  k%d [id=\"k%d\", label=", lk->kernel, lk->kernel);
+    }
+    dot_str(out, label);
+    fputs("];\n", out);
+  }
+  /* an edge between two nodes once, from producer to reader */
+  char *drawn = tg_xcalloc((size_t)(n_runs + p->n_kernels) * (size_t)(n_runs + p->n_kernels) + 1, 1);
+  for (int i = 0; i < p->n_kernels; i++) {
+    const tg_kernel *K = &r->g->kernels[p->kernels[i].kernel];
+    for (int x = 0; x < K->n_inputs; x++) {
+      int from = r->g->nodes[K->inputs[x]]->kernel;
+      if (from < 0 || (from = lowered[from]) < 0) continue;
+      int a = node_of[from], b = node_of[i];
+      if (a == b) continue;
+      size_t at = (size_t)(a < 0 ? p->n_kernels - a - 1 : a) * (size_t)(n_runs + p->n_kernels) +
+                  (size_t)(b < 0 ? p->n_kernels - b - 1 : b);
+      if (drawn[at]) continue;
+      drawn[at] = 1;
+      fprintf(out, "  %c%d -> %c%d;\n", a < 0 ? 'g' : 'k', a < 0 ? -a - 1 : p->kernels[a].kernel, b < 0 ? 'g' : 'k',
+              b < 0 ? -b - 1 : p->kernels[b].kernel);
+    }
+  }
+  fputs("}\n", out);
+  free(drawn);
+  free(lowered);
+  free(node_of);
+  free(runs);
+  return n_runs;
+}
+
 static void write_units(FILE *out, const tg_cuda_kernels *ks) {
   jfield(out, ",\n\"prelude\": ", ks->prelude);
   fputs(",\n\"cuda\": [", out);
@@ -320,6 +447,8 @@ static void write_data(FILE *out, const tg_report_page *r) {
     write_traffic(out, r);
     write_memory_and_buckets(out, r->g);
     write_collectives(out, r->plan);
+    write_runs(out, r);
+    jfield(out, ",\n\"step_svg\": ", r->step_svg);
     jfield(out, ",\n\"fusion\": ", r->fusion_text);
     jfield(out, ",\n\"ir_pass\": ", r->ir_pass);
     jfield(out, ", \"ir\": ", r->ir_text);

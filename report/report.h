@@ -43,11 +43,18 @@ typedef struct tg_report_page {
   const char *fusion_text;      /* the fusion report, or NULL */
   const char *ir_pass;          /* --dump-after PASS: the pass, and the IR after it, or NULL */
   const char *ir_text;
+  const char *step_svg;         /* Graphviz's drawing of tg_report_step_dot, or NULL */
   const char *error;            /* the diagnostics of a model that failed, or NULL */
 } tg_report_page;
 
 /* Writes the page to out. */
 void tg_report_html(FILE *out, const tg_report_page *r);
+
+/* The step as a graph of kernels in Graphviz's language, a run of kernels
+ * repeated layer after layer drawn once as one node "×12" (the page's
+ * step graph, for `dot -Tsvg`): node kN a kernel, gN the Nth run.  Needs
+ * r->g, r->p and r->plan.  Returns the number of nodes. */
+int tg_report_step_dot(FILE *out, const tg_report_page *r);
 
 /* tgrun's page of a run (out_dir/report.html, runtime/train/run_page.h):
  * the texts a run writes, embedded as they are, which the same script

@@ -4,6 +4,9 @@
  * (.tg source, or IR text), verify it, then print what was asked for.  The
  * passes of later stages are called here, one line each, in order. */
 #include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +83,8 @@ static const char usage[] =
     "                     fusion, CUDA, bytes, FLOPs, roofline), the step's graph,\n"
     "                     traffic, memory plan and collectives (docs/report.md); a\n"
     "                     model that fails gets a page with the error; with\n"
-    "                     --dump-after PASS, the IR after PASS is on the page\n"
+    "                     --dump-after PASS, the IR after PASS is on the page;\n"
+    "                     with Graphviz's dot, DIR/step.dot and step.svg too\n"
     "  --gpu NAME         the GPU of --report traffic: h100, h200 or a100\n"
     "  --precision P      f32 or bf16: the mixed-precision policy (bf16 matmuls,\n"
     "                     attention and saved activations; f32 master weights,\n"
@@ -209,6 +213,9 @@ typedef struct html_page {
   FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
   char *ir_text;
   size_t ir_len;
+  pid_t dot_pid;        /* dot drawing the step, while dot_running */
+  bool dot_running;
+  bool written;         /* DIR/index.html is the step's page */
 } html_page;
 
 /* What run() holds while a pass may longjmp out of it: main frees it
@@ -242,6 +249,57 @@ static void release(held *h) {
   *h = (held){.html = h->html};
 }
 
+/* The most nodes the step's drawing may have for dot to lay it out: a
+ * model whose kernels repeat in no runs is left to the page's own layout
+ * (dot takes minutes on GPT-2's 280 kernels and their edges). */
+enum { STEP_DOT_MAX_NODES = 200 };
+
+/* Graphviz's drawing of the step (report.h: tg_report_step_dot) where dot
+ * is installed: DIR/step.dot, and DIR/step.svg from dot, which runs while
+ * tgc writes the code (dot's start alone is most of its 20-100 ms). */
+static void step_drawing_start(held *h, const emitted *e, const char *dir) {
+  html_page *html = h->html;
+  html->page.g = e->g;
+  html->page.p = e->p;
+  html->page.plan = e->plan;
+  char dot_path[4096], svg_path[4096];
+  snprintf(dot_path, sizeof dot_path, "%s/step.dot", dir);
+  snprintf(svg_path, sizeof svg_path, "%s/step.svg", dir);
+  FILE *f = fopen(dot_path, "w");
+  if (!f) return;
+  int nodes = tg_report_step_dot(f, &html->page);
+  if (fclose(f) != 0 || nodes > STEP_DOT_MAX_NODES) return;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, svg_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  char *argv[] = {"dot", "-Tsvg", dot_path, NULL};
+  extern char **environ;
+  html->dot_running = posix_spawnp(&html->dot_pid, "dot", &fa, NULL, argv, environ) == 0;
+  posix_spawn_file_actions_destroy(&fa);
+}
+
+/* dot's drawing, once it is done: its <svg> element, malloc'ed, or NULL
+ * (no dot, or it failed: the page then draws its own layout). */
+static char *step_drawing_finish(html_page *html, const char *dir) {
+  if (!html->dot_running) return NULL;
+  int status = -1;
+  bool done = waitpid(html->dot_pid, &status, 0) == html->dot_pid;
+  html->dot_running = false;
+  char svg_path[4096], why[256], *svg = NULL;
+  size_t n;
+  snprintf(svg_path, sizeof svg_path, "%s/step.svg", dir);
+  if (!done || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || !tg_read_whole_file(svg_path, &svg, &n, why, sizeof why))
+    return NULL;
+  char *at = strstr(svg, "<svg"); /* without the XML prolog and doctype */
+  if (!at) {
+    free(svg);
+    return NULL;
+  }
+  memmove(svg, at, strlen(at) + 1);
+  return svg;
+}
+
 /* --report html, once the code and manifest are written: the traffic of
  * the step, the fusion report read back, and DIR/index.html. */
 static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
@@ -264,13 +322,19 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
   h->html->ir = NULL;
   phase_done(h, "traffic");
+  char *svg = step_drawing_finish(h->html, dir);
+  page->step_svg = svg;
+  phase_done(h, "graphviz (the wait)");
   emitted with_page = *e;
   with_page.page = page;
   snprintf(h->dir_file, strlen(dir) + 32, "%s/index.html", dir);
   int status = emit_to_file(h->dir_file, EMIT_HTML, &with_page);
   if (status == 0) printf("wrote %s/index.html: what the compiler did, one page\n", dir);
+  h->html->written = status == 0;
   free(fusion);
+  free(svg);
   page->fusion_text = NULL;
+  page->step_svg = NULL;
   return status;
 }
 
@@ -432,6 +496,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
     e.code_name = name;
     sprintf(dir_file, "%s/%s", out_path, name);
+    if (h->html) step_drawing_start(h, &e, out_path);
     status = emit_to_file(dir_file, what, &e);
     sprintf(dir_file, "%s/manifest.json", out_path);
     if (status == 0) status = emit_to_file(dir_file, EMIT_MANIFEST, &e);
@@ -834,6 +899,7 @@ static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg
 
 /* The diagnostics kept for the page, to stderr where they belong. */
 static void html_end(html_page *html) {
+  if (html->dot_running) waitpid(html->dot_pid, NULL, 0);
   if (html->ir) fclose(html->ir);
   free(html->ir_text);
   *html = (html_page){.diag = html->diag};
@@ -875,7 +941,7 @@ int main(int argc, char **argv) {
     if (setjmp(bail)) status = 1;
     else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &c.zero,
                       &h);
-    bool error_page = status != 0 && c.html && !html.page.g && write_error_page(ctx, &html, c.out_path, status);
+    bool error_page = status != 0 && c.html && !html.written && write_error_page(ctx, &html, c.out_path, status);
     release(&h);
     if (c.html) html_end(&html);
     if (error_page) fprintf(stderr, "tgc: wrote %s/index.html: the error, as a page\n", c.out_path);

@@ -119,6 +119,31 @@ def check_lines(d, manifest):
     print('ok: kernel k%d lights its %d lines and shows its detail' % (k, len(kernels[k])))
 
 
+def check_graph(d):
+    """Graphviz's drawing where dot is installed: a node per run of kernels
+    (report.c's runs), a kernel's node opening the kernel; then the page's
+    own layout, a repeated run opened."""
+    runs = d.execute_script('return JSON.parse(document.getElementById("tg-data").textContent).runs.length;')
+    if d.find_elements('css selector', '#graph .dot-layout svg'):
+        nodes = d.find_elements('css selector', '#graph .dot-layout g.node')
+        if len(nodes) != runs:
+            fail('Graphviz drew %d nodes for %d runs of kernels' % (len(nodes), runs))
+        d.find_element('css selector', '#graph .dot-layout g.node#k0').click()
+        sel = d.execute_script('var e = document.querySelector(".kernel.sel"); return e && e.dataset.k;')
+        if sel != '0':
+            fail('clicking k0 in the Graphviz drawing selected %r' % sel)
+        d.find_element('css selector', '#graph .to-own').click()
+        print('ok: Graphviz drew the step\'s %d runs of kernels; k0 clicked there opened k0' % runs)
+    else:
+        print('ok: no Graphviz here: the page\'s own layout')
+    tiles = len(d.find_elements('css selector', '#graph .own-layout .tile[data-k]'))
+    d.find_element('css selector', '#graph .group').click()  # open a repeated run of layers
+    opened = len(d.find_elements('css selector', '#graph .own-layout .tile[data-k]'))
+    if opened <= tiles:
+        fail('opening a run of layers drew %d kernels, before %d' % (opened, tiles))
+    print('ok: the own layout: a repeated run opened, %d kernels drawn, before %d' % (opened, tiles))
+
+
 def check_good(d, tgc, src, work, screenshot):
     out = os.path.join(work, 'gpt2')
     subprocess.run([tgc, os.path.join(src, 'models/gpt2.tg'), '--report', 'html', '-o', out], check=True,
@@ -132,7 +157,7 @@ def check_good(d, tgc, src, work, screenshot):
         fail('the page\'s script did not finish')
     check_sections(d)
     check_lines(d, json.load(open(os.path.join(out, 'manifest.json'))))
-    d.find_element('css selector', '#graph .group').click()  # open a repeated run of layers
+    check_graph(d)
     errors = console_errors(d)
     if errors:
         fail('console errors: %s' % errors)

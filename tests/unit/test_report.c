@@ -12,6 +12,12 @@
 #include "testutil.h"
 #include "traffic.h"
 
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *at = strstr(s, what); at; at = strstr(at + 1, what)) n++;
+  return n;
+}
+
 /* GPT-2 at the given -D overrides, compiled as tgc --report html does:
  * bf16, the whole step with its pass log, lowered for CUDA, planned and
  * its traffic counted; then the page, written into a string. */
@@ -40,13 +46,19 @@ static char *gpt2_page(tg_ctx *ctx, int n_defs, const char *const *defs, tg_pass
   tg_report_html(f, &page);
   fclose(f);
   *program = p;
+  /* the step for Graphviz: GPT-2's 12 layers as runs drawn once */
+  char *dot = NULL;
+  size_t dot_size;
+  f = open_memstream(&dot, &dot_size);
+  int nodes = tg_report_step_dot(f, &page);
+  fclose(f);
+  ck_assert_int_lt(nodes, p->n_kernels / 4);
+  ck_assert_int_ge(count(dot, "shape=box3d"), 2); /* the forward's and the backward's layers */
+  ck_assert_int_ge(count(dot, "label=\"×12: k"), 2);
+  ck_assert_int_eq(count(dot, "[id="), nodes);
+  ck_assert_ptr_nonnull(strstr(dot, "k0 -> "));
+  free(dot);
   return s;
-}
-
-static int count(const char *s, const char *what) {
-  int n = 0;
-  for (const char *at = strstr(s, what); at; at = strstr(at + 1, what)) n++;
-  return n;
 }
 
 START_TEST(gpt2_124m_page_is_whole_and_self_contained) {
@@ -69,6 +81,7 @@ START_TEST(gpt2_124m_page_is_whole_and_self_contained) {
   ck_assert_ptr_nonnull(strstr(page, "\"ir_pass\": \"fuse\", \"ir\": \"# tg IR 1 \\u003c/script>\\n\""));
   ck_assert_ptr_nonnull(strstr(page, "\"collectives\": []")); /* no ZeRO: the all-reduces are buckets */
   ck_assert_ptr_nonnull(strstr(page, "\"buckets\": [["));
+  ck_assert_ptr_nonnull(strstr(page, "\"runs\": [[0, ")); /* from the first kernel (the layers: tg_report_step_dot's checks) */
   /* every kernel of the program, by number and name */
   for (int i = 0; i < p->n_kernels; i++) {
     char want[512];
