@@ -280,5 +280,12 @@ contains "$tmp/out" "--report html shows the training step"
 expect_status 1 "$tgc" tests/bad/undefined_config.tg --report html -o "$tmp/bad_html"
 contains "$tmp/out" "error: unknown name 'B'"
 if grep -q "unknown name 'B'" "$tmp/bad_html/index.html"; then ok; else bad "the failing model's page lacks its error"; fi
+# ... failing in a pass: the passes that ran, the one that stopped last (unfinished)
+printf 'config { n = 2 }\ninput x: f32[n]\noutput y = sum(x)\n' > "$tmp/no_loss.tg"
+expect_status 1 "$tgc" "$tmp/no_loss.tg" --report html -o "$tmp/no_loss_html"
+contains "$tmp/out" "no output named 'loss'"
+if grep -q '{"name": "autodiff", .*"seconds": -1' "$tmp/no_loss_html/index.html" &&
+   grep -q '{"name": "precision", .*"kernels": 0, "seconds": [0-9]' "$tmp/no_loss_html/index.html"; then ok
+else bad "the page of a model failing in autodiff does not show the passes before it done and autodiff stopped"; fi
 
 finish

@@ -195,6 +195,20 @@ def check_bad(d, tgc, src, work):
     if errors:
         fail('console errors on the error page: %s' % errors)
     print('ok: the bad model\'s page shows %r' % message)
+    # a model that fails in a pass: the passes that ran, autodiff stopped
+    no_loss = os.path.join(work, 'no_loss.tg')
+    with open(no_loss, 'w') as f:
+        f.write('config { n = 2 }\ninput x: f32[n]\noutput y = sum(x)\n')
+    subprocess.run([tgc, no_loss, '--report', 'html', '-o', os.path.join(work, 'no_loss')], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    d.get('file://' + os.path.join(work, 'no_loss', 'index.html'))
+    rows = [[td.text for td in tr.find_elements('css selector', 'td')]
+            for tr in d.find_elements('css selector', '#pipeline tr')][1:]
+    if not rows or rows[-1][0] != 'autodiff' or rows[-1][-1] != 'stopped here' or 'stopped here' in rows[-2]:
+        fail('the page of a model failing in autodiff shows the passes %s' % rows)
+    if "no output named 'loss'" not in d.find_element('css selector', '#error pre').text:
+        fail('the page of a model failing in autodiff lacks its error')
+    print('ok: a model failing in autodiff: %d passes ran, the page says autodiff stopped' % (len(rows) - 1))
 
 
 RUN_CFG = """model = "models/gpt2.tg"
