@@ -413,12 +413,13 @@
         fill: c[1] === "all_gather" ? "#27ae60" : "#c0392b", opacity: 0.4 }));
       return [i, c[1], "k" + c[0], c[3], bytes(c[2]), c[4] >= 0 ? "k" + c[4] : "after the step", time(Math.max(0, until - at))];
     });
-    if (zero.length) { g.setAttribute("height", 100); g.appendChild(svg("text", { x: 0, y: 85 }, "ZeRO")); }
+    if (zero.length) { g.setAttribute("height", 100); g.appendChild(svg("text", { x: 0, y: 85 }, "in the graph")); }
     s.appendChild(g);
-    if (!rows.length) s.appendChild(el("p", { text: "No all-reduce buckets: one rank, no gradient, or ZeRO stage 3's graph." }));
+    if (!rows.length) s.appendChild(el("p", { text: "No all-reduce buckets: no gradient to reduce." }));
     else s.appendChild(table(["bucket", "starts", "gradients", "bytes", "compute it can overlap"], rows, [1, 0, 1, 1, 1]));
     if (zero.length) {
-      s.appendChild(el("h3", { text: zero.length + " collectives in the graph (ZeRO stage 3): each from its point until the first kernel that reads it" }));
+      s.appendChild(el("h3", { text: zero.length + " collectives in the graph (ZeRO stage 3's all-gathers and reduce-scatters, " +
+                                     "tensor parallelism's all-reduces): each from its point until the first kernel that reads it" }));
       s.appendChild(table(["#", "collective", "at", "ranks", "bytes a rank sends", "needed by", "compute it can overlap"], zero,
                           [1, 0, 0, 1, 1, 0, 1]));
     }

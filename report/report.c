@@ -394,7 +394,8 @@ static void write_memory_and_buckets(FILE *out, const tg_graph *g) {
   fputs("]", out);
 }
 
-/* The IR's collectives (ZeRO stage 3's all-gathers and reduce-scatters):
+/* The IR's collectives (ZeRO stage 3's all-gathers and reduce-scatters,
+ * tensor parallelism's all-reduces):
  * [its kernel, op, bytes each rank sends, ranks, the first kernel that
  * reads its output or -1], as the manifest counts them. */
 static void write_collectives(FILE *out, const tg_cuda_plan *plan) {
