@@ -336,6 +336,21 @@ void tg_decode(tg_ctx *ctx, tg_graph *g);
 #define TG_REPORT_SCHEDULE "schedule"
 #define TG_REPORT_SHARDING "sharding"
 
+/* What tg_run_pipeline records of each pass it runs, when asked (tgc
+ * --report html shows it): the graph's size before and after, its kernels
+ * after, and the time it took.  A pass that bailed (an error) is the last
+ * entry, with seconds < 0: the passes that ran, and where it stopped. */
+enum { TG_PASS_LOG_MAX = 32 };
+typedef struct tg_pass_record {
+  const char *name;
+  int nodes_before, nodes_after, kernels_after;
+  double seconds;
+} tg_pass_record;
+typedef struct tg_pass_log {
+  int n;
+  tg_pass_record at[TG_PASS_LOG_MAX];
+} tg_pass_log;
+
 /* pipeline.c: every pass after the frontend, in order. */
 typedef struct tg_pipeline_opts {
   tg_precision_policy precision; /* f32 (the default) or bf16 (precision.c) */
@@ -356,6 +371,7 @@ typedef struct tg_pipeline_opts {
   FILE *dump;
   const char *report_name; /* the report to print (to report; TG_REPORT_*), or NULL */
   FILE *report;
+  tg_pass_log *log;       /* NULL, or where each pass's size and time go */
 } tg_pipeline_opts;
 
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *opts);

@@ -5,6 +5,7 @@
  * verified (a broken rewrite is caught at the pass that made it) and, when
  * asked, printed in the IR text form (`tgc --dump-after PASS`). */
 #include <string.h>
+#include <time.h>
 
 #include "passes.h"
 
@@ -165,9 +166,23 @@ void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
     const tg_pass_info *p = &passes[i].info;
     if (!runs(p, o)) continue;
     bool asked = p->report && o->report_name && !strcmp(o->report_name, p->report);
+    /* logged before it runs, finished after: a pass that bails stays last, unfinished */
+    bool logged = o->log && o->log->n < TG_PASS_LOG_MAX;
+    struct timespec t0, t1;
+    if (logged) {
+      o->log->at[o->log->n++] = (tg_pass_record){p->name, g->n_nodes, 0, 0, -1};
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+    }
     passes[i].run(ctx, g, o, asked ? o->report : NULL);
     if (!tg_verify(ctx, g))
       tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is broken after the %s pass", p->name);
+    if (logged) {
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      tg_pass_record *r = &o->log->at[o->log->n - 1];
+      r->nodes_after = g->n_nodes;
+      r->kernels_after = g->n_kernels;
+      r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    }
     if (o->dump_after && !strcmp(o->dump_after, p->name) && o->dump) {
       /* The dump reads back with tgc; the comment goes last, since the first
        * line must be the IR header. */

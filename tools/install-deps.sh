@@ -9,7 +9,8 @@ packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz
   libopenblas-dev  # the CPU backend's matmuls (the generated C links -lopenblas)
   libopenmpi-dev openmpi-bin  # data parallelism over MPI (tgrun --nproc N)
   python3-torch python3-numpy  # PyTorch on the CPU: the reference in tests/torch
-  python3-pip)  # the tests install transformers into the build tree (run_hf_transformers.sh, run_sample_hf.sh)
+  python3-pip  # the tests install transformers into the build tree (run_hf_transformers.sh, run_sample_hf.sh)
+  chromium chromium-driver python3-selenium)  # tgc --report html's page in a browser (tests/report/check_page.py)
 if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-14-dev); fi
 
 missing=()

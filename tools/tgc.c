@@ -4,6 +4,9 @@
  * (.tg source, or IR text), verify it, then print what was asked for.  The
  * passes of later stages are called here, one line each, in order. */
 #include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 
 #include "cuda_kernels.h"
 #include "diag.h"
+#include "file.h"
 #include "frontend.h"
 #include "ir.h"
 #include "nearest.h"
@@ -19,6 +23,7 @@
 #include "passes.h"
 #include "render_c.h"
 #include "render_cuda.h"
+#include "report.h"
 #include "tgc_plan.h"
 #include "traffic.h"
 #include "program_dir.h"
@@ -72,6 +77,14 @@ static const char usage[] =
     "                     by category and in total, with the tokens/s it implies;\n"
     "                     launches that do not fit a GPU are flagged (implies --grad,\n"
     "                     and bf16 unless --precision says otherwise)\n"
+    "  --report html      with -o DIR: what --emit cuda writes, and DIR/index.html,\n"
+    "                     one self-contained page of what the compiler did: summary,\n"
+    "                     passes, the .tg source beside its kernels (their ops,\n"
+    "                     fusion, CUDA, bytes, FLOPs, roofline), the step's graph,\n"
+    "                     traffic, memory plan and collectives (docs/report.md); a\n"
+    "                     model that fails gets a page with the error; with\n"
+    "                     --dump-after PASS, the IR after PASS is on the page;\n"
+    "                     with Graphviz's dot, DIR/step.dot and step.svg too\n"
     "  --gpu NAME         the GPU of --report traffic: h100, h200 or a100\n"
     "  --precision P      f32 or bf16: the mixed-precision policy (bf16 matmuls,\n"
     "                     attention and saved activations; f32 master weights,\n"
@@ -119,7 +132,7 @@ static const char usage[] =
     "Errors are reported as file:line:col: error: message, with the source line\n"
     "and a caret; the exit status is 1 for a bad model, 2 for bad usage.\n";
 
-enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMIT_NONE, EMIT_CUBIN };
+enum emit { EMIT_STATS, EMIT_IR, EMIT_DOT, EMIT_CUDA, EMIT_C, EMIT_MANIFEST, EMIT_NONE, EMIT_CUBIN, EMIT_HTML };
 
 static const char *const known_flags[] = {"--stats", "--emit", "--check",   "--grad", "--arch",
                                           "-D",      "-I",     "-o",        "--help",
@@ -144,6 +157,7 @@ typedef struct emitted {
   const tg_cuda_kernels *ks;
   const char *code_name; /* the manifest names the .cu or .c file */
   bool cuda;
+  const tg_report_page *page; /* --report html */
 } emitted;
 
 static void emit(FILE *out, enum emit what, const emitted *e) {
@@ -159,6 +173,7 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
     break;
   case EMIT_NONE: break;
   case EMIT_CUBIN: break;
+  case EMIT_HTML: tg_report_html(out, e->page); break;
   }
 }
 
@@ -187,20 +202,167 @@ static int emit_to_file(const char *path, enum emit what, const emitted *g) {
   return 0;
 }
 
+/* --report html: the page as it fills, phase by phase; kept in main's
+ * static held, where a longjmp out of run() leaves it, so that a model
+ * that fails still gets a page with its error and the passes that ran. */
+typedef struct html_page {
+  tg_report_page page;
+  tg_pass_log log;
+  struct timespec last; /* the end of the last phase timed */
+  FILE *diag;           /* the diagnostics, kept for the error page */
+  FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
+  char *ir_text;
+  size_t ir_len;
+  pid_t dot_pid;        /* dot drawing the step, while dot_running */
+  bool dot_running;
+  bool written;         /* DIR/index.html is the step's page */
+} html_page;
+
 /* What run() holds while a pass may longjmp out of it: main frees it
  * after an error as well, so that nothing leaks on the error path. */
 typedef struct held {
   tg_graph *g;
   char *dir_file, *name;
   FILE *fusion;
+  html_page *html; /* --report html, or NULL; main owns it */
 } held;
+
+static double seconds_since(const struct timespec *t0, struct timespec *now) {
+  clock_gettime(CLOCK_MONOTONIC, now);
+  return (double)(now->tv_sec - t0->tv_sec) + (double)(now->tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Ends a phase of the compilation the page shows: its name and time. */
+static void phase_done(held *h, const char *name) {
+  if (!h->html || h->html->page.n_phases >= TG_REPORT_MAX_PHASES) return;
+  struct timespec now;
+  double s = seconds_since(&h->html->last, &now);
+  h->html->page.phases[h->html->page.n_phases++] = (tg_report_phase){name, s};
+  h->html->last = now;
+}
 
 static void release(held *h) {
   if (h->fusion) fclose(h->fusion);
   free(h->dir_file);
   free(h->name);
   if (h->g) tg_graph_free(h->g);
-  *h = (held){0};
+  *h = (held){.html = h->html};
+}
+
+/* The most nodes the step's drawing may have for dot to lay it out: a
+ * model whose kernels repeat in no runs is left to the page's own layout
+ * (dot takes minutes on GPT-2's 280 kernels and their edges). */
+enum { STEP_DOT_MAX_NODES = 200 };
+
+/* Graphviz's drawing of the step (report.h: tg_report_step_dot) where dot
+ * is installed: DIR/step.dot, and DIR/step.svg from dot, which runs while
+ * tgc writes the code (dot's start alone is most of its 20-100 ms). */
+static void step_drawing_start(held *h, const emitted *e, const char *dir) {
+  html_page *html = h->html;
+  html->page.g = e->g;
+  html->page.p = e->p;
+  html->page.plan = e->plan;
+  char dot_path[4096], svg_path[4096];
+  snprintf(dot_path, sizeof dot_path, "%s/step.dot", dir);
+  snprintf(svg_path, sizeof svg_path, "%s/step.svg", dir);
+  FILE *f = fopen(dot_path, "w");
+  if (!f) return;
+  int nodes = tg_report_step_dot(f, &html->page);
+  if (fclose(f) != 0 || nodes > STEP_DOT_MAX_NODES) return;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, svg_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  char *argv[] = {"dot", "-Tsvg", dot_path, NULL};
+  extern char **environ;
+  html->dot_running = posix_spawnp(&html->dot_pid, "dot", &fa, NULL, argv, environ) == 0;
+  posix_spawn_file_actions_destroy(&fa);
+}
+
+/* dot's drawing, once it is done: its <svg> element, malloc'ed, or NULL
+ * (no dot, or it failed: the page then draws its own layout). */
+static char *step_drawing_finish(html_page *html, const char *dir) {
+  if (!html->dot_running) return NULL;
+  int status = -1;
+  bool done = waitpid(html->dot_pid, &status, 0) == html->dot_pid;
+  html->dot_running = false;
+  char svg_path[4096], why[256], *svg = NULL;
+  size_t n;
+  snprintf(svg_path, sizeof svg_path, "%s/step.svg", dir);
+  if (!done || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || !tg_read_whole_file(svg_path, &svg, &n, why, sizeof why))
+    return NULL;
+  char *at = strstr(svg, "<svg"); /* without the XML prolog and doctype */
+  if (!at) {
+    free(svg);
+    return NULL;
+  }
+  memmove(svg, at, strlen(at) + 1);
+  return svg;
+}
+
+/* --report html, once the code and manifest are written: the traffic of
+ * the step, the fusion report read back, and DIR/index.html. */
+static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
+  phase_done(h, "write code");
+  tg_report_page *page = &h->html->page;
+  page->g = e->g;
+  page->p = e->p;
+  page->plan = e->plan;
+  page->ks = e->ks;
+  page->sources = ctx->sources;
+  page->traffic = tg_traffic_count(e->g->arena, e->plan, tg_gpu_find("h100"));
+  char why[256], *fusion = NULL;
+  size_t n;
+  snprintf(h->dir_file, strlen(dir) + 32, "%s/fusion.txt", dir);
+  if (!tg_read_whole_file(h->dir_file, &fusion, &n, why, sizeof why)) {
+    fprintf(stderr, "tgc: error: %s\n", why);
+    return 1;
+  }
+  page->fusion_text = fusion;
+  if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
+  h->html->ir = NULL;
+  phase_done(h, "traffic");
+  char *svg = step_drawing_finish(h->html, dir);
+  page->step_svg = svg;
+  phase_done(h, "graphviz (the wait)");
+  emitted with_page = *e;
+  with_page.page = page;
+  snprintf(h->dir_file, strlen(dir) + 32, "%s/index.html", dir);
+  int status = emit_to_file(h->dir_file, EMIT_HTML, &with_page);
+  if (status == 0) printf("wrote %s/index.html: what the compiler did, one page\n", dir);
+  h->html->written = status == 0;
+  free(fusion);
+  free(svg);
+  page->fusion_text = NULL;
+  page->step_svg = NULL;
+  return status;
+}
+
+/* --report html for a model that failed: DIR/index.html with the error,
+ * its caret view (the diagnostics as printed) and the passes that ran;
+ * whether it was written. */
+static bool write_error_page(tg_ctx *ctx, html_page *html, const char *dir, int status) {
+  static char text[65536];
+  size_t n = 0;
+  if (html->diag && fflush(html->diag) == 0 && fseek(html->diag, 0, SEEK_SET) == 0)
+    n = fread(text, 1, sizeof text - 1, html->diag);
+  text[n] = 0;
+  if (!n) snprintf(text, sizeof text, "tgc stopped with exit status %d; its messages went to stderr.", status);
+  html->page = (tg_report_page){.model = html->page.model, .command = html->page.command,
+                                .precision = html->page.precision, .sources = ctx->sources, .passes = &html->log,
+                                .error = text};
+  char why[256];
+  if (!tg_make_dirs(dir, why, sizeof why)) {
+    fprintf(stderr, "tgc: error: %s\n", why);
+    return false;
+  }
+  size_t len = strlen(dir) + 32;
+  char *path = malloc(len);
+  snprintf(path, len, "%s/index.html", dir);
+  emitted e = {.page = &html->page};
+  bool written = emit_to_file(path, EMIT_HTML, &e) == 0;
+  free(path);
+  return written;
 }
 
 /* --ranks and --zero: ZeRO's stages on N ranks, for --report memplan (the
@@ -265,6 +427,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   h->g = g;
   int status = 0;
   if (!tg_verify(ctx, g)) status = 1;
+  phase_done(h, "frontend");
   bool code = what == EMIT_CUDA || what == EMIT_C;
   tg_pipeline_opts po = *popts;
   char *dir_file = NULL;
@@ -288,6 +451,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
+  phase_done(h, "passes");
   /* stage 3's schedule: also the collectives of the sharded gradient
    * graph tgrun runs (the model compiled again, through shard_params) */
   tg_graph *sharded = NULL;
@@ -300,12 +464,13 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   if (status == 0 && zero->given && popts->report_name && !popts->shard_ranks)
     status = report_zero(ctx, g, popts->report_name, zero, sharded);
-  emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA};
+  emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA, NULL};
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && what == EMIT_CUDA) {
     e.plan = tg_cuda_plan_make(g->arena, e.p);
     e.ks = tg_cuda_kernels_make(g->arena, e.p, e.plan);
   }
+  phase_done(h, "lower and plan");
   if (status == 0 && traffic_gpu) {
     /* the CUDA step as the backend would run it */
     const tg_program *p = what == EMIT_CUDA && e.p ? e.p : tg_lower_ex(ctx, g, true);
@@ -331,6 +496,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
     e.code_name = name;
     sprintf(dir_file, "%s/%s", out_path, name);
+    if (h->html) step_drawing_start(h, &e, out_path);
     status = emit_to_file(dir_file, what, &e);
     sprintf(dir_file, "%s/manifest.json", out_path);
     if (status == 0) status = emit_to_file(dir_file, EMIT_MANIFEST, &e);
@@ -346,6 +512,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
                out_path);
       }
     }
+    if (status == 0 && h->html) status = write_page(ctx, &e, h, out_path);
     if (status == 0 && cubin) status = compile_cubins(e.ks, out_path, arch);
   } else if (status == 0) {
     if (out_path) status = emit_to_file(out_path, what, &e);
@@ -376,6 +543,7 @@ typedef struct cli {
   const char *report; /* --report NAME */
   const tg_pass_info *report_pass; /* the pass writing it, or NULL (traffic) */
   bool traffic; /* --report traffic */
+  bool html;    /* --report html */
   const tg_gpu_spec *gpu; /* --report traffic */
   int pad_multiple;
   int precision; /* -1: the default for the output; else a tg_precision_policy */
@@ -392,6 +560,8 @@ typedef struct cli {
 /* The one report no pass writes: codegen's traffic (the CUDA step's bytes
  * and roofline). */
 static const char traffic_report[] = "traffic";
+/* ... and the page of all of them (report/report.h) */
+static const char html_report[] = "html";
 
 /* Whether a report's pass runs on a decode step's graph: the passes that
  * run always, and the lowering ones, which run on the forward tgc compiles
@@ -403,6 +573,10 @@ static bool runs_on_decode(const tg_pass_info *p) {
 /* --report NAME (NULL: none given): only passes that have something to say,
  * and traffic.  Returns -1 to go on, or the status to exit with. */
 static int parse_report(const char *name, cli *c) {
+  if (name && !strcmp(name, html_report)) { /* the page of the training step's CUDA */
+    c->html = c->grad = true;
+    return -1;
+  }
   c->report_pass = name ? tg_pass_writing(name) : NULL;
   c->traffic = name && !strcmp(name, traffic_report);
   if (!c->report_pass && !c->traffic) {
@@ -415,7 +589,8 @@ static int parse_report(const char *name, cli *c) {
         sep = ", ";
       }
     if (n > 0 && (size_t)n < sizeof msg)
-      snprintf(msg + n, sizeof msg - (size_t)n, " (the passes'), %s (the CUDA step's bytes and roofline)", traffic_report);
+      snprintf(msg + n, sizeof msg - (size_t)n, " (the passes'), %s (the CUDA step's bytes and roofline), %s (all of it, "
+               "one page: -o DIR)", traffic_report, html_report);
     return usage_error("%s", msg);
   }
   c->report = name;
@@ -507,6 +682,12 @@ static int settle_args(int argc, cli *c) {
     for (int i = 0; i < c->n_defines; i++) has_T |= !strcmp(c->defines[i].name, "T");
     if (!has_T) c->defines[c->n_defines++] = (tg_define){"T", 1, true, "--decode (one token a step)"};
   }
+  if (c->html) {
+    if (!c->out_path) return usage_error("%s", "--report html needs -o DIR: the directory for index.html, the .cu and the manifest");
+    if (c->decode || (c->what_given && c->what != EMIT_CUDA))
+      return usage_error("%s", "--report html shows the training step's CUDA (--emit cuda); leave out --decode and other outputs");
+    c->what = EMIT_CUDA;
+  }
   bool traffic = c->traffic;
   if ((c->devices || c->devices_per_node || c->device_gb > 0 || c->link) && !c->plan)
     return usage_error("%s", "--devices, --devices-per-node, --device-memory and --link are for --plan-parallel");
@@ -529,7 +710,7 @@ static int settle_args(int argc, cli *c) {
     return usage_error("--dump-after %s is ZeRO stage 3's pass: add --zero 3 --ranks N (N > 1)", c->dump_after);
   /* A dump or a report is the output asked for, unless something else is
    * named too. */
-  if ((c->dump_after || c->report) && !c->what_given) c->what = EMIT_NONE;
+  if ((c->dump_after || c->report) && !c->what_given && !c->html) c->what = EMIT_NONE;
   if (c->out_path && c->what == EMIT_NONE)
     return usage_error("-o %s: nothing to write there (--report and --dump-after print to "
                        "stdout: redirect them with > FILE)", c->out_path);
@@ -696,6 +877,42 @@ static int parse_args(int argc, char **argv, cli *c) {
   return settle_args(argc, c);
 }
 
+/* --report html: the page's first facts, its pass log, and the
+ * diagnostics kept aside (copied to stderr at the end) for an error page;
+ * returns where the diagnostics go. */
+static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg_pipeline_opts *popts) {
+  static char command[4096];
+  size_t off = (size_t)snprintf(command, sizeof command, "tgc");
+  for (int i = 1; i < argc && off < sizeof command; i++) off += (size_t)snprintf(command + off, sizeof command - off, " %s", argv[i]);
+  html->page.model = c->input;
+  html->page.command = command;
+  html->page.precision = c->precision == TG_PRECISION_BF16 ? "bf16" : "f32";
+  html->page.passes = &html->log;
+  popts->log = &html->log;
+  if (c->dump_after && (html->ir = open_memstream(&html->ir_text, &html->ir_len))) { /* on the page, not stdout */
+    html->page.ir_pass = c->dump_after;
+    popts->dump = html->ir;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &html->last);
+  html->diag = tmpfile();
+  return html->diag ? html->diag : stderr;
+}
+
+/* The diagnostics kept for the page, to stderr where they belong. */
+static void html_end(html_page *html) {
+  if (html->dot_running) waitpid(html->dot_pid, NULL, 0);
+  if (html->ir) fclose(html->ir);
+  free(html->ir_text);
+  *html = (html_page){.diag = html->diag};
+  if (!html->diag) return;
+  char buf[4096];
+  size_t n;
+  if (fseek(html->diag, 0, SEEK_SET) == 0)
+    while ((n = fread(buf, 1, sizeof buf, html->diag)) > 0) fwrite(buf, 1, n, stderr);
+  fclose(html->diag);
+  html->diag = NULL;
+}
+
 int main(int argc, char **argv) {
   cli c = {.what = EMIT_STATS, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT, .precision = -1, .zero = {false, 1, 0}};
   c.defines = calloc((size_t)argc + 1, sizeof *c.defines); /* + --decode's T */
@@ -708,9 +925,8 @@ int main(int argc, char **argv) {
   int status = parse_args(argc, argv, &c);
   if (status < 0 && c.plan) status = run_plan(&c);
   if (status < 0) {
-    tg_ctx *ctx = tg_ctx_new(stderr);
-    jmp_buf bail;
-    ctx->bail = &bail;
+    static html_page html;
+    static held h; /* static: it outlives the longjmp unchanged */
     tg_compile_opts opts = {c.defines, c.n_defines, c.incs, c.n_incs};
     tg_pipeline_opts popts = {.precision = (tg_precision_policy)c.precision, .grad = c.grad, .step = c.grad && !c.shard, .decode = c.decode,
                               .kernels = c.decode && (c.what == EMIT_C || c.what == EMIT_CUDA ||
@@ -719,11 +935,17 @@ int main(int argc, char **argv) {
                               .pad_multiple = c.pad_multiple, .dump_after = c.dump_after, .dump = stdout,
                               .report_name = c.report, .report = stdout, .shard_ranks = c.shard ? c.zero.ranks : 0,
                               .tensor_rank = c.tensor_rank};
-    static held h; /* static: it outlives the longjmp unchanged */
+    if (c.html) h.html = &html;
+    tg_ctx *ctx = tg_ctx_new(c.html ? html_start(&html, &c, argc, argv, &popts) : stderr);
+    jmp_buf bail;
+    ctx->bail = &bail;
     if (setjmp(bail)) status = 1;
     else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &c.zero,
                       &h);
+    bool error_page = status != 0 && c.html && !html.written && write_error_page(ctx, &html, c.out_path, status);
     release(&h);
+    if (c.html) html_end(&html);
+    if (error_page) fprintf(stderr, "tgc: wrote %s/index.html: the error, as a page\n", c.out_path);
     tg_ctx_free(ctx);
   }
   free(c.tg_path);

@@ -214,12 +214,15 @@ static void scatter_body(FILE *out, const tg_step *st, const tg_nest_code *c, lo
             rows, V, per, TG_CUDA_BLOCK, cols, st->node, cols, cols);
 }
 
-/* A step's body inside its wave's function; `first` is its first block. */
-static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int s, long long first) {
+/* A step's body inside its wave's function; `first` is its first block.
+ * *bytes gets what its statements access (the plan keeps it for traffic.c). */
+static void step_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int s, long long first, tg_step_bytes *bytes) {
   const tg_step *st = &lk->steps[s];
   const tg_nest *N = &st->nest;
   tg_nest_code c;
   tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
+  *bytes = (tg_step_bytes){0, 0};
+  for (int x = 0; x < c.n_access; x++) *(c.access[x].write ? &bytes->written : &bytes->read) += c.access[x].bytes;
   const char *in = "    ";
   tg_emit_lines(out, c.uniform, in);
   if (st->kind == TG_STEP_SCATTER) {
@@ -322,14 +325,15 @@ static const char *any_decl(void *ctx, long node) {
   return "?";
 }
 
-/* The wave's launched steps, each body rendered with blocks from first[i]. */
+/* The wave's launched steps, each body rendered with blocks from first[i];
+ * bytes[s] gets what step s accesses. */
 static void render_bodies(const tg_program *p, const tg_lkernel *lk, const int *step_of, const long long *first, int n,
-                          char **body) {
+                          char **body, tg_step_bytes *bytes) {
   for (int i = 0; i < n; i++) {
     size_t len = 0;
     FILE *f = open_memstream(&body[i], &len);
     if (!f) abort();
-    step_body(f, p, lk, step_of[i], first[i]);
+    step_body(f, p, lk, step_of[i], first[i], &bytes[step_of[i]]);
     fclose(f);
   }
 }
@@ -372,7 +376,7 @@ typedef struct wave_steps {
 
 /* The steps of wave w that are launched, their blocks one after another,
  * each in a group of its own. */
-static void wave_steps_collect(wave_steps *ws, const tg_program *p, const tg_lkernel *lk, int w) {
+static void wave_steps_collect(wave_steps *ws, const tg_program *p, const tg_lkernel *lk, int w, tg_step_bytes *bytes) {
   memset(ws, 0, sizeof *ws);
   int n = 0;
   for (int s = 0; s < lk->n_steps; s++) n += lk->steps[s].wave == w && tg_cuda_step_launched(&lk->steps[s]);
@@ -391,7 +395,7 @@ static void wave_steps_collect(wave_steps *ws, const tg_program *p, const tg_lke
     blocks += tg_cuda_step_blocks(st);
     i++;
   }
-  render_bodies(p, lk, ws->step_of, ws->first, n, ws->body);
+  render_bodies(p, lk, ws->step_of, ws->first, n, ws->body, bytes);
 }
 
 static void wave_steps_free(wave_steps *ws) {
@@ -597,10 +601,11 @@ static void table_branch(tg_sbuf *out, const tg_lkernel *lk, const wave_steps *w
  * parameters (GPT-2's optimizer would pass 750 pointers, past the 4 KB of
  * parameters older drivers take).  Steps of a shape of their own keep a
  * branch each, first; then each table's steps, in step order. */
-static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params, wave_info *wi) {
+static char *wave_text(tg_arena *a, const tg_program *p, const tg_lkernel *lk, int w, const char *params, wave_info *wi,
+                       tg_step_bytes *bytes) {
   memset(wi, 0, sizeof *wi);
   wave_steps ws;
-  wave_steps_collect(&ws, p, lk, w);
+  wave_steps_collect(&ws, p, lk, w, bytes);
   tg_param_ctx ax = {a, p, lk, TG_DIALECT_CUDA};
   wave_steps_group(&ws, &ax);
   tg_sbuf out = {0};
@@ -715,7 +720,7 @@ static void wave_units(ubuild *B, const tg_program *p, const tg_cuda_plan *plan,
     if (!any) continue;
     const char *place = tg_sprintf(a, "k%d_w%d: %s \"%s\" (%s)", lk->kernel, w, tg_kernel_kind_name(K->kind), K->name,
                                    plan->where[k]);
-    M->wave_unit[k][w] = add_unit(B, wave_text(a, p, lk, w, params, &M->waves[k][w]), false, comment, place,
+    M->wave_unit[k][w] = add_unit(B, wave_text(a, p, lk, w, params, &M->waves[k][w], plan->step_bytes[k]), false, comment, place,
                                   readable_tail(a, tg_kernel_kind_name(K->kind), K->name));
   }
 }
@@ -840,6 +845,9 @@ static void name_launches(tg_arena *a, const tg_program *p, tg_cuda_plan *plan, 
 tg_cuda_kernels *tg_cuda_kernels_make(tg_arena *a, const tg_program *p, tg_cuda_plan *plan) {
   ubuild B = {a, NULL, 0, 0};
   unit_map M;
+  plan->step_bytes = tg_alloc(a, sizeof *plan->step_bytes * (size_t)(p->n_kernels + 1));
+  for (int k = 0; k < p->n_kernels; k++)
+    plan->step_bytes[k] = tg_alloc(a, sizeof **plan->step_bytes * (size_t)(p->kernels[k].n_steps + 1));
   collect_units(&B, p, plan, &M);
   tg_cuda_kernels *ks = tg_alloc(a, sizeof *ks);
   ks->units = tg_alloc(a, sizeof *ks->units * (size_t)(B.n + 1));

@@ -148,11 +148,21 @@ typedef struct tg_cuda_op {
                              * compute stream must wait for it */
 } tg_cuda_op;
 
+/* The bytes a launched step's statements load and store (emit.h's access
+ * list of its nest). */
+typedef struct tg_step_bytes {
+  int64_t read, written;
+} tg_step_bytes;
+
 typedef struct tg_cuda_plan {
   const tg_program *p;
   tg_cuda_op *ops;          /* in run order */
   int n_ops;
   const char **where;       /* per fused kernel: its .tg lines, "gpt2.tg:27, std.tg:15-17" */
+  tg_step_bytes **step_bytes; /* per lowered kernel, per step: what its launched steps
+                             * access, kept by tg_cuda_kernels_make as it renders
+                             * each (so that traffic.c need not emit them again);
+                             * NULL until the kernels are made */
 } tg_cuda_plan;
 
 /* How render_cuda.c maps steps to launches: whether a step is part of its

@@ -87,13 +87,18 @@ static void wave(const tg_cuda_plan *plan, const tg_cuda_op *op, tg_launch_traff
   for (int s = 0; s < lk->n_steps; s++) {
     const tg_step *st = &lk->steps[s];
     if (st->wave != op->wave || !tg_cuda_step_launched(st)) continue;
-    tg_nest_code c;
-    tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
-    for (int a = 0; a < c.n_access; a++) {
-      if (c.access[a].write) L->bytes_written += c.access[a].bytes;
-      else L->bytes_read += c.access[a].bytes;
+    if (plan->step_bytes) { /* counted as the kernels were made */
+      L->bytes_read += plan->step_bytes[op->lkernel][s].read;
+      L->bytes_written += plan->step_bytes[op->lkernel][s].written;
+    } else {
+      tg_nest_code c;
+      tg_emit_nest(p, lk, s, TG_DIALECT_CUDA, &c);
+      for (int a = 0; a < c.n_access; a++) {
+        if (c.access[a].write) L->bytes_written += c.access[a].bytes;
+        else L->bytes_read += c.access[a].bytes;
+      }
+      tg_nest_code_free(&c);
     }
-    tg_nest_code_free(&c);
     L->flops += nest_flops(p, lk, s);
     int64_t chain = nest_chain(st);
     if (chain > L->chain) L->chain = chain;

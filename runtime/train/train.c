@@ -44,6 +44,7 @@
 #include "hf.h"
 #include "host_memory.h"
 #include "loss_plot.h"
+#include "run_page.h"
 #include "lr_schedule.h"
 #include "metrics.h"
 #include "passes.h"
@@ -845,6 +846,8 @@ static void write_plot(run *r, const char *metrics_path) {
   const char *svg = path_in(r, r->cfg.out_dir, "loss.svg");
   if (!tg_loss_plot_from_metrics(metrics_path, svg, r->cfg.model, why, sizeof why))
     say(r, "warning: no loss plot: %s\n", why);
+  if (!tg_run_page_write(r->cfg.out_dir, metrics_path, r->cfg.model, why, sizeof why))
+    say(r, "warning: no report.html: %s\n", why);
 }
 
 /* Train and val loss after `step` steps: logged and appended to the metrics. */
@@ -1390,6 +1393,7 @@ static int train(run *r) {
     say(r, "\n%s. run directory %s:\n", r->stopped ? "stopped" : "done", c->out_dir);
     say(r, "  log       %s/train.log\n  metrics   %s/%s\n  plot      %s/loss.svg\n  samples   %s/samples.txt\n",
         c->out_dir, c->out_dir, c->metrics_file, c->out_dir, c->out_dir);
+    say(r, "  report    %s/report.html (the curves, samples and config, one page)\n", c->out_dir);
     const char *suffix = tg_device_source_suffix(r->dev);
     say(r, "  checkpoint %s/" TG_CKPT_FILE "\n", c->out_dir);
     if (suffix) say(r, "  kernels   %s/kernels/*%s\n", c->out_dir, suffix);

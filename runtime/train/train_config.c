@@ -186,7 +186,7 @@ tg_precision_policy tg_train_config_precision(const tg_train_config *cfg) {
  * name of a file the run writes itself would let the metrics overwrite or
  * append to it (a checkpoint, the log). */
 static const char *check_file_name(const char *s) {
-  static const char *const own[] = {"train.log", "train.cfg", "loss.svg", "samples.txt", "kernels",
+  static const char *const own[] = {"train.log", "train.cfg", "loss.svg", "report.html", "samples.txt", "kernels",
                                     "ckpt.safetensors", "ckpt.prev.safetensors", "tgrun.lock"};
   if (!*s) return "must not be empty";
   if (strchr(s, '/')) return "must be a file name inside out_dir, without '/'";

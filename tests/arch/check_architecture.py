@@ -43,6 +43,7 @@ LAYERS = {
     'codegen': ['passes', 'ir', 'base'],
     'codegen/c': ['codegen', 'passes', 'ir', 'base'],
     'codegen/cuda': ['codegen', 'passes', 'ir', 'base'],
+    'report': ['codegen/cuda', 'codegen', 'passes', 'ir', 'base'],
     'runtime/formats': ['ir', 'base'],
     'runtime/data': ['runtime/formats', 'base'],
     'runtime/jit': ['base'],
@@ -56,9 +57,9 @@ LAYERS = {
                           'codegen', 'passes', 'ir', 'base'],
     'runtime/backend/registry': ['runtime/backend', 'runtime/backend/ref', 'runtime/backend/cpu', 'runtime/backend/cuda', 'base'],
     'runtime/train': ['runtime/backend/registry', 'runtime/backend', 'runtime/data', 'runtime/formats', 'runtime/comm',
-                      'frontend', 'passes', 'ir', 'base'],
+                      'report', 'frontend', 'passes', 'ir', 'base'],
     'tools': ['runtime/train', 'runtime/backend/registry', 'runtime/backend', 'runtime/data', 'runtime/formats', 'runtime/jit',
-              'runtime/comm', 'codegen/c', 'codegen/cuda', 'codegen', 'frontend', 'passes', 'ir', 'base'],
+              'runtime/comm', 'report', 'codegen/c', 'codegen/cuda', 'codegen', 'frontend', 'passes', 'ir', 'base'],
 }
 SOURCE_EXT = ('.c', '.h', '.l', '.y', '.def', '.cpp', '.hpp')
 # generated from the grammar: header -> the file it comes from
@@ -67,7 +68,7 @@ GROUPS = {'frontend/parser': 'frontend/grammar', 'frontend/lexer': 'frontend/gra
 MAX_SHARE = 0.30
 MAX_FUNCTION_LINES = 120
 # the tree's top folders: a path in a comment or doc that starts with one is a path of the tree
-TOP = ('base', 'ir', 'frontend', 'passes', 'codegen', 'runtime', 'tools', 'tests', 'bench', 'docs', 'models', 'configs')
+TOP = ('base', 'ir', 'frontend', 'passes', 'codegen', 'report', 'runtime', 'tools', 'tests', 'bench', 'docs', 'models', 'configs')
 # the start of a name of something a run writes, not a file of the tree
 WRITTEN = ('out/', 'out_dir/', 'DIR/', 'sys/', 'linux/')
 

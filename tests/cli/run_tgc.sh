@@ -263,4 +263,29 @@ if command -v dot > /dev/null; then
   echo "dot: one GPT-2 layer's training graph in $(( $(date +%s) - t0 )) s"
 fi
 
+# --report html: the page beside what --emit cuda writes; it needs -o DIR
+# and the training step; a model that fails gets a page with its error
+# (the page in a browser: tests/report/check_page.py)
+expect_status 0 "$tgc" models/gpt2.tg -D n_layer=2 --report html --dump-after fuse -o "$tmp/html"
+contains "$tmp/out" "wrote $tmp/html/index.html"
+for f in index.html gpt2.cu manifest.json fusion.txt; do
+  if [ -s "$tmp/html/$f" ]; then ok; else bad "--report html wrote no $f"; fi
+done
+if grep -q '"ir_pass": "fuse"' "$tmp/html/index.html"; then ok; else bad "--dump-after fuse: no IR on the page"; fi
+if grep -q '# the IR above is after' "$tmp/out"; then bad "--report html printed the IR to stdout"; else ok; fi
+expect_status 2 "$tgc" models/gpt2.tg --report html
+contains "$tmp/out" "--report html needs -o DIR"
+expect_status 2 "$tgc" models/gpt2.tg --report html --decode -o "$tmp/html2"
+contains "$tmp/out" "--report html shows the training step"
+expect_status 1 "$tgc" tests/bad/undefined_config.tg --report html -o "$tmp/bad_html"
+contains "$tmp/out" "error: unknown name 'B'"
+if grep -q "unknown name 'B'" "$tmp/bad_html/index.html"; then ok; else bad "the failing model's page lacks its error"; fi
+# ... failing in a pass: the passes that ran, the one that stopped last (unfinished)
+printf 'config { n = 2 }\ninput x: f32[n]\noutput y = sum(x)\n' > "$tmp/no_loss.tg"
+expect_status 1 "$tgc" "$tmp/no_loss.tg" --report html -o "$tmp/no_loss_html"
+contains "$tmp/out" "no output named 'loss'"
+if grep -q '{"name": "autodiff", .*"seconds": -1' "$tmp/no_loss_html/index.html" &&
+   grep -q '{"name": "precision", .*"kernels": 0, "seconds": [0-9]' "$tmp/no_loss_html/index.html"; then ok
+else bad "the page of a model failing in autodiff does not show the passes before it done and autodiff stopped"; fi
+
 finish

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_kernels.h"
 #include "lower.h"
 #include "passes.h"
 #include "testutil.h"
@@ -440,9 +441,9 @@ START_TEST(test_layernorm_backward_one_kernel) {
 }
 END_TEST
 
-START_TEST(test_gpt2_step) {
-  tg_ctx *c = tu_ctx();
-  static const char *const defs[] = {"B=16"};
+/* GPT-2's whole bf16 training step at one -D override, lowered for CUDA. */
+static tg_program *gpt2_step(tg_ctx *c, const char *define) {
+  const char *const defs[] = {define};
   tg_graph *g = tu_compile(c, "models/gpt2.tg", tu_read("models/gpt2.tg"), 1, defs);
   jmp_buf bail;
   c->bail = &bail;
@@ -450,8 +451,16 @@ START_TEST(test_gpt2_step) {
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
                          .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(c, g, &po);
-  tg_traffic *t = tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, tg_lower_ex(c, g, true)), tg_gpu_find("h100"));
+  tg_program *p = tg_lower_ex(c, g, true);
   c->bail = NULL;
+  return p;
+}
+
+START_TEST(test_gpt2_step) {
+  tg_ctx *c = tu_ctx();
+  tg_program *p = gpt2_step(c, "B=16");
+  const tg_graph *g = p->g;
+  tg_traffic *t = tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, p), tg_gpu_find("h100"));
   for (int i = 0; i < t->n; i++)
     ck_assert_msg(!t->launch[i].flag, "launch %d (%s) is flagged: %s", i, op_of(t, i)->launch.function,
                   t->launch[i].flag);
@@ -487,6 +496,35 @@ START_TEST(test_gpt2_step) {
   double gb = (double)(t->bytes_read + t->bytes_written) / 1e9;
   printf("GPT-2 124M, B=16: %d launches, none flagged, %.2f GB a step\n", t->n, gb);
   ck_assert_msg(gb <= BUDGET_GB, "the step moves %.2f GB (budget %.1f)", gb, BUDGET_GB);
+  tu_ctx_free(c);
+}
+END_TEST
+
+/* What tg_cuda_kernels_make keeps of each step as it renders it (the
+ * plan's step_bytes) counts as emitting the step again would: every
+ * launch's bytes the same both ways, on GPT-2's whole bf16 step. */
+START_TEST(test_counted_as_rendered) {
+  tg_ctx *c = tu_ctx();
+  tg_program *p = gpt2_step(c, "n_layer=2");
+  const tg_graph *g = p->g;
+  tg_cuda_plan *plan = tg_cuda_plan_make(g->arena, p);
+  ck_assert_ptr_null(plan->step_bytes);
+  tg_cuda_kernels_make(g->arena, p, plan);
+  ck_assert_ptr_nonnull(plan->step_bytes);
+  tg_traffic *kept = tg_traffic_count(g->arena, plan, tg_gpu_find("h100"));
+  tg_step_bytes **step_bytes = plan->step_bytes;
+  plan->step_bytes = NULL; /* each step emitted again */
+  tg_traffic *emitted = tg_traffic_count(g->arena, plan, tg_gpu_find("h100"));
+  plan->step_bytes = step_bytes;
+  ck_assert_int_eq(kept->n, emitted->n);
+  int waves = 0;
+  for (int i = 0; i < kept->n; i++) {
+    ck_assert_int_eq(kept->launch[i].bytes_read, emitted->launch[i].bytes_read);
+    ck_assert_int_eq(kept->launch[i].bytes_written, emitted->launch[i].bytes_written);
+    waves += op_of(kept, i)->kind == TG_CUDA_LAUNCH;
+  }
+  ck_assert_int_gt(waves, 20);
+  ck_assert_int_gt(kept->bytes_read, 0);
   tu_ctx_free(c);
 }
 END_TEST
@@ -546,6 +584,7 @@ int main(void) {
   tcase_add_test(t, test_layernorm_backward_one_kernel);
   tcase_add_test(t, test_tied_embedding_in_place);
   tcase_add_test(t, test_gpt2_step);
+  tcase_add_test(t, test_counted_as_rendered);
   tcase_add_test(t, test_serial_sum_is_flagged);
   tcase_add_test(t, test_report_lines);
   suite_add_tcase(s, t);

@@ -1,0 +1,510 @@
+/* page.js: draws tgc --report html's page from its JSON block (report.c
+ * embeds this file, without this comment).  Plain script, no library:
+ * every section is built from the data, its charts as inline SVG.  Each
+ * section is a <section id=...> the browser test (tests/report) looks
+ * for; a .tg line is a .line with data-file and data-line, a kernel in
+ * the list a .kernel with data-k, and the ones a click lights get .hl. */
+
+"use strict";
+(function () {
+  var D = JSON.parse(document.getElementById("tg-data").textContent);
+  var app = document.getElementById("app");
+  var SVG = "http://www.w3.org/2000/svg";
+
+  function el(tag, attrs, kids) {
+    var e = document.createElement(tag);
+    for (var a in attrs || {}) {
+      if (a === "text") e.textContent = attrs[a];
+      else if (a === "click") e.addEventListener("click", attrs[a]);
+      else e.setAttribute(a, attrs[a]);
+    }
+    (kids || []).forEach(function (k) { if (k) e.appendChild(typeof k === "string" ? document.createTextNode(k) : k); });
+    return e;
+  }
+  function svg(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    for (var a in attrs) e.setAttribute(a, attrs[a]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function bytes(n) {
+    var u = ["B", "KB", "MB", "GB", "TB"], i = 0;
+    while (Math.abs(n) >= 1000 && i < u.length - 1) { n /= 1000; i++; }
+    return (i ? n.toFixed(1) : String(n)) + " " + u[i];
+  }
+  function si(n) {
+    var u = ["", "K", "M", "G", "T", "P"], i = 0;
+    while (Math.abs(n) >= 1000 && i < u.length - 1) { n /= 1000; i++; }
+    return (i ? n.toFixed(2) : String(Math.round(n))) + u[i];
+  }
+  function time(s) { return s >= 1e-3 ? (s * 1e3).toFixed(2) + " ms" : (s * 1e6).toFixed(1) + " µs"; }
+  function section(id, title) {
+    var s = el("section", { id: id }, [el("h2", { text: title })]);
+    app.appendChild(s);
+    return s;
+  }
+  function table(head, rows, numeric) {
+    var t = el("table", {}, [el("tr", {}, head.map(function (h, i) {
+      return el("th", { "class": numeric && numeric[i] ? "n" : "", text: h });
+    }))]);
+    rows.forEach(function (r) {
+      t.appendChild(el("tr", {}, r.map(function (c, i) {
+        return el("td", { "class": numeric && numeric[i] ? "n" : "" }, [c instanceof Node ? c : String(c)]);
+      })));
+    });
+    return t;
+  }
+  function basename(p) { return p.replace(/^.*\//, ""); }
+
+  var nav = el("nav");
+  app.appendChild(el("header", {}, [el("h1", { text: D.run ? "tg: a run of " + D.model + " in " + D.run.out_dir
+                                                       : "tg: what the compiler did with " + D.model }), nav]));
+  function link(id, text) { nav.appendChild(el("a", { href: "#" + id, text: text })); }
+
+  /* ---- a model that failed: the error, the caret view, the passes that ran */
+  function drawError() {
+    link("error", "error");
+    link("pipeline", "passes");
+    var s = section("error", "The model did not compile");
+    s.appendChild(el("pre", { "class": "error", text: D.error }));
+    s.appendChild(el("p", { "class": "muted", text: "command: " + D.command }));
+    /* the first error's place in its file, with the lines around it */
+    var at = /^(.*?):(\d+):(\d+): error/m.exec(D.error);
+    var src = at && D.sources.filter(function (f) { return f.path === at[1]; })[0];
+    if (src) {
+      var n = +at[2], lines = src.text.split("\n"), box = el("div", { "class": "pane" });
+      for (var i = Math.max(1, n - 4); i <= Math.min(lines.length, n + 4); i++)
+        box.appendChild(el("div", { "class": "line" + (i === n ? " hl" : "") },
+                           [el("span", { "class": "no", text: String(i) }), lines[i - 1]]));
+      s.appendChild(el("h3", { text: basename(src.path) + ", around line " + n }));
+      s.appendChild(box);
+    }
+  }
+
+  function drawPipeline() {
+    var s = section("pipeline", "Pipeline: the passes, in order");
+    var rows = D.passes.map(function (p) {
+      return [p.name, p.what, p.before, p.seconds < 0 ? "—" : p.after, p.seconds < 0 ? "—" : p.kernels,
+              p.seconds < 0 ? "stopped here" : time(p.seconds)];
+    });
+    s.appendChild(table(["pass", "what it does", "nodes before", "after", "kernels", "time"], rows,
+                        [0, 0, 1, 1, 1, 1]));
+    if (!D.passes.length) s.appendChild(el("p", { text: "No pass ran: the model stopped in the frontend." }));
+    if (D.ir) {
+      s.appendChild(el("details", { "class": "ir" }, [el("summary", { text: "The IR after " + D.ir_pass }),
+                                                    el("pre", { text: D.ir })]));
+    }
+    s.appendChild(el("p", { "class": "muted",
+      text: "The IR after a pass on this page: add --dump-after PASS to its command (" + D.command + ")." }));
+  }
+
+  function drawSummary() {
+    link("summary", "summary"); link("pipeline", "pipeline"); link("source", "source & kernels");
+    link("graph", "step graph"); link("traffic", "traffic"); link("memory", "memory");
+    link("collectives", "collectives"); link("reports", "reports");
+    var s = section("summary", "Summary");
+    var launches = D.launches.length, matmuls = 0;
+    D.launches.forEach(function (l) { if (l[1] === "cuBLASLt matmul") matmuls++; });
+    var T = D.totals, tokens = 1;
+    D.config.forEach(function (c) { if (c[0] === "B" || c[0] === "T") tokens *= c[1]; });
+    var phases = D.phases.map(function (p) { return p[0] + " " + time(p[1]); }).join(", ");
+    var total = D.phases.reduce(function (a, p) { return a + p[1]; }, 0);
+    var rows = [
+      ["model", D.model], ["command", D.command],
+      ["config", D.config.map(function (c) { return c[0] + "=" + c[1]; }).join(" ")],
+      ["parameters", si(D.params) + " (" + bytes(D.param_bytes) + ")"], ["precision", D.precision],
+      ["graph", D.nodes + " nodes, " + D.kernels.length + " kernels"],
+      ["launches", launches + " a step (" + matmuls + " cuBLASLt matmuls), " + D.cuda.length + " distinct CUDA functions"],
+      ["per step", bytes(T.read) + " read, " + bytes(T.written) + " written, " + si(T.flops) + "FLOP"],
+      ["roofline on " + D.gpu.name, time(T.seconds) + " a step, " + si(tokens / T.seconds) + " tokens/s at most" +
+        (T.flagged ? "; " + T.flagged + " launches flagged" : "")],
+      ["memory", "arena " + bytes(D.memory.arena) + " (and scratch " + bytes(D.memory.scratch) + "), most live at once " + bytes(D.memory.live) +
+        ", without reuse " + bytes(D.memory.sum) + "; parameters, inputs and state " + bytes(D.memory.persistent)],
+      ["all-reduce", D.buckets.length + " buckets"],
+      ["compile time", time(total) + ": " + phases]
+    ];
+    s.appendChild(table(["", ""], rows));
+  }
+
+  /* ---- the .tg source beside the kernels */
+  var kernelRows = {}, lineRows = [], detail, selected = null;
+  var byId = {};
+  function kernelsOfLine(f, n) {
+    return D.kernels.filter(function (k) {
+      return k.lines.some(function (l) { return l[0] === f && l[1] === n; });
+    });
+  }
+  function light(kernels, lines) {
+    document.querySelectorAll(".hl").forEach(function (e) { e.classList.remove("hl"); });
+    kernels.forEach(function (k) { kernelRows[k.id].classList.add("hl"); });
+    lines.forEach(function (l) {
+      var r = document.querySelector('.line[data-file="' + l[0] + '"][data-line="' + l[1] + '"]');
+      if (r) r.classList.add("hl");
+    });
+  }
+  function showSource(f) {
+    lineRows.forEach(function (p, i) { p.style.display = i === f ? "" : "none"; });
+  }
+  function selectKernel(k, scroll) {
+    if (selected !== null) kernelRows[selected].classList.remove("sel");
+    selected = k.id;
+    kernelRows[k.id].classList.add("sel");
+    light([k], k.lines);
+    if (k.lines.length) {
+      showSource(k.lines[0][0]);
+      var r = document.querySelector('.line[data-file="' + k.lines[0][0] + '"][data-line="' + k.lines[0][1] + '"]');
+      if (r && scroll) r.scrollIntoView({ block: "center" });
+    }
+    if (scroll) kernelRows[k.id].scrollIntoView({ block: "nearest" });
+    drawDetail(k);
+  }
+  function fusionLines(id) {
+    var own = new RegExp("^fusion: k" + id + " "), stop = new RegExp("not in k" + id + ":");
+    return (D.fusion || "").split("\n").filter(function (l) { return own.test(l) || stop.test(l); });
+  }
+  function drawDetail(k) {
+    detail.textContent = "";
+    var ops = Object.keys(k.ops).map(function (o) { return k.ops[o] > 1 ? o + " ×" + k.ops[o] : o; }).join(", ");
+    detail.appendChild(el("h3", { text: "k" + k.id + " " + k.name + " (" + k.kind + ", " + k.phase + ")" }));
+    detail.appendChild(table(["", ""], [
+      ["source", k.where || "—"], ["ops", ops],
+      ["bytes", bytes(k.read) + " read, " + bytes(k.written) + " written"], ["FLOPs", si(k.flops)],
+      ["roofline", time(k.seconds) + " in " + k.launches + " launch" + (k.launches === 1 ? "" : "es") +
+        (k.category ? " (" + k.category + ")" : "")],
+      ["reads from", k.from.map(function (f) { return "k" + f; }).join(" ") || "leaves only"],
+      ["folded into", k.folded_into >= 0 ? "k" + k.folded_into : "—"]
+    ]));
+    detail.appendChild(el("h3", { text: "Fusion: the kernel, and why it stopped at its edges" }));
+    detail.appendChild(el("pre", { text: fusionLines(k.id).join("\n") || "(nothing in the fusion report)" }));
+    detail.appendChild(el("h3", { text: "Generated CUDA" }));
+    if (!k.units.length) detail.appendChild(el("p", { text: "No function of its own: cuBLASLt, or folded into another kernel." }));
+    k.units.forEach(function (u) { detail.appendChild(el("pre", { text: D.cuda[u].code })); });
+  }
+  function drawSource() {
+    var s = section("source", "The .tg source and the kernels its ops became");
+    s.appendChild(el("p", { "class": "muted",
+      text: "Click a line to light the kernels its ops are in; click a kernel to see its lines, ops, fusion, CUDA and cost." }));
+    var tabs = el("div", { "class": "tabs" });
+    var src = el("div", { "class": "pane" }), list = el("div", { "class": "pane" });
+    detail = el("div", { "class": "pane detail" });
+    D.sources.forEach(function (f, fi) {
+      tabs.appendChild(el("button", { text: basename(f.path), click: function () { showSource(fi); } }));
+      var used = {};
+      D.kernels.forEach(function (k) { k.lines.forEach(function (l) { if (l[0] === fi) used[l[1]] = true; }); });
+      var pane = el("div");
+      f.text.split("\n").forEach(function (t, i) {
+        var n = i + 1;
+        pane.appendChild(el("div", { "class": "line" + (used[n] ? " has" : ""), "data-file": fi, "data-line": n,
+          click: function () { light(kernelsOfLine(fi, n), [[fi, n]]); } },
+          [el("span", { "class": "no", text: String(n) }), t]));
+      });
+      lineRows.push(pane);
+      src.appendChild(pane);
+    });
+    D.kernels.forEach(function (k) {
+      byId[k.id] = k;
+      var row = el("div", { "class": "kernel", "data-k": k.id, click: function () { selectKernel(k, true); } },
+        [el("span", { "class": "k", text: "k" + k.id }), k.name + " ", el("span", { "class": "muted", text: k.where })]);
+      kernelRows[k.id] = row;
+      list.appendChild(row);
+    });
+    s.appendChild(tabs);
+    s.appendChild(el("div", { "class": "cols" }, [src, list, detail]));
+    showSource(0);
+  }
+
+  /* ---- the step as a graph of kernels: repeated runs drawn once, ×N
+   * (the runs are the compiler's: report.c, kernel_runs) */
+  var colors = { matmul: "#4a7fd4", epilogue: "#7fa7e6", attention: "#9b59b6", row: "#e67e22", elementwise: "#27ae60",
+                 reduce: "#c0392b", embedding: "#8e6c3a", optimizer: "#7f8c8d" };
+  function drawGraph() {
+    var s = section("graph", "The step as a graph of kernels");
+    var items = D.runs.map(function (r) { return { start: r[0], p: r[1], r: r[2], open: false }; });
+    var own = el("div", { "class": "pane own-layout" }), dot = el("div", { "class": "pane dot-layout" });
+    function show(which) {
+      own.style.display = which === "own" ? "" : "none";
+      dot.style.display = which === "dot" ? "" : "none";
+    }
+    if (D.step_svg) {
+      s.appendChild(el("p", { "class": "muted",
+        text: "Graphviz's layout of the kernels (dot), a run repeated layer by layer drawn once as ×N; click a kernel to open it, " +
+              "a run to open it in the page's own layout." }));
+      s.appendChild(el("div", { "class": "tabs" }, [
+        el("button", { text: "Graphviz's layout", click: function () { show("dot"); } }),
+        el("button", { text: "own layout (runs open and close)", "class": "to-own", click: function () { show("own"); } })]));
+      dot.innerHTML = D.step_svg;
+      dot.querySelectorAll("g.node").forEach(function (n) {
+        var id = n.getAttribute("id") || "", num = +id.slice(1);
+        n.classList.add("tile");
+        n.addEventListener("click", function () {
+          if (id[0] === "k" && byId[num]) selectKernel(byId[num], true);
+          else if (id[0] === "g" && items[num]) { items[num].open = true; draw(); show("own"); }
+        });
+      });
+    } else {
+      s.appendChild(el("p", { "class": "muted",
+        text: "Kernels in run order, top to bottom, coloured by category; an arc joins a kernel to one that reads its output. " +
+              "Runs repeated layer by layer are drawn once with ×N: click one to open it. (Graphviz's dot was not found: " +
+              "the page's own layout.)" }));
+    }
+    s.appendChild(dot);
+    s.appendChild(own);
+    function draw() {
+      own.textContent = "";
+      var rows = [], rowOf = {};
+      items.forEach(function (it) {
+        if (it.r > 1 && !it.open) {
+          for (var x = 0; x < it.p * it.r; x++) rowOf[D.kernels[it.start + x].id] = rows.length;
+          rows.push({ group: it });
+        } else {
+          for (var y = 0; y < it.p * it.r; y++) { rowOf[D.kernels[it.start + y].id] = rows.length; rows.push({ k: D.kernels[it.start + y], group: it.r > 1 ? it : null }); }
+        }
+      });
+      var H = 18, W = 900, g = svg("svg", { width: W, height: rows.length * H + 10, "class": "step-graph" });
+      rows.forEach(function (r, i) {
+        var y = 4 + i * H;
+        if (r.k) {
+          var k = r.k, c = colors[k.category] || "#aab";
+          var t = svg("g", { "class": "tile", "data-k": k.id });
+          t.appendChild(svg("rect", { x: 200, y: y, width: 360, height: H - 4, rx: 3, fill: c, opacity: 0.85 }));
+          t.appendChild(svg("text", { x: 206, y: y + 11, fill: "#fff" }, "k" + k.id + " " + k.name.slice(0, 48)));
+          t.appendChild(svg("text", { x: 570, y: y + 11, fill: "#556" }, k.where.slice(0, 50)));
+          t.addEventListener("click", function () { selectKernel(k, true); });
+          g.appendChild(t);
+        } else {
+          var it = r.group, first = D.kernels[it.start], last = D.kernels[it.start + it.p - 1];
+          var b = svg("g", { "class": "tile group" });
+          b.appendChild(svg("rect", { x: 200, y: y, width: 360, height: H - 4, rx: 3, fill: "#fff", stroke: "#334", "stroke-width": 1.5 }));
+          b.appendChild(svg("text", { x: 206, y: y + 11 }, "×" + it.r + ": k" + first.id + "–k" + last.id + " (" + it.p + " kernels), repeated; click to open"));
+          b.addEventListener("click", function () { it.open = true; draw(); });
+          g.appendChild(b);
+        }
+        if (r.group && r.k && r.k === D.kernels[r.group.start]) {
+          var c2 = svg("text", { x: 4, y: y + 11, "class": "tile" }, "▾ ×" + r.group.r + " (close)");
+          c2.addEventListener("click", function () { r.group.open = false; draw(); });
+          g.appendChild(c2);
+        }
+      });
+      var drawn = {};
+      D.kernels.forEach(function (k) {
+        k.from.forEach(function (f) {
+          var a = rowOf[f], b = rowOf[k.id];
+          if (a === undefined || b === undefined || a === b || drawn[a + "," + b]) return;
+          drawn[a + "," + b] = true;
+          var ya = 4 + a * H + 7, yb = 4 + b * H + 7, bend = Math.min(180, 8 + 6 * Math.abs(b - a));
+          g.insertBefore(svg("path", { d: "M200," + ya + " C" + (200 - bend) + "," + ya + " " + (200 - bend) + "," + yb + " 200," + yb,
+            fill: "none", stroke: "#889", "stroke-opacity": 0.45 }), g.firstChild);
+        });
+      });
+      own.appendChild(g);
+    }
+    draw();
+    show(D.step_svg ? "dot" : "own");
+  }
+
+  /* ---- traffic by category, the roofline, the launches that dominate */
+  function drawTraffic() {
+    var s = section("traffic", "Traffic and the roofline on " + D.gpu.name);
+    var cats = D.categories.filter(function (c) { return c[1] > 0; });
+    var max = Math.max.apply(null, cats.map(function (c) { return c[4]; }).concat([1e-12]));
+    var W = 960, H = 22, g = svg("svg", { width: W, height: cats.length * H + 24, "class": "categories" });
+    cats.forEach(function (c, i) {
+      var w = 380 * c[4] / max, y = 4 + i * H;
+      g.appendChild(svg("text", { x: 0, y: y + 13 }, c[0]));
+      g.appendChild(svg("rect", { x: 90, y: y, width: Math.max(1, w), height: H - 6, fill: colors[c[0]] || "#4a7fd4" }));
+      g.appendChild(svg("text", { x: 96 + w, y: y + 13 },
+        time(c[4]) + " · " + bytes(c[2]) + " · " + si(c[3]) + "FLOP · " + c[1] + " launches · " +
+        (100 * c[4] / D.totals.seconds).toFixed(1) + "%"));
+    });
+    s.appendChild(el("h3", { text: "Roofline time by category" }));
+    s.appendChild(g);
+    s.appendChild(el("h3", { text: "The roofline: each launch's arithmetic intensity and the rate it may reach" }));
+    s.appendChild(roofline());
+    var top = D.launches.map(function (l, i) { return [l, i]; }).sort(function (a, b) { return b[0][7] - a[0][7]; }).slice(0, 20);
+    s.appendChild(el("h3", { text: "The launches that dominate the step" }));
+    s.appendChild(table(["#", "kernel", "function", "category", "read", "written", "FLOPs", "roofline", "share", "flag"],
+      top.map(function (t) {
+        var l = t[0], k = byId[l[0]];
+        var a = el("a", { href: "#source", text: "k" + l[0] + " " + (k ? k.name : ""), click: function () { if (k) selectKernel(k, true); } });
+        return [t[1], a, l[1], l[2], bytes(l[3]), bytes(l[4]), si(l[5]), time(l[6]),
+                (100 * l[6] / D.totals.seconds).toFixed(1) + "%", l[8]];
+      }), [1, 0, 0, 0, 1, 1, 1, 1, 1, 0]));
+  }
+  function roofline() {
+    var W = 640, H = 300, L = 50, B = 30, g = svg("svg", { width: W, height: H, "class": "roofline" });
+    var xs = [-2, 4], ys = [8, 16];
+    function X(i) { return L + (Math.log10(i) - xs[0]) / (xs[1] - xs[0]) * (W - L - 10); }
+    function Y(f) { return H - B - (Math.log10(f) - ys[0]) / (ys[1] - ys[0]) * (H - B - 10); }
+    g.appendChild(svg("rect", { x: L, y: 10, width: W - L - 10, height: H - B - 10, fill: "none", stroke: "#ccd" }));
+    [D.gpu.bf16, D.gpu.f32].forEach(function (peak, j) {
+      var knee = peak / D.gpu.hbm, pts = [];
+      for (var e = xs[0]; e <= xs[1] + 1e-9; e += 0.05) {
+        var i = Math.pow(10, e);
+        pts.push(X(i) + "," + Y(Math.min(peak, i * D.gpu.hbm)));
+      }
+      g.appendChild(svg("polyline", { points: pts.join(" "), fill: "none", stroke: j ? "#e67e22" : "#2b6fd6", "stroke-width": 1.5 }));
+      g.appendChild(svg("text", { x: X(Math.min(knee * 3, 5000)), y: Y(peak) - 4 }, j ? "f32 " + si(peak) + "FLOP/s" : "bf16 " + si(peak) + "FLOP/s"));
+    });
+    D.launches.forEach(function (l) {
+      var by = l[3] + l[4];
+      if (!by || !l[5] || !l[6]) return;
+      var i = l[5] / by, f = l[5] / l[6];
+      g.appendChild(svg("circle", { cx: X(Math.min(Math.max(i, 1e-2), 1e4)), cy: Y(Math.min(Math.max(f, 1e8), 1e16)), r: 2.5,
+        fill: colors[l[2]] || "#555", opacity: 0.7 }));
+    });
+    for (var e = xs[0]; e <= xs[1]; e++) g.appendChild(svg("text", { x: X(Math.pow(10, e)) - 8, y: H - 12 }, "1e" + e));
+    for (var f = ys[0]; f <= ys[1]; f += 2) g.appendChild(svg("text", { x: 4, y: Y(Math.pow(10, f)) + 4 }, "1e" + f));
+    g.appendChild(svg("text", { x: W / 2 - 80, y: H - 1 }, "FLOPs per byte (log)"));
+    return g;
+  }
+
+  /* ---- memory: live bytes over the step, the peak, what is alive at it */
+  function drawMemory() {
+    var s = section("memory", "Memory plan: live bytes over the step");
+    var n = D.kernels.length, live = [];
+    for (var i = 0; i <= n; i++) live.push(0);
+    D.buffers.forEach(function (b) { for (var k = b[1]; k <= Math.min(b[2], n); k++) live[k] += b[3]; });
+    var peak = 0;
+    live.forEach(function (v, i) { if (v > live[peak]) peak = i; });
+    var W = 900, H = 220, max = live[peak] || 1, g = svg("svg", { width: W, height: H + 20, "class": "live-bytes" });
+    function X(i) { return 40 + i / Math.max(1, n) * (W - 50); }
+    function Y(v) { return H - v / max * (H - 20); }
+    var pts = ["40," + H];
+    live.forEach(function (v, i) { pts.push(X(i) + "," + Y(v), X(i + 1) + "," + Y(v)); });
+    pts.push(X(n + 1) + "," + H);
+    g.appendChild(svg("polygon", { points: pts.join(" "), fill: "#4a7fd4", opacity: 0.6 }));
+    g.appendChild(svg("line", { x1: X(peak), x2: X(peak), y1: 10, y2: H, stroke: "#d33" }));
+    g.appendChild(svg("text", { x: X(peak) + 4, y: 16 }, "peak " + bytes(live[peak]) + " at k" + peak));
+    g.appendChild(svg("text", { x: 40, y: H + 14 }, "kernel 0 … " + n + " (run order); the arena the plan places is " + bytes(D.memory.arena)));
+    s.appendChild(g);
+    var alive = D.buffers.filter(function (b) { return b[1] <= peak && peak <= b[2]; }).sort(function (a, b) { return b[3] - a[3]; });
+    s.appendChild(el("h3", { text: alive.length + " buffers alive at the peak (k" + peak + "), largest first" }));
+    s.appendChild(table(["value", "bytes", "written by", "last read by"], alive.slice(0, 40).map(function (b) {
+      return [b[4], bytes(b[3]), "k" + b[1], b[2] >= n ? "after the step" : "k" + b[2]];
+    }), [0, 1, 0, 0]));
+  }
+
+  /* ---- the collectives on the timeline of kernels */
+  function drawCollectives() {
+    var s = section("collectives", "Collectives on the timeline of kernels");
+    var start = {}, t = 0;
+    D.kernels.forEach(function (k) { start[k.id] = t; t += k.seconds; });
+    var total = t || 1, W = 900, g = svg("svg", { width: W, height: 90, "class": "timeline" });
+    function X(v) { return 80 + v / total * (W - 90); }
+    g.appendChild(svg("text", { x: 0, y: 24 }, "kernels"));
+    g.appendChild(svg("text", { x: 0, y: 64 }, "all-reduce"));
+    D.kernels.forEach(function (k) {
+      g.appendChild(svg("rect", { x: X(start[k.id]), y: 12, width: Math.max(0.5, X(start[k.id] + k.seconds) - X(start[k.id])), height: 18,
+        fill: k.phase === "forward" ? "#27ae60" : k.phase === "backward" ? "#4a7fd4" : "#7f8c8d" }));
+    });
+    var rows = D.buckets.map(function (b, i) {
+      var at = start[b[0]] + (byId[b[0]] ? byId[b[0]].seconds : 0), opt = total;
+      D.kernels.forEach(function (k) { if (k.phase === "optimizer" && start[k.id] < opt) opt = start[k.id]; });
+      g.appendChild(svg("rect", { x: X(at), y: 52, width: Math.max(2, X(opt) - X(at)), height: 16, fill: "#e67e22", opacity: 0.35 }));
+      g.appendChild(svg("line", { x1: X(at), x2: X(at), y1: 48, y2: 72, stroke: "#e67e22", "stroke-width": 2 }));
+      return [i, "after k" + b[0], b[2], bytes(b[1]), time(Math.max(0, opt - at))];
+    });
+    s.appendChild(el("p", { "class": "muted",
+      text: "Width is roofline time. Green: forward, blue: backward, grey: optimizer. Each all-reduce bucket starts when its last " +
+            "gradient is made and may overlap the compute until the optimizer, which needs it (orange)." }));
+    var zero = (D.collectives || []).map(function (c, i) {
+      var at = start[c[0]] || 0, until = c[4] >= 0 && start[c[4]] !== undefined ? start[c[4]] : total;
+      g.appendChild(svg("rect", { x: X(at), y: 76, width: Math.max(2, X(until) - X(at)), height: 10,
+        fill: c[1] === "all_gather" ? "#27ae60" : "#c0392b", opacity: 0.4 }));
+      return [i, c[1], "k" + c[0], c[3], bytes(c[2]), c[4] >= 0 ? "k" + c[4] : "after the step", time(Math.max(0, until - at))];
+    });
+    if (zero.length) { g.setAttribute("height", 100); g.appendChild(svg("text", { x: 0, y: 85 }, "in the graph")); }
+    s.appendChild(g);
+    if (!rows.length) s.appendChild(el("p", { text: "No all-reduce buckets: no gradient to reduce." }));
+    else s.appendChild(table(["bucket", "starts", "gradients", "bytes", "compute it can overlap"], rows, [1, 0, 1, 1, 1]));
+    if (zero.length) {
+      s.appendChild(el("h3", { text: zero.length + " collectives in the graph (ZeRO stage 3's all-gathers and reduce-scatters, " +
+                                     "tensor parallelism's all-reduces): each from its point until the first kernel that reads it" }));
+      s.appendChild(table(["#", "collective", "at", "ranks", "bytes a rank sends", "needed by", "compute it can overlap"], zero,
+                          [1, 0, 0, 1, 1, 0, 1]));
+    }
+  }
+
+  function drawReports() {
+    var s = section("reports", "Reports as text");
+    var d = el("details", {}, [el("summary", { text: "fusion (tgc --report fusion): every kernel, and every stop" }),
+                               el("pre", { text: D.fusion || "" })]);
+    s.appendChild(d);
+    var p = el("details", {}, [el("summary", { text: "the CUDA prelude every function compiles after" }),
+                               el("pre", { text: D.prelude || "" })]);
+    s.appendChild(p);
+  }
+
+  /* ---- a run (tgrun's out_dir/report.html): curves, samples, config */
+  function chart(title, series) {
+    var W = 440, H = 220, L = 56, B = 28, pts = [];
+    series.forEach(function (s) { pts = pts.concat(s.pts); });
+    var g = svg("svg", { width: W, height: H, "class": "chart" });
+    g.appendChild(svg("text", { x: L, y: 12 }, title));
+    if (!pts.length) { g.appendChild(svg("text", { x: L, y: H / 2 }, "no points yet")); return g; }
+    var x0 = Math.min.apply(null, pts.map(function (p) { return p[0]; })), x1 = Math.max.apply(null, pts.map(function (p) { return p[0]; }));
+    var y0 = Math.min.apply(null, pts.map(function (p) { return p[1]; })), y1 = Math.max.apply(null, pts.map(function (p) { return p[1]; }));
+    if (x1 === x0) x1 = x0 + 1;
+    if (y1 === y0) y1 = y0 + 1;
+    function X(v) { return L + (v - x0) / (x1 - x0) * (W - L - 10); }
+    function Y(v) { return H - B - (v - y0) / (y1 - y0) * (H - B - 20); }
+    g.appendChild(svg("rect", { x: L, y: 20, width: W - L - 10, height: H - B - 20, fill: "none", stroke: "#ccd" }));
+    g.appendChild(svg("text", { x: 2, y: Y(y1) + 4 }, y1.toPrecision(4)));
+    g.appendChild(svg("text", { x: 2, y: Y(y0) + 4 }, y0.toPrecision(4)));
+    g.appendChild(svg("text", { x: L, y: H - 10 }, "step " + x0));
+    g.appendChild(svg("text", { x: W - 80, y: H - 10 }, "step " + x1));
+    series.forEach(function (s, i) {
+      g.appendChild(svg("polyline", { points: s.pts.map(function (p) { return X(p[0]) + "," + Y(p[1]); }).join(" "),
+        fill: "none", stroke: s.color, "stroke-width": 1.5, "class": "series-" + s.name }));
+      g.appendChild(svg("text", { x: W - 120, y: 34 + 14 * i, fill: s.color }, s.name));
+    });
+    return g;
+  }
+  function drawRun() {
+    var R = D.run, rows = [];
+    R.metrics.split("\n").forEach(function (l) {
+      if (!l.trim()) return;
+      try { rows.push(JSON.parse(l)); } catch (e) { /* the line being written: left for the next update */ }
+    });
+    function series(key, from) {
+      return from.filter(function (r) { return typeof r[key] === "number"; }).map(function (r) { return [r.step, r[key]]; });
+    }
+    var steps = rows.filter(function (r) { return "loss" in r; }), evals = rows.filter(function (r) { return "val_loss" in r; });
+    link("run", "run"); link("curves", "curves"); link("samples", "samples"); link("config", "config");
+    var s = section("run", "The run");
+    var last = steps[steps.length - 1], val = evals[evals.length - 1];
+    s.appendChild(table(["", ""], [["model", D.model], ["out_dir", R.out_dir],
+      ["steps", steps.length ? last.step + " (" + steps.length + " rows)" : "none yet"],
+      ["train loss", last ? String(last.loss) : "—"], ["val loss", val ? val.val_loss + " at step " + val.step : "—"],
+      ["the compiler's page", "tgc " + D.model + " --report html -o DIR (with the run's -D and precision)"]]));
+    var c = section("curves", "Curves against step");
+    var box = el("div", { "class": "cols" });
+    box.appendChild(chart("loss", [{ name: "train", pts: series("loss", steps), color: "#2b6fd6" },
+                                   { name: "val", pts: series("val_loss", evals), color: "#e67e22" }]));
+    box.appendChild(chart("learning rate", [{ name: "lr", pts: series("lr", steps), color: "#27ae60" }]));
+    c.appendChild(box);
+    var box2 = el("div", { "class": "cols" });
+    box2.appendChild(chart("gradient norm", [{ name: "grad_norm", pts: series("grad_norm", steps), color: "#9b59b6" }]));
+    box2.appendChild(chart("tokens/s", [{ name: "tok_per_s", pts: series("tok_per_s", steps), color: "#c0392b" }]));
+    c.appendChild(box2);
+    section("samples", "Samples").appendChild(el("pre", { text: R.samples || "(no samples yet)" }));
+    section("config", "The run's train.cfg").appendChild(el("pre", { text: R.config || "" }));
+  }
+
+  if (D.run) {
+    drawRun();
+  } else if (D.error !== null) {
+    drawError();
+    drawPipeline();
+  } else {
+    drawSummary();
+    drawPipeline();
+    drawSource();
+    drawGraph();
+    drawTraffic();
+    drawMemory();
+    drawCollectives();
+    drawReports();
+  }
+  document.body.setAttribute("data-ready", "1");
+})();

@@ -1,0 +1,73 @@
+/* report.h: `tgc --report html`'s page (report.c): what the compiler did,
+ * as one self-contained web page (DIR/index.html).
+ *
+ * The page is a layer of its own, above the code generators and below the
+ * tools: it reads what they made (the graph with its kernels, memory plan
+ * and all-reduce buckets, the lowered program, the CUDA plan and its
+ * kernels, the traffic counts, the pass log) and writes it as data, one
+ * JSON block, that the page's own script (report/page.js, embedded at
+ * build time with report/page.css) draws.  Nothing is fetched when the
+ * page is viewed.  Where only text exists (the fusion report), the text is
+ * embedded as it is and the script splits it by kernel. */
+#ifndef TG_REPORT_H
+#define TG_REPORT_H
+
+#include <stdio.h>
+
+#include "cuda_kernels.h"
+#include "passes.h"
+#include "traffic.h"
+
+enum { TG_REPORT_MAX_PHASES = 8 };
+
+/* One phase of the compilation and its time ("frontend", "passes", ...). */
+typedef struct tg_report_phase {
+  const char *name;
+  double seconds;
+} tg_report_phase;
+
+typedef struct tg_report_page {
+  const char *model;            /* the input, as named */
+  const char *command;          /* the command line, for the reader to rerun */
+  const char *precision;        /* "bf16" or "f32" */
+  const tg_source *sources;     /* every file read (the ctx's list) */
+  const tg_pass_log *passes;    /* the passes that ran, or NULL */
+  tg_report_phase phases[TG_REPORT_MAX_PHASES];
+  int n_phases;
+  /* a compiled model: all set; a failed one: g may be NULL, the rest is */
+  const tg_graph *g;
+  const tg_program *p;
+  const tg_cuda_plan *plan;
+  const tg_cuda_kernels *ks;
+  const tg_traffic *traffic;
+  const char *fusion_text;      /* the fusion report, or NULL */
+  const char *ir_pass;          /* --dump-after PASS: the pass, and the IR after it, or NULL */
+  const char *ir_text;
+  const char *step_svg;         /* Graphviz's drawing of tg_report_step_dot, or NULL */
+  const char *error;            /* the diagnostics of a model that failed, or NULL */
+} tg_report_page;
+
+/* Writes the page to out. */
+void tg_report_html(FILE *out, const tg_report_page *r);
+
+/* The step as a graph of kernels in Graphviz's language, a run of kernels
+ * repeated layer after layer drawn once as one node "×12" (the page's
+ * step graph, for `dot -Tsvg`): node kN a kernel, gN the Nth run.  Needs
+ * r->g, r->p and r->plan.  Returns the number of nodes. */
+int tg_report_step_dot(FILE *out, const tg_report_page *r);
+
+/* tgrun's page of a run (out_dir/report.html, runtime/train/run_page.h):
+ * the texts a run writes, embedded as they are, which the same script
+ * draws: the metrics file's curves (train and val loss, learning rate,
+ * gradient norm, tokens/s against step), the samples and the config. */
+typedef struct tg_report_run {
+  const char *model;        /* the model file the run trains */
+  const char *out_dir;
+  const char *config_text;  /* the run's train.cfg */
+  const char *metrics_text; /* the metrics file: JSON lines (runtime/train/metrics.h) */
+  const char *samples_text; /* samples.txt, or NULL */
+} tg_report_run;
+
+void tg_report_run_html(FILE *out, const tg_report_run *r);
+
+#endif

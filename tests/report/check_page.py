@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""check_page.py: tgc --report html's page in a real browser (headless
+Chromium through Selenium and chromedriver).
+
+    check_page.py TGC SOURCE_DIR WORKDIR [--tgrun TGRUN] [--screenshot PNG]
+
+Compiles GPT-2 124M (models/gpt2.tg) with --report html and opens the page:
+no console error; every section is there and drawn (a table or an SVG in
+each); clicking each .tg line that has kernels, and a line without, lights
+exactly the kernels the manifest's "where" names for that line; clicking a
+kernel lights its lines.  Then a model with an error: tgc fails, its page
+shows the error, its caret and the message tgc printed.  With --tgrun, a
+4-step run's out_dir/report.html: its curves, samples and config.
+--screenshot writes a PNG of GPT-2's page (docs/report.png).
+
+Exit 77 (ctest's SKIP) when Chromium, chromedriver or Selenium is missing:
+the browser test needs them (tools/install-deps.sh installs them)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+SKIP = 77
+SYSTEM_PYTHON = '/usr/bin/python3'
+SECTIONS = ['summary', 'pipeline', 'source', 'graph', 'traffic', 'memory', 'collectives', 'reports']
+
+
+def browser():
+    chromium = shutil.which('chromium') or shutil.which('chromium-browser')
+    driver = shutil.which('chromedriver')
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        # Debian's python3-selenium is the system Python's: a python3 of
+        # one's own (pyenv, a venv) earlier in PATH does not see it
+        if os.path.exists(SYSTEM_PYTHON) and os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON):
+            os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON] + sys.argv)
+        webdriver = None
+    if not chromium or not driver or not webdriver:
+        print('SKIP: the browser test needs chromium, chromedriver and python3-selenium '
+              '(apt-get install chromium chromium-driver python3-selenium)')
+        sys.exit(SKIP)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for a in ('--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--window-size=1400,1000',
+              '--allow-file-access-from-files'):
+        opts.add_argument(a)
+    opts.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
+    return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+def lines_of(where):
+    """The manifest's "gpt2.tg:27,30-31, std.tg:15" as {(file, line)}."""
+    out = set()
+    for part in filter(None, (where or '').split(', ')):
+        file, _, ranges = part.rpartition(':')
+        for r in ranges.split(','):
+            a, _, b = r.partition('-')
+            for n in range(int(a), int(b or a) + 1):
+                out.add((file, n))
+    return out
+
+
+def console_errors(d):
+    return [e for e in d.get_log('browser') if e['level'] == 'SEVERE']
+
+
+def fail(msg):
+    print('FAIL: ' + msg)
+    sys.exit(1)
+
+
+def check_sections(d):
+    for s in SECTIONS:
+        found = d.find_elements('id', s)
+        if len(found) != 1:
+            fail('section #%s: %d on the page' % (s, len(found)))
+        drawn = d.execute_script(
+            'var s = arguments[0]; return s.offsetHeight > 40 && s.querySelectorAll("table, svg, pre, .line").length > 0;',
+            found[0])
+        if not drawn:
+            fail('section #%s is empty' % s)
+    print('ok: the %d sections are drawn' % len(SECTIONS))
+
+
+def check_lines(d, manifest):
+    kernels = {int(k['kernel'][1:]): lines_of(k.get('where')) for k in manifest['kernels']}
+    files = d.execute_script('return JSON.parse(document.getElementById("tg-data").textContent)'
+                             '.sources.map(function (s) { return s.path.replace(/^.*\\//, ""); });')
+    rows = d.execute_script('return Array.prototype.map.call(document.querySelectorAll(".line"), function (e) {'
+                            ' return [+e.dataset.file, +e.dataset.line, e.classList.contains("has")]; });')
+    with_kernels = [r for r in rows if r[2]]
+    without = [r for r in rows if not r[2]][:3]
+    if len(with_kernels) < 10:
+        fail('only %d .tg lines have kernels' % len(with_kernels))
+    tabs = d.find_elements('css selector', '#source .tabs button')
+    clicked = 0
+    for f, n, _ in with_kernels + without:
+        tabs[f].click()
+        d.find_element('css selector', '.line[data-file="%d"][data-line="%d"]' % (f, n)).click()
+        lit = set(d.execute_script('return Array.prototype.map.call(document.querySelectorAll(".kernel.hl"),'
+                                   ' function (e) { return +e.dataset.k; });'))
+        want = {k for k, ls in kernels.items() if (files[f], n) in ls}
+        if lit != want:
+            fail('%s:%d lights kernels %s; the manifest lists %s' % (files[f], n, sorted(lit), sorted(want)))
+        clicked += 1
+    print('ok: %d .tg lines clicked, each lit exactly the manifest\'s kernels' % clicked)
+    k = max(kernels, key=lambda k: len(kernels[k]))
+    d.find_element('css selector', '.kernel[data-k="%d"]' % k).click()
+    lit = d.execute_script('return Array.prototype.map.call(document.querySelectorAll(".line.hl"), function (e) {'
+                           ' return [+e.dataset.file, +e.dataset.line]; });')
+    if {(files[f], n) for f, n in lit} != kernels[k]:
+        fail('kernel k%d lights lines %s; the manifest says %s' % (k, lit, sorted(kernels[k])))
+    if not d.find_elements('css selector', '#source .detail pre'):
+        fail('kernel k%d: no detail drawn' % k)
+    print('ok: kernel k%d lights its %d lines and shows its detail' % (k, len(kernels[k])))
+
+
+def check_graph(d):
+    """Graphviz's drawing where dot is installed: a node per run of kernels
+    (report.c's runs), a kernel's node opening the kernel; then the page's
+    own layout, a repeated run opened."""
+    runs = d.execute_script('return JSON.parse(document.getElementById("tg-data").textContent).runs.length;')
+    if d.find_elements('css selector', '#graph .dot-layout svg'):
+        nodes = d.find_elements('css selector', '#graph .dot-layout g.node')
+        if len(nodes) != runs:
+            fail('Graphviz drew %d nodes for %d runs of kernels' % (len(nodes), runs))
+        d.find_element('css selector', '#graph .dot-layout g.node#k0').click()
+        sel = d.execute_script('var e = document.querySelector(".kernel.sel"); return e && e.dataset.k;')
+        if sel != '0':
+            fail('clicking k0 in the Graphviz drawing selected %r' % sel)
+        d.find_element('css selector', '#graph .to-own').click()
+        print('ok: Graphviz drew the step\'s %d runs of kernels; k0 clicked there opened k0' % runs)
+    else:
+        print('ok: no Graphviz here: the page\'s own layout')
+    tiles = len(d.find_elements('css selector', '#graph .own-layout .tile[data-k]'))
+    d.find_element('css selector', '#graph .group').click()  # open a repeated run of layers
+    opened = len(d.find_elements('css selector', '#graph .own-layout .tile[data-k]'))
+    if opened <= tiles:
+        fail('opening a run of layers drew %d kernels, before %d' % (opened, tiles))
+    print('ok: the own layout: a repeated run opened, %d kernels drawn, before %d' % (opened, tiles))
+
+
+def check_good(d, tgc, src, work, screenshot):
+    out = os.path.join(work, 'gpt2')
+    subprocess.run([tgc, os.path.join(src, 'models/gpt2.tg'), '--report', 'html', '-o', out], check=True,
+                   stdout=subprocess.DEVNULL)
+    page = os.path.join(out, 'index.html')
+    text = open(page, encoding='utf-8').read()
+    if re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', text):
+        fail('the page fetches something')
+    d.get('file://' + page)
+    if d.execute_script('return document.body.getAttribute("data-ready")') != '1':
+        fail('the page\'s script did not finish')
+    check_sections(d)
+    check_lines(d, json.load(open(os.path.join(out, 'manifest.json'))))
+    check_graph(d)
+    errors = console_errors(d)
+    if errors:
+        fail('console errors: %s' % errors)
+    print('ok: no console errors on GPT-2\'s page')
+    if screenshot:  # the source beside its kernels, a row kernel (layernorm) chosen
+        d.set_window_size(1280, 900)
+        d.execute_script('var D = JSON.parse(document.getElementById("tg-data").textContent);'
+                         'var k = D.kernels.filter(function (k) { return k.kind === "row" && k.units.length; })[0];'
+                         'document.querySelector(\'.kernel[data-k="\' + k.id + \'"]\').click();'
+                         'document.getElementById("source").scrollIntoView(); window.scrollBy(0, -70);')
+        d.save_screenshot(screenshot)
+        print('wrote ' + screenshot)
+
+
+def check_bad(d, tgc, src, work):
+    bad = os.path.join(src, 'tests/bad/undefined_config.tg')  # an unknown name, as cli_bad_inputs checks it
+    out = os.path.join(work, 'bad')
+    r = subprocess.run([tgc, bad, '--report', 'html', '-o', out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    if r.returncode != 1:
+        fail('a bad model: tgc exited %d' % r.returncode)
+    message = next((l for l in r.stderr.splitlines() if ': error: ' in l), None)
+    if not message:
+        fail('a bad model: no error on stderr: %s' % r.stderr)
+    d.get('file://' + os.path.join(out, 'index.html'))
+    shown = d.find_element('css selector', '#error pre').text
+    if message not in shown or '^' not in shown:
+        fail('the error page shows %r, not the error %r with its caret' % (shown, message))
+    line = int(message.split(':')[1])
+    want = open(bad, encoding='utf-8').read().split('\n')[line - 1]
+    lit = [e.text for e in d.find_elements('css selector', '#error .line.hl')]
+    if len(lit) != 1 or want not in lit[0]:
+        fail('the error page lights %r, not line %d of the model (%r)' % (lit, line, want))
+    errors = console_errors(d)
+    if errors:
+        fail('console errors on the error page: %s' % errors)
+    print('ok: the bad model\'s page shows %r' % message)
+    # a model that fails in a pass: the passes that ran, autodiff stopped
+    no_loss = os.path.join(work, 'no_loss.tg')
+    with open(no_loss, 'w') as f:
+        f.write('config { n = 2 }\ninput x: f32[n]\noutput y = sum(x)\n')
+    subprocess.run([tgc, no_loss, '--report', 'html', '-o', os.path.join(work, 'no_loss')], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    d.get('file://' + os.path.join(work, 'no_loss', 'index.html'))
+    rows = [[td.text for td in tr.find_elements('css selector', 'td')]
+            for tr in d.find_elements('css selector', '#pipeline tr')][1:]
+    if not rows or rows[-1][0] != 'autodiff' or rows[-1][-1] != 'stopped here' or 'stopped here' in rows[-2]:
+        fail('the page of a model failing in autodiff shows the passes %s' % rows)
+    if "no output named 'loss'" not in d.find_element('css selector', '#error pre').text:
+        fail('the page of a model failing in autodiff lacks its error')
+    print('ok: a model failing in autodiff: %d passes ran, the page says autodiff stopped' % (len(rows) - 1))
+
+
+RUN_CFG = """model = "models/gpt2.tg"
+model.n_layer = 1
+model.n_head = 2
+model.n_embd = 32
+model.block_size = 32
+data_dir = "{data}"
+batch_size = 4
+block_size = 32
+max_steps = 4
+warmup_steps = 1
+lr_decay_steps = 4
+eval_interval = 2
+eval_batches = 1
+sample_interval = 2
+sample_tokens = 20
+checkpoint_interval = 0
+threads = 1
+"""
+
+
+def check_run(d, tgrun, src, work):
+    """A 4-step run on the CPU backend (the corpus: README.md, characters):
+    its out_dir/report.html draws the curves, one point a step, the samples
+    and the config, without a console error."""
+    env = dict(os.environ, TG_CACHE=os.path.join(work, 'cache'))
+    data = os.path.join(work, 'run_data')
+    subprocess.run([tgrun, 'prepare', '--tokenizer', 'char', '--input', os.path.join(src, 'README.md'), '--out', data],
+                   check=True, stdout=subprocess.DEVNULL, env=env, cwd=src)
+    cfg = os.path.join(work, 'run.cfg')
+    with open(cfg, 'w') as f:
+        f.write(RUN_CFG.format(data=data))
+    out = os.path.join(work, 'run')
+    r = subprocess.run([tgrun, cfg, 'out_dir=' + out, 'overwrite=true'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, env=env, cwd=src)
+    if r.returncode != 0:
+        fail('the run failed: %s' % r.stdout[-2000:])
+    if 'report    %s/report.html' % out not in r.stdout:
+        fail('the log\'s last lines do not name report.html')
+    d.get('file://' + os.path.join(out, 'report.html'))
+    for s in ('run', 'curves', 'samples', 'config'):
+        if not d.find_elements('id', s):
+            fail('the run\'s page has no section #%s' % s)
+    points = d.execute_script('var p = document.querySelector("#curves .series-train");'
+                              'return p ? p.getAttribute("points").trim().split(" ").length : 0;')
+    if points != 4:
+        fail('the run\'s train loss curve has %d points, not one a step (4)' % points)
+    first_sample = open(os.path.join(out, 'samples.txt'), encoding='utf-8').readline().strip()
+    if first_sample not in d.find_element('css selector', '#samples pre').text:
+        fail('the run\'s page does not show its samples (%r)' % first_sample)
+    errors = console_errors(d)
+    if errors:
+        fail('console errors on the run\'s page: %s' % errors)
+    print('ok: the run\'s report.html draws 4 steps of curves, its samples and config')
+
+
+def main():
+    args = sys.argv[1:]
+    opt = {}
+    for name in ('--screenshot', '--tgrun'):
+        if name in args:
+            i = args.index(name)
+            opt[name] = args[i + 1]
+            del args[i:i + 2]
+    if len(args) != 3:
+        print(__doc__)
+        return 2
+    tgc, src, work = args
+    os.makedirs(work, exist_ok=True)
+    d = browser()
+    try:
+        check_good(d, tgc, src, work, opt.get('--screenshot'))
+        check_bad(d, tgc, src, work)
+        if '--tgrun' in opt:
+            check_run(d, opt['--tgrun'], src, work)
+    finally:
+        d.quit()
+    print('ok: the page in a browser')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
