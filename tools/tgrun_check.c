@@ -28,7 +28,7 @@ const char tgrun_check_usage[] =
     "  export   a checkpoint as Hugging Face's GPT-2 (model.safetensors, config.json):\n"
     "           tgrun export CKPT --out DIR (tgrun export --help)\n"
     "  sample   text from a trained model (key/value cache):      tgrun sample --help\n"
-    "  eval     HellaSwag accuracy of a checkpoint, as llm.c:       tgrun eval --help\n"
+    "  eval     HellaSwag accuracy of a checkpoint, as llm.c:   tgrun eval --help\n"
     "  init   write initial weights:      tgrun init MODEL.tg --seed S --out W.safetensors\n"
     "  grad   loss and gradients of one batch:\n"
     "         tgrun grad MODEL.tg --weights W.safetensors --batch X.safetensors --out G.safetensors\n"
