@@ -388,7 +388,10 @@ void tg_log_legend(FILE *f, const tg_log_columns *c) {
         "  eta    wall time since the run (or its resume) started, and the time left to\n"
         "         max_steps at its pace so far\n"
         "each evaluation prints train and val loss: the mean over eval_batches batches of each "
-        "split\n"
-        "  (and with train.cfg's hellaswag, HellaSwag's acc and acc_norm over its examples)\n",
+        "split\n",
         f);
+  if (c->hellaswag)
+    fputs("  and HellaSwag's acc and acc_norm (hellaswag in train.cfg): the fractions of its examples\n"
+          "  whose ending of lowest summed, and of lowest average, loss a token is the right one\n",
+          f);
 }

@@ -119,6 +119,7 @@ void tg_metrics_log_free(tg_metrics_log *log);
 typedef struct tg_log_columns {
   int64_t max_steps; /* sets the width of the step column */
   bool fwd_bwd;      /* the backend times the forward and backward passes */
+  bool hellaswag;    /* evaluations score HellaSwag too (train.cfg's hellaswag) */
 } tg_log_columns;
 
 /* The lines below explained, column by column; print once at the start. */

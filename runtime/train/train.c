@@ -881,7 +881,7 @@ static void train_loop(run *r) {
   int64_t nparams;
   double flops_per_step = step_flops(r, tokens_per_step, &nparams);
   tg_lr_schedule sched = {c->learning_rate, c->min_lr, c->warmup_steps, tg_train_config_decay_steps(c)};
-  tg_log_columns cols = {c->max_steps, true};
+  tg_log_columns cols = {c->max_steps, true, r->hella != NULL};
   double peak = say_run_start(r, nparams, tokens_per_step, &cols);
   /* the loss before any step: the baseline of the plot */
   /* at stage 3 every rank runs the evaluations and samples: their graphs
