@@ -104,8 +104,9 @@ static int run(tg_ctx *ctx, const tg_eval_opts *o, held *s) {
   tg_weights_free(s->w);
   s->w = NULL;
   double t2 = now();
-  fprintf(o->info, "eval: %s on %s, %lld HellaSwag examples of %s, T %lld; compiled in %.2f s, loaded in %.2f s\n",
-          g->source, tg_device_describe(s->dev), (long long)h->n, h->path, (long long)h->longest, t2 - t1, t1 - t0);
+  fprintf(o->info, "eval: %s on %s, %lld HellaSwag example%s of %s, T %lld; compiled in %.2f s, loaded in %.2f s\n",
+          g->source, tg_device_describe(s->dev), (long long)h->n, h->n == 1 ? "" : "s", h->path, (long long)h->longest,
+          t2 - t1, t1 - t0);
   const tg_node *lg = tg_graph_output(g, TG_OUTPUT_LOGITS);
   s->logits = tg_xcalloc((size_t)tg_type_numel(&lg->type), sizeof *s->logits);
   tg_hellaswag_result r = tg_hellaswag_run(ctx, h, s->e, (int64_t)vocab, s->logits, s->out);
@@ -116,8 +117,8 @@ static int run(tg_ctx *ctx, const tg_eval_opts *o, held *s) {
     if (bad) tg_error(ctx, (tg_loc){o->out, 0, 0}, "--out %s: cannot write it", o->out);
   }
   double t3 = now();
-  fprintf(o->info, "hellaswag acc %.4f acc_norm %.4f (%lld examples; %lld and %lld right) in %.2f s\n", r.acc,
-          r.acc_norm, (long long)r.n, (long long)r.correct, (long long)r.correct_norm, t3 - t2);
+  fprintf(o->info, "hellaswag acc %.4f acc_norm %.4f (%lld example%s; %lld and %lld right) in %.2f s\n", r.acc,
+          r.acc_norm, (long long)r.n, r.n == 1 ? "" : "s", (long long)r.correct, (long long)r.correct_norm, t3 - t2);
   return 0;
 }
 

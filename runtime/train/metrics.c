@@ -362,8 +362,8 @@ int tg_log_eval_line(char *buf, size_t n, const tg_log_columns *c, const tg_metr
   put(&o, " | val loss ");
   fixed(&o, 7, 4, 'f', r->val_loss);
   if (r->hellaswag_n > 0)
-    put(&o, " | hellaswag acc %.4f acc_norm %.4f (%lld examples)", r->hellaswag_acc, r->hellaswag_acc_norm,
-        (long long)r->hellaswag_n);
+    put(&o, " | hellaswag acc %.4f acc_norm %.4f (%lld example%s)", r->hellaswag_acc, r->hellaswag_acc_norm,
+        (long long)r->hellaswag_n, r->hellaswag_n == 1 ? "" : "s");
   return finish(&o);
 }
 
