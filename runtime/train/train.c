@@ -218,8 +218,8 @@ static const char *model_path(run *r) {
 }
 
 /* B and T the graph's; T below block_size for HellaSwag (its longest
- * example). */
-static tg_graph *compile_model(run *r, int64_t B, int64_t T, bool sample) {
+ * example).  with_logits: the model's logits an output too. */
+static tg_graph *compile_model(run *r, int64_t B, int64_t T, bool with_logits) {
   const tg_train_config *c = &r->cfg;
   tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 4 + r->init_dims.n));
   int n = 0;
@@ -245,7 +245,7 @@ static tg_graph *compile_model(run *r, int64_t B, int64_t T, bool sample) {
   tg_graph *g = tg_compile_file(r->ctx, model_path(r), &co);
   if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
   /* the head's output, named `logits` in the model, is what sampling and HellaSwag read */
-  if (sample) tg_hellaswag_expose_logits(r->ctx, g, c->model);
+  if (with_logits) tg_hellaswag_expose_logits(r->ctx, g, c->model);
   return g;
 }
 
