@@ -85,5 +85,6 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "prepare")) return tgrun_prepare_main(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "export")) return tgrun_export_main(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "sample")) return tgrun_sample_main(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "eval")) return tgrun_eval_main(argc - 1, argv + 1);
   return tgrun_check_main(argc, argv);
 }

@@ -29,6 +29,7 @@ const char tgrun_check_usage[] =
     "  export   a checkpoint as Hugging Face's GPT-2 (model.safetensors, config.json):\n"
     "           tgrun export CKPT --out DIR (tgrun export --help)\n"
     "  sample   text from a trained model (key/value cache):      tgrun sample --help\n"
+    "  eval     HellaSwag accuracy of a checkpoint, as llm.c:   tgrun eval --help\n"
     "  init   write initial weights:      tgrun init MODEL.tg --seed S --out W.safetensors\n"
     "  grad   loss and gradients of one batch:\n"
     "         tgrun grad MODEL.tg --weights W.safetensors --batch X.safetensors --out G.safetensors\n"
@@ -165,8 +166,8 @@ static int parse_args(int argc, char **argv, opts *o) {
   else if (!strcmp(cmd, "grad")) o->cmd = CMD_GRAD;
   else if (!strcmp(cmd, "step")) o->cmd = CMD_STEP;
   else {
-    static const char *const cmds[] = {"init", "grad", "step", "prepare", "export", "sample"};
-    const char *s = tg_nearest(cmd, cmds, 5);
+    static const char *const cmds[] = {"init", "grad", "step", "prepare", "export", "sample", "eval"};
+    const char *s = tg_nearest(cmd, cmds, sizeof cmds / sizeof *cmds);
     if (s) {
       fprintf(stderr, "tgrun: error: unknown command '%s' (did you mean '%s'?)\n(see tgrun --help)\n",
               cmd, s);

@@ -6,6 +6,7 @@
  *   tgrun_prepare.c  prepare             -> runtime/data/prepare.h
  *   tgrun_export.c   export              -> runtime/train/export.h
  *   tgrun_sample.c   sample              -> runtime/train/generate.h
+ *   tgrun_eval.c     eval                -> runtime/train/eval.h (HellaSwag)
  *
  * tgrun.c is main: it picks the command (and execs mpirun for --nproc).
  * Each returns the exit status: 0, 1 for bad input or a failed run, 2 for
@@ -20,6 +21,7 @@ int tgrun_train_main(int argc, char **argv);   /* argv[0]: the program, argv[1]:
 int tgrun_prepare_main(int argc, char **argv); /* argv[0]: "prepare" */
 int tgrun_export_main(int argc, char **argv);  /* argv[0]: "export" */
 int tgrun_sample_main(int argc, char **argv);  /* argv[0]: "sample" */
+int tgrun_eval_main(int argc, char **argv);    /* argv[0]: "eval" */
 
 /* The usage text of init, grad and step (tgrun --help prints it). */
 extern const char tgrun_check_usage[];

@@ -32,7 +32,10 @@ double tg_mfu(double flops_per_step, double dt_s, double peak_flops) {
 /* ---- rows ----------------------------------------------------------------- */
 
 tg_metrics_row tg_metrics_row_blank(tg_metrics_kind kind, int64_t step) {
-  return (tg_metrics_row){kind, step, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+  return (tg_metrics_row){.kind = kind, .step = step, .loss = NAN, .lr = NAN, .grad_norm = NAN, .dt_ms = NAN,
+                          .fwd_ms = NAN, .bwd_ms = NAN, .tok_per_s = NAN, .mfu = NAN, .train_loss = NAN,
+                          .val_loss = NAN, .hellaswag_acc = NAN, .hellaswag_acc_norm = NAN, .hellaswag_n = 0,
+                          .time = NAN, .elapsed_s = NAN, .eta_s = NAN};
 }
 
 /* snprintf that keeps appending into one buffer and counts what it needed. */
@@ -67,6 +70,11 @@ int tg_metrics_json(char *buf, size_t n, const tg_metrics_row *r) {
   if (r->kind == TG_METRICS_EVAL) {
     json_num(&o, "train_loss", r->train_loss);
     json_num(&o, "val_loss", r->val_loss);
+    if (r->hellaswag_n > 0) {
+      json_num(&o, "hellaswag_acc", r->hellaswag_acc);
+      json_num(&o, "hellaswag_acc_norm", r->hellaswag_acc_norm);
+      put(&o, ",\"hellaswag_n\":%lld", (long long)r->hellaswag_n);
+    }
   } else {
     json_num(&o, "loss", r->loss);
     json_num(&o, "lr", r->lr);
@@ -179,7 +187,12 @@ static bool row_from_json(const tg_json *o, tg_metrics_row *r) {
   bool eval = tg_json_get(o, "val_loss") != NULL;
   *r = tg_metrics_row_blank(eval ? TG_METRICS_EVAL : TG_METRICS_STEP, step->u.i);
   if (!get_num(o, "time", &r->time) || !get_num(o, "elapsed_s", &r->elapsed_s)) return false;
-  if (eval) return get_num(o, "val_loss", &r->val_loss) && get_num(o, "train_loss", &r->train_loss);
+  if (eval) {
+    const tg_json *n = tg_json_get(o, "hellaswag_n");
+    if (n && n->kind == TG_JSON_INT && n->u.i > 0) r->hellaswag_n = n->u.i;
+    return get_num(o, "val_loss", &r->val_loss) && get_num(o, "train_loss", &r->train_loss) &&
+           get_num(o, "hellaswag_acc", &r->hellaswag_acc) && get_num(o, "hellaswag_acc_norm", &r->hellaswag_acc_norm);
+  }
   return get_num(o, "loss", &r->loss) && get_num(o, "lr", &r->lr) &&
          get_num(o, "grad_norm", &r->grad_norm) && get_num(o, "dt_ms", &r->dt_ms) &&
          get_num(o, "fwd_ms", &r->fwd_ms) && get_num(o, "bwd_ms", &r->bwd_ms) &&
@@ -348,6 +361,9 @@ int tg_log_eval_line(char *buf, size_t n, const tg_log_columns *c, const tg_metr
   fixed(&o, 7, 4, 'f', r->train_loss);
   put(&o, " | val loss ");
   fixed(&o, 7, 4, 'f', r->val_loss);
+  if (r->hellaswag_n > 0)
+    put(&o, " | hellaswag acc %.4f acc_norm %.4f (%lld example%s)", r->hellaswag_acc, r->hellaswag_acc_norm,
+        (long long)r->hellaswag_n, r->hellaswag_n == 1 ? "" : "s");
   return finish(&o);
 }
 
@@ -374,4 +390,8 @@ void tg_log_legend(FILE *f, const tg_log_columns *c) {
         "each evaluation prints train and val loss: the mean over eval_batches batches of each "
         "split\n",
         f);
+  if (c->hellaswag)
+    fputs("  and HellaSwag's acc and acc_norm (hellaswag in train.cfg): the fractions of its examples\n"
+          "  whose ending of lowest summed, and of lowest average, loss a token is the right one\n",
+          f);
 }

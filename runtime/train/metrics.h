@@ -14,6 +14,8 @@
  * is null when peak_flops is unknown, and so is any other value that is not
  * finite (JSON has no NaN).  An evaluation row:
  *   {"step":250,"train_loss":2.1234,"val_loss":2.2345,"time":1795766700.5,"elapsed_s":312.9}
+ * and with train.cfg's hellaswag, after val_loss:
+ *   "hellaswag_acc":0.2859,"hellaswag_acc_norm":0.2955,"hellaswag_n":10042
  * time and elapsed_s are left out when unknown (rows of older files). 
  * Other keys in a line are ignored when reading, so rows may grow. */
 #ifndef TG_METRICS_H
@@ -63,6 +65,10 @@ typedef struct tg_metrics_row {
   double mfu;       /* a fraction: 0.031 is 3.1% */
   /* TG_METRICS_EVAL: mean losses over eval_batches batches of each split */
   double train_loss, val_loss;
+  /* ... and with train.cfg's hellaswag, its accuracies (hellaswag.h) over
+   * hellaswag_n examples; hellaswag_n 0: not scored (the keys left out) */
+  double hellaswag_acc, hellaswag_acc_norm;
+  int64_t hellaswag_n;
   /* both kinds: when the row was written, as unix seconds (UTC, to the
    * millisecond: pandas reads it with pd.to_datetime(unit="s")), and the
    * seconds since this run (or this resume of it) started */
@@ -113,6 +119,7 @@ void tg_metrics_log_free(tg_metrics_log *log);
 typedef struct tg_log_columns {
   int64_t max_steps; /* sets the width of the step column */
   bool fwd_bwd;      /* the backend times the forward and backward passes */
+  bool hellaswag;    /* evaluations score HellaSwag too (train.cfg's hellaswag) */
 } tg_log_columns;
 
 /* The lines below explained, column by column; print once at the start. */
@@ -121,7 +128,9 @@ void tg_log_legend(FILE *out, const tg_log_columns *c);
  * step   10/2000 | loss  2.5131 | lr 1.00e-04 | norm  0.812 | dt   41.2 ms (fwd  12.0, bwd  27.1) |    15,872 tok/s | mfu  3.1% |    12s, eta  1m22s
  * "(fwd .., bwd ..)" only with c->fwd_bwd; "-" for what is unknown. */
 int tg_log_step_line(char *buf, size_t n, const tg_log_columns *c, const tg_metrics_row *r);
-/* step  250/2000 | eval | train loss  2.1234 | val loss  2.2345 */
+/* step  250/2000 | eval | train loss  2.1234 | val loss  2.2345
+ * and with HellaSwag scored:
+ *   ... | hellaswag acc 0.2859 acc_norm 0.2955 (10042 examples) */
 int tg_log_eval_line(char *buf, size_t n, const tg_log_columns *c, const tg_metrics_row *r);
 
 #endif

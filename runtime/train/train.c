@@ -14,7 +14,10 @@
  *   optimizer clipping and AdamW on the accumulated gradients (tg's adamw
  *             pass on a graph whose gradients are inputs);
  *   eval      the forward of one batch: the loss on train and val batches;
- *   sample    the forward of one sequence with its logits, for text samples.
+ *   sample    the forward of one sequence with its logits, for text samples;
+ *   hellaswag (with the `hellaswag` key) the forward of 4 sequences with
+ *             their logits, T the longest example's tokens: an example's
+ *             4 endings, scored at each evaluation (hellaswag.c).
  *
  * Rank 0 evaluates, samples, logs and writes checkpoints; every rank takes
  * the same steps on its own slice of each batch (dataloader.h), so the
@@ -41,6 +44,7 @@
 #include "program_dir.h"
 #include "file.h"
 #include "frontend.h"
+#include "hellaswag.h"
 #include "hf.h"
 #include "host_memory.h"
 #include "loss_plot.h"
@@ -144,6 +148,10 @@ typedef struct run {
   tg_device *dev;
   tg_graph *g_grad, *g_eval, *g_sample;
   tg_exec *e_grad, *e_eval, *e_sample;
+  const tg_hellaswag *hella; /* the `hellaswag` key's examples, or NULL */
+  tg_graph *g_hella;         /* ... their forward, B = 4 */
+  tg_exec *e_hella;
+  float *hella_logits;       /* its logits, [4, T, vocab padded] */
   tg_zero *zero;       /* the gradients, the optimizer and its state, at the run's ZeRO stage (zero.h) */
   tg_graph *g_zero[TG_ZERO_MAX_GRAPHS]; /* its graphs ... */
   tg_exec *e_zero[TG_ZERO_MAX_GRAPHS];  /* ... compiled with the others */
@@ -218,7 +226,9 @@ static const char *model_path(run *r) {
   return path;
 }
 
-static tg_graph *compile_model(run *r, int64_t B, bool sample) {
+/* B and T the graph's; T below block_size for HellaSwag (its longest
+ * example).  with_logits: the model's logits an output too. */
+static tg_graph *compile_model(run *r, int64_t B, int64_t T, bool with_logits) {
   const tg_train_config *c = &r->cfg;
   tg_define *d = tg_alloc(r->ctx->arena, sizeof *d * (size_t)(c->n_defines + 5 + r->init_dims.n));
   int n = 0;
@@ -238,22 +248,14 @@ static tg_graph *compile_model(run *r, int64_t B, bool sample) {
                        tg_sprintf(r->ctx->arena, "%s/tokenizer.json (the tokenizer's vocabulary)", c->data_dir)};
   d[n++] = (tg_define){"B", (double)B, true, "the run's batch (batch_size)"};
   if (c->tp > 1) d[n++] = (tg_define){"tp", (double)c->tp, true, origin_text(r, key_origin(c, "tp"), "tp")};
-  d[n++] = (tg_define){"T", (double)c->block_size, true, block_from};
+  d[n++] = (tg_define){"T", (double)T, true, T == c->block_size ? block_from : "the longest HellaSwag example"};
   if (!block_given) d[n++] = (tg_define){"block_size", (double)c->block_size, true, block_from};
   const char *incs[1] = {tg_program_models_dir()};
   tg_compile_opts co = {d, n, incs, incs[0] ? 1 : 0};
   tg_graph *g = tg_compile_file(r->ctx, model_path(r), &co);
   if (!tg_verify(r->ctx, g)) tg_bail(r->ctx);
-  if (sample) {
-    /* the head's output, named `logits` in the model, is what sampling reads */
-    tg_node *logits = NULL;
-    for (int i = 0; i < g->n_nodes; i++)
-      if (g->nodes[i]->name && !strcmp(g->nodes[i]->name, TG_OUTPUT_LOGITS) && g->nodes[i]->phase == TG_PHASE_FORWARD)
-        logits = g->nodes[i];
-    if (!logits)
-      tg_error(r->ctx, (tg_loc){c->model, 1, 1}, "the model names no value 'logits' [B, T, vocab] to sample from");
-    tg_graph_add_output(g, TG_OUTPUT_LOGITS, logits);
-  }
+  /* the head's output, named `logits` in the model, is what sampling and HellaSwag read */
+  if (with_logits) tg_hellaswag_expose_logits(r->ctx, g, c->model);
   return g;
 }
 
@@ -272,9 +274,9 @@ static bool evaluates(const run *r) { return r->drank == 0 || sharded_weights(r)
  * reader; every parameter leaf bound to the shared copy.  Returns the
  * wall time of it all. */
 static double compile_for_device(run *r, tg_graph *const *gs, const char *const *names, int n, tg_exec **out) {
-  /* the model's graphs (grad, eval, sample) read the whole parameters; the
-   * optimizer's (zero.c) bind their own */
-  const int n_model = 3;
+  /* the model's graphs (grad, eval, sample, and hellaswag if any) read the
+   * whole parameters; the optimizer's (zero.c) bind their own */
+  const int n_model = r->g_hella ? 4 : 3;
   const char *kdir = path_in(r, r->cfg.out_dir, "kernels");
   const char *suffix = tg_device_source_suffix(r->dev);
   tg_exec_opts *eo = tg_alloc(r->ctx->arena, sizeof *eo * (size_t)n);
@@ -319,10 +321,12 @@ static double compile_for_device(run *r, tg_graph *const *gs, const char *const 
  * compilers having run in parallel), and whether the compilers' results
  * came from the cache. */
 static void say_compile_time(run *r, double front, double wall) {
-  tg_exec *es[3 + TG_ZERO_MAX_GRAPHS] = {r->e_grad, r->e_eval, r->e_sample};
-  for (int i = 0; i < r->n_zero; i++) es[3 + i] = r->e_zero[i];
+  tg_exec *es[4 + TG_ZERO_MAX_GRAPHS] = {r->e_grad, r->e_eval, r->e_sample};
+  int n = 3;
+  if (r->e_hella) es[n++] = r->e_hella;
+  for (int i = 0; i < r->n_zero; i++) es[n++] = r->e_zero[i];
   tg_compile_stats t = {0};
-  for (int i = 0; i < 3 + r->n_zero; i++) {
+  for (int i = 0; i < n; i++) {
     tg_compile_stats s = tg_exec_compile_stats(es[i]);
     t.front_seconds += s.front_seconds, t.back_seconds += s.back_seconds;
     t.kernels += s.kernels, t.units += s.units, t.cached += s.cached;
@@ -380,7 +384,7 @@ static int64_t arena_of(tg_ctx *ctx, tg_graph *g) {
 static void check_memory(run *r) {
   const tg_train_config *c = &r->cfg;
   int64_t state = tg_zero_state_bytes(r->zero);
-  int64_t fixed = arena_of(r->ctx, r->g_sample) + state;
+  int64_t fixed = arena_of(r->ctx, r->g_sample) + arena_of(r->ctx, r->g_hella) + state;
   for (int i = 0; i < r->n_zero; i++) fixed += arena_of(r->ctx, r->g_zero[i]);
   int64_t per_batch = arena_of(r->ctx, r->g_grad) + arena_of(r->ctx, r->g_eval);
   /* a device with memory of its own (a GPU, one a rank) is asked for
@@ -478,7 +482,7 @@ static void check_mesh(run *r) {
              mesh ? "its mesh's degree must be a constant the run sets (mesh tensor = tp)"
                   : "remove tp, or annotate the model (docs/language.md, \"shard\")");
   if (r->tp == 1) return;
-  r->g_whole = compile_model(r, r->cfg.batch_size, false);
+  r->g_whole = compile_model(r, r->cfg.batch_size, r->cfg.block_size, false);
   tg_pipeline_opts pw = {.precision = tg_train_config_precision(&r->cfg), .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
                          .no_tensor_split = true};
   tg_run_pipeline(r->ctx, r->g_whole, &pw);
@@ -489,7 +493,7 @@ static void build(run *r) {
   const tg_train_config *c = &r->cfg;
   /* the model first: its ranges (the asserts after its config) refuse a
    * bad model.NAME before the device is opened or anything allocated */
-  r->g_grad = compile_model(r, c->batch_size, false);
+  r->g_grad = compile_model(r, c->batch_size, c->block_size, false);
   tg_device_opts dopts = {.precision = TG_PREC_F32};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   check_zero(r);
@@ -524,14 +528,20 @@ static void build(run *r) {
     zp[k] = (tg_zero_param){n, p->grad, p->copy_node != NULL, false, NULL, NULL};
     k++;
   }
-  r->g_eval = compile_model(r, c->batch_size, false);
+  r->g_eval = compile_model(r, c->batch_size, c->block_size, false);
   tg_pipeline_opts pe = {.precision = prec, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
                          .shard_ranks = shard_ranks, .tensor_rank = r->trank};
   tg_run_pipeline(r->ctx, r->g_eval, &pe);
-  r->g_sample = compile_model(r, 1, true);
+  r->g_sample = compile_model(r, 1, c->block_size, true);
   tg_run_pipeline(r->ctx, r->g_sample, &pe);
-  const tg_graph *model[3] = {r->g_grad, r->g_eval, r->g_sample};
-  for (int i = 0; i < r->n_params; i++) zp[i].read_as_f32 = reads_param(model, 3, r->params[i].name);
+  const tg_graph *model[4] = {r->g_grad, r->g_eval, r->g_sample};
+  int n_model = 3;
+  if (r->hella) {
+    r->g_hella = compile_model(r, TG_HELLASWAG_ENDINGS, r->hella->longest, true);
+    tg_run_pipeline(r->ctx, r->g_hella, &pe);
+    model[n_model++] = r->g_hella;
+  }
+  for (int i = 0; i < r->n_params; i++) zp[i].read_as_f32 = reads_param(model, n_model, r->params[i].name);
   const char *zero_names[TG_ZERO_MAX_GRAPHS];
   r->zero = tg_zero_new(r->ctx, r->dev, (int)c->zero, r->g_grad, zp, r->n_params, &ao);
   r->n_zero = tg_zero_graphs(r->zero, r->g_zero, zero_names);
@@ -551,14 +561,18 @@ static void build(run *r) {
   r->tgt = tg_xcalloc((size_t)bt, sizeof *r->tgt);
   r->sample_in = tg_xcalloc((size_t)c->block_size, sizeof *r->sample_in);
   r->logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_sample, TG_OUTPUT_LOGITS)->type), sizeof *r->logits);
+  if (r->g_hella)
+    r->hella_logits = tg_xcalloc((size_t)tg_type_numel(&tg_graph_output(r->g_hella, TG_OUTPUT_LOGITS)->type),
+                                 sizeof *r->hella_logits);
   t_front = now() - t_front;
-  tg_graph *gs[3 + TG_ZERO_MAX_GRAPHS] = {r->g_grad, r->g_eval, r->g_sample};
-  const char *names[3 + TG_ZERO_MAX_GRAPHS] = {"grad", "eval", "sample"};
-  for (int i = 0; i < r->n_zero; i++) gs[3 + i] = r->g_zero[i], names[3 + i] = zero_names[i];
-  tg_exec *es[3 + TG_ZERO_MAX_GRAPHS];
-  double wall = compile_for_device(r, gs, names, 3 + r->n_zero, es);
+  tg_graph *gs[4 + TG_ZERO_MAX_GRAPHS] = {r->g_grad, r->g_eval, r->g_sample, r->g_hella};
+  const char *names[4 + TG_ZERO_MAX_GRAPHS] = {"grad", "eval", "sample", "hellaswag"};
+  for (int i = 0; i < r->n_zero; i++) gs[n_model + i] = r->g_zero[i], names[n_model + i] = zero_names[i];
+  tg_exec *es[4 + TG_ZERO_MAX_GRAPHS];
+  double wall = compile_for_device(r, gs, names, n_model + r->n_zero, es);
   r->e_grad = es[0], r->e_eval = es[1], r->e_sample = es[2];
-  for (int i = 0; i < r->n_zero; i++) r->e_zero[i] = es[3 + i];
+  if (r->g_hella) r->e_hella = es[3];
+  for (int i = 0; i < r->n_zero; i++) r->e_zero[i] = es[n_model + i];
   tg_zero_bind(r->zero, r->e_zero);
   if (r->tp > 1) r->g_whole_state = tg_tensor_whole_state(r->ctx, tg_zero_state_graph(r->zero), r->g_whole);
   say_compile_time(r, t_front, wall);
@@ -856,6 +870,10 @@ static void evaluate(run *r, const tg_log_columns *cols, tg_metrics_file *mf, in
   tg_metrics_row e = tg_metrics_row_blank(TG_METRICS_EVAL, step);
   e.train_loss = eval_split(r, r->train);
   e.val_loss = eval_split(r, r->val);
+  if (r->hella) {
+    tg_hellaswag_result h = tg_hellaswag_run(r->ctx, r->hella, r->e_hella, r->vocab, r->hella_logits, NULL);
+    e.hellaswag_acc = h.acc, e.hellaswag_acc_norm = h.acc_norm, e.hellaswag_n = h.n;
+  }
   e.time = unix_time();
   e.elapsed_s = now() - r->started;
   tg_log_eval_line(line, sizeof line, cols, &e);
@@ -951,7 +969,7 @@ static void train_loop(run *r) {
   int64_t nparams;
   double flops_per_step = step_flops(r, tokens_per_step, &nparams);
   tg_lr_schedule sched = {c->learning_rate, c->min_lr, c->warmup_steps, tg_train_config_decay_steps(c)};
-  tg_log_columns cols = {c->max_steps, true};
+  tg_log_columns cols = {c->max_steps, true, r->hella != NULL};
   double peak = say_run_start(r, nparams, tokens_per_step, &cols);
   /* the loss before any step: the baseline of the plot */
   /* at stage 3 every rank runs the evaluations and samples: their graphs
@@ -1274,6 +1292,26 @@ static void check_data(run *r) {
   }
 }
 
+/* The `hellaswag` key's file, read and encoded whole before anything is
+ * compiled: a bad line, a tokenizer other than GPT-2's BPE, or an
+ * example longer than block_size stops the run here, not at its first
+ * evaluation. */
+static void load_hellaswag(run *r) {
+  const tg_train_config *c = &r->cfg;
+  if (!c->hellaswag || !*c->hellaswag) return;
+  if (access(c->hellaswag, R_OK) != 0)
+    tg_error(r->ctx, key_loc(r, "hellaswag"), "hellaswag = \"%s\": %s (HellaSwag's hellaswag_val.jsonl; a relative "
+             "path is from where tgrun runs)", c->hellaswag, strerror(errno));
+  r->hella = tg_hellaswag_load(r->ctx, c->hellaswag, r->tok, c->hellaswag_examples, "hellaswag");
+  if (r->hella->longest > c->block_size)
+    tg_error(r->ctx, key_loc(r, "hellaswag"),
+             "hellaswag: the example at line %lld of %s is %lld tokens with its longest ending, more than block_size "
+             "%lld: raise block_size, or score it with a model of a longer context (tgrun eval)",
+             (long long)r->hella->longest_line, c->hellaswag, (long long)r->hella->longest, (long long)c->block_size);
+  say(r, "hellaswag: %s: %lld examples, the longest %lld tokens; scored at each evaluation\n", c->hellaswag,
+      (long long)r->hella->n, (long long)r->hella->longest);
+}
+
 /* ---- entry ----------------------------------------------------------------------- */
 
 /* Everything from the config to the end of the loop; errors longjmp out
@@ -1384,6 +1422,7 @@ static int train(run *r) {
   say(r, "data: %s: %zu train and %zu val tokens, %s tokenizer, vocab %d\n", c->data_dir, r->train->n, r->val->n,
       tg_tok_kind_name(tg_tok_kind_of(r->tok)), r->vocab);
   check_data(r);
+  load_hellaswag(r);
   check_init_dims(r);
   split_mesh(r);
   build(r);
@@ -1433,6 +1472,8 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   tg_zero_free(r->zero);
   tg_exec_free(r->e_eval);
   tg_exec_free(r->e_sample);
+  tg_exec_free(r->e_hella);
+  free(r->hella_logits);
   for (int i = 0; i < r->n_params; i++) {
     tg_tensor_free(r->params[i].value);
     tg_tensor_free(r->params[i].copy);

@@ -68,6 +68,9 @@ static const key_info keys[] = {
     {"grad_clip", K_FLOAT, F(grad_clip), "1.0", 0, INFINITY, 0, 0, NULL, NULL},
     {"eval_interval", K_INT, F(eval_interval), "250", 0, BIG, 0, 0, NULL, "evaluation and logging"},
     {"eval_batches", K_INT, F(eval_batches), "20", 1, DIM_MAX, 0, 0, NULL, NULL},
+    /* HellaSwag at each evaluation, as llm.c at its val_loss_every */
+    {"hellaswag", K_STR, F(hellaswag), "", 0, 0, 0, 0, NULL, NULL},
+    {"hellaswag_examples", K_INT, F(hellaswag_examples), "0", 0, BIG, 0, 0, NULL, NULL},
     {"log_interval", K_INT, F(log_interval), "1", 1, BIG, 0, 0, NULL, NULL},
     {"sample_interval", K_INT, F(sample_interval), "500", 0, BIG, 0, 0, NULL, "samples"},
     {"sample_prompt", K_STR, F(sample_prompt), "\n", 0, 0, 0, 0, check_nonempty, NULL},

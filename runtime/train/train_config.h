@@ -43,7 +43,7 @@ typedef struct tg_model_define {
   tg_cfg_origin origin;
 } tg_model_define;
 
-enum { TG_TRAIN_NKEYS = 39 }; /* the keys below, model.NAME not counted */
+enum { TG_TRAIN_NKEYS = 41 }; /* the keys below, model.NAME not counted */
 
 typedef struct tg_train_config {
   /* The model and the data. */
@@ -73,6 +73,8 @@ typedef struct tg_train_config {
   /* Evaluation and logging. */
   int64_t eval_interval;       /* 250 steps; 0: only at the end */
   int64_t eval_batches;        /* 20 */
+  char *hellaswag;             /* "": HellaSwag's jsonl, scored at each evaluation (hellaswag.h) */
+  int64_t hellaswag_examples;  /* 0: all of them; N: its first N */
   int64_t log_interval;        /* 1 */
   /* Samples. */
   int64_t sample_interval;     /* 500 steps; 0: only at the end */

@@ -3,36 +3,17 @@
 # Hugging Face transformers' generate (tests/torch/sample_hf.py says how).
 #
 # transformers is installed by this test, once, into BUILDDIR/pydeps
-# (pip --target, for Debian's /usr/bin/python3 with its torch 1.13:
-# transformers 4.40.2 works with it; numpy pinned to the system's, which
-# torch was built against).  When it cannot be installed (no network, no
-# pip), the test compares with a plain PyTorch greedy loop instead and
-# says so.
+# (hf_deps.sh).  When it cannot be installed (no network, no pip), the
+# test compares with a plain PyTorch greedy loop instead and says so.
 set -u
 tgrun=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 src=$2
 build=$3
-py=/usr/bin/python3
-if ! "$py" -c 'import torch, numpy' 2> /dev/null; then
-  echo "FAIL: $py cannot import torch and numpy (apt-get install python3-torch; tools/install-deps.sh does)"
-  exit 1
-fi
-data=${TG_DATA:-$src/../shared/data}
-if [ ! -f "$data/gpt2/encoder.json" ]; then
-  echo "FAIL: no GPT-2 BPE files in $data/gpt2 (set TG_DATA to the shared data directory)"
-  exit 1
-fi
-deps="$build/pydeps"
+. "$src/tests/torch/hf_deps.sh"
 plain=()
-if ! PYTHONPATH="$deps" "$py" -c 'import transformers' 2> /dev/null; then
-  np=$("$py" -c 'import numpy; print(numpy.__version__)')
-  echo "installing transformers 4.40.2 into $deps"
-  if ! "$py" -m pip install --quiet --disable-pip-version-check --target "$deps" \
-      "transformers==4.40.2" "numpy==$np" > "$build/pydeps.log" 2>&1 ||
-      ! PYTHONPATH="$deps" "$py" -c 'import transformers' 2> /dev/null; then
-    echo "cannot install transformers (see $build/pydeps.log): falling back to a plain PyTorch greedy loop"
-    plain=(--plain)
-  fi
+if ! hf_install; then
+  echo "cannot install transformers (see $build/pydeps.log): falling back to a plain PyTorch greedy loop"
+  plain=(--plain)
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

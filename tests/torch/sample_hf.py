@@ -75,14 +75,10 @@ def random_params():
     return p
 
 
-def hf_generate(p, prompt_ids, n_new, work, gpt2_dir):
-    """The greedy ids, their logits, and the greedy ids under the penalty."""
-    from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
+def hf_model(p, work):
+    """p as transformers' GPT2LMHeadModel, saved to WORK/hf and loaded back from there."""
+    from transformers import GPT2Config, GPT2LMHeadModel
     import transformers
-    tok = GPT2Tokenizer(vocab_file=os.path.join(gpt2_dir, "encoder.json"), merges_file=os.path.join(gpt2_dir, "vocab.bpe"))
-    ids = tok(PROMPT)["input_ids"]
-    if ids != prompt_ids:
-        sys.exit(f"FAIL: transformers' tokenizer gives {ids} for the prompt, this script {prompt_ids}")
     cfg = GPT2Config(n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD, vocab_size=VOCAB, n_positions=CTX,
                      resid_pdrop=0, embd_pdrop=0, attn_pdrop=0, activation_function="gelu_new",
                      layer_norm_epsilon=1e-5, tie_word_embeddings=True)
@@ -101,6 +97,17 @@ def hf_generate(p, prompt_ids, n_new, work, gpt2_dir):
         names = json.loads(f.read(int.from_bytes(f.read(8), "little")))
     print(f"transformers {transformers.__version__}: weights in {hf_dir}/model.safetensors, e.g. "
           f"{sorted(k for k in names if k.startswith('transformer.'))[0]}")
+    return m
+
+
+def hf_generate(p, prompt_ids, n_new, work, gpt2_dir):
+    """The greedy ids, their logits, and the greedy ids under the penalty."""
+    from transformers import GPT2Tokenizer
+    tok = GPT2Tokenizer(vocab_file=os.path.join(gpt2_dir, "encoder.json"), merges_file=os.path.join(gpt2_dir, "vocab.bpe"))
+    ids = tok(PROMPT)["input_ids"]
+    if ids != prompt_ids:
+        sys.exit(f"FAIL: transformers' tokenizer gives {ids} for the prompt, this script {prompt_ids}")
+    m = hf_model(p, work)
     m.generation_config.eos_token_id = None  # and tg is told --no-stop-at-eot: the two agree past it
     with torch.no_grad():
         out = m.generate(torch.tensor([prompt_ids]), do_sample=False, use_cache=True, max_new_tokens=n_new,

@@ -119,6 +119,7 @@ START_TEST(test_write_read) {
   }
   r = eval_row(5, 3.6, 3.7);
   r.time = 1795766400.5, r.elapsed_s = 7.25;
+  r.hellaswag_acc = 0.5, r.hellaswag_acc_norm = 2.0 / 3, r.hellaswag_n = 6;
   ck_assert(tg_metrics_append(f, &r, why, sizeof why));
   ck_assert(tg_metrics_close(f, why, sizeof why));
 
@@ -139,6 +140,9 @@ START_TEST(test_write_read) {
   ck_assert_int_eq(e->kind, TG_METRICS_EVAL);
   ck_assert_int_eq(e->step, 5);
   ck_assert(e->train_loss == 3.6 && e->val_loss == 3.7 && isnan(e->loss));
+  /* HellaSwag's accuracies back as written (9 digits), absent from the rows without them */
+  ck_assert(e->hellaswag_acc == 0.5 && fabs(e->hellaswag_acc_norm - 2.0 / 3) < 1e-9 && e->hellaswag_n == 6);
+  ck_assert(isnan(a->hellaswag_acc) && a->hellaswag_n == 0);
   tg_metrics_log_free(&log);
 
   /* A new run starts the file afresh. */
@@ -218,7 +222,7 @@ END_TEST
 
 START_TEST(test_console) {
   char buf[256];
-  tg_log_columns c = {2000, true};
+  tg_log_columns c = {2000, true, false};
   tg_metrics_row r = step_row(10, 2.5131);
   r.lr = 1e-4, r.grad_norm = 0.812, r.dt_ms = 41.2, r.fwd_ms = 12, r.bwd_ms = 27.1;
   r.tok_per_s = 15872, r.mfu = 0.031;
@@ -271,6 +275,11 @@ START_TEST(test_console) {
   int need = tg_log_eval_line(buf, 11, &c, &e);
   ck_assert_int_eq(need, (int)strlen("step  250/2000 | eval | train loss  2.1234 | val loss  2.2345"));
   ck_assert_str_eq(buf, "step  250/");
+  /* HellaSwag's numbers end the line when it was scored */
+  e.hellaswag_acc = 0.2859, e.hellaswag_acc_norm = 0.2955, e.hellaswag_n = 10042;
+  tg_log_eval_line(buf, sizeof buf, &c, &e);
+  ck_assert_str_eq(buf, "step  250/2000 | eval | train loss  2.1234 | val loss  2.2345 | hellaswag acc 0.2859 "
+                        "acc_norm 0.2955 (10042 examples)");
 }
 END_TEST
 
@@ -278,7 +287,7 @@ START_TEST(test_legend) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  tg_log_columns c = {2000, true};
+  tg_log_columns c = {2000, true, false};
   tg_log_legend(f, &c);
   fclose(f);
   const char *cols[] = {"\n  step ", "\n  loss ", "\n  lr ", "\n  norm ", "\n  dt ", "\n  tok/s ",
@@ -292,6 +301,14 @@ START_TEST(test_legend) {
   tg_log_legend(f, &c);
   fclose(f);
   ck_assert_ptr_null(strstr(text, "fwd"));
+  ck_assert_ptr_null(strstr(text, "HellaSwag")); /* only for a run that scores it */
+  free(text);
+  text = NULL;
+  f = open_memstream(&text, &len);
+  c.hellaswag = true;
+  tg_log_legend(f, &c);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(text, "HellaSwag's acc and acc_norm"));
   free(text);
 }
 END_TEST
