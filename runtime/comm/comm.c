@@ -330,13 +330,21 @@ void tg_comm_reduce_scatter_average_f64(const double *send, double *recv, const 
 #endif
 }
 
+/* An in-place all-reduce of the IR's group, in chunks (MPI counts are
+ * int): elem bytes an element of type t, reduced by op. */
+#ifdef TG_HAVE_MPI
+static void allreduce_in_place(void *buf, int64_t n, MPI_Datatype t, size_t elem, MPI_Op op, const char *what) {
+  for (int64_t at = 0; at < n; at += 1 << 28) {
+    int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
+    COLLECTIVE(what, MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)at * elem, c, t, op, GROUP, &op_));
+  }
+}
+#endif
+
 void tg_comm_sum_floats(float *buf, int64_t n) {
   if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
-  for (int64_t at = 0; at < n; at += 1 << 28) { /* MPI counts are int */
-    int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    COLLECTIVE("an all_reduce", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_SUM, GROUP, &op_));
-  }
+  allreduce_in_place(buf, n, MPI_FLOAT, sizeof *buf, MPI_SUM, "an all_reduce");
 #else
   (void)buf, (void)n;
 #endif
@@ -345,10 +353,7 @@ void tg_comm_sum_floats(float *buf, int64_t n) {
 void tg_comm_max_floats(float *buf, int64_t n) {
   if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
-  for (int64_t at = 0; at < n; at += 1 << 28) { /* MPI counts are int */
-    int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_FLOAT, MPI_MAX, GROUP, &op_));
-  }
+  allreduce_in_place(buf, n, MPI_FLOAT, sizeof *buf, MPI_MAX, "an all_max");
 #else
   (void)buf, (void)n;
 #endif
@@ -357,10 +362,7 @@ void tg_comm_max_floats(float *buf, int64_t n) {
 void tg_comm_max_doubles(double *buf, int64_t n) {
   if (GROUP_SIZE == 1) return;
 #ifdef TG_HAVE_MPI
-  for (int64_t at = 0; at < n; at += 1 << 28) {
-    int c = (int)(n - at < (1 << 28) ? n - at : 1 << 28);
-    COLLECTIVE("an all_max", MPI_Iallreduce(MPI_IN_PLACE, buf + at, c, MPI_DOUBLE, MPI_MAX, GROUP, &op_));
-  }
+  allreduce_in_place(buf, n, MPI_DOUBLE, sizeof *buf, MPI_MAX, "an all_max");
 #else
   (void)buf, (void)n;
 #endif
