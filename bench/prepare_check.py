@@ -1,5 +1,9 @@
-"""prepare_check.py: tiktoken's side of bench/prepare.sh.
+"""prepare_check.py: the corpus and tiktoken's side of bench/prepare.sh.
 
+  prepare_check.py generate OUT.jsonl SIZE_MB SHAKESPEARE.txt -> a JSON-lines corpus of about
+      SIZE_MB MB, FineWeb's shape ({"text": ..., "id": ...} a line, documents of a few hundred
+      to tens of thousands of characters), made from Tiny Shakespeare's paragraphs with web-like
+      noise (numbers, URLs, accented and CJK words, emoji, tabs, runs of spaces); seeded
   prepare_check.py encode CORPUS.jsonl GPT2_DIR THREADS  -> times tiktoken's GPT-2 (r50k_base, made
       from GPT2_DIR's encoder.json and vocab.bpe, so no download) on every document's "text",
       prints one JSON line: documents, tokens, seconds, threads
@@ -34,6 +38,34 @@ def documents(path):
         for line in f:
             if line.strip():
                 yield json.loads(line)["text"]
+
+
+NOISE = ["2024-05-20", "https://example.org/a/b?c=1", "caf\u00e9 na\u00efve r\u00e9sum\u00e9", "\u6771\u4eac\u90fd",
+         "\U0001F600 \U0001F680", "3.14159", "  \t  ", "x" * 40, "ALL CAPS DON'T", "#tag @user", "\u00a0\u2003",
+         "\u0645\u0631\u062d\u0628\u0627", "1,234,567", "e-mail: a.b@example.com", "\n\n\n"]
+
+
+def generate(out, size_mb, source):
+    import random
+    rng = random.Random(20240520)
+    paragraphs = [p for p in open(source, encoding="utf-8").read().split("\n\n") if p.strip()]
+    # rare words (names, typos, identifiers), so that not every word is one seen before: a
+    # tokenizer's cache of words then helps about as much as on web text, not as on a poem
+    letters = "abcdefghijklmnopqrstuvwxyzaeiouaeiou"
+    rare = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 12))) for _ in range(200000)]
+    target, written, k = int(float(size_mb) * 1e6), 0, 0
+    with open(out, "w", encoding="utf-8") as f:
+        while written < target:
+            parts = []
+            for _ in range(rng.randint(1, 40)):
+                parts.append(rng.choice(paragraphs) + " " + " ".join(rng.sample(rare, rng.randint(1, 8))))
+                if rng.random() < 0.3:
+                    parts.append(rng.choice(NOISE) + " " + str(rng.randint(0, 10 ** rng.randint(1, 9))))
+            line = json.dumps({"text": "\n\n".join(parts), "id": "doc-%d" % k}) + "\n"
+            f.write(line)
+            written += len(line)
+            k += 1
+    print("%s: %d documents, %.1f MB" % (out, k, written / 1e6))
 
 
 def encode(corpus, gpt2_dir, threads):
@@ -80,7 +112,9 @@ def compare(corpus, gpt2_dir, shard_dir):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "encode":
+    if sys.argv[1] == "generate":
+        generate(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "encode":
         encode(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         compare(sys.argv[2], sys.argv[3], sys.argv[4])
