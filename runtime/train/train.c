@@ -447,7 +447,9 @@ static void build(run *r) {
   /* the model first: its ranges (the asserts after its config) refuse a
    * bad model.NAME before the device is opened or anything allocated */
   r->g_grad = compile_model(r, c->batch_size, false);
-  tg_device_opts dopts = {.precision = TG_PREC_F32};
+  /* a GPU a rank: this machine's ranks take its GPUs in local-rank order
+   * (docs/cuda.md); without it every rank of a node opened GPU 0 */
+  tg_device_opts dopts = {.precision = TG_PREC_F32, .local_rank = tg_comm_local_rank()};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   check_zero(r);
   const tg_precision_policy prec = tg_train_config_precision(c);
