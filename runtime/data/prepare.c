@@ -48,13 +48,6 @@ const char *tg_prepare_commas(uint64_t v, char buf[32]) {
   return buf;
 }
 
-static char *join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = tg_xmalloc(n);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
-}
-
 /* ---- tokenizer.json --------------------------------------------------------- */
 
 /* The JSON text of tokenizer.json; for gpt2 the absolute paths of the two
@@ -160,7 +153,7 @@ static bool llmc_shards_only(const char *dir, const char *json_path) {
 }
 
 tg_tokenizer *tg_prepare_load_tokenizer(const char *dir, char *why, size_t whylen) {
-  char *path = join(dir, "tokenizer.json"), *text;
+  char *path = tg_path_join(dir, "tokenizer.json"), *text;
   size_t size;
   tg_tokenizer *t = NULL;
   if (llmc_shards_only(dir, path)) {
@@ -179,10 +172,10 @@ tg_tokenizer *tg_prepare_load_tokenizer(const char *dir, char *why, size_t whyle
 tg_tokenizer *tg_prepare_gpt2(const char *gpt2_dir, char **enc, char **bpe, char *why, size_t whylen) {
   const char *env = getenv("TG_DATA");
   char *gdir = gpt2_dir ? strcpy(tg_xmalloc(strlen(gpt2_dir) + 1), gpt2_dir)
-               : env && *env ? join(env, "gpt2")
+               : env && *env ? tg_path_join(env, "gpt2")
                              : strcpy(tg_xmalloc(sizeof "../shared/data/gpt2"), "../shared/data/gpt2");
-  *enc = join(gdir, "encoder.json");
-  *bpe = join(gdir, "vocab.bpe");
+  *enc = tg_path_join(gdir, "encoder.json");
+  *bpe = tg_path_join(gdir, "vocab.bpe");
   free(gdir);
   tg_tokenizer *t = tg_tok_gpt2_load(*enc, *bpe, why, whylen);
   if (!t) {
@@ -198,7 +191,7 @@ bool tg_prepare_write_tokenizer(const char *dir, const tg_tokenizer *t, const ch
                                 size_t whylen) {
   tg_sbuf js = {0};
   bool ok = tokenizer_json(t, enc, bpe, &js, why, whylen) && tg_make_dirs(dir, why, whylen);
-  char *path = join(dir, "tokenizer.json");
+  char *path = tg_path_join(dir, "tokenizer.json");
   if (ok) ok = tg_write_file_atomic(path, tg_sb_text(&js), js.n, why, whylen);
   char c[32];
   if (ok)
@@ -263,7 +256,7 @@ bool tg_prepare(const tg_prepare_opts *o, char *why, size_t whylen) {
   static const char *names[2] = {"train.bin", "val.bin"};
   char c1[32], c2[32];
   for (int k = 0; k < 2; k++) {
-    char *path = join(o->out, names[k]);
+    char *path = tg_path_join(o->out, names[k]);
     bool wrote = tg_tokens_write(path, ids[k], nids[k], why, whylen);
     if (wrote)
       printf("wrote %s: %s tokens, vocab %s (%s)\n", path, tg_prepare_commas(nids[k], c1),

@@ -302,13 +302,6 @@ static char *shard_path(const writer *w, int64_t k) {
   return p;
 }
 
-static char *in_out(const char *out, const char *file) {
-  size_t n = strlen(out) + strlen(file) + 2;
-  char *p = tg_xmalloc(n);
-  snprintf(p, n, "%s/%s", out, file);
-  return p;
-}
-
 static void put_key_num(tg_sbuf *b, const char *key, uint64_t v) {
   char num[32];
   snprintf(num, sizeof num, "%llu", (unsigned long long)v);
@@ -349,7 +342,7 @@ static bool write_state(const writer *w, const source *src, int nsrc, char *why,
   put_key_num(&b, "next_line", w->next_line);
   put_key_num(&b, "skip", w->skip);
   tg_sb_puts(&b, "\n}\n");
-  char *path = in_out(w->o->out, STATE_FILE);
+  char *path = tg_path_join(w->o->out, STATE_FILE);
   bool ok = tg_write_file_atomic(path, tg_sb_text(&b), b.n, why, whylen);
   free(path);
   tg_sb_free(&b);
@@ -373,7 +366,7 @@ static const char *str_of(const tg_json *root, const char *key) {
 /* Reads OUT/prepare.state into w and r after checking that it was made
  * from the same inputs and options. */
 static bool read_state(writer *w, reader *r, char *why, size_t whylen) {
-  char *path = in_out(w->o->out, STATE_FILE), *text = NULL;
+  char *path = tg_path_join(w->o->out, STATE_FILE), *text = NULL;
   size_t size;
   bool ok = tg_read_whole_file(path, &text, &size, why, whylen);
   tg_arena *a = tg_arena_new();
@@ -491,7 +484,7 @@ static void remove_old_outputs(const char *out, const char *name) {
     bool ours = !strncmp(f, name, k) && (!strncmp(f + k, "_train_", 7) || !strncmp(f + k, "_val_", 5)) &&
                 ends_with(f, ".bin");
     if (!ours && strcmp(f, "train.bin") && strcmp(f, "val.bin")) continue;
-    char *p = in_out(out, f);
+    char *p = tg_path_join(out, f);
     removed += unlink(p) == 0;
     free(p);
   }
@@ -565,7 +558,7 @@ static bool rounds(run *x, char *why, size_t whylen) {
     for (int i = 0; i < x->w.next_file; i++) done += x->src[i].size;
   }
   progress(&x->w, done, start, total, t0, true);
-  char *state = in_out(x->o.out, STATE_FILE);
+  char *state = tg_path_join(x->o.out, STATE_FILE);
   char c1[32];
   if (stop) {
     printf("stopped after %lld shards (--max-shards %lld): tgrun prepare --resume goes on from %s\n",
@@ -590,7 +583,7 @@ static bool setup(run *x, char *why, size_t whylen) {
   if (!tg_make_dirs(x->o.out, why, whylen)) return false;
   x->r = (reader){x->src, x->nsrc, 0, 0, 1, 0};
   x->w.o = &x->o;
-  char *state = in_out(x->o.out, STATE_FILE);
+  char *state = tg_path_join(x->o.out, STATE_FILE);
   bool have_state = access(state, F_OK) == 0, ok = true;
   if (x->o.resume && !have_state)
     ok = tg_why(why, whylen, "%s: nothing to resume (no %s there)", x->o.out, STATE_FILE);

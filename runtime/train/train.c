@@ -1166,16 +1166,17 @@ static void check_data(run *r) {
   const tg_train_config *c = &r->cfg;
   int64_t need = c->block_size + 1;
   const tg_corpus *split[2] = {r->train, r->val};
-  const char *name[2] = {"train", "val"};
+  const char *largest[2] = {"the largest train shard", "the largest val shard"};
   for (int i = 0; i < 2; i++) {
     const tg_corpus *d = split[i];
-    const char *where = d->n_shards == 1 ? d->shards[0]->path : d->name;
+    bool one = d->n_shards == 1;
+    const char *where = one ? d->shards[0]->path : d->name, *base = strrchr(where, '/');
     if ((int64_t)d->largest < need)
       tg_error(r->ctx, (tg_loc){where, 0, 0},
-               "%s has %llu tokens%s, but a sequence of block_size %lld needs %lld (its targets are shifted by "
+               "%s has %llu tokens, but a sequence of block_size %lld needs %lld (its targets are shifted by "
                "one)%s: lower block_size or prepare more data%s",
-               name[i], (unsigned long long)d->largest, d->n_shards == 1 ? "" : " in its largest shard",
-               (long long)c->block_size, (long long)need, i == 1 ? "; evaluation reads val" : "",
+               one ? (base ? base + 1 : where) : largest[i], (unsigned long long)d->largest, (long long)c->block_size,
+               (long long)need, i == 1 ? "; evaluation reads the validation split" : "",
                i == 1 ? " (tgrun prepare --val-fraction above 0)" : "");
   }
   /* the sequential orders read a step's batch from one shard: train for

@@ -95,21 +95,16 @@ contains "$tmp/out" "a corpus of documents needs gpt2"
 small=(backend=cpu precision=f32 model.n_layer=2 model.n_head=2 model.n_embd=32 model.block_size=32
        batch_size=4 block_size=32 max_steps=14 warmup_steps=2 eval_interval=7 eval_batches=2
        checkpoint_interval=7 lr_decay_steps=14 sample_tokens=0 threads=1 data_dir="$tmp/sh")
-losses() { /usr/bin/python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    if "loss" in r: print(r["step"], r["loss"])
-    if "val_loss" in r: print(r["step"], "val", r["val_loss"])' "$1"; }
 if [ -z "${TG_SANITIZED:-}" ] && command -v mpirun > /dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   expect_status 0 timeout 300 "$tgrun" --nproc 2 configs/gpt2_124m.cfg "${small[@]}" out_dir="$tmp/a"
   contains "$tmp/out" "data: $tmp/sh: 327807 train and 3000 val tokens (110 and 1 shards), shuffled order"
   contains "$tmp/out" "step 14/14 | eval"
-  losses "$tmp/a/metrics.jsonl" > "$tmp/a.losses"
+  run_losses "$tmp/a/metrics.jsonl" > "$tmp/a.losses"
   expect_status 0 timeout 300 "$tgrun" --nproc 2 configs/gpt2_124m.cfg "${small[@]}" out_dir="$tmp/b" max_steps=7
   expect_status 0 timeout 300 "$tgrun" --nproc 2 configs/gpt2_124m.cfg "${small[@]}" out_dir="$tmp/b" resume=true
   contains "$tmp/out" "resumed from"
-  losses "$tmp/b/metrics.jsonl" > "$tmp/b.losses"
+  run_losses "$tmp/b/metrics.jsonl" > "$tmp/b.losses"
   if [ -s "$tmp/a.losses" ] && diff "$tmp/a.losses" "$tmp/b.losses" > "$tmp/diff"; then ok
   else bad "resumed losses differ across shards:"; cat "$tmp/diff"; fi
 else
@@ -119,10 +114,10 @@ fi
 # one rank, llm.c's sequential order: resume exact too
 expect_status 0 "$tgrun" configs/gpt2_124m.cfg "${small[@]}" zero=0 data_order=sequential batch_size=8 out_dir="$tmp/s1"
 contains "$tmp/out" "sequential order"
-losses "$tmp/s1/metrics.jsonl" > "$tmp/s1.losses"
+run_losses "$tmp/s1/metrics.jsonl" > "$tmp/s1.losses"
 expect_status 0 "$tgrun" configs/gpt2_124m.cfg "${small[@]}" zero=0 data_order=sequential batch_size=8 out_dir="$tmp/s2" max_steps=7
 expect_status 0 "$tgrun" configs/gpt2_124m.cfg "${small[@]}" zero=0 data_order=sequential batch_size=8 out_dir="$tmp/s2" resume=true
-losses "$tmp/s2/metrics.jsonl" > "$tmp/s2.losses"
+run_losses "$tmp/s2/metrics.jsonl" > "$tmp/s2.losses"
 if [ -s "$tmp/s1.losses" ] && diff "$tmp/s1.losses" "$tmp/s2.losses" > "$tmp/diff"; then ok
 else bad "sequential: resumed losses differ:"; cat "$tmp/diff"; fi
 

@@ -18,11 +18,6 @@
 #include "dataloader.h"
 #include "tokens_file.h"
 
-#define REQUIRE(cond, ...) \
-  do { \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 static char why[1024];
 static char dir[64];
 
