@@ -13,6 +13,13 @@
 #include "alloc.h"
 #include "diag.h" /* tg_why */
 
+char *tg_path_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = tg_xmalloc(n);
+  snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
 bool tg_read_whole_file(const char *path, char **buf, size_t *size, char *why, size_t whylen) {
   FILE *f = fopen(path, "rb");
   if (!f) return tg_why(why, whylen, "cannot open %s: %s", path, strerror(errno));

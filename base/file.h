@@ -10,6 +10,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* dir/name, malloc'ed. */
+char *tg_path_join(const char *dir, const char *name);
+
 /* Reads all of path into a malloc'ed buffer (*buf, *size bytes, with a NUL
  * after the last byte that *size does not count).  False with a message
  * naming the file and the reason. */

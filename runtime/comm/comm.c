@@ -198,6 +198,12 @@ int tg_comm_local_size(void) {
     const char *v = getenv(vars[i]);
     if (v && atoi(v) > 0) return atoi(v);
   }
+  /* srun (PMIx or PMI-2) sets none of those: its tasks per node read
+   * "8(x2)" or "8,7"; this node's is the first number when they agree,
+   * and the count of the node's own tasks is not exported otherwise */
+  const char *slurm = getenv("SLURM_LOCALID") ? getenv("SLURM_STEP_TASKS_PER_NODE") : NULL;
+  if (!slurm && getenv("SLURM_LOCALID")) slurm = getenv("SLURM_TASKS_PER_NODE");
+  if (slurm && atoi(slurm) > 0) return atoi(slurm);
   return 1;
 }
 

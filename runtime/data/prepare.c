@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "corpus.h"
 #include "json.h"
 #include "json_text.h"
 #include "tokens_file.h"
@@ -36,23 +37,15 @@
 
 static const char gpt2_url[] = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/";
 
-/* 1003854 -> "1,003,854" */
-static const char *commas(size_t v, char buf[32]) {
+const char *tg_prepare_commas(uint64_t v, char buf[32]) {
   char tmp[32];
-  int n = snprintf(tmp, sizeof tmp, "%zu", v), o = 0;
+  int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v), o = 0;
   for (int i = 0; i < n; i++) {
     if (i && (n - i) % 3 == 0) buf[o++] = ',';
     buf[o++] = tmp[i];
   }
   buf[o] = 0;
   return buf;
-}
-
-static char *join(const char *dir, const char *name) {
-  size_t n = strlen(dir) + strlen(name) + 2;
-  char *p = tg_xmalloc(n);
-  snprintf(p, n, "%s/%s", dir, name);
-  return p;
 }
 
 /* ---- tokenizer.json --------------------------------------------------------- */
@@ -147,11 +140,28 @@ static tg_tokenizer *load_json(const char *path, const char *text, size_t size, 
   return t;
 }
 
+/* llm.c's dev/data scripts write shards and no tokenizer.json; their
+ * version-1 files hold GPT-2 tokens, so such a directory is read with
+ * GPT-2's tokenizer from the usual place. */
+static bool llmc_shards_only(const char *dir, const char *json_path) {
+  if (access(json_path, F_OK) == 0) return false;
+  char ignored[256];
+  char **paths = tg_corpus_paths(dir, "train", "", ignored, sizeof ignored);
+  bool shards = paths && paths[0] && strstr(paths[0], "_train_");
+  tg_corpus_free_paths(paths);
+  return shards;
+}
+
 tg_tokenizer *tg_prepare_load_tokenizer(const char *dir, char *why, size_t whylen) {
-  char *path = join(dir, "tokenizer.json"), *text;
+  char *path = tg_path_join(dir, "tokenizer.json"), *text;
   size_t size;
   tg_tokenizer *t = NULL;
-  if (tg_read_whole_file(path, &text, &size, why, whylen)) {
+  if (llmc_shards_only(dir, path)) {
+    char *enc, *bpe;
+    t = tg_prepare_gpt2(NULL, &enc, &bpe, why, whylen);
+    free(enc);
+    free(bpe);
+  } else if (tg_read_whole_file(path, &text, &size, why, whylen)) {
     t = load_json(path, text, size, why, whylen);
     free(text);
   }
@@ -159,14 +169,46 @@ tg_tokenizer *tg_prepare_load_tokenizer(const char *dir, char *why, size_t whyle
   return t;
 }
 
+tg_tokenizer *tg_prepare_gpt2(const char *gpt2_dir, char **enc, char **bpe, char *why, size_t whylen) {
+  const char *env = getenv("TG_DATA");
+  char *gdir = gpt2_dir ? strcpy(tg_xmalloc(strlen(gpt2_dir) + 1), gpt2_dir)
+               : env && *env ? tg_path_join(env, "gpt2")
+                             : strcpy(tg_xmalloc(sizeof "../shared/data/gpt2"), "../shared/data/gpt2");
+  *enc = tg_path_join(gdir, "encoder.json");
+  *bpe = tg_path_join(gdir, "vocab.bpe");
+  free(gdir);
+  tg_tokenizer *t = tg_tok_gpt2_load(*enc, *bpe, why, whylen);
+  if (!t) {
+    size_t k = strlen(why);
+    if (access(*enc, R_OK) != 0 || access(*bpe, R_OK) != 0)
+      snprintf(why + k, whylen - k, " (point --gpt2-dir or TG_DATA at a directory holding "
+               "encoder.json and vocab.bpe from %s)", gpt2_url);
+  }
+  return t;
+}
+
+bool tg_prepare_write_tokenizer(const char *dir, const tg_tokenizer *t, const char *enc, const char *bpe, char *why,
+                                size_t whylen) {
+  tg_sbuf js = {0};
+  bool ok = tokenizer_json(t, enc, bpe, &js, why, whylen) && tg_make_dirs(dir, why, whylen);
+  char *path = tg_path_join(dir, "tokenizer.json");
+  if (ok) ok = tg_write_file_atomic(path, tg_sb_text(&js), js.n, why, whylen);
+  char c[32];
+  if (ok)
+    printf("wrote %s: the %s tokenizer, vocab %s\n", path, tg_tok_kind_name(tg_tok_kind_of(t)),
+           tg_prepare_commas((uint64_t)tg_tok_vocab_size(t), c));
+  free(path);
+  tg_sb_free(&js);
+  return ok;
+}
+
 /* ---- the command ------------------------------------------------------------ */
 
 bool tg_prepare(const tg_prepare_opts *o, char *why, size_t whylen) {
-  char *text = NULL, *enc = NULL, *bpe = NULL, *gdir = NULL;
+  char *text = NULL, *enc = NULL, *bpe = NULL;
   int32_t *ids[2] = {NULL, NULL};
   size_t nids[2] = {0, 0};
   tg_tokenizer *t = NULL;
-  tg_sbuf js = {0};
   bool ok = false;
   size_t size;
   if (!tg_read_whole_file(o->input, &text, &size, why, whylen)) goto done;
@@ -197,20 +239,8 @@ bool tg_prepare(const tg_prepare_opts *o, char *why, size_t whylen) {
       goto done;
     }
   } else {
-    const char *env = getenv("TG_DATA");
-    gdir = o->gpt2_dir ? strcpy(tg_xmalloc(strlen(o->gpt2_dir) + 1), o->gpt2_dir)
-           : env && *env ? join(env, "gpt2")
-                         : strcpy(tg_xmalloc(sizeof "../shared/data/gpt2"), "../shared/data/gpt2");
-    enc = join(gdir, "encoder.json");
-    bpe = join(gdir, "vocab.bpe");
-    t = tg_tok_gpt2_load(enc, bpe, why, whylen);
-    if (!t) {
-      size_t k = strlen(why);
-      if (access(enc, R_OK) != 0 || access(bpe, R_OK) != 0)
-        snprintf(why + k, whylen - k, " (point --gpt2-dir or TG_DATA at a directory holding "
-                 "encoder.json and vocab.bpe from %s)", gpt2_url);
-      goto done;
-    }
+    t = tg_prepare_gpt2(o->gpt2_dir, &enc, &bpe, why, whylen);
+    if (!t) goto done;
   }
   const char *part[2] = {text, text + cut};
   size_t plen[2] = {cut, size - cut};
@@ -222,31 +252,24 @@ bool tg_prepare(const tg_prepare_opts *o, char *why, size_t whylen) {
       goto done;
     }
   }
-  if (!tokenizer_json(t, enc, bpe, &js, why, whylen)) goto done;
   if (!tg_make_dirs(o->out, why, whylen)) goto done;
   static const char *names[2] = {"train.bin", "val.bin"};
   char c1[32], c2[32];
   for (int k = 0; k < 2; k++) {
-    char *path = join(o->out, names[k]);
+    char *path = tg_path_join(o->out, names[k]);
     bool wrote = tg_tokens_write(path, ids[k], nids[k], why, whylen);
     if (wrote)
-      printf("wrote %s: %s tokens, vocab %s (%s)\n", path, commas(nids[k], c1),
-             commas((size_t)tg_tok_vocab_size(t), c2), o->tokenizer);
+      printf("wrote %s: %s tokens, vocab %s (%s)\n", path, tg_prepare_commas(nids[k], c1),
+             tg_prepare_commas((size_t)tg_tok_vocab_size(t), c2), o->tokenizer);
     free(path);
     if (!wrote) goto done;
   }
-  char *path = join(o->out, "tokenizer.json");
-  ok = tg_write_file_atomic(path, tg_sb_text(&js), js.n, why, whylen);
-  if (ok) printf("wrote %s: the %s tokenizer, vocab %s\n", path, o->tokenizer,
-                 commas((size_t)tg_tok_vocab_size(t), c2));
-  free(path);
+  ok = tg_prepare_write_tokenizer(o->out, t, enc, bpe, why, whylen);
 done:
   fflush(stdout);
-  tg_sb_free(&js);
   free(ids[0]);
   free(ids[1]);
   tg_tok_free(t);
-  free(gdir);
   free(enc);
   free(bpe);
   free(text);

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tokenizer.h"
 
@@ -35,7 +36,24 @@ typedef struct tg_prepare_opts {
 bool tg_prepare(const tg_prepare_opts *o, char *why, size_t whylen);
 
 /* The tokenizer recorded in dir/tokenizer.json, or NULL with a message
- * naming that file (or the GPT-2 file it points to). */
+ * naming that file (or the GPT-2 file it points to).  A directory of
+ * llm.c's shards (NAME_train_NNNNNN.bin) without tokenizer.json gets
+ * GPT-2's tokenizer from $TG_DATA/gpt2 (or ../shared/data/gpt2): llm.c's
+ * version-1 token files are GPT-2 tokens. */
 tg_tokenizer *tg_prepare_load_tokenizer(const char *dir, char *why, size_t whylen);
+
+/* GPT-2's tokenizer from gpt2_dir's encoder.json and vocab.bpe (NULL:
+ * $TG_DATA/gpt2, else ../shared/data/gpt2); *enc and *bpe get the two
+ * paths (to free, also on failure).  NULL with a message that, for a
+ * missing file, says where to get it. */
+tg_tokenizer *tg_prepare_gpt2(const char *gpt2_dir, char **enc, char **bpe, char *why, size_t whylen);
+
+/* Writes dir/tokenizer.json for t (enc and bpe: GPT-2's files, recorded as
+ * absolute paths; unused for char) and prints a line saying so. */
+bool tg_prepare_write_tokenizer(const char *dir, const tg_tokenizer *t, const char *enc, const char *bpe, char *why,
+                                size_t whylen);
+
+/* 1003854 -> "1,003,854", into buf. */
+const char *tg_prepare_commas(uint64_t v, char buf[32]);
 
 #endif

@@ -46,15 +46,17 @@ static bool write_all(int fd, const void *buf, size_t n) {
   return true;
 }
 
-bool tg_tokens_write(const char *path, const int32_t *ids, size_t n, char *why, size_t whylen) {
+/* ids32 or ids16 (the other NULL) to path, atomically (tokens_file.h). */
+static bool write_tokens(const char *path, const int32_t *ids32, const uint16_t *ids16, size_t n, char *why,
+                         size_t whylen) {
   if (!path || !*path) return tg_why(why, whylen, "no file name for the tokens");
   if (n > INT32_MAX)
     return tg_why(why, whylen, "%s: %zu tokens are more than the format's %d", path, n,
                   INT32_MAX);
-  for (size_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] > UINT16_MAX)
+  for (size_t i = 0; ids32 && i < n; i++)
+    if (ids32[i] < 0 || ids32[i] > UINT16_MAX)
       return tg_why(why, whylen, "%s: token %zu is %ld, which does not fit the format's uint16",
-                    path, i, (long)ids[i]);
+                    path, i, (long)ids32[i]);
   unsigned char header[TG_TOKENS_HEADER_BYTES] = {0};
   put_i32(header, TG_TOKENS_MAGIC);
   put_i32(header + 4, TG_TOKENS_VERSION);
@@ -74,8 +76,9 @@ bool tg_tokens_write(const char *path, const int32_t *ids, size_t n, char *why, 
   for (size_t i = 0; ok && i < n; i += CHUNK) {
     size_t k = n - i < CHUNK ? n - i : CHUNK;
     for (size_t j = 0; j < k; j++) {
-      buf[2 * j] = (unsigned char)(ids[i + j] & 0xFF);
-      buf[2 * j + 1] = (unsigned char)(ids[i + j] >> 8);
+      uint32_t v = ids32 ? (uint32_t)ids32[i + j] : ids16[i + j];
+      buf[2 * j] = (unsigned char)(v & 0xFF);
+      buf[2 * j + 1] = (unsigned char)(v >> 8);
     }
     ok = write_all(fd, buf, 2 * k);
   }
@@ -93,6 +96,14 @@ bool tg_tokens_write(const char *path, const int32_t *ids, size_t n, char *why, 
   else tg_sync_parent_dir(path);
   free(tmp);
   return ok;
+}
+
+bool tg_tokens_write(const char *path, const int32_t *ids, size_t n, char *why, size_t whylen) {
+  return write_tokens(path, ids, NULL, n, why, whylen);
+}
+
+bool tg_tokens_write16(const char *path, const uint16_t *ids, size_t n, char *why, size_t whylen) {
+  return write_tokens(path, NULL, ids, n, why, whylen);
 }
 
 /* Checks the mapped bytes; fills t's ids and n. */

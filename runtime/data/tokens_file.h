@@ -37,6 +37,8 @@ typedef struct tg_tokens {
  * [0, 65535] and n in [0, INT32_MAX].  Returns false with a message (the
  * old file, if any, is kept). */
 bool tg_tokens_write(const char *path, const int32_t *ids, size_t n, char *why, size_t whylen);
+/* The same from ids already uint16 (a shard being prepared). */
+bool tg_tokens_write16(const char *path, const uint16_t *ids, size_t n, char *why, size_t whylen);
 
 /* Maps and checks path; when vocab > 0 also checks that every id is below
  * it.  Returns NULL with a message naming the file on any problem. */

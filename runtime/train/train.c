@@ -57,7 +57,7 @@
 #include "sampler.h"
 #include "tensor_parts.h"
 #include "tokenizer.h"
-#include "tokens_file.h"
+#include "corpus.h"
 #include "train_config.h"
 #include "weights.h"
 #include "zero.h"
@@ -144,7 +144,8 @@ typedef struct run {
   int lock_fd;       /* out_dir/tgrun.lock, held (flock) for the whole run (rank 0); -1: none */
   tg_tokenizer *tok;
   int32_t vocab;
-  tg_tokens *train, *val;
+  tg_corpus *train, *val; /* the splits' shards (corpus.h) */
+  tg_data_order order;    /* data_order */
   tg_device *dev;
   tg_graph *g_grad, *g_eval, *g_sample;
   tg_exec *e_grad, *e_eval, *e_sample;
@@ -405,7 +406,7 @@ static void check_memory(run *r) {
   int64_t fit = per_seq > 0 && avail / local > fixed ? (avail / local - fixed) / per_seq : 0;
   /* a higher ZeRO stage that would fit, if any */
   const char *zero_hint = "";
-  for (int s = tg_zero_stage(r->zero) + 1; r->nranks > 1 && s <= 3 && !*zero_hint; s++) {
+  for (int s = tg_zero_stage(r->zero) + 1; r->dranks > 1 && s <= 3 && !*zero_hint; s++) {
     int64_t at_s = tg_zero_state_bytes_at(r->zero, s);
     if ((fixed - state + at_s + per_batch) * local <= avail)
       zero_hint = tg_sprintf(r->ctx->arena, "; or zero = %d, at which a rank keeps %.2f GiB of weights, gradients and "
@@ -449,7 +450,7 @@ static void check_zero(run *r) {
   const tg_train_config *c = &r->cfg;
   if (!c->zero) return;
   tg_loc at = key_loc(r, "zero");
-  if (r->nranks == 1) {
+  if (r->dranks == 1) {
     say(r, "note: zero = %lld with one rank: nothing to shard; training as zero = 0\n", (long long)c->zero);
     return;
   }
@@ -494,7 +495,9 @@ static void build(run *r) {
   /* the model first: its ranges (the asserts after its config) refuse a
    * bad model.NAME before the device is opened or anything allocated */
   r->g_grad = compile_model(r, c->batch_size, c->block_size, false);
-  tg_device_opts dopts = {.precision = TG_PREC_F32};
+  /* a GPU a rank: this machine's ranks take its GPUs in local-rank order
+   * (docs/cuda.md); without it every rank of a node opened GPU 0 */
+  tg_device_opts dopts = {.precision = TG_PREC_F32, .local_rank = tg_comm_local_rank()};
   r->dev = tg_device_open_named(r->ctx, r->cfg.backend, &dopts);
   check_zero(r);
   const tg_precision_policy prec = tg_train_config_precision(c);
@@ -597,10 +600,10 @@ static float read_scalar(run *r, tg_exec *e, const char *name) {
   return v;
 }
 
-static double eval_split(run *r, const tg_tokens *toks) {
+static double eval_split(run *r, const tg_corpus *toks) {
   double sum = 0;
   for (int64_t k = 0; k < r->cfg.eval_batches; k++) {
-    tg_loader_eval_batch(toks, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, k, 0, 1, r->idx, r->tgt);
+    tg_loader_eval_batch(toks, r->order, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, k, 0, 1, r->idx, r->tgt);
     feed(r, r->e_eval, r->idx, r->tgt);
     tg_exec_run(r->ctx, r->e_eval);
     sum += read_scalar(r, r->e_eval, TG_OUTPUT_LOSS);
@@ -681,7 +684,7 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
    * (at ZeRO stage 3 every rank runs it: the graph gathers the weights) */
   float check = 0;
   if (evaluates(r)) {
-    tg_loader_eval_batch(r->train, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, 0, 0, 1, r->idx,
+    tg_loader_eval_batch(r->train, r->order, r->cfg.batch_size, r->cfg.block_size, (uint64_t)r->cfg.seed, 0, 0, 1, r->idx,
                          r->tgt);
     feed(r, r->e_eval, r->idx, r->tgt);
     tg_exec_run(r->ctx, r->e_eval);
@@ -892,8 +895,8 @@ static tg_loader **open_loaders(run *r, uint64_t position) {
   tg_loader **loaders = r->loaders = tg_xcalloc((size_t)accum, sizeof *loaders);
   r->n_loaders = accum;
   for (int m = 0; m < accum; m++) {
-    loaders[m] = tg_loader_new(r->train, c->batch_size, c->block_size, m * r->dranks + r->drank, accum * r->dranks,
-                               (uint64_t)c->seed, position, why, sizeof why);
+    loaders[m] = tg_loader_new(r->train, r->order, c->batch_size, c->block_size, m * r->dranks + r->drank,
+                               accum * r->dranks, (uint64_t)c->seed, position, why, sizeof why);
     if (!loaders[m]) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
   }
   return loaders;
@@ -933,12 +936,13 @@ static double say_run_start(run *r, int64_t nparams, int64_t tokens_per_step, co
   double peak = c->peak_flops;
   const char *peak_from = "peak_flops in train.cfg";
   if (!(peak > 0)) peak = tg_device_peak_flops(r->dev, bf16, &peak_from);
-  say(r, "training %s: %lld parameters, %lld tokens per step (%lld x %lld x %lld accumulated x %d rank%s), %s\n",
+  say(r, "training %s: %lld parameters, %lld tokens per step (%lld x %lld x %lld accumulated x %d %srank%s%s), %s\n",
       c->model, (long long)nparams, (long long)tokens_per_step, (long long)c->batch_size, (long long)c->block_size,
-      (long long)c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s",
+      (long long)c->grad_accum, r->dranks, r->tp > 1 ? "data " : "", r->dranks == 1 ? "" : "s",
+      r->tp > 1 ? tg_sprintf(r->ctx->arena, ", each layer split across %d tensor ranks", r->tp) : "",
       bf16 ? "bf16 (f32 master weights, optimizer and statistics)" : "f32");
   if (c->parallel_note) say(r, "%s\n", c->parallel_note);
-  if (r->nranks > 1) say(r, "%s\n", tg_zero_describe(r->zero));
+  if (r->dranks > 1) say(r, "%s\n", tg_zero_describe(r->zero));
   if (peak > 0)
     say(r, "mfu: over a peak of %.4g %s %s a device (%s)\n", peak >= 1e12 ? peak * 1e-12 : peak * 1e-9,
         peak >= 1e12 ? "TFLOP/s" : "GFLOP/s", bf16 ? "bf16" : "f32", peak_from);
@@ -1267,16 +1271,28 @@ static void check_init_dims(run *r) {
 static void check_data(run *r) {
   const tg_train_config *c = &r->cfg;
   int64_t need = c->block_size + 1;
-  const tg_tokens *split[2] = {r->train, r->val};
-  const char *name[2] = {"train.bin", "val.bin"};
-  for (int i = 0; i < 2; i++)
-    if ((int64_t)split[i]->n < need)
-      tg_error(r->ctx, (tg_loc){split[i]->path, 0, 0},
-               "%s has %zu tokens, but a sequence of block_size %lld needs %lld (its targets are shifted by "
+  const tg_corpus *split[2] = {r->train, r->val};
+  const char *largest[2] = {"the largest train shard", "the largest val shard"};
+  for (int i = 0; i < 2; i++) {
+    const tg_corpus *d = split[i];
+    bool one = d->n_shards == 1;
+    const char *where = one ? d->shards[0]->path : d->name, *base = strrchr(where, '/');
+    if ((int64_t)d->largest < need)
+      tg_error(r->ctx, (tg_loc){where, 0, 0},
+               "%s has %llu tokens, but a sequence of block_size %lld needs %lld (its targets are shifted by "
                "one)%s: lower block_size or prepare more data%s",
-               name[i], split[i]->n, (long long)c->block_size, (long long)need,
-               i == 1 ? "; evaluation reads val.bin" : "",
+               one ? (base ? base + 1 : where) : largest[i], (unsigned long long)d->largest, (long long)c->block_size,
+               (long long)need, i == 1 ? "; evaluation reads the validation split" : "",
                i == 1 ? " (tgrun prepare --val-fraction above 0)" : "");
+  }
+  /* the sequential orders read a step's batch from one shard: train for
+   * the ranks' micro-steps, val for rank 0's evaluation batches */
+  char bad[1024];
+  if (!tg_loader_check(r->train, r->order, c->batch_size, c->block_size, 0, (int)c->grad_accum * r->nranks, bad,
+                       sizeof bad))
+    tg_error(r->ctx, key_loc(r, "data_order"), "%s", bad);
+  if (!tg_loader_check(r->val, r->order, c->batch_size, c->block_size, 0, 1, bad, sizeof bad))
+    tg_error(r->ctx, key_loc(r, "data_order"), "%s", bad);
   if (c->sample_tokens > 0) {
     char why[512];
     int32_t *prompt = NULL;
@@ -1415,12 +1431,19 @@ static int train(run *r) {
   r->tok = tg_prepare_load_tokenizer(c->data_dir, why, sizeof why);
   if (!r->tok) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "data_dir: %s (make it with tgrun prepare)", why);
   r->vocab = tg_tok_vocab_size(r->tok);
-  r->train = tg_tokens_open(path_in(r, c->data_dir, "train.bin"), r->vocab, why, sizeof why);
+  if (!tg_data_order_parse(c->data_order, &r->order)) /* validated with the config; kept in step here */
+    tg_error(r->ctx, key_loc(r, "data_order"), "data_order = %s: expected random, sequential or shuffled",
+             c->data_order);
+  r->train = tg_corpus_open(c->data_dir, "train", c->train_files, r->vocab, why, sizeof why);
   if (!r->train) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
-  r->val = tg_tokens_open(path_in(r, c->data_dir, "val.bin"), r->vocab, why, sizeof why);
+  r->val = tg_corpus_open(c->data_dir, "val", c->val_files, r->vocab, why, sizeof why);
   if (!r->val) tg_error(r->ctx, (tg_loc){c->path, 0, 0}, "%s", why);
-  say(r, "data: %s: %zu train and %zu val tokens, %s tokenizer, vocab %d\n", c->data_dir, r->train->n, r->val->n,
-      tg_tok_kind_name(tg_tok_kind_of(r->tok)), r->vocab);
+  say(r, "data: %s: %llu train and %llu val tokens", c->data_dir, (unsigned long long)r->train->n,
+      (unsigned long long)r->val->n);
+  if (r->train->n_shards > 1 || r->val->n_shards > 1)
+    say(r, " (%d and %d shards)", r->train->n_shards, r->val->n_shards);
+  say(r, ", %s order, %s tokenizer, vocab %d\n", tg_data_order_name(r->order), tg_tok_kind_name(tg_tok_kind_of(r->tok)),
+      r->vocab);
   check_data(r);
   load_hellaswag(r);
   check_init_dims(r);
@@ -1484,8 +1507,8 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   free(r->sample_in);
   free(r->logits);
   tg_device_close(r->dev);
-  if (r->train) tg_tokens_close(r->train);
-  if (r->val) tg_tokens_close(r->val);
+  tg_corpus_close(r->train);
+  tg_corpus_close(r->val);
   if (r->tok) tg_tok_free(r->tok);
   tg_ctx_free(r->ctx);
   free(r);

@@ -7,6 +7,7 @@
 #include "train_config.h"
 
 #include "backends.h"
+#include "dataloader.h"
 #include "nearest.h"
 #include "utf8.h"
 
@@ -40,11 +41,16 @@ static const char *check_backend(const char *s);
 static const char *check_precision(const char *s);
 static const char *check_file_name(const char *s);
 static const char *check_parallel(const char *s);
+static const char *check_data_order(const char *s);
 
 #define F(field) offsetof(tg_train_config, field)
 static const key_info keys[] = {
     {"model", K_STR, F(model), "models/gpt2.tg", 0, 0, 0, 0, check_nonempty, "model and data"},
     {"data_dir", K_STR, F(data_dir), "data/shakespeare_char", 0, 0, 0, 0, check_nonempty, NULL},
+    /* globs naming the shards (llm.c's -i and -j); "": data_dir's (corpus.h) */
+    {"train_files", K_STR, F(train_files), "", 0, 0, 0, 0, NULL, NULL},
+    {"val_files", K_STR, F(val_files), "", 0, 0, 0, 0, NULL, NULL},
+    {"data_order", K_STR, F(data_order), "random", 0, 0, 0, 0, check_data_order, NULL},
     {"out_dir", K_STR, F(out_dir), "out", 0, 0, 0, 0, check_nonempty, NULL},
     {"backend", K_STR, F(backend), "cpu", 0, 0, 0, 0, check_backend, NULL},
     {"precision", K_STR, F(precision), "auto", 0, 0, 0, 0, check_precision, NULL},
@@ -188,6 +194,13 @@ tg_precision_policy tg_train_config_precision(const tg_train_config *cfg) {
 /* The metrics file lives in out_dir; a path would let it escape, and the
  * name of a file the run writes itself would let the metrics overwrite or
  * append to it (a checkpoint, the log). */
+static const char *check_data_order(const char *s) {
+  tg_data_order o;
+  return tg_data_order_parse(s, &o) ? NULL
+         : "expected random (nanoGPT's random windows), sequential (llm.c's: the shards in order) or shuffled "
+           "(sequential, the shards in a seeded order each epoch)";
+}
+
 static const char *check_file_name(const char *s) {
   static const char *const own[] = {"train.log", "train.cfg", "loss.svg", "report.html", "samples.txt", "kernels",
                                     "ckpt.safetensors", "ckpt.prev.safetensors", "tgrun.lock"};

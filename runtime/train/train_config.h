@@ -43,14 +43,17 @@ typedef struct tg_model_define {
   tg_cfg_origin origin;
 } tg_model_define;
 
-enum { TG_TRAIN_NKEYS = 41 }; /* the keys below, model.NAME not counted */
+enum { TG_TRAIN_NKEYS = 44 }; /* the keys below, model.NAME not counted */
 
 typedef struct tg_train_config {
   /* The model and the data. */
   char *model;                 /* "models/gpt2.tg" */
   tg_model_define *defines;    /* model.NAME, in the order first set */
   int n_defines;
-  char *data_dir;              /* "data/shakespeare_char": train.bin, val.bin, tokenizer.json */
+  char *data_dir;              /* "data/shakespeare_char": train.bin, val.bin (or shards), tokenizer.json */
+  char *train_files;           /* "": data_dir's train.bin or *_train_*.bin shards; else a glob */
+  char *val_files;             /* "": the same for val */
+  char *data_order;            /* "random" (nanoGPT's get_batch) | "sequential" (llm.c's) | "shuffled" */
   char *out_dir;               /* "out": log, metrics, plot, samples, checkpoints */
   char *backend;               /* "cpu": ref | cpu | cuda | cuda-emu */
   char *precision;             /* "auto": the backend's (bf16 on cuda, f32 on cpu) | f32 | bf16 */

@@ -54,6 +54,17 @@ CFG
   s=$tmp/s.cfg
 }
 
+# run_losses METRICS: a run's losses from its metrics.jsonl, a line a row:
+# "STEP LOSS" for a step, "STEP val LOSS" for an evaluation, every digit
+# (for runs that must agree exactly)
+run_losses() {
+  /usr/bin/python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "val_loss" in r: print(r["step"], "val", repr(r["val_loss"]))
+    elif "loss" in r: print(r["step"], repr(r["loss"]))' "$1"
+}
+
 finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ]

@@ -51,16 +51,19 @@ static void use(const tg_tokens *t, int32_t vocab) {
   if (t->n < T + 1) return;
   char why[512];
   int32_t idx[B * T], tgt[B * T];
+  tg_tokens *shard = (tg_tokens *)t;
+  tg_corpus c = {.name = "fuzz", .shards = &shard, .n_shards = 1, .n = t->n, .largest = t->n};
   for (int rank = 0; rank < 2; rank++) {
-    tg_loader *l = tg_loader_new(t, B, T, rank, 2, 1337, 0, why, sizeof why);
-    if (!l) return; /* too short for this many slices: refused, with a reason */
+    tg_loader *l = tg_loader_new(&c, rank ? TG_ORDER_SEQUENTIAL : TG_ORDER_RANDOM, B, T, rank, 2, 1337, 0, why,
+                                 sizeof why);
+    if (!l) continue; /* too short for this many slices: refused, with a reason */
     for (int k = 0; k < 3; k++) {
       tg_loader_next(l, idx, tgt);
       for (int i = 0; i < B * T; i++) check(idx[i] >= 0 && idx[i] < vocab && tgt[i] >= 0 && tgt[i] < vocab, "batch ids");
     }
     tg_loader_free(l);
   }
-  tg_loader_eval_batch(t, 1, T, 1337, 0, 0, 1, idx, tgt);
+  tg_loader_eval_batch(&c, TG_ORDER_RANDOM, 1, T, 1337, 0, 0, 1, idx, tgt);
   for (int i = 0; i < T; i++) check(idx[i] >= 0 && idx[i] < vocab, "eval ids");
 }
 

@@ -16,14 +16,6 @@
 #include "rng.h"
 #include "tokens_file.h"
 
-/* A check for loops of many draws: ck_assert reports every check that
- * passes to the runner with a write(), which there would cost more than
- * the code under test. */
-#define REQUIRE(cond, ...) \
-  do { \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 static char why[1024];
 static char dir[64];
 
@@ -37,7 +29,7 @@ static void teardown(void) {
 }
 
 /* Writes n tokens, ids[i] = (i * mul) % 65536, as dir/name and opens it. */
-static tg_tokens *tokens(const char *name, size_t n, uint32_t mul) {
+static tg_tokens *one_file(const char *name, size_t n, uint32_t mul) {
   char path[256];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
@@ -47,6 +39,12 @@ static tg_tokens *tokens(const char *name, size_t n, uint32_t mul) {
   tg_tokens *t = tg_tokens_open(path, 0, why, sizeof why);
   ck_assert_msg(t, "%s", why);
   return t;
+}
+
+/* The same as a corpus of that one file. */
+static tg_corpus *tokens(const char *name, size_t n, uint32_t mul) {
+  tg_tokens *t = one_file(name, n, mul);
+  return tg_corpus_of(name, &t, 1);
 }
 
 /* Checks that idx and targets are B windows of an ids[i] = i file, each
@@ -71,8 +69,8 @@ static void check_windows(const int32_t *idx, const int32_t *targets, int64_t B,
 START_TEST(test_shapes_and_targets) {
   const int64_t B = 4, T = 16;
   const size_t n = 10000;
-  tg_tokens *tk = tokens("train.bin", n, 1);
-  tg_loader *l = tg_loader_new(tk, B, T, 0, 1, 1337, 0, why, sizeof why);
+  tg_corpus *tk = tokens("train.bin", n, 1);
+  tg_loader *l = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 1337, 0, why, sizeof why);
   ck_assert_msg(l, "%s", why);
   /* One int32 past each array's end, to see that nothing writes there. */
   int32_t *idx = malloc((B * T + 1) * sizeof *idx), *tgt = malloc((B * T + 1) * sizeof *tgt);
@@ -82,7 +80,7 @@ START_TEST(test_shapes_and_targets) {
     ck_assert_uint_eq(tg_loader_position(l), g);
     tg_loader_next(l, idx, tgt);
     check_windows(idx, tgt, B, T, n, off);
-    tg_loader_offsets(n, B, T, 0, 1337, g, want);
+    tg_loader_offsets(tk, B, T, 0, 1337, g, want);
     for (int b = 0; b < B; b++) ck_assert_int_eq(off[b], want[b]);
   }
   ck_assert_uint_eq(tg_loader_position(l), 50);
@@ -91,7 +89,7 @@ START_TEST(test_shapes_and_targets) {
   free(idx);
   free(tgt);
   tg_loader_free(l);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
@@ -99,22 +97,22 @@ END_TEST
 START_TEST(test_copies_tokens) {
   const int64_t B = 3, T = 7;
   const size_t n = 500;
-  tg_tokens *tk = tokens("mul.bin", n, 40503);
-  tg_loader *l = tg_loader_new(tk, B, T, 0, 1, 5, 0, why, sizeof why);
+  tg_corpus *tk = tokens("mul.bin", n, 40503);
+  tg_loader *l = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 5, 0, why, sizeof why);
   ck_assert_msg(l, "%s", why);
   int32_t idx[21], tgt[21];
   int64_t off[3];
   for (uint64_t g = 0; g < 20; g++) {
     tg_loader_next(l, idx, tgt);
-    tg_loader_offsets(n, B, T, 0, 5, g, off);
+    tg_loader_offsets(tk, B, T, 0, 5, g, off);
     for (int64_t b = 0; b < B; b++)
       for (int64_t t = 0; t < T; t++) {
-        ck_assert_int_eq(idx[b * T + t], tk->ids[off[b] + t]);
-        ck_assert_int_eq(tgt[b * T + t], tk->ids[off[b] + t + 1]);
+        ck_assert_int_eq(idx[b * T + t], tk->shards[0]->ids[off[b] + t]);
+        ck_assert_int_eq(tgt[b * T + t], tk->shards[0]->ids[off[b] + t + 1]);
       }
   }
   tg_loader_free(l);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
@@ -126,8 +124,8 @@ END_TEST
 START_TEST(test_offsets_uniform) {
   const int64_t B = 8, T = 5;
   const size_t n = T + 10;
-  tg_tokens *tk = tokens("small.bin", n, 1);
-  tg_loader *l = tg_loader_new(tk, B, T, 0, 1, 99, 0, why, sizeof why);
+  tg_corpus *tk = tokens("small.bin", n, 1);
+  tg_loader *l = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 99, 0, why, sizeof why);
   ck_assert_msg(l, "%s", why);
   int32_t idx[40], tgt[40];
   int64_t off[8];
@@ -143,11 +141,11 @@ START_TEST(test_offsets_uniform) {
   ck_assert_msg(chi2 < 44.8, "chi-square %g over 10 offsets", chi2);
   ck_assert(count[0] > 0 && count[9] > 0);
   tg_loader_free(l);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 
   /* Exactly T + 1 tokens: one sequence, at offset 0. */
   tk = tokens("exact.bin", T + 1, 1);
-  l = tg_loader_new(tk, B, T, 0, 1, 99, 0, why, sizeof why);
+  l = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 99, 0, why, sizeof why);
   ck_assert_msg(l, "%s", why);
   for (int i = 0; i < 10; i++) {
     tg_loader_next(l, idx, tgt);
@@ -155,7 +153,7 @@ START_TEST(test_offsets_uniform) {
     for (int b = 0; b < B; b++) ck_assert_int_eq(off[b], 0);
   }
   tg_loader_free(l);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
@@ -165,11 +163,11 @@ static void draw(tg_loader *l, int count, int64_t BT, int32_t *idx, int32_t *tgt
 
 START_TEST(test_seed_determines_batches) {
   const int64_t B = 4, T = 8;
-  tg_tokens *tk = tokens("train.bin", 30000, 1);
+  tg_corpus *tk = tokens("train.bin", 30000, 1);
   int32_t a[10 * 32], at[10 * 32], b[10 * 32], bt[10 * 32], c[10 * 32], ct[10 * 32];
-  tg_loader *la = tg_loader_new(tk, B, T, 0, 1, 42, 0, why, sizeof why);
-  tg_loader *lb = tg_loader_new(tk, B, T, 0, 1, 42, 0, why, sizeof why);
-  tg_loader *lc = tg_loader_new(tk, B, T, 0, 1, 43, 0, why, sizeof why);
+  tg_loader *la = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 42, 0, why, sizeof why);
+  tg_loader *lb = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 42, 0, why, sizeof why);
+  tg_loader *lc = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 43, 0, why, sizeof why);
   ck_assert(la && lb && lc);
   draw(la, 10, B * T, a, at);
   draw(lb, 10, B * T, b, bt);
@@ -181,19 +179,19 @@ START_TEST(test_seed_determines_batches) {
   tg_loader_free(la);
   tg_loader_free(lb);
   tg_loader_free(lc);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
 /* A loader made at position p continues the uninterrupted sequence. */
 START_TEST(test_resume) {
   const int64_t B = 3, T = 8;
-  tg_tokens *tk = tokens("train.bin", 30000, 1);
+  tg_corpus *tk = tokens("train.bin", 30000, 1);
   int32_t a[10 * 24], at[10 * 24], b[6 * 24], bt[6 * 24];
-  tg_loader *la = tg_loader_new(tk, B, T, 1, 2, 7, 0, why, sizeof why);
+  tg_loader *la = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 1, 2, 7, 0, why, sizeof why);
   ck_assert_msg(la, "%s", why);
   draw(la, 10, B * T, a, at);
-  tg_loader *lb = tg_loader_new(tk, B, T, 1, 2, 7, 4, why, sizeof why);
+  tg_loader *lb = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 1, 2, 7, 4, why, sizeof why);
   ck_assert_msg(lb, "%s", why);
   ck_assert_uint_eq(tg_loader_position(lb), 4);
   draw(lb, 6, B * T, b, bt);
@@ -204,12 +202,12 @@ START_TEST(test_resume) {
   tg_loader_free(lb);
 
   /* Positions up to 2^63 - 1 are training batches; beyond, eval streams. */
-  lb = tg_loader_new(tk, B, T, 0, 1, 7, TG_LOADER_EVAL_STREAM - 1, why, sizeof why);
+  lb = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 7, TG_LOADER_EVAL_STREAM - 1, why, sizeof why);
   ck_assert_msg(lb, "%s", why);
   tg_loader_free(lb);
-  ck_assert_ptr_null(tg_loader_new(tk, B, T, 0, 1, 7, TG_LOADER_EVAL_STREAM, why, sizeof why));
+  ck_assert_ptr_null(tg_loader_new(tk, TG_ORDER_RANDOM, B, T, 0, 1, 7, TG_LOADER_EVAL_STREAM, why, sizeof why));
   ck_assert_msg(strstr(why, "position"), "%s", why);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
@@ -221,11 +219,11 @@ START_TEST(test_ranks_partition_the_global_batch) {
   const int64_t B = 2, T = 6;
   const int R = 3;
   const size_t n = 50000;
-  tg_tokens *tk = tokens("train.bin", n, 1);
-  tg_loader *one = tg_loader_new(tk, R * B, T, 0, 1, 1337, 3, why, sizeof why);
+  tg_corpus *tk = tokens("train.bin", n, 1);
+  tg_loader *one = tg_loader_new(tk, TG_ORDER_RANDOM, R * B, T, 0, 1, 1337, 3, why, sizeof why);
   tg_loader *rank[3];
   for (int r = 0; r < R; r++) {
-    rank[r] = tg_loader_new(tk, B, T, r, R, 1337, 3, why, sizeof why);
+    rank[r] = tg_loader_new(tk, TG_ORDER_RANDOM, B, T, r, R, 1337, 3, why, sizeof why);
     ck_assert_msg(rank[r], "%s", why);
   }
   int32_t all[36], allt[36], part[36], partt[36];
@@ -238,9 +236,9 @@ START_TEST(test_ranks_partition_the_global_batch) {
     ck_assert(memcmp(part, part + B * T, B * T * sizeof *part) != 0 ||
               memcmp(part, part + 2 * B * T, B * T * sizeof *part) != 0);
 
-    tg_loader_eval_batch(tk, R * B, T, 9, step, 0, 1, all, allt);
+    tg_loader_eval_batch(tk, TG_ORDER_RANDOM, R * B, T, 9, step, 0, 1, all, allt);
     for (int r = 0; r < R; r++)
-      tg_loader_eval_batch(tk, B, T, 9, step, r, R, part + r * B * T, partt + r * B * T);
+      tg_loader_eval_batch(tk, TG_ORDER_RANDOM, B, T, 9, step, r, R, part + r * B * T, partt + r * B * T);
     ck_assert(memcmp(all, part, sizeof all) == 0);
     ck_assert(memcmp(allt, partt, sizeof allt) == 0);
   }
@@ -249,38 +247,38 @@ START_TEST(test_ranks_partition_the_global_batch) {
 
   /* The layout the lead's equivalence test uses: 2 ranks at b, 1 at 2b. */
   int64_t off1[8], off2[8];
-  tg_loader_offsets(n, 8, T, 0, 21, 5, off1);
-  tg_loader_offsets(n, 4, T, 0, 21, 5, off2);
-  tg_loader_offsets(n, 4, T, 1, 21, 5, off2 + 4);
+  tg_loader_offsets(tk, 8, T, 0, 21, 5, off1);
+  tg_loader_offsets(tk, 4, T, 0, 21, 5, off2);
+  tg_loader_offsets(tk, 4, T, 1, 21, 5, off2 + 4);
   for (int i = 0; i < 8; i++) ck_assert_int_eq(off1[i], off2[i]);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
 START_TEST(test_eval_batches) {
   const int64_t B = 4, T = 8;
   const size_t n = 20000;
-  tg_tokens *tk = tokens("val.bin", n, 1);
+  tg_corpus *tk = tokens("val.bin", n, 1);
   int32_t a[32], at[32], b[32], bt[32];
   int64_t off[4];
   int same_as_train = 0;
   for (int64_t k = 0; k < 20; k++) {
-    tg_loader_eval_batch(tk, B, T, 1337, k, 0, 1, a, at);
+    tg_loader_eval_batch(tk, TG_ORDER_RANDOM, B, T, 1337, k, 0, 1, a, at);
     check_windows(a, at, B, T, n, off);
     /* The same batch at every evaluation. */
-    tg_loader_eval_batch(tk, B, T, 1337, k, 0, 1, b, bt);
+    tg_loader_eval_batch(tk, TG_ORDER_RANDOM, B, T, 1337, k, 0, 1, b, bt);
     ck_assert(memcmp(a, b, sizeof a) == 0 && memcmp(at, bt, sizeof at) == 0);
     /* Its own stream: not training batch k of the same seed. */
     int64_t train[4];
-    tg_loader_offsets(n, B, T, 0, 1337, (uint64_t)k, train);
+    tg_loader_offsets(tk, B, T, 0, 1337, (uint64_t)k, train);
     same_as_train += memcmp(off, train, sizeof off) == 0;
   }
   ck_assert_int_eq(same_as_train, 0);
   /* Evaluation batches differ from one another. */
-  tg_loader_eval_batch(tk, B, T, 1337, 0, 0, 1, a, at);
-  tg_loader_eval_batch(tk, B, T, 1337, 1, 0, 1, b, bt);
+  tg_loader_eval_batch(tk, TG_ORDER_RANDOM, B, T, 1337, 0, 0, 1, a, at);
+  tg_loader_eval_batch(tk, TG_ORDER_RANDOM, B, T, 1337, 1, 0, 1, b, bt);
   ck_assert(memcmp(a, b, sizeof a) != 0);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
@@ -288,31 +286,32 @@ END_TEST
  * the temporary directory behind. */
 START_TEST(test_eval_bad_arguments_abort) {
   uint16_t ids[10] = {0};
-  tg_tokens tk = {.path = "val.bin", .ids = ids, .n = 10};
+  tg_tokens tk = {.path = "val.bin", .ids = ids, .n = 10}, *shards = &tk;
+  tg_corpus c = {.name = "val", .shards = &shards, .n_shards = 1, .n = 10, .largest = 10};
   int32_t idx[64], tgt[64];
   ck_assert_ptr_nonnull(freopen("/dev/null", "w", stderr)); /* the expected message */
-  tg_loader_eval_batch(&tk, 2, 16, 1, 0, 0, 1, idx, tgt); /* 10 tokens, T = 16 */
+  tg_loader_eval_batch(&c, TG_ORDER_RANDOM, 2, 16, 1, 0, 0, 1, idx, tgt); /* 10 tokens, T = 16 */
 }
 END_TEST
 
 START_TEST(test_too_short) {
-  tg_tokens *tk = tokens("tiny.bin", 16, 1);
-  ck_assert_ptr_null(tg_loader_new(tk, 4, 16, 0, 1, 1, 0, why, sizeof why));
+  tg_corpus *tk = tokens("tiny.bin", 16, 1);
+  ck_assert_ptr_null(tg_loader_new(tk, TG_ORDER_RANDOM, 4, 16, 0, 1, 1, 0, why, sizeof why));
   ck_assert_msg(strstr(why, "tiny.bin") && strstr(why, "16 tokens") && strstr(why, "T + 1 = 17"),
                 "%s", why);
-  ck_assert(!tg_loader_check(tk, 4, 16, 0, 1, why, sizeof why));
-  ck_assert(tg_loader_check(tk, 4, 15, 0, 1, why, sizeof why));
-  tg_tokens_close(tk);
+  ck_assert(!tg_loader_check(tk, TG_ORDER_RANDOM, 4, 16, 0, 1, why, sizeof why));
+  ck_assert(tg_loader_check(tk, TG_ORDER_RANDOM, 4, 15, 0, 1, why, sizeof why));
+  tg_corpus_close(tk);
 
   tk = tokens("empty.bin", 0, 1);
-  ck_assert_ptr_null(tg_loader_new(tk, 1, 1, 0, 1, 1, 0, why, sizeof why));
+  ck_assert_ptr_null(tg_loader_new(tk, TG_ORDER_RANDOM, 1, 1, 0, 1, 1, 0, why, sizeof why));
   ck_assert_msg(strstr(why, "empty.bin") && strstr(why, "0 tokens"), "%s", why);
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
 START_TEST(test_bad_arguments) {
-  tg_tokens *tk = tokens("train.bin", 100, 1);
+  tg_corpus *tk = tokens("train.bin", 100, 1);
   static const struct {
     int64_t B, T;
     int rank, nranks;
@@ -328,26 +327,26 @@ START_TEST(test_bad_arguments) {
       {4, INT64_MAX, 0, 1, "too large"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    ck_assert_ptr_null(tg_loader_new(tk, cases[i].B, cases[i].T, cases[i].rank, cases[i].nranks, 1,
+    ck_assert_ptr_null(tg_loader_new(tk, TG_ORDER_RANDOM, cases[i].B, cases[i].T, cases[i].rank, cases[i].nranks, 1,
                                      0, why, sizeof why));
     ck_assert_msg(strstr(why, cases[i].msg), "case %zu: '%s', want '%s'", i, why, cases[i].msg);
   }
-  tg_tokens_close(tk);
+  tg_corpus_close(tk);
 }
 END_TEST
 
 /* Ids at or above the vocabulary never reach the loader: the token file
  * reader refuses them when given the vocabulary size. */
 START_TEST(test_vocab_checked_on_open) {
-  tg_tokens *tk = tokens("v.bin", 100, 1); /* ids 0 .. 99 */
-  tg_tokens_close(tk);
+  tg_corpus *tk = tokens("v.bin", 100, 1); /* ids 0 .. 99 */
+  tg_corpus_close(tk);
   char path[256];
   snprintf(path, sizeof path, "%s/v.bin", dir);
   ck_assert_ptr_null(tg_tokens_open(path, 99, why, sizeof why));
   ck_assert_msg(strstr(why, "v.bin") && strstr(why, "99"), "%s", why);
-  tk = tg_tokens_open(path, 100, why, sizeof why);
-  ck_assert_msg(tk, "%s", why);
-  tg_tokens_close(tk);
+  tg_tokens *t = tg_tokens_open(path, 100, why, sizeof why);
+  ck_assert_msg(t, "%s", why);
+  tg_tokens_close(t);
 }
 END_TEST
 

@@ -16,14 +16,6 @@
 #include "rng.h"
 #include "sampler.h"
 
-/* A check for loops of many draws: ck_assert reports every check that
- * passes to the runner with a write(), which there would cost more than
- * the code under test. */
-#define REQUIRE(cond, ...) \
-  do { \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
-  } while (0)
-
 /* ---- the generator -------------------------------------------------------- */
 
 /* Expected values from a Python transcription of Vigna's reference

@@ -6,6 +6,14 @@
 
 #include "ir.h"
 
+/* A check for loops of many draws: ck_assert reports every check that
+ * passes to the runner with a write(), which there would cost more than
+ * the code under test. */
+#define REQUIRE(cond, ...) \
+  do { \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
+  } while (0)
+
 /* Path of a file in the source tree: tu_path("models/gpt2.tg"). */
 const char *tu_path(const char *rel);
 

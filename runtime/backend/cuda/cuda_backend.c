@@ -333,7 +333,7 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
   if (count == 0) tg_error(ctx, (tg_loc){0}, "backend %s: no CUDA device", emulated ? "cuda-emu" : "cuda");
   d->rank = tg_comm_rank();
   d->nranks = tg_comm_size();
-  int which = o->local_rank;
+  int which = emulated ? 0 : o->local_rank; /* an emulated device is each process's own */
   if (which >= count)
     tg_error(ctx, (tg_loc){0}, "rank %d is local rank %d of its machine, which has %d GPU%s: one GPU per rank (start "
              "at most %d ranks a machine)", d->rank, which, count, count == 1 ? "" : "s", count);
