@@ -529,10 +529,11 @@ void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report) {
   int n_old = g->n_nodes;
   tg_node **old = g->nodes;
   sharder s = {.ctx = ctx, .g = g, .tp = tp, .rank = rank, .report = report};
-  s.nw = tg_xcalloc((size_t)n_old + 1, sizeof *s.nw);
-  s.lay = tg_xcalloc((size_t)n_old + 1, sizeof *s.lay);
-  s.trained = tg_xcalloc((size_t)n_old + 1, sizeof *s.trained);
-  s.rep = tg_xcalloc((size_t)n_old + 1, sizeof *s.rep);
+  /* in the arena: an error (tg_error) leaves the pass from anywhere */
+  s.nw = tg_alloc(ctx->arena, sizeof *s.nw * ((size_t)n_old + 1));
+  s.lay = tg_alloc(ctx->arena, sizeof *s.lay * ((size_t)n_old + 1));
+  s.trained = tg_alloc(ctx->arena, sizeof *s.trained * ((size_t)n_old + 1));
+  s.rep = tg_alloc(ctx->arena, sizeof *s.rep * ((size_t)n_old + 1));
   for (int i = 0; i < n_old; i++) {
     const tg_node *n = old[i];
     bool t = n->op == TG_OP_param;
@@ -567,7 +568,6 @@ void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report) {
                     "the gradient of each of %d replicated values entering split computations\n",
             s.n_collectives, s.bytes, reps);
   }
-  free(s.nw), free(s.lay), free(s.trained), free(s.rep);
 }
 
 /* Every replicate, once autodiff has read it: its readers read its input. */

@@ -85,28 +85,10 @@ static double roofline_seconds(tg_ctx *ctx, tg_graph *g, const tg_gpu_spec *gpu)
   return tg_traffic_count(g->arena, plan, gpu)->seconds;
 }
 
-/* The rows of one (tp, micro-batch): one per ZeRO stage.  Returns how many
- * were added; a model that cannot be split tp ways adds one refused row. */
-static int rows_of(const tgc_plan_opts *o, int tp, int b, int accum, bool mesh, row *out) {
-  tg_ctx *ctx = tg_ctx_new(NULL);
-  char *msg = NULL;
-  size_t msg_len = 0;
-  ctx->err = open_memstream(&msg, &msg_len);
-  jmp_buf bail;
-  ctx->bail = &bail;
+/* The rows of one compiled (tp, micro-batch) step: one per ZeRO stage.
+ * Errors bail through ctx. */
+static int fill_rows(tg_ctx *ctx, const tgc_plan_opts *o, int tp, int b, int accum, bool mesh, row *out) {
   int n = 0, dp = o->devices / tp;
-  if (setjmp(bail)) {
-    fclose(ctx->err);
-    ctx->err = NULL;
-    char *nl = msg ? strchr(msg, '\n') : NULL;
-    if (nl) *nl = 0;
-    const char *at = msg && strstr(msg, "error: ") ? strstr(msg, "error: ") + 7 : "the model does not compile";
-    out[0] = (row){.tp = tp, .dp = dp, .micro = b, .accum = accum,
-                   .refused = tg_strdup(o->arena, at)};
-    free(msg);
-    tg_ctx_free(ctx);
-    return 1;
-  }
   tg_graph *g = compile_step(ctx, o, tp, b, mesh);
   double compute = roofline_seconds(ctx, g, o->gpu);
   int ntc;
@@ -134,6 +116,29 @@ static int rows_of(const tgc_plan_opts *o, int tp, int b, int accum, bool mesh, 
     if (r->mem > o->device_bytes)
       r->refused = tg_sprintf(o->arena, "does not fit: needs %.1f GB a device, over its %g GB", r->mem / 1e9,
                               o->device_bytes / 1e9);
+  }
+  return n;
+}
+
+/* The rows of one (tp, micro-batch); a model that cannot be split tp ways
+ * (or does not compile) adds one refused row with the compiler's message. */
+static int rows_of(const tgc_plan_opts *o, int tp, int b, int accum, bool mesh, row *out) {
+  tg_ctx *ctx = tg_ctx_new(NULL);
+  char *msg = NULL;
+  size_t msg_len = 0;
+  ctx->err = open_memstream(&msg, &msg_len);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  int n = 0;
+  if (!setjmp(bail)) {
+    n = fill_rows(ctx, o, tp, b, accum, mesh, out);
+  } else {
+    fflush(ctx->err);
+    char *nl = msg ? strchr(msg, '\n') : NULL;
+    if (nl) *nl = 0;
+    const char *at = msg && strstr(msg, "error: ") ? strstr(msg, "error: ") + 7 : "the model does not compile";
+    out[0] = (row){.tp = tp, .dp = o->devices / tp, .micro = b, .accum = accum, .refused = tg_strdup(o->arena, at)};
+    n = 1;
   }
   fclose(ctx->err);
   ctx->err = NULL;
