@@ -21,7 +21,7 @@
 
 const char tgrun_check_usage[] =
     "usage: tgrun train.cfg [KEY=VALUE ...]     train (docs/train-config.md)\n"
-    "       tgrun --nproc N train.cfg ...        ... on N data-parallel ranks (mpirun)\n"
+    "       tgrun --nproc N train.cfg ...        ... on N ranks (mpirun): data-parallel, or a data x tensor mesh with tp = T\n"
     "       tgrun COMMAND MODEL.tg [options]\n"
     "\n"
     "Commands:\n"

@@ -113,37 +113,9 @@ static void session_free(session *s) {
 static tg_weights *parts_of(const tg_graph *g, tg_weights *whole, int tp, int rank) {
   tg_weights *w = tg_xcalloc(1, sizeof *w);
   w->g = g;
-  w->values = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *w->values);
-  for (int i = 0; i < g->n_nodes; i++) {
-    const tg_node *p = g->nodes[i];
-    if (p->op != TG_OP_param) continue;
-    const tg_node *W = tg_graph_leaf(whole->g, TG_OP_param, p->name);
-    const float *from = W ? whole->values[W->id] : NULL;
-    if (!from) continue;
-    w->values[i] = tg_xcalloc((size_t)tg_type_numel(&p->type), sizeof(float));
-    int axis = tg_param_split_axis(p);
-    if (axis < 0) memcpy(w->values[i], from, sizeof(float) * (size_t)tg_type_numel(&p->type));
-    else tg_tensor_part_cut(from, &W->type, axis, p->init.split_groups, tp, rank, w->values[i]);
-  }
+  w->values = tg_tensor_cut_state(whole->g, whole->values, g, tp, rank);
   tg_weights_free(whole);
   return w;
-}
-
-/* A split parameter's gradient, this rank's part v (of p's local type),
- * joined with the other ranks' into the whole tensor (of W's type). */
-static float *joined(const tg_node *p, const tg_node *W, const float *v, int tp) {
-  int64_t part = tg_type_numel(&p->type);
-  float *all = tg_xcalloc((size_t)(part * tp), sizeof *all);
-  int64_t *counts = tg_xcalloc((size_t)tp, sizeof *counts), *displs = tg_xcalloc((size_t)tp, sizeof *displs);
-  for (int q = 0; q < tp; q++) counts[q] = part, displs[q] = q * part;
-  memcpy(all + displs[tg_comm_tensor_rank()], v, sizeof(float) * (size_t)part);
-  bool was = tg_comm_use_tensor(true);
-  tg_comm_all_gather_in_place(all, counts, displs, (int)sizeof(float));
-  tg_comm_use_tensor(was);
-  float *whole = tg_xcalloc((size_t)tg_type_numel(&W->type), sizeof *whole);
-  tg_tensor_part_join(all, &W->type, tg_param_split_axis(p), p->init.split_groups, tp, whole);
-  free(all), free(counts), free(displs);
-  return whole;
 }
 
 static void open_session(tg_ctx *ctx, const tg_single_opts *o, bool step, session *s) {
@@ -246,10 +218,9 @@ static int do_grad(tg_ctx *ctx, const tg_single_opts *o, session *s) {
     const tg_node *p = param && s->whole ? tg_graph_leaf(g, TG_OP_param, param) : NULL;
     if (p && tg_param_split_axis(p) >= 0) {
       const tg_node *W = tg_graph_leaf(s->whole, TG_OP_param, param);
-      float *whole = joined(p, W, v, s->tp);
-      v = tg_alloc(ctx->arena, sizeof *v * (size_t)tg_type_numel(&W->type));
-      memcpy(v, whole, sizeof *v * (size_t)tg_type_numel(&W->type));
-      free(whole);
+      float *whole = tg_alloc(ctx->arena, sizeof *whole * (size_t)tg_type_numel(&W->type));
+      tg_tensor_gather_whole(v, p, &W->type, s->tp, tg_comm_tensor_rank(), whole);
+      v = whole;
       fg = s->whole, vt = &W->type;
     }
     /* At the parameter's file shape: a padded vocab (pad_vocab) is cropped. */

@@ -84,22 +84,24 @@ float **tg_tensor_join_state(const tg_graph *sg, float *const *v, const tg_graph
     if (!n || !v[n->id]) continue;
     int64_t part = tg_type_numel(&n->type), whole = tg_type_numel(&W->type);
     out[i] = tg_xcalloc((size_t)whole, sizeof(float));
-    int axis = p ? tg_param_split_axis(p) : -1;
-    if (axis < 0) {
-      memcpy(out[i], v[n->id], sizeof(float) * (size_t)part);
-      continue;
-    }
-    float *all = tg_xcalloc((size_t)(part * tp), sizeof *all);
-    int64_t *counts = tg_xcalloc((size_t)tp, sizeof *counts), *displs = tg_xcalloc((size_t)tp, sizeof *displs);
-    for (int q = 0; q < tp; q++) counts[q] = part, displs[q] = q * part;
-    memcpy(all + displs[rank], v[n->id], sizeof(float) * (size_t)part);
-    bool was = tg_comm_use_tensor(true);
-    tg_comm_all_gather_in_place(all, counts, displs, (int)sizeof(float));
-    tg_comm_use_tensor(was);
-    tg_tensor_part_join(all, &W->type, axis, p->init.split_groups, tp, out[i]);
-    free(all), free(counts), free(displs);
+    if (p && tg_param_split_axis(p) >= 0) tg_tensor_gather_whole(v[n->id], p, &W->type, tp, rank, out[i]);
+    else memcpy(out[i], v[n->id], sizeof(float) * (size_t)part);
   }
   return out;
+}
+
+void tg_tensor_gather_whole(const float *part, const tg_node *p, const tg_type *whole_t, int tp, int rank,
+                            float *whole) {
+  int64_t n = tg_type_numel(&p->type);
+  float *all = tg_xcalloc((size_t)(n * tp), sizeof *all);
+  int64_t *counts = tg_xcalloc((size_t)tp, sizeof *counts), *displs = tg_xcalloc((size_t)tp, sizeof *displs);
+  for (int q = 0; q < tp; q++) counts[q] = n, displs[q] = q * n;
+  memcpy(all + displs[rank], part, sizeof(float) * (size_t)n);
+  bool was = tg_comm_use_tensor(true);
+  tg_comm_all_gather_in_place(all, counts, displs, (int)sizeof(float));
+  tg_comm_use_tensor(was);
+  tg_tensor_part_join(all, whole_t, tg_param_split_axis(p), p->init.split_groups, tp, whole);
+  free(all), free(counts), free(displs);
 }
 
 float **tg_tensor_cut_state(const tg_graph *wsg, float *const *wv, const tg_graph *sg, int tp, int rank) {

@@ -32,6 +32,10 @@ tg_graph *tg_tensor_whole_state(tg_ctx *ctx, const tg_graph *sg, const tg_graph 
  * joined into whole tensors, indexed by wsg's (a collective over the
  * tensor group: every tensor rank calls it).  malloc'ed. */
 float **tg_tensor_join_state(const tg_graph *sg, float *const *v, const tg_graph *wsg, int tp, int rank);
+/* Split parameter p's part (of p's type) on every tensor rank joined
+ * into whole (of whole_t): a collective over the tensor group. */
+void tg_tensor_gather_whole(const float *part, const tg_node *p, const tg_type *whole_t, int tp, int rank,
+                            float *whole);
 /* Whole values of wsg's leaves cut to this rank's parts, indexed by sg's
  * node ids.  malloc'ed. */
 float **tg_tensor_cut_state(const tg_graph *wsg, float *const *wv, const tg_graph *sg, int tp, int rank);
