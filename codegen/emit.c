@@ -958,6 +958,13 @@ void tg_emit_nest(const tg_program *p, const tg_lkernel *lk, int s, tg_dialect d
   coords_text(&e, &ic, N->inner_axes, N->n_inner, "j");
   out->outer_coords = tg_sb_take(&oc);
   out->inner_coords = tg_sb_take(&ic);
+  if (N->n_outer) {
+    tg_sbuf lc = {0}, cc = {0};
+    coords_text(&e, &lc, N->outer_axes, N->n_outer - 1, "lead");
+    coords_text(&e, &cc, &N->outer_axes[N->n_outer - 1], 1, "c");
+    out->lead_coords = tg_sb_take(&lc);
+    out->last_coord = tg_sb_take(&cc);
+  }
   if (e.st->kind == TG_STEP_SCATTER) {
     scatter_code(&e, out);
   } else {
@@ -1005,6 +1012,8 @@ void tg_nest_code_free(tg_nest_code *c) {
   free(c->uniform);
   free(c->outer_coords);
   free(c->inner_coords);
+  free(c->lead_coords);
+  free(c->last_coord);
   for (int i = 0; i < c->n_seg; i++) {
     free(c->seg[i].text);
     free(c->seg[i].red);

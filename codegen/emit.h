@@ -68,6 +68,10 @@ typedef struct tg_nest_code {
   char *uniform;       /* before everything: values that vary along no axis */
   char *outer_coords;  /* defines the outer coordinates from `o` */
   char *inner_coords;  /* defines the inner coordinates from `j` */
+  char *lead_coords;   /* the outer coordinates but the last, from `lead`
+                        * (their flat index), and ... */
+  char *last_coord;    /* ... the last outer one from `c`: a column loop's
+                        * coordinates without a division per element */
   tg_segment *seg;
   int n_seg;
   char *post_only;     /* stores once per outer point (one thread does them) */

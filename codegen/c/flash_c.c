@@ -1,20 +1,21 @@
 /* flash_c.c: flash attention rendered as C for the CPU backend (flash.h).
  *
- * The emitted function keeps everything it multiplies in small f32 tiles
- * on the stack, so that loads from strided (and possibly bf16) operands
- * happen once per tile and the hot loops run over contiguous arrays with
- * constant trip counts.  Those loops are written without reductions over D
- * (gcc vectorises a float sum only under -ffast-math): a score row is
- * accumulated as s[c] += q[d] * kt[d][c] over a transposed key tile, and an
- * output row as acc[d] += p * v[c][d]; both run over a contiguous axis.
+ * The emitted function copies what it multiplies into small f32 tiles, so
+ * that loads from strided (and possibly bf16) operands happen once per tile,
+ * and multiplies tiles with a register-blocked product (emit_tile_product:
+ * four rows by sixteen columns in vector registers).  The per-row loops it
+ * replaced kept their partial sums in memory and ran attention at about 10
+ * GFLOP/s on one core against OpenBLAS's 70 for the step's matmuls
+ * (docs/performance.md).
  *
- * Forward: one OpenMP iteration per (batch, head, tile of BQ query rows);
- * the key tiles up to the diagonal are visited in order with the online
- * softmax.  Backward, in two parallel loops so that no two threads add into
- * one element: dk and dv by key tile (each visiting every query row at or
- * after it), then dq by query tile (each visiting the key tiles up to it).
- * P and dS are recomputed in both loops, the price of having no atomics and
- * no scratch buffer. */
+ * Forward: one OpenMP iteration per (batch, head, tile of query rows); the
+ * key tiles up to the diagonal are visited in order with the online softmax.
+ * Backward: one iteration per (batch, head), which alone writes that head's
+ * dq, dk and dv: for each key tile and each query tile at or below it, P and
+ * dS once, then dv += P^T do, dk += dS^T q, dq += dS k.  So each output
+ * element is summed by one thread in a fixed order (the same bits whatever
+ * the schedule), with five tile products a pair of tiles and no atomics;
+ * the head's q, do and dq rows live in a per-thread heap scratch. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -23,9 +24,10 @@
 
 enum { C_MAX_D = 256 };
 
-/* Rows per tile.  The largest task (the backward's dq) holds six tiles of
- * TILE x D floats: at most 96 KiB of stack, well inside a thread's. */
-static int c_tile(int64_t D) { return D <= 64 ? 32 : 16; }
+/* Rows (and keys) per tile: 64 up to D = 64, smaller for wider heads so
+ * that the forward's five tiles (q, acc, k^T, v: BT x DP floats; p: BT x BT)
+ * stay within about 80 KiB of a thread's stack. */
+static int c_tile(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 32 : 16; }
 
 static bool fail(char *why, size_t n, const char *msg) {
   if (why && n) snprintf(why, n, "%s", msg);
@@ -129,14 +131,16 @@ static bool refuse(FILE *f, const char *fn, const tg_flash_shape *s) {
   return true;
 }
 
-static void emit_consts(FILE *f, const tg_flash_shape *s, bool bwd) {
+/* The shape as constants; DP is D rounded up to the products' 16 columns
+ * (the padding columns hold zeros). */
+static void emit_consts(FILE *f, const tg_flash_shape *s) {
   int64_t B = c_tile(s->D), nt = (s->T + B - 1) / B;
   char sc[64];
   flt(sc, sizeof sc, s->scale);
   fprintf(f,
-          "  enum { NB = %" PRId64 ", NH = %" PRId64 ", T = %" PRId64 ", D = %" PRId64
-          ", BQ = %" PRId64 ", BK = %" PRId64 ", NQT = %" PRId64 "%s",
-          s->nb, s->nh, s->T, s->D, B, B, nt, bwd ? ", NKT = NQT };\n" : " };\n");
+          "  enum { NB = %" PRId64 ", NH = %" PRId64 ", T = %" PRId64 ", D = %" PRId64 ", DP = %" PRId64
+          ", BT = %" PRId64 ", NT = %" PRId64 " };\n",
+          s->nb, s->nh, s->T, s->D, (s->D + 15) / 16 * 16, B, nt);
   fprintf(f, "  const float scale = %s;\n", sc);
 }
 
@@ -158,65 +162,63 @@ static void emit_exp(FILE *f, const char *fn) {
           fn);
 }
 
-/* ---- loops both directions share -------------------------------------------- */
 
-/* An OpenMP loop over (batch, head, query tile) tasks, the last query
- * tiles first (they see the most keys); why, a comment line or "", says
- * so. */
-static void query_tile_tasks(FILE *f, const char *why) {
+/* ---- the tile products ------------------------------------------------------ */
+
+/* C (+)= A B on tiles: C is M x N (ldc), B is K x N with contiguous rows
+ * (ldb), N a multiple of 16; A(m, k) is a[m * lda + k] (_nn) or, read
+ * transposed, a[k * lda + m] (_tn).  Four rows of C at a time are held in
+ * eight 8-float vectors (GNU C vector extensions: AVX's registers under
+ * -march=native, pairs of SSE registers without it) so that each load of B
+ * feeds four multiply-adds; the row-at-a-time loops this replaced stored
+ * their partial sums after every term and ran at a seventh of the matmuls'
+ * speed.  Every element of C is still one sum over k in order. */
+static void emit_tile_product(FILE *f, const char *fn, const char *name, const char *a_at) {
   fprintf(f,
-          "#pragma omp parallel for schedule(dynamic, 1)\n"
-          "  for (long long task = 0; task < (long long)NB * NH * NQT; task++) {\n"
-          "%s"
-          "    const long long bh = task %% (NB * NH), b = bh / NH, h = bh %% NH;\n"
-          "    const long long i0 = (NQT - 1 - task / (NB * NH)) * BQ;\n"
-          "    const int nq = T - i0 < BQ ? (int)(T - i0) : BQ;\n",
-          why);
+          "static inline void %s_%s(int M, int N, int K, const float *a, long lda, const float *b, long ldb,\n"
+          "                         float *c, long ldc, int add) {\n"
+          "#define A_(m, k) (%s)\n"
+          "  int i = 0;\n"
+          "  for (; i + 4 <= M; i += 4)\n"
+          "    for (int j = 0; j < N; j += 16) {\n"
+          "      %s_v8 x00 = {0}, x01 = {0}, x10 = {0}, x11 = {0}, x20 = {0}, x21 = {0}, x30 = {0}, x31 = {0};\n"
+          "      for (int k = 0; k < K; k++) {\n"
+          "        const %s_v8 b0 = *(const %s_v8 *)(b + k * ldb + j), b1 = *(const %s_v8 *)(b + k * ldb + j + 8);\n"
+          "        const float a0 = A_(i, k), a1 = A_(i + 1, k), a2 = A_(i + 2, k), a3 = A_(i + 3, k);\n"
+          "        x00 += a0 * b0, x01 += a0 * b1, x10 += a1 * b0, x11 += a1 * b1;\n"
+          "        x20 += a2 * b0, x21 += a2 * b1, x30 += a3 * b0, x31 += a3 * b1;\n"
+          "      }\n"
+          "      %s_v8 *y0 = (%s_v8 *)(c + i * ldc + j), *y1 = (%s_v8 *)(c + (i + 1) * ldc + j);\n"
+          "      %s_v8 *y2 = (%s_v8 *)(c + (i + 2) * ldc + j), *y3 = (%s_v8 *)(c + (i + 3) * ldc + j);\n"
+          "      if (add) {\n"
+          "        y0[0] += x00, y0[1] += x01, y1[0] += x10, y1[1] += x11;\n"
+          "        y2[0] += x20, y2[1] += x21, y3[0] += x30, y3[1] += x31;\n"
+          "      } else {\n"
+          "        y0[0] = x00, y0[1] = x01, y1[0] = x10, y1[1] = x11;\n"
+          "        y2[0] = x20, y2[1] = x21, y3[0] = x30, y3[1] = x31;\n"
+          "      }\n"
+          "    }\n"
+          "  for (; i < M; i++)\n"
+          "    for (int j = 0; j < N; j += 16) {\n"
+          "      %s_v8 x0 = {0}, x1 = {0};\n"
+          "      for (int k = 0; k < K; k++) {\n"
+          "        const float a0 = A_(i, k);\n"
+          "        x0 += a0 * *(const %s_v8 *)(b + k * ldb + j), x1 += a0 * *(const %s_v8 *)(b + k * ldb + j + 8);\n"
+          "      }\n"
+          "      %s_v8 *y = (%s_v8 *)(c + i * ldc + j);\n"
+          "      if (add) y[0] += x0, y[1] += x1;\n"
+          "      else y[0] = x0, y[1] = x1;\n"
+          "    }\n"
+          "#undef A_\n"
+          "}\n",
+          fn, name, a_at, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn);
 }
 
-/* The per-head pointers of what a loop reads: q, k, v and, backward, o,
- * lse and dout. */
-static void input_head_ptrs(FILE *f, const tg_flash_shape *s, bool bwd) {
-  head_ptr(f, "const ", "q", &s->q);
-  head_ptr(f, "const ", "k", &s->k);
-  head_ptr(f, "const ", "v", &s->v);
-  if (!bwd) return;
-  head_ptr(f, "const ", "o", &s->o);
-  head_ptr(f, "const ", "lse", &s->lse);
-  head_ptr(f, "const ", "dout", &s->dout);
-}
-
-/* Inside a query tile task: the key tiles up to its last row, nk keys in each. */
-static void key_tiles_to_diagonal(FILE *f) {
-  fprintf(f, "    for (long long j0 = 0; j0 < i0 + nq; j0 += BK) {\n"
-             "      const int nk = T - j0 < BK ? (int)(T - j0) : BK;\n");
-}
-
-/* Inside a key tile: each row r of the query tile that sees some of its
- * keys, the first nc of them. */
-static void causal_rows(FILE *f) {
-  fprintf(f, "      for (int r = 0; r < nq; r++) {\n"
-             "        const long long i = i0 + r;\n"
-             "        if (i < j0) continue;\n"
-             "        const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n");
-}
-
-/* The backward's scores s = q_i k^T and dp = do_i v^T of one query row
- * (q_i[d] is q, do_i[d] is dout) against a key tile, unscaled. */
-static void bwd_scores(FILE *f, const char *in, const char *q, const char *dout) {
-  fprintf(f,
-          "%sfor (int c = 0; c < BK; c++) {\n"
-          "%s  s[c] = 0.0f;\n"
-          "%s  dp[c] = 0.0f;\n"
-          "%s}\n"
-          "%sfor (int d = 0; d < D; d++) {\n"
-          "%s  const float x = %s, y = %s;\n"
-          "%s  for (int c = 0; c < BK; c++) {\n"
-          "%s    s[c] += x * kt[d][c];\n"
-          "%s    dp[c] += y * vt[d][c];\n"
-          "%s  }\n"
-          "%s}\n",
-          in, in, in, in, in, in, q, dout, in, in, in, in, in);
+/* The vector type (unaligned, may alias the float tiles) and both products. */
+static void emit_tile_products(FILE *f, const char *fn, bool transposed_too) {
+  fprintf(f, "typedef float %s_v8 __attribute__((vector_size(32), aligned(4), may_alias));\n", fn);
+  emit_tile_product(f, fn, "mm_nn", "a[(m) * lda + (k)]");
+  if (transposed_too) emit_tile_product(f, fn, "mm_tn", "a[(k) * lda + (m)]");
 }
 
 /* ---- forward --------------------------------------------------------------- */
@@ -234,63 +236,70 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   char a[512], b[512], c[512];
   fprintf(f, "float logf(float);\n");
   emit_exp(f, fn);
+  emit_tile_products(f, fn, false);
   fprintf(f, "void %s(const %s *q, const %s *k, const %s *v, %s *o, %s *lse) {\n", fn, ptype(&s->q),
           ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse));
-  emit_consts(f, s, false);
-  query_tile_tasks(f, "    /* the last query tiles see the most keys: hand them out first */\n");
-  input_head_ptrs(f, s, false);
+  emit_consts(f, s);
+  fprintf(f,
+          "#pragma omp parallel for schedule(dynamic, 1)\n"
+          "  for (long long task = 0; task < (long long)NB * NH * NT; task++) {\n"
+          "    /* the last query tiles see the most keys: hand them out first */\n"
+          "    const long long bh = task %% (NB * NH), b = bh / NH, h = bh %% NH;\n"
+          "    const long long i0 = (NT - 1 - task / (NB * NH)) * BT;\n"
+          "    const int nq = T - i0 < BT ? (int)(T - i0) : BT;\n");
+  head_ptr(f, "const ", "q", &s->q);
+  head_ptr(f, "const ", "k", &s->k);
+  head_ptr(f, "const ", "v", &s->v);
   head_ptr(f, "", "o", &s->o);
   head_ptr(f, "", "lse", &s->lse);
   fprintf(f,
-          "    float qt[BQ][D], acc[BQ][D], kt[D][BK], vt[BK][D], m[BQ], l[BQ], s[BK];\n"
+          "    float qt[BT][DP], acc[BT][DP], kt[DP][BT], vt[BT][DP], p[BT][BT], m[BT], l[BT];\n"
           "    for (int r = 0; r < nq; r++) {\n"
-          "      for (int d = 0; d < D; d++) {\n"
-          "        qt[r][d] = %s;\n"
+          "      for (int d = 0; d < DP; d++) {\n"
+          "        qt[r][d] = d < D ? %s : 0.0f;\n"
           "        acc[r][d] = 0.0f;\n"
           "      }\n"
           "      m[r] = -3.402823466e+38f; /* -FLT_MAX: exp(m - max) is 0 on the first tile */\n"
           "      l[r] = 0.0f;\n"
-          "    }\n",
-          ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"));
-  key_tiles_to_diagonal(f);
-  fprintf(f,
-          "      for (int c = 0; c < BK; c++)\n"
-          "        for (int d = 0; d < D; d++) kt[d][c] = c < nk ? %s : 0.0f;\n"
-          "      for (int c = 0; c < nk; c++)\n"
-          "        for (int d = 0; d < D; d++) vt[c][d] = %s;\n",
-          ld(b, sizeof b, fn, "k", &s->k, "j0 + c", "d"), ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"));
-  causal_rows(f);
-  fprintf(f,
-          "        for (int c = 0; c < BK; c++) s[c] = 0.0f;\n"
-          "        for (int d = 0; d < D; d++) {\n"
-          "          const float x = qt[r][d];\n"
-          "          for (int c = 0; c < BK; c++) s[c] += x * kt[d][c];\n"
+          "    }\n"
+          "    for (long long j0 = 0; j0 < i0 + nq; j0 += BT) {\n"
+          "      const int nk = T - j0 < BT ? (int)(T - j0) : BT;\n"
+          "      for (int c = 0; c < BT; c++)\n"
+          "        for (int d = 0; d < DP; d++) {\n"
+          "          kt[d][c] = c < nk && d < D ? %s : 0.0f;\n"
+          "          vt[c][d] = c < nk && d < D ? %s : 0.0f;\n"
           "        }\n"
+          "      %s_mm_nn(nq, BT, DP, &qt[0][0], DP, &kt[0][0], BT, &p[0][0], BT, 0);\n"
+          "      for (int r = 0; r < nq; r++) {\n"
+          "        const long long i = i0 + r;\n"
+          "        /* keys j <= i of this tile: none for the rows above it */\n"
+          "        const int nc = i < j0 ? 0 : i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk;\n"
           "        float mx = m[r];\n"
+          "#pragma omp simd reduction(max: mx)\n"
           "        for (int c = 0; c < nc; c++) {\n"
-          "          s[c] *= scale;\n"
-          "          mx = s[c] > mx ? s[c] : mx;\n"
+          "          p[r][c] *= scale;\n"
+          "          mx = p[r][c] > mx ? p[r][c] : mx;\n"
           "        }\n"
           "        const float alpha = %s_exp(m[r] - mx);\n"
           "        float sum = 0.0f;\n"
+          "#pragma omp simd reduction(+: sum)\n"
           "        for (int c = 0; c < nc; c++) {\n"
-          "          s[c] = %s_exp(s[c] - mx);\n"
-          "          sum += s[c];\n"
+          "          p[r][c] = %s_exp(p[r][c] - mx);\n"
+          "          sum += p[r][c];\n"
           "        }\n"
+          "        for (int c = nc; c < BT; c++) p[r][c] = 0.0f;\n"
           "        m[r] = mx;\n"
           "        l[r] = l[r] * alpha + sum;\n"
-          "        for (int d = 0; d < D; d++) acc[r][d] *= alpha;\n"
-          "        for (int c = 0; c < nc; c++) {\n"
-          "          const float p = s[c];\n"
-          "          for (int d = 0; d < D; d++) acc[r][d] += p * vt[c][d];\n"
-          "        }\n"
+          "        for (int d = 0; d < DP; d++) acc[r][d] *= alpha;\n"
           "      }\n"
+          "      %s_mm_nn(nq, DP, nk, &p[0][0], BT, &vt[0][0], DP, &acc[0][0], DP, 1);\n"
           "    }\n"
           "    for (int r = 0; r < nq; r++) {\n"
           "      const long long i = i0 + r;\n"
           "      const float inv = 1.0f / l[r];\n"
           "      for (int d = 0; d < D; d++) {\n",
-          fn, fn);
+          ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"), ld(b, sizeof b, fn, "k", &s->k, "j0 + c", "d"),
+          ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"), fn, fn, fn, fn);
   st(f, "        ", fn, "o", &s->o, "i", "d", "acc[r][d] * inv");
   fprintf(f, "      }\n");
   st(f, "      ", fn, "lse", &s->lse, "i", NULL, "m[r] + logf(l[r])");
@@ -299,108 +308,69 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
 
 /* ---- backward -------------------------------------------------------------- */
 
-/* The backward's first loop: dk and dv by key tile, each task visiting
- * every query row at or after its first key. */
-static void emit_bwd_dk_dv(FILE *f, const char *fn, const tg_flash_shape *s) {
+/* One task's loads: q and do of the whole head as zero-padded f32 rows,
+ * Di = do_i . o_i and lse_i. */
+static void emit_bwd_head_loads(FILE *f, const char *fn, const tg_flash_shape *s) {
   char a[512], b[512], c[512], d[512];
   fprintf(f,
-          "#pragma omp parallel for schedule(dynamic, 1)\n"
-          "  for (long long task = 0; task < (long long)NB * NH * NKT; task++) {\n"
-          "    /* the first key tiles are seen by the most queries: hand them out first */\n"
-          "    const long long bh = task %% (NB * NH), b = bh / NH, h = bh %% NH;\n"
-          "    const long long j0 = task / (NB * NH) * BK;\n"
-          "    const int nk = T - j0 < BK ? (int)(T - j0) : BK;\n");
-  input_head_ptrs(f, s, true);
-  head_ptr(f, "", "dk", &s->dk);
-  head_ptr(f, "", "dv", &s->dv);
-  fprintf(f,
-          "    float kt[D][BK], vt[D][BK], dka[BK][D], dva[BK][D], qr[D], dr[D], s[BK], dp[BK];\n"
-          "    for (int c = 0; c < BK; c++)\n"
-          "      for (int d = 0; d < D; d++) {\n"
-          "        kt[d][c] = c < nk ? %s : 0.0f;\n"
-          "        vt[d][c] = c < nk ? %s : 0.0f;\n"
-          "        dka[c][d] = 0.0f;\n"
-          "        dva[c][d] = 0.0f;\n"
-          "      }\n",
-          ld(a, sizeof a, fn, "k", &s->k, "j0 + c", "d"), ld(b, sizeof b, fn, "v", &s->v, "j0 + c", "d"));
-  fprintf(f,
-          "    for (long long i = j0; i < T; i++) {\n"
-          "      float di = 0.0f;\n"
-          "      for (int d = 0; d < D; d++) {\n"
-          "        qr[d] = %s;\n"
-          "        dr[d] = %s;\n"
-          "        di += dr[d] * %s;\n"
+          "    for (long long i = 0; i < T; i++) {\n"
+          "      float dsum = 0.0f;\n"
+          "      for (int d = 0; d < DP; d++) {\n"
+          "        qs[i * DP + d] = d < D ? %s : 0.0f;\n"
+          "        dos[i * DP + d] = d < D ? %s : 0.0f;\n"
+          "        dqa[i * DP + d] = 0.0f;\n"
           "      }\n"
-          "      const float li = %s;\n",
+          "      for (int d = 0; d < D; d++) dsum += dos[i * DP + d] * %s;\n"
+          "      di[i] = dsum;\n"
+          "      li[i] = %s;\n"
+          "    }\n",
           ld(a, sizeof a, fn, "q", &s->q, "i", "d"), ld(b, sizeof b, fn, "dout", &s->dout, "i", "d"),
           ld(c, sizeof c, fn, "o", &s->o, "i", "d"), ld(d, sizeof d, fn, "lse", &s->lse, "i", NULL));
-  bwd_scores(f, "      ", "qr[d]", "dr[d]");
-  fprintf(f,
-          "      const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
-          "      for (int c = 0; c < nc; c++) s[c] = %s_exp(scale * s[c] - li);\n"
-          "      for (int c = 0; c < nc; c++) {\n"
-          "        const float p = s[c], ds = p * (dp[c] - di);\n"
-          "        for (int d = 0; d < D; d++) {\n"
-          "          dva[c][d] += p * dr[d];\n"
-          "          dka[c][d] += ds * qr[d];\n"
-          "        }\n"
-          "      }\n"
-          "    }\n"
-          "    for (int c = 0; c < nk; c++)\n"
-          "      for (int d = 0; d < D; d++) {\n",
-          fn);
-  st(f, "        ", fn, "dk", &s->dk, "j0 + c", "d", "scale * dka[c][d]");
-  st(f, "        ", fn, "dv", &s->dv, "j0 + c", "d", "dva[c][d]");
-  fprintf(f, "      }\n  }\n");
 }
 
-/* The backward's second loop: dq by query tile, each task visiting the
- * key tiles up to its last row. */
-static void emit_bwd_dq(FILE *f, const char *fn, const tg_flash_shape *s) {
-  char a[512], b[512], c[512], d[512];
-  query_tile_tasks(f, "");
-  input_head_ptrs(f, s, true);
-  head_ptr(f, "", "dq", &s->dq);
+/* One key tile against every query tile at or below it: P and dS of each
+ * pair of tiles, then dv += P^T do, dk += dS^T q and dq += dS k. */
+static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) {
+  char a[512], b[512];
   fprintf(f,
-          "    float qt[BQ][D], dt[BQ][D], dqa[BQ][D], di[BQ], li[BQ], kt[D][BK], vt[D][BK], kr[BK][D];\n"
-          "    float s[BK], dp[BK];\n"
-          "    for (int r = 0; r < nq; r++) {\n"
-          "      di[r] = 0.0f;\n"
-          "      for (int d = 0; d < D; d++) {\n"
-          "        qt[r][d] = %s;\n"
-          "        dt[r][d] = %s;\n"
-          "        di[r] += dt[r][d] * %s;\n"
-          "        dqa[r][d] = 0.0f;\n"
-          "      }\n"
-          "      li[r] = %s;\n"
-          "    }\n",
-          ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"), ld(b, sizeof b, fn, "dout", &s->dout, "i0 + r", "d"),
-          ld(c, sizeof c, fn, "o", &s->o, "i0 + r", "d"), ld(d, sizeof d, fn, "lse", &s->lse, "i0 + r", NULL));
-  key_tiles_to_diagonal(f);
-  fprintf(f,
-          "      for (int c = 0; c < BK; c++)\n"
-          "        for (int d = 0; d < D; d++) {\n"
-          "          const float x = c < nk ? %s : 0.0f;\n"
-          "          kt[d][c] = x;\n"
-          "          kr[c][d] = x;\n"
-          "          vt[d][c] = c < nk ? %s : 0.0f;\n"
-          "        }\n",
-          ld(a, sizeof a, fn, "k", &s->k, "j0 + c", "d"), ld(b, sizeof b, fn, "v", &s->v, "j0 + c", "d"));
-  causal_rows(f);
-  bwd_scores(f, "        ", "qt[r][d]", "dt[r][d]");
-  fprintf(f,
-          "        for (int c = 0; c < nc; c++) s[c] = %s_exp(scale * s[c] - li[r]);\n"
-          "        for (int c = 0; c < nc; c++) {\n"
-          "          const float p = s[c], ds = p * (dp[c] - di[r]);\n"
-          "          for (int d = 0; d < D; d++) dqa[r][d] += ds * kr[c][d];\n"
+          "    for (long long j0 = 0; j0 < T; j0 += BT) {\n"
+          "      const int nk = T - j0 < BT ? (int)(T - j0) : BT;\n"
+          "      for (int c = 0; c < BT; c++)\n"
+          "        for (int d = 0; d < DP; d++) {\n"
+          "          const float x = c < nk && d < D ? %s : 0.0f;\n"
+          "          kt[d * BT + c] = x;\n"
+          "          kr[c * DP + d] = x;\n"
+          "          vt[d * BT + c] = c < nk && d < D ? %s : 0.0f;\n"
+          "          dka[c * DP + d] = 0.0f;\n"
+          "          dva[c * DP + d] = 0.0f;\n"
           "        }\n"
+          "      for (long long i0 = j0; i0 < T; i0 += BT) {\n"
+          "        const int nq = T - i0 < BT ? (int)(T - i0) : BT;\n"
+          "        %s_mm_nn(nq, BT, DP, qs + i0 * DP, DP, kt, BT, p, BT, 0);\n"
+          "        %s_mm_nn(nq, BT, DP, dos + i0 * DP, DP, vt, BT, ds, BT, 0);\n"
+          "        for (int r = 0; r < nq; r++) {\n"
+          "          const long long i = i0 + r;\n"
+          "          const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
+          "          float *pr = p + r * BT, *dr = ds + r * BT;\n"
+          "          const float lse_i = li[i], d_i = di[i];\n"
+          "#pragma omp simd\n"
+          "          for (int c = 0; c < nc; c++) {\n"
+          "            pr[c] = %s_exp(scale * pr[c] - lse_i);\n"
+          "            dr[c] = pr[c] * (dr[c] - d_i);\n"
+          "          }\n"
+          "          for (int c = nc; c < BT; c++) pr[c] = dr[c] = 0.0f;\n"
+          "        }\n"
+          "        %s_mm_tn(nk, DP, nq, p, BT, dos + i0 * DP, DP, dva, DP, 1);\n"
+          "        %s_mm_tn(nk, DP, nq, ds, BT, qs + i0 * DP, DP, dka, DP, 1);\n"
+          "        %s_mm_nn(nq, DP, nk, ds, BT, kr, DP, dqa + i0 * DP, DP, 1);\n"
           "      }\n"
-          "    }\n"
-          "    for (int r = 0; r < nq; r++)\n"
-          "      for (int d = 0; d < D; d++) {\n",
-          fn);
-  st(f, "        ", fn, "dq", &s->dq, "i0 + r", "d", "scale * dqa[r][d]");
-  fprintf(f, "      }\n  }\n}\n");
+          "      for (int c = 0; c < nk; c++)\n"
+          "        for (int d = 0; d < D; d++) {\n",
+          ld(a, sizeof a, fn, "k", &s->k, "j0 + c", "d"), ld(b, sizeof b, fn, "v", &s->v, "j0 + c", "d"), fn,
+          fn, fn, fn, fn, fn);
+  st(f, "          ", fn, "dk", &s->dk, "j0 + c", "d", "scale * dka[c * DP + d]");
+  st(f, "          ", fn, "dv", &s->dv, "j0 + c", "d", "dva[c * DP + d]");
+  fprintf(f, "        }\n    }\n");
 }
 
 void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
@@ -409,18 +379,46 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           " T=%" PRId64 " D=%" PRId64 ".\n"
           " * With P = exp(scale q k^T - lse) (causal) recomputed and Di = do_i . o_i:\n"
           " * dS = P .* (do v^T - Di), dq = scale dS k, dk = scale dS^T q, dv = P^T do.\n"
-          " * dk, dv by key tile, then dq by query tile: each element summed by one thread. */\n",
+          " * One task a (batch, head): it alone writes that head's dq, dk and dv, so the\n"
+          " * five products of each pair of tiles are done once and nothing is shared. */\n",
           s->nb, s->nh, s->T, s->D);
   if (refuse(f, fn, s)) return;
   const tg_flash_operand *ops[] = {&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout, &s->dq, &s->dk, &s->dv};
   emit_helpers(f, fn, ops, 9);
   emit_exp(f, fn);
+  emit_tile_products(f, fn, true);
   fprintf(f,
+          "void *malloc(__SIZE_TYPE__);\n"
+          "void free(void *);\n"
           "void %s(const %s *q, const %s *k, const %s *v, const %s *o, const %s *lse, const %s *dout,\n"
           "        %s *dq, %s *dk, %s *dv) {\n",
           fn, ptype(&s->q), ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse), ptype(&s->dout),
           ptype(&s->dq), ptype(&s->dk), ptype(&s->dv));
-  emit_consts(f, s, true);
-  emit_bwd_dk_dv(f, fn, s);
-  emit_bwd_dq(f, fn, s);
+  emit_consts(f, s);
+  fprintf(f,
+          "  /* each thread's scratch: the head's q, do and dq rows, Di and lse, and the\n"
+          "   * tiles (on the heap: a head of T rows does not fit a thread's stack) */\n"
+          "  enum { SCRATCH = 3 * T * DP + 2 * T + 3 * DP * BT + 2 * BT * BT + 2 * BT * DP };\n"
+          "#pragma omp parallel\n"
+          "  {\n"
+          "    float *w = malloc(sizeof(float) * SCRATCH);\n"
+          "    if (!w) __builtin_trap(); /* a few MB at most: T x D floats three times */\n"
+          "    float *qs = w, *dos = qs + T * DP, *dqa = dos + T * DP, *di = dqa + T * DP, *li = di + T;\n"
+          "    float *kt = li + T, *vt = kt + DP * BT, *kr = vt + DP * BT, *p = kr + BT * DP, *ds = p + BT * BT;\n"
+          "    float *dka = ds + BT * BT, *dva = dka + BT * DP;\n"
+          "#pragma omp for schedule(dynamic, 1)\n"
+          "  for (long long bh = 0; bh < (long long)NB * NH; bh++) {\n"
+          "    const long long b = bh / NH, h = bh %% NH;\n");
+  const char *in[] = {"q", "k", "v", "o", "lse", "dout"};
+  const tg_flash_operand *io[] = {&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout};
+  for (int i = 0; i < 6; i++) head_ptr(f, "const ", in[i], io[i]);
+  head_ptr(f, "", "dq", &s->dq);
+  head_ptr(f, "", "dk", &s->dk);
+  head_ptr(f, "", "dv", &s->dv);
+  emit_bwd_head_loads(f, fn, s);
+  emit_bwd_key_tile(f, fn, s);
+  fprintf(f, "    for (long long i = 0; i < T; i++)\n"
+             "      for (int d = 0; d < D; d++) {\n");
+  st(f, "        ", fn, "dq", &s->dq, "i", "d", "scale * dqa[i * DP + d]");
+  fprintf(f, "      }\n  }\n    free(w);\n  }\n}\n");
 }

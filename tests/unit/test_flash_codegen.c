@@ -5,7 +5,8 @@
  * run on random inputs laid out like GPT-2's (q, k, v strided views of one
  * [nb, T, 3*nh*D] qkv buffer), against a double-precision reference
  * computed from the definitions (docs/ir.md; flash_ref.h).  T = 37 is not a
- * multiple of the tile, T = 1 is a single row, T = 64 is whole tiles.
+ * multiple of the tile, T = 1 is a single row, T = 64 is whole tiles, T = 150
+ * is several tiles with D = 24 not a multiple of the products' 16 columns.
  *
  * Tolerance (f32 cases): every output is a sum over at most T keys of
  * terms that are themselves D-term dot products, summed in f32 in some
@@ -146,6 +147,7 @@ static const ccase ccases[] = {
     {2, 3, 64, 64, 0.125, 1.0, false, false, 2e-5},
     {2, 3, 37, 64, 0.125, 1.0, true, false, 1e-2},
     {1, 2, 100, 128, 0.088, 1.0, false, false, 2e-5}, /* D > 64: the smaller tile, several tiles */
+    {1, 2, 150, 24, 0.2, 2.0, false, false, 2e-5},    /* three 64-row tiles, the last part full; D padded to 32 */
     {2, 3, 37, 16, 0.25, 1.0, false, true, 2e-5},
 };
 
