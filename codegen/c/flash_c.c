@@ -388,8 +388,8 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   emit_exp(f, fn);
   emit_tile_products(f, fn, true);
   fprintf(f,
-          "void *malloc(__SIZE_TYPE__);\n"
-          "void free(void *);\n"
+          "#include <stdio.h>\n"
+          "#include <stdlib.h>\n"
           "void %s(const %s *q, const %s *k, const %s *v, const %s *o, const %s *lse, const %s *dout,\n"
           "        %s *dq, %s *dk, %s *dv) {\n",
           fn, ptype(&s->q), ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse), ptype(&s->dout),
@@ -402,7 +402,11 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "#pragma omp parallel\n"
           "  {\n"
           "    float *w = malloc(sizeof(float) * SCRATCH);\n"
-          "    if (!w) __builtin_trap(); /* a few MB at most: T x D floats three times */\n"
+          "    if (!w) {\n"
+          "      fprintf(stderr, \"tg: out of memory for flash attention's scratch (%%zu bytes a thread)\\n\",\n"
+          "              sizeof(float) * SCRATCH);\n"
+          "      abort();\n"
+          "    }\n"
           "    float *qs = w, *dos = qs + T * DP, *dqa = dos + T * DP, *di = dqa + T * DP, *li = di + T;\n"
           "    float *kt = li + T, *vt = kt + DP * BT, *kr = vt + DP * BT, *p = kr + BT * DP, *ds = p + BT * BT;\n"
           "    float *dka = ds + BT * BT, *dva = dka + BT * DP;\n"
