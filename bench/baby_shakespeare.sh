@@ -27,19 +27,9 @@
 # peer_venv.sh's TG_PEER_*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-100}
-rounds=${2:-3}
-shift 2 || shift $# || true
-threads=("$@")
-[ ${#threads[@]} -gt 0 ] || threads=(1 "$(nproc)")
-[ "$steps" -gt 10 ] || { echo "baby_shakespeare: STEPS must be above 10 (the first 5 are not timed)" >&2; exit 2; }
-data=${TG_DATA:-../shared/data}
-work=${BENCH_DIR:-out/bench}/baby_shakespeare
-tgrun=${TGRUN:-build/tgrun}
-[ -x "$tgrun" ] || { echo "build tg first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-. bench/peer_venv.sh
 . bench/cpu_rounds.sh
-mkdir -p "$work"
+rounds_init baby_shakespeare 100 3 "1 $(nproc)" "$@"
+work=$rounds_work data=$rounds_data steps=$rounds_steps
 [ -s "$work/data/train.bin" ] || "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" \
   --out "$work/data" > /dev/null
 
@@ -48,11 +38,9 @@ rounds_tg_cfg=configs/baby_shakespeare_char.cfg
 rounds_tg_args=(data_dir="$work/data" warmup_steps="$warmup" lr_decay_steps="$steps" eval_interval=0 eval_batches=1
   sample_tokens=0 checkpoint_interval=0 log_interval="$steps")
 rounds_torch_args=(--data "$data/tinyshakespeare/input.txt" --warmup-steps "$warmup" --lr-decay-steps "$steps")
-rounds_steps=$steps rounds_warmup=5 rounds_count=$rounds rounds_threads=("${threads[@]}") rounds_work=$work
-rounds_tokens=768 rounds_sides=${TG_BENCH_SIDES:-tg compile eager}
+rounds_tokens=768
 
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
-  "load average $(cut -d' ' -f1-3 /proc/loadavg); tg $(git rev-parse --short HEAD 2> /dev/null || echo '?')"
+rounds_header
 echo "model: nanoGPT's baby GPT, 4 layers, 4 heads, n_embd 128, block 64, vocab 65 (tg pads it to 128 and masks" \
-  "the padding), batch 12 (768 tokens a step), f32; $steps steps a run, median from the 6th; $rounds rounds"
+  "the padding), batch 12 (768 tokens a step), f32; $steps steps a run, median from the 6th; $rounds_count rounds"
 rounds_run

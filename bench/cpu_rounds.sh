@@ -14,19 +14,43 @@
 # as it finishes, then the ratios: tg's speed over compile's and over
 # eager's (ms/step of torch over ms/step of tg: above 1, tg is faster).
 #
-# The caller sets:
+# The caller calls rounds_init with its name, its defaults and its own
+# arguments (STEPS ROUNDS THREADS...), which sets rounds_steps,
+# rounds_count, rounds_threads, rounds_work (BENCH_DIR/NAME), rounds_data
+# (TG_DATA), tgrun, peer_py and rounds_sides (TG_BENCH_SIDES [tg compile
+# eager]); then sets
 #   rounds_tg_cfg    tg's train.cfg; rounds_tg_args its key=value overrides
-#                    (data_dir, out_dir, sizes, schedule; not threads or
+#                    (data_dir, sizes, schedule; not threads, out_dir or
 #                    max_steps, which the loop sets)
 #   rounds_torch_args  torch_gpt_train.py's arguments for the same model
 #                    and schedule (not --threads, --steps, --compile)
-#   rounds_steps     steps a run, rounds_warmup the untimed first ones (5)
-#   rounds_count     rounds a thread count, rounds_threads the counts
-#   rounds_work      a folder for the logs and results
-#   rounds_sides     which sides run [tg compile eager]
-# and calls rounds_run; it needs peer_py (peer_venv.sh) and tgrun.
+#   rounds_tokens    tokens a step
+# and calls rounds_header (the machine, the commit) and rounds_run.
 
-# shellcheck shell=bash disable=SC2154 # the caller sets rounds_*, peer_py and tgrun
+# shellcheck shell=bash disable=SC2154,SC2034 # the caller sets rounds_tg_*, rounds_torch_args, rounds_tokens; reads rounds_data
+
+# rounds_init NAME DEFAULT_STEPS DEFAULT_ROUNDS "DEFAULT_THREADS" [STEPS [ROUNDS [THREADS...]]]
+rounds_init() {
+  local name=$1 default_threads=$4
+  rounds_steps=${5:-$2} rounds_count=${6:-$3}
+  shift 6 2> /dev/null || shift $#
+  rounds_threads=("$@")
+  # "1 nproc" on one core is one thread count
+  [ ${#rounds_threads[@]} -gt 0 ] || read -r -a rounds_threads <<< "$(tr ' ' '\n' <<< "$default_threads" | awk '!seen[$0]++' | tr '\n' ' ')"
+  [ "$rounds_steps" -gt 5 ] || { echo "$name: STEPS must be above 5 (the first 5 are not timed)" >&2; exit 2; }
+  rounds_warmup=5 rounds_sides=${TG_BENCH_SIDES:-tg compile eager}
+  rounds_data=${TG_DATA:-../shared/data}
+  rounds_work=${BENCH_DIR:-out/bench}/$name
+  tgrun=${TGRUN:-build/tgrun}
+  [ -x "$tgrun" ] || { echo "build tg first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
+  . bench/peer_venv.sh
+  mkdir -p "$rounds_work"
+}
+
+rounds_header() {
+  echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg); tg $(git rev-parse --short HEAD 2> /dev/null || echo '?')"
+}
 
 # the median step time of one tg run, from its metrics.jsonl, as JSON
 rounds_tg_json() {
@@ -75,8 +99,6 @@ PY
 
 rounds_run() {
   local t r side
-  rounds_sides=${rounds_sides:-tg compile eager}
-  mkdir -p "$rounds_work"
   for t in "${rounds_threads[@]}"; do
     for r in $(seq 1 "$rounds_count"); do
       for side in $rounds_sides; do rounds_one "$side" "$t" "$r" || return 1; done

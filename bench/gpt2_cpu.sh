@@ -26,19 +26,9 @@
 # bench/peer_venv.sh's TG_PEER_*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-10}
-rounds=${2:-2}
-shift 2 || shift $# || true
-threads=("$@")
-[ ${#threads[@]} -gt 0 ] || threads=("$(nproc)")
-[ "$steps" -gt 5 ] || { echo "gpt2_cpu: STEPS must be above 5 (the first 5 are not timed)" >&2; exit 2; }
-data=${TG_DATA:-../shared/data}
-work=${BENCH_DIR:-out/bench}/gpt2_cpu
-tgrun=${TGRUN:-build/tgrun}
-[ -x "$tgrun" ] || { echo "build tg first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-. bench/peer_venv.sh
 . bench/cpu_rounds.sh
-mkdir -p "$work"
+rounds_init gpt2_cpu 10 2 "$(nproc)" "$@"
+work=$rounds_work data=$rounds_data steps=$rounds_steps
 [ -s "$work/data/train.bin" ] || "$tgrun" prepare --tokenizer gpt2 --gpt2-dir "$data/gpt2" \
   --input "$data/tinyshakespeare/input.txt" --out "$work/data" > /dev/null
 
@@ -48,11 +38,9 @@ rounds_tg_args=(data_dir="$work/data" warmup_steps="$warmup" lr_decay_steps="$st
 rounds_torch_args=(--tokens "$work/data" --vocab-size 50304 --n-layer 12 --n-head 12 --n-embd 768
   --block-size 256 --model-block-size 1024 --batch-size 4 --lr 6e-4 --min-lr 6e-5 --beta2 0.95
   --warmup-steps "$warmup" --lr-decay-steps "$steps")
-rounds_steps=$steps rounds_warmup=5 rounds_count=$rounds rounds_threads=("${threads[@]}") rounds_work=$work
-rounds_tokens=1024 rounds_sides=${TG_BENCH_SIDES:-tg compile eager}
+rounds_tokens=1024
 
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
-  "load average $(cut -d' ' -f1-3 /proc/loadavg); tg $(git rev-parse --short HEAD 2> /dev/null || echo '?')"
+rounds_header
 echo "model: GPT-2 124M shape, 12 layers, 12 heads, 768 wide, vocab 50257 padded to 50304, B 4 x T 256" \
-  "(1,024 tokens a step), f32; $steps steps a run, median from the 6th; $rounds rounds"
+  "(1,024 tokens a step), f32; $steps steps a run, median from the 6th; $rounds_count rounds"
 rounds_run
