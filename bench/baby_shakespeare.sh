@@ -12,11 +12,11 @@
 # the 6th step on), then the median of each side over the rounds and tg's
 # speed-up over compile and over eager (bench/cpu_rounds.sh has the
 # method).  Evaluation, samples and checkpoints are off: this measures
-# training steps.  The defaults take about 4 minutes on 2 quiet cores (an
+# training steps.  The defaults take about 5 minutes on 2 quiet cores (an
 # estimate); `bash bench/baby_shakespeare.sh 30 1 2` is a smoke run.
 #
 # The peer's environment is bench/.venv-torch (bench/peer_venv.sh makes it
-# on the first run: a 2.5 GB download).  Until issue 31 the peer was
+# on the first run: a 3 GB download).  Until issue 31 the peer was
 # Debian's torch 1.13 (/usr/bin/python3), eager, where no torch.compile
 # exists; TG_PEER_PYTHON=/usr/bin/python3 with TG_BENCH_SIDES="tg eager"
 # still runs that comparison.  Record results in docs/performance.md with

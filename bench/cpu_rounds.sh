@@ -99,6 +99,7 @@ PY
 
 rounds_run() {
   local t r side
+  rm -f "$rounds_work"/t*-r*-*.json  # a result of an earlier run is never read as this one's
   for t in "${rounds_threads[@]}"; do
     for r in $(seq 1 "$rounds_count"); do
       for side in $rounds_sides; do rounds_one "$side" "$t" "$r" || return 1; done
@@ -112,7 +113,8 @@ def med(xs):
     n = len(xs)
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 print("\nmedian over %d round%s of each run's median ms/step (tokens/s), and tg's speed-up:" % (rounds, "" if rounds == 1 else "s"))
-print("%-8s" % "threads" + "".join("%22s" % s for s in sides) + "".join("%16s" % ("tg vs " + s) for s in sides if s != "tg"))
+versus = [s for s in sides if s != "tg"] if "tg" in sides else []
+print("%-8s" % "threads" + "".join("%22s" % s for s in sides) + "".join("%16s" % ("tg vs " + s) for s in versus))
 for t in threads:
     m = {}
     for s in sides:
@@ -120,7 +122,7 @@ for t in threads:
                 for r in range(1, rounds + 1)]
         m[s] = (med(runs), min(runs), max(runs))
     cells = "".join("%22s" % ("%.1f (%s)" % (m[s][0], format(round(tokens / m[s][0] * 1000), ","))) for s in sides)
-    ratios = "".join("%16s" % ("%.2fx" % (m[s][0] / m["tg"][0])) for s in sides if s != "tg" and "tg" in m)
+    ratios = "".join("%16s" % ("%.2fx" % (m[s][0] / m["tg"][0])) for s in versus)
     print("%-8s" % t + cells + ratios)
     spread = ", ".join("%s %.1f-%.1f" % (s, m[s][1], m[s][2]) for s in sides)
     print("%-8s rounds' range (ms/step): %s" % ("", spread))

@@ -10,7 +10,7 @@
 # installs nothing.  Prints one line: the python, torch, transformers and
 # numpy versions, and torch's own CPU build (its BLAS and ISA level).
 #
-# PyPI's Linux torch wheel is the CUDA build (about 2.5 GB with its nvidia-*
+# PyPI's Linux torch wheel is the CUDA build (3 GB to download with its nvidia-*
 # packages); its CPU code is the same as the CPU-only wheel's, which lives
 # on download.pytorch.org only (not reachable from the build machines).
 # Set TG_PEER_INDEX_URL to an index serving the CPU wheels to save the space
@@ -39,7 +39,7 @@ peer_venv_main() {
     if ! "$peer_py" -c 'import torch, transformers, numpy' 2> /dev/null; then
       base=$(command -v python3) || { echo "peer_venv: no python3 on PATH" >&2; return 1; }
       echo "peer_venv: installing ${TG_PEER_PACKAGES:-torch transformers numpy} from PyPI into $venv" \
-        "(from $base, $("$base" --version 2>&1); torch's wheel with its CUDA libraries is about 2.5 GB)" >&2
+        "(from $base, $("$base" --version 2>&1); torch's wheel with its CUDA libraries: 3 GB to download, 5.6 GB installed)" >&2
       [ -x "$peer_py" ] || "$base" -m venv "$venv" || return 1
       "$peer_py" -m pip install -q --disable-pip-version-check --upgrade pip || return 1
       # shellcheck disable=SC2086 # the package list is words
@@ -48,15 +48,19 @@ peer_venv_main() {
     fi
   fi
   peer_versions=$("$peer_py" - << 'PY'
-import platform, re, numpy, torch, transformers
+import platform, re, numpy, torch
+try:  # an old peer named by TG_PEER_PYTHON may have no transformers: the training benches do not need it
+    import transformers
+except ImportError:
+    transformers = None
 cfg = torch.__config__.show()
 isa = re.search(r"CPU capability usage: (\S+)", cfg)
 blas = re.search(r"BLAS_INFO=(\w+)", cfg)
 print("peer: python %s, torch %s (%s BLAS, %s), transformers %s, numpy %s" % (
     platform.python_version(), torch.__version__, blas.group(1) if blas else "?",
-    isa.group(1) if isa else "?", transformers.__version__, numpy.__version__))
+    isa.group(1) if isa else "?", transformers.__version__ if transformers else "(none)", numpy.__version__))
 PY
-) || { echo "peer_venv: $peer_py cannot import torch, transformers and numpy" >&2; return 1; }
+) || { echo "peer_venv: $peer_py cannot import torch and numpy" >&2; return 1; }
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
