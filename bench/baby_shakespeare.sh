@@ -11,8 +11,9 @@
 # (default 100), printing each run as it finishes (the median ms/step from
 # the 6th step on), then the median of each side over the rounds and tg's
 # speed-up over compile and over eager (bench/cpu_rounds.sh has the
-# method).  Evaluation, samples and checkpoints are off: this measures
-# training steps.  The defaults take about 5 minutes on 2 quiet cores (an
+# method).  Samples are off, and tg's evaluation (one batch, before the
+# first step and after the last) and final checkpoint fall outside the
+# timed steps: this measures training steps.  The defaults take about 5 minutes on 2 quiet cores (an
 # estimate); `bash bench/baby_shakespeare.sh 30 1 2` is a smoke run.
 #
 # The peer's environment is bench/.venv-torch (bench/peer_venv.sh makes it
