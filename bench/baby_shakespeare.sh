@@ -1,49 +1,47 @@
 #!/usr/bin/env bash
-# baby_shakespeare.sh [STEPS] [THREADS...]: training throughput of tg and
-# PyTorch on the same machine, in one run: nanoGPT's baby GPT on
-# character-level Tiny Shakespeare (configs/baby_shakespeare_char.cfg, and
-# bench/torch_gpt_train.py with the same model, batch and schedule).
+# baby_shakespeare.sh [STEPS] [ROUNDS] [THREADS...]: training speed of tg
+# against the current PyTorch from PyPI on the same machine, in one run:
+# nanoGPT's baby GPT on character-level Tiny Shakespeare (tg with
+# configs/baby_shakespeare_char.cfg; PyTorch with bench/torch_gpt_train.py,
+# nanoGPT's model, batch and schedule), PyTorch both under torch.compile
+# (inductor, C++ kernels built with the machine's gcc) and eager.
 #
-# For each thread count (default: 1 and the number of cores) it trains STEPS
-# steps (default 200) with each and prints both tokens/s and their ratio,
-# then the best of each and the ratio of the bests.  Steps before the 6th
-# are not timed (start-up, caches), as in the PyTorch script.  Evaluation
-# and samples are off: this measures training.  Record results in
-# docs/performance.md with the commit (git rev-parse --short HEAD).
+# For each thread count (default: 1 and the number of cores) it runs ROUNDS
+# interleaved rounds (default 3) of tg, compile, eager, STEPS steps each
+# (default 100), printing each run as it finishes (the median ms/step from
+# the 6th step on), then the median of each side over the rounds and tg's
+# speed-up over compile and over eager (bench/cpu_rounds.sh has the
+# method).  Samples are off, and tg's evaluation (one batch, before the
+# first step and after the last) and final checkpoint fall outside the
+# timed steps: this measures training steps.  The defaults take about 5 minutes on 2 quiet cores (an
+# estimate); `bash bench/baby_shakespeare.sh 30 1 2` is a smoke run.
+#
+# The peer's environment is bench/.venv-torch (bench/peer_venv.sh makes it
+# on the first run: a 3 GB download).  Until issue 31 the peer was
+# Debian's torch 1.13 (/usr/bin/python3), eager, where no torch.compile
+# exists; TG_PEER_PYTHON=/usr/bin/python3 with TG_BENCH_SIDES="tg eager"
+# still runs that comparison.  Record results in docs/performance.md with
+# the commit (printed) and the machine (printed).
+#
+# Environment: TG_DATA (Tiny Shakespeare), BENCH_DIR [out/bench],
+# TGRUN [build/tgrun], TG_BENCH_SIDES [tg compile eager], and
+# peer_venv.sh's TG_PEER_*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-200}
-shift || true
-threads=("$@")
-[ ${#threads[@]} -gt 0 ] || threads=(1 $(nproc))
-data=${TG_DATA:-../shared/data}
-work=${BENCH_DIR:-out/bench}
-mkdir -p "$work"
-tgrun=build/tgrun
-[ -x $tgrun ] || { echo "build tg first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-[ -s "$work/data/train.bin" ] || $tgrun prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" --out "$work/data" > /dev/null
+. bench/cpu_rounds.sh
+rounds_init baby_shakespeare 100 3 "1 $(nproc)" "$@"
+work=$rounds_work data=$rounds_data steps=$rounds_steps
+[ -s "$work/data/train.bin" ] || "$tgrun" prepare --tokenizer char --input "$data/tinyshakespeare/input.txt" \
+  --out "$work/data" > /dev/null
 
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; tg $(git rev-parse --short HEAD 2> /dev/null || echo '?')"
-echo "model: 4 layers, 4 heads, n_embd 128, block 64, batch 12 (768 tokens a step); $steps steps, timed from the 6th"
-best_tg=0 best_torch=0
-for t in "${threads[@]}"; do
-  rm -rf "$work/run"
-  $tgrun configs/baby_shakespeare_char.cfg data_dir="$work/data" out_dir="$work/run" max_steps="$steps" \
-    warmup_steps=$((steps < 100 ? steps / 2 : 100)) lr_decay_steps="$steps" eval_interval=0 eval_batches=1 \
-    sample_tokens=0 checkpoint_interval=0 log_interval="$steps" threads="$t" > "$work/tg.log"
-  tg=$(/usr/bin/python3 - "$work/run/metrics.jsonl" << 'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-rows = [r for r in rows if "dt_ms" in r and r["step"] > 5]
-print("%.0f" % (sum(768 for r in rows) / (sum(r["dt_ms"] for r in rows) / 1e3)))
-PY
-)
-  torch=$(/usr/bin/python3 bench/torch_gpt_train.py --steps "$steps" --threads "$t" --json 2> /dev/null |
-    /usr/bin/python3 -c "import json, sys; print('%.0f' % json.loads(sys.stdin.read().strip().splitlines()[-1])['tokens_per_s'])")
-  printf "threads %-2s  tg %8s tok/s   torch %8s tok/s   tg/torch %.2f\n" "$t" "$tg" "$torch" \
-    "$(/usr/bin/python3 -c "print($tg / $torch)")"
-  [ "$tg" -gt "$best_tg" ] && best_tg=$tg
-  [ "$torch" -gt "$best_torch" ] && best_torch=$torch
-done
-printf "best        tg %8s tok/s   torch %8s tok/s   tg/torch %.2f\n" "$best_tg" "$best_torch" \
-  "$(/usr/bin/python3 -c "print($best_tg / $best_torch)")"
+warmup=$((steps < 100 ? steps / 2 : 100))
+rounds_tg_cfg=configs/baby_shakespeare_char.cfg
+rounds_tg_args=(data_dir="$work/data" warmup_steps="$warmup" lr_decay_steps="$steps" eval_interval=0 eval_batches=1
+  sample_tokens=0 checkpoint_interval=0 log_interval="$steps")
+rounds_torch_args=(--data "$data/tinyshakespeare/input.txt" --warmup-steps "$warmup" --lr-decay-steps "$steps")
+rounds_tokens=768
+
+rounds_header
+echo "model: nanoGPT's baby GPT, 4 layers, 4 heads, n_embd 128, block 64, vocab 65 (tg pads it to 128 and masks" \
+  "the padding), batch 12 (768 tokens a step), f32; $steps steps a run, median from the 6th; $rounds_count rounds"
+rounds_run

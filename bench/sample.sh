@@ -15,52 +15,55 @@
 #                  call; the rate is the whole generate call (its prompt
 #                  pass included)
 #
-# transformers 4.40.2 is taken from build/pydeps (tests/torch/run_sample_hf.sh
-# installs it there; this script does too when it is missing).  Record
-# results in docs/performance.md with the commit and the machine.
+# transformers and torch are the current ones from PyPI, in the virtual
+# environment bench/peer_venv.sh makes (bench/.venv-torch, on the first
+# run).  Until issue 31 the peer was transformers 4.40.2 on Debian's torch
+# 1.13; TG_PEER_PYTHON=/usr/bin/python3 PYTHONPATH=build/pydeps (where
+# tests/torch/run_sample_hf.sh installs 4.40.2) runs that one again.
+# Record results in docs/performance.md with the commit and the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n_new=${1:-256}
 threads=${2:-$(nproc)}
 data=${TG_DATA:-../shared/data}
 work=${BENCH_DIR:-out/bench}
-py=/usr/bin/python3
-deps=build/pydeps
 mkdir -p "$work"
-tgrun=build/tgrun
-[ -x $tgrun ] || { echo "build tg first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
-if ! PYTHONPATH=$deps $py -c 'import transformers' 2> /dev/null; then
-  np=$($py -c 'import numpy; print(numpy.__version__)')
-  $py -m pip install --quiet --disable-pip-version-check --target $deps "transformers==4.40.2" "numpy==$np"
-fi
+tgrun=${TGRUN:-build/tgrun}
+[ -x "$tgrun" ] || { echo "build tg first: cmake -S . -B build && cmake --build build" >&2; exit 1; }
+. bench/peer_venv.sh
+py=$peer_py
 W=$work/gpt2_random.safetensors
-[ -s "$W" ] || $tgrun init models/gpt2.tg --seed 1 --out "$W" > /dev/null
+[ -s "$W" ] || "$tgrun" init models/gpt2.tg --seed 1 --out "$W" > /dev/null
 # 16 GPT-2 tokens
 prompt="The quick brown fox jumps over the lazy dog, and the dog runs after it"
-ids=$(PYTHONPATH=$deps $py -c "
+ids=$($py -c "
 from transformers import GPT2Tokenizer
 t = GPT2Tokenizer('$data/gpt2/encoder.json', '$data/gpt2/vocab.bpe')
 print(','.join(map(str, t('''$prompt''')['input_ids'])))")
 n_prompt=$(echo "$ids" | tr ',' '\n' | wc -l)
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; tg $(git rev-parse --short HEAD 2> /dev/null || echo '?')"
-echo "model: GPT-2 124M shape, random weights; prompt $n_prompt tokens, $n_new new tokens, greedy, $threads threads"
-OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads $tgrun sample --weights "$W" --model models/gpt2.tg \
+echo "model: GPT-2 124M shape, random weights; prompt $n_prompt tokens, $n_new new tokens, greedy, $threads threads;" \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$tgrun" sample --weights "$W" --model models/gpt2.tg \
   --tokenizer "$data/gpt2" --prompt "$prompt" --max-new-tokens "$n_new" --temperature 0 --backend cpu \
   > "$work/tg_sample.txt" 2> "$work/tg_sample.log"
 grep '^sample:' "$work/tg_sample.log"
 read -r tg_prefill tg_new tg_decode < <(sed -n 's/^sample: \([0-9]*\) prompt tokens in \([0-9.]*\) s, \([0-9]*\) new tokens in \([0-9.]*\) s.*/\2 \3 \4/p' "$work/tg_sample.log")
-read -r _ hf_new hf_s hf_rate hf_ids < <(OMP_NUM_THREADS=$threads PYTHONPATH=$deps $py bench/hf_generate.py "$W" "$ids" "$n_new" "$threads" 2> /dev/null)
+OMP_NUM_THREADS=$threads $py bench/hf_generate.py "$W" "$ids" "$n_new" "$threads" > "$work/hf_sample.out" 2> "$work/hf_sample.log" ||
+  { tail -5 "$work/hf_sample.log" >&2; echo "transformers failed: $work/hf_sample.log" >&2; exit 1; }
+read -r _ hf_new hf_s _ hf_ids < "$work/hf_sample.out"
+hf_name=$($py -c 'import torch, transformers; print("transformers %s (torch %s)" % (transformers.__version__, torch.__version__))')
 # the same text: tg's output must start with the prompt and the text of transformers' tokens
-same=$(PYTHONPATH=$deps $py -c "
+same=$($py -c "
 from transformers import GPT2Tokenizer
 t = GPT2Tokenizer('$data/gpt2/encoder.json', '$data/gpt2/vocab.bpe')
 want = t.decode([int(i) for i in '$hf_ids'.split(',')])
 got = open('$work/tg_sample.txt', encoding='utf-8', errors='replace').read()[len('''$prompt'''):]
 print('yes' if got.startswith(want) else 'NO')")
-awk -v tp="$tg_prefill" -v tn="$tg_new" -v td="$tg_decode" -v hn="$hf_new" -v hs="$hf_s" -v same="$same" 'BEGIN {
+awk -v hf_name="$hf_name" -v tp="$tg_prefill" -v tn="$tg_new" -v td="$tg_decode" -v hn="$hf_new" -v hs="$hf_s" -v same="$same" 'BEGIN {
   tg = tn / (tp + td); hf = hn / hs
-  printf "tg:           %d tokens in %.2f s (prompt %.2f s + new tokens %.2f s): %.2f tokens/s\n", tn, tp + td, tp, td, tg
-  printf "transformers: %d tokens in %.2f s: %.2f tokens/s\n", hn, hs, hf
+  printf "tg: %d tokens in %.2f s (prompt %.2f s + new tokens %.2f s): %.2f tokens/s\n", tn, tp + td, tp, td, tg
+  printf "%s: %d tokens in %.2f s: %.2f tokens/s\n", hf_name, hn, hs, hf
   printf "tg / transformers: %.2fx; the first 16 greedy tokens agree: %s\n", tg / hf, same
 }'

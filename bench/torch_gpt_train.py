@@ -26,8 +26,15 @@ beta2 0.99, 100 warmup steps), which reaches a validation loss of about
 
 Throughput is measured over the steps after the first --timing-warmup
 ones (which include torch.compile's compilation); evaluation, when asked
-for, is not counted.  Runs with Debian's torch 1.13 on CPU
-(/usr/bin/python3) and with torch 2.x on CUDA (--device cuda --compile).
+for, is not counted.  On the CPU each timed step's time is kept too, and
+their median reported (bench/baby_shakespeare.sh and bench/gpt2_cpu.sh
+compare medians); on CUDA steps are not synchronized one by one, so only
+the mean over the timed span means anything.  The CPU benchmarks run it
+with the current torch from PyPI (bench/peer_venv.sh), compiled and eager;
+it also runs with Debian's torch 1.13 (/usr/bin/python3, eager only) and
+with torch 2.x on CUDA (--device cuda --compile).  With --compile on the
+CPU, --json reports what TorchDynamo compiled (frames and graphs), so that
+a caller can check that the compiled model, not an eager fallback, ran.
 
 With --tokens DIR it trains on the token files `tgrun prepare` wrote
 (DIR/train.bin and DIR/val.bin, llm.c's format: a 1024-byte header of
@@ -283,7 +290,9 @@ def main():
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-head", type=int, default=4)
     ap.add_argument("--n-embd", type=int, default=128)
-    ap.add_argument("--block-size", type=int, default=64)
+    ap.add_argument("--block-size", type=int, default=64, help="tokens a sequence")
+    ap.add_argument("--model-block-size", type=int, default=0,
+                    help="rows of the position table (default: --block-size); GPT-2's is 1024")
     ap.add_argument("--batch-size", type=int, default=12)
     ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches whose gradients make one step")
     ap.add_argument("--tokens", default=None,
@@ -360,7 +369,10 @@ def main():
     val = Batches(val_data, args.batch_size, args.block_size, args.seed + 1, device)
     train_eval = Batches(train_data, args.batch_size, args.block_size, args.seed + 2, device)
 
-    model = GPT(vocab, args.block_size, args.n_layer, args.n_head, args.n_embd, HAVE_SDPA).to(device)
+    pos_rows = args.model_block_size or args.block_size
+    if pos_rows < args.block_size:
+        ap.error("--model-block-size %d is below --block-size %d" % (pos_rows, args.block_size))
+    model = GPT(vocab, pos_rows, args.n_layer, args.n_head, args.n_embd, HAVE_SDPA).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     n_params_no_wpe = n_params - model.transformer.wpe.weight.numel()
     optimizer, fused = configure_optimizer(model, args.weight_decay, args.lr,
@@ -408,8 +420,10 @@ def main():
 
     tokens_per_step = args.batch_size * args.block_size * args.grad_accum
     losses = []
+    step_ms = []  # each timed step's time, on the CPU only (CUDA's would be launch times)
     eval_seconds = 0.0  # spent evaluating inside the timed span
     t_start = t0 = time.perf_counter()
+    warmup_seconds = 0.0
     for it in range(args.steps):
         if args.eval_interval > 0 and it % args.eval_interval == 0:
             s = evaluate(it)
@@ -418,6 +432,8 @@ def main():
         if it == timing_warmup:
             sync()
             t0 = time.perf_counter()
+            warmup_seconds = t0 - t_start
+        t_step = time.perf_counter()
         lr = get_lr(it, args.lr, args.min_lr, args.warmup_steps, decay_steps)
         for g in optimizer.param_groups:
             g["lr"] = lr
@@ -443,6 +459,8 @@ def main():
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.detach())  # no .item() per step: no sync on CUDA
+        if device.type == "cpu" and it >= timing_warmup:
+            step_ms.append(1000 * (time.perf_counter() - t_step))
         if args.log_interval > 0 and (it % args.log_interval == 0 or it == args.steps - 1):
             say("step %d: loss %.4f, lr %.2e, %.1f s" % (it, loss.item(), lr, time.perf_counter() - t_start))
     sync()
@@ -457,6 +475,14 @@ def main():
     final_loss = all_losses[-1].item()
     last10 = all_losses[-10:].mean().item()
 
+    median_ms = sorted(step_ms)[len(step_ms) // 2] if step_ms else None
+    dynamo = None
+    if compiled:
+        from torch._dynamo.utils import counters
+        dynamo = {"frames_ok": counters["frames"]["ok"], "frames_total": counters["frames"]["total"],
+                  "unique_graphs": counters["stats"]["unique_graphs"],
+                  "graph_breaks": sum(counters["graph_break"].values())}
+
     dev_name = device.type
     if device.type == "cuda":
         dev_name = "cuda (%s)" % torch.cuda.get_device_name(device)
@@ -468,10 +494,15 @@ def main():
     if device.type == "cpu":
         how.append("%d thread%s" % (torch.get_num_threads(), "" if torch.get_num_threads() == 1 else "s"))
     accum = " x %d accumulated" % args.grad_accum if args.grad_accum > 1 else ""
-    say("torch %s %s: %d layers, %.2fM params, %dx%d%s tokens/step: %s tok/s (steps %d..%d, %.1f ms/step)"
+    say("torch %s %s: %d layers, %.2fM params, %dx%d%s tokens/step: %s tok/s (steps %d..%d, %.1f ms/step%s)"
         % (torch.__version__, ", ".join(how), args.n_layer, n_params / 1e6, args.batch_size,
            args.block_size, accum, "{:,.0f}".format(tok_s), timing_warmup, args.steps - 1,
-           1000 * seconds / timed_steps))
+           1000 * seconds / timed_steps, "" if median_ms is None else ", median %.1f" % median_ms))
+    if dynamo is not None:
+        say("torch.compile: %d of %d frames compiled, %d graphs, %d graph breaks; the first %d steps "
+            "(compiling included) took %.1f s" % (dynamo["frames_ok"], dynamo["frames_total"],
+                                                 dynamo["unique_graphs"], dynamo["graph_breaks"],
+                                                 timing_warmup, warmup_seconds))
     line = "train loss %.4f at step %d (mean of the last %d: %.4f)" % (
         final_loss, args.steps - 1, min(10, args.steps), last10)
     if evals:
@@ -495,6 +526,8 @@ def main():
             "tokens_per_step": tokens_per_step,
             "steps": args.steps, "timed_steps": timed_steps, "timing_warmup": timing_warmup,
             "seconds": seconds, "ms_per_step": 1000 * seconds / timed_steps, "tokens_per_s": tok_s,
+            "step_ms": step_ms, "median_ms_per_step": median_ms, "warmup_seconds": warmup_seconds,
+            "dynamo": dynamo, "model_block_size": pos_rows,
             "train_loss": final_loss, "train_loss_last10": last10,
             "val_loss": evals[-1]["val_loss"] if evals else None,
             "evals": evals,
