@@ -695,9 +695,46 @@ static const char *store_conv(emitter *e, tg_dtype t, const char *v) {
  * not vary along a domain axis, only the point at coordinate 0 of that axis
  * stores (the others would write the same value to the same place).  The
  * value's statements go to depth d, the store itself to `to`. */
+/* Coordinates c of an elementwise node's result as coordinates of its
+ * input in (broadcast dims read at 0), as compute() reads its inputs. */
+static const char **input_coords(emitter *e, const tg_node *n, const tg_node *in, const char **c) {
+  const tg_type *it = &in->type;
+  const char **ic = tg_alloc(e->arena, sizeof(char *) * (size_t)(it->rank + 1));
+  for (int j = 0; j < it->rank; j++) ic[j] = it->dim[j].size == 1 ? "0" : c[j + n->type.rank - it->rank];
+  return ic;
+}
+
+/* An in-place update of a state leaf where a condition holds,
+ * assign(s, where(cond, x, s)) with s read whole at the point it is
+ * written (the decode step's key/value cache row: cond is "this row is
+ * pos"), stored only where cond holds: the rows it keeps are neither read
+ * nor written back, which was a fifth of a GPT-2 decode step (the caches
+ * rewritten whole for one row).  The same values land in memory.  C only:
+ * the CUDA nests store per lane, and their traffic count reads the load. */
+static bool conditional_update(const emitter *e, const tg_node *n) {
+  if (e->d != TG_DIALECT_C || n->op != TG_OP_assign || e->vec > 1) return false;
+  const tg_node *w = n->in[1], *s = n->in[0];
+  if (w->op != TG_OP_where || w->in[2] != s || !computed_here(e, w) || s->type.rank != w->type.rank) return false;
+  for (int i = 0; i < s->type.rank; i++)
+    if (s->type.dim[i].size != w->type.dim[i].size) return false;
+  return true;
+}
+
+/* The store of such an update into target, guard (or "") the store's own
+ * condition. */
+static void conditional_store(emitter *e, const tg_node *n, const char **c, int d, tg_sbuf *to, const char *guard,
+                              const char *target) {
+  const tg_node *w = n->in[1];
+  val cond = value_at(e, w->in[0], input_coords(e, w, w->in[0], c), d);
+  val x = value_at(e, w->in[1], input_coords(e, w, w->in[1], c), d);
+  tg_sb_printf(to, "if (%s%s(%s)) %s = %s;\n", guard, *guard ? " && " : "", cond.s, target,
+               store_conv(e, n->in[0]->type.dtype, x.s));
+}
+
 static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
   const char **c = canon(e, &n->type);
-  val v = value_at(e, n, c, d);
+  bool update = conditional_update(e, n);
+  val v = update ? (val){NULL, n->type.dtype} : value_at(e, n, c, d);
   int base = n->op == TG_OP_assign ? tg_kernel_base(n->in[0])->id : n->id;
   const tg_node *bn = e->g->nodes[base];
   tg_layout lay;
@@ -715,6 +752,11 @@ static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
     bool inner = N->inner >> a & 1;
     if (inner && d < 2) continue; /* outside the loop the inner coordinates do not exist */
     if (N->dom.dim[a].size > 1 && !tg_varies(&n->type, &N->dom, a)) tg_sb_printf(&g, "%si%d == 0", g.n ? " && " : "", a);
+  }
+  if (update) {
+    conditional_store(e, n, c, d, to, g.n ? g.s : "", tg_sprintf(e->arena, "b%d[%s]", base, off));
+    tg_sb_free(&g);
+    return;
   }
   const char *stmt = tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv_of(e, n, bn->type.dtype, v.s));
   if (g.n) tg_sb_printf(to, "if (%s) %s\n", g.s, stmt);
