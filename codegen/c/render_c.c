@@ -217,6 +217,18 @@ static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a
     fprintf(out, "      }\n");
     return;
   }
+  if (G->m == 1 && !strcmp(fn, "cblas_sgemm")) {
+    /* one row, too small to split (a decode step's attention: q against
+     * each head's cache, 12 products a layer): sgemv, for sgemm would pack
+     * B on every call */
+    if (G->trans_b)
+      fprintf(out, "      cblas_sgemv(101, 111, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, %s, 1);\n", (long long)G->n,
+              (long long)G->k, b, ldb, a, G->trans_a ? lda : 1LL, c);
+    else
+      fprintf(out, "      cblas_sgemv(101, 112, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, %s, 1);\n", (long long)G->k,
+              (long long)G->n, b, ldb, a, G->trans_a ? lda : 1LL, c);
+    return;
+  }
   int64_t rows = G->m >= 64 && flops >= (1 << 22) ? (G->m + 1) / 2 : G->m;
   if (rows < G->m) {
     rows = (rows + 15) / 16 * 16;
