@@ -7,8 +7,9 @@
  * kernels, the traffic counts, the pass log) and writes it as data, one
  * JSON block, that the page's own script (report/page.js, embedded at
  * build time with report/page.css) draws.  Nothing is fetched when the
- * page is viewed.  Where only text exists (the fusion report), the text is
- * embedded as it is and the script splits it by kernel. */
+ * page is viewed.  The passes' reports come as their findings (the same
+ * data `tgc --report NAME` renders as text), which the script draws as
+ * tables linked to the .tg lines. */
 #ifndef TG_REPORT_H
 #define TG_REPORT_H
 
@@ -40,7 +41,7 @@ typedef struct tg_report_page {
   const tg_cuda_plan *plan;
   const tg_cuda_kernels *ks;
   const tg_traffic *traffic;
-  const char *fusion_text;      /* the fusion report, or NULL */
+  const tg_findings *findings;  /* what the passes decided (passes/findings.h), or NULL */
   const char *ir_pass;          /* --dump-after PASS: the pass, and the IR after it, or NULL */
   const char *ir_text;
   const char *step_svg;         /* Graphviz's drawing of tg_report_step_dot, or NULL */

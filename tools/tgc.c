@@ -210,6 +210,7 @@ typedef struct html_page {
   tg_pass_log log;
   struct timespec last; /* the end of the last phase timed */
   FILE *diag;           /* the diagnostics, kept for the error page */
+  tg_findings *findings; /* what every pass decided, in the compilation's arena */
   FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
   char *ir_text;
   size_t ir_len;
@@ -301,7 +302,7 @@ static char *step_drawing_finish(html_page *html, const char *dir) {
 }
 
 /* --report html, once the code and manifest are written: the traffic of
- * the step, the fusion report read back, and DIR/index.html. */
+ * the step, and DIR/index.html with the passes' findings. */
 static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   phase_done(h, "write code");
   tg_report_page *page = &h->html->page;
@@ -311,14 +312,7 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   page->ks = e->ks;
   page->sources = ctx->sources;
   page->traffic = tg_traffic_count(e->g->arena, e->plan, tg_gpu_find("h100"));
-  char why[256], *fusion = NULL;
-  size_t n;
-  snprintf(h->dir_file, strlen(dir) + 32, "%s/fusion.txt", dir);
-  if (!tg_read_whole_file(h->dir_file, &fusion, &n, why, sizeof why)) {
-    fprintf(stderr, "tgc: error: %s\n", why);
-    return 1;
-  }
-  page->fusion_text = fusion;
+  page->findings = h->html->findings;
   if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
   h->html->ir = NULL;
   phase_done(h, "traffic");
@@ -331,9 +325,8 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   int status = emit_to_file(h->dir_file, EMIT_HTML, &with_page);
   if (status == 0) printf("wrote %s/index.html: what the compiler did, one page\n", dir);
   h->html->written = status == 0;
-  free(fusion);
   free(svg);
-  page->fusion_text = NULL;
+  page->findings = NULL;
   page->step_svg = NULL;
   return status;
 }
@@ -449,6 +442,8 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
       po.report = fusion;
     }
   }
+  /* the page shows what every pass decided */
+  if (h->html) po.findings = h->html->findings = tg_findings_new(ctx->arena);
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
   phase_done(h, "passes");

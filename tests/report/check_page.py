@@ -24,7 +24,8 @@ import sys
 
 SKIP = 77
 SYSTEM_PYTHON = '/usr/bin/python3'
-SECTIONS = ['summary', 'pipeline', 'source', 'graph', 'traffic', 'memory', 'collectives', 'reports']
+SECTIONS = ['summary', 'pipeline', 'source', 'graph', 'traffic', 'memory', 'collectives', 'reports', 'report-fusion',
+            'report-memplan', 'report-schedule', 'report-precision', 'report-flash_attn', 'report-gelu']
 
 
 def browser():
@@ -144,6 +145,86 @@ def check_graph(d):
     print('ok: the own layout: a repeated run opened, %d kernels drawn, before %d' % (opened, tiles))
 
 
+def table_rows(d, css):
+    """The rows (without the heading) of the tables under css, as lists of
+    their cells' text."""
+    return [[td.text for td in tr.find_elements('css selector', 'td')]
+            for tr in d.find_elements('css selector', css + ' tr') if tr.find_elements('css selector', 'td')]
+
+
+def open_details(d, section, summary_start):
+    """Opens the <details> of a section whose summary starts so (its table
+    is drawn when opened); returns the selector of its rows' table."""
+    for i, det in enumerate(d.find_elements('css selector', '#%s details' % section)):
+        summary = det.find_element('css selector', 'summary')
+        if summary.text.startswith(summary_start):
+            d.execute_script('arguments[0].scrollIntoView({block: "center"})', summary)  # not under the header
+            summary.click()
+            return '#%s details:nth-of-type(%d) table' % (section, i + 1)
+    fail('#%s has no details "%s..."' % (section, summary_start))
+
+
+def check_reports(d, out):
+    """The passes' reports drawn from their findings agree with the same
+    findings as text (DIR/fusion.txt, --report memplan's lines): every stop
+    of fusion and every buffer of the memory plan is a row; a stop's place
+    lights its .tg line."""
+    text = open(os.path.join(out, 'fusion.txt'), encoding='utf-8').read()
+    stops = re.findall(r'^fusion: stop at %(\d+) (\S+) \(([^:]+):(\d+)\): not in k(\d+): (.*)$', text, re.M)
+    rows = table_rows(d, open_details(d, 'report-fusion', 'every stop'))
+    if len(rows) != len(stops) or not stops:
+        fail('the fusion report on the page has %d stops, fusion.txt %d' % (len(rows), len(stops)))
+    for row, stop in zip(rows, stops):
+        node, op, file, line, kernel, why = stop
+        if row[0] != '%' + node or row[1] != op or not row[2].startswith('%s:%s:' % (file, line)) or \
+                row[3] != 'k' + kernel or row[4] != why:
+            fail('a stop on the page %s is not fusion.txt\'s %s' % (row, stop))
+    print('ok: fusion\'s %d stops on the page are fusion.txt\'s, place, kernel and reason' % len(stops))
+    link = d.find_elements('css selector', '#report-fusion details table a.place')[0]
+    f, n = link.get_attribute('data-file'), link.get_attribute('data-line')
+    d.execute_script('arguments[0].scrollIntoView({block: "center"})', link)
+    link.click()
+    lit = d.execute_script('return Array.prototype.map.call(document.querySelectorAll(".line.hl"), function (e) {'
+                           ' return e.dataset.file + ":" + e.dataset.line; });')
+    if lit != ['%s:%s' % (f, n)]:
+        fail('clicking the place %s lit the lines %s' % (link.text, lit))
+    print('ok: clicking a stop\'s place %s lights its .tg line' % link.text)
+    largest = table_rows(d, '#report-memplan > table:nth-of-type(2)')
+    buffers = table_rows(d, open_details(d, 'report-memplan', 'every buffer'))
+    if len(largest) != 10 or len(buffers) < 100:
+        fail('the memory plan on the page: %d largest, %d buffers' % (len(largest), len(buffers)))
+    print('ok: the memory plan\'s 10 largest and its %d buffers are drawn' % len(buffers))
+    rules = table_rows(d, '#report-precision > table')
+    if not rules or sum(int(r[1]) for r in rules) < 100:
+        fail('the precision report on the page has rules %s' % rules)
+    buckets = table_rows(d, '#report-schedule > table')
+    if not buckets or any(not r[4] for r in buckets):
+        fail('the schedule on the page: %s' % buckets)
+    print('ok: precision\'s %d rules and the schedule\'s %d buckets are drawn' % (len(rules), len(buckets)))
+
+
+def check_sharding(d, tgc, src, work):
+    """A model with a tensor axis: its page has the sharding report, a row
+    per line of `tgc --report sharding` (each split parameter, split value
+    and collective)."""
+    model, defs = os.path.join(src, 'models/gpt2.tg'), ['-D', 'n_layer=1', '-D', 'tp=2', '--precision', 'bf16']
+    out = os.path.join(work, 'tp')
+    subprocess.run([tgc, model] + defs + ['--report', 'html', '-o', out], check=True, stdout=subprocess.DEVNULL)
+    text = subprocess.run([tgc, model] + defs + ['--report', 'sharding'], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout
+    want = [l for l in text.splitlines() if l.startswith('  ')]
+    d.get('file://' + os.path.join(out, 'index.html'))
+    rows = table_rows(d, '#report-sharding table')
+    if len(rows) != len(want) or not want:
+        fail('the sharding report on the page has %d rows, --report sharding %d' % (len(rows), len(want)))
+    if sum(r[0] == 'collective' for r in rows) != sum(l.split()[0] in ('all_reduce', 'all_max') for l in want):
+        fail('the sharding report on the page has other collectives than --report sharding')
+    errors = console_errors(d)
+    if errors:
+        fail('console errors on the tensor-parallel page: %s' % errors)
+    print('ok: tensor parallelism\'s page: the sharding report\'s %d rows' % len(rows))
+
+
 def check_good(d, tgc, src, work, screenshot):
     out = os.path.join(work, 'gpt2')
     subprocess.run([tgc, os.path.join(src, 'models/gpt2.tg'), '--report', 'html', '-o', out], check=True,
@@ -158,6 +239,7 @@ def check_good(d, tgc, src, work, screenshot):
     check_sections(d)
     check_lines(d, json.load(open(os.path.join(out, 'manifest.json'))))
     check_graph(d)
+    check_reports(d, out)
     errors = console_errors(d)
     if errors:
         fail('console errors: %s' % errors)
@@ -282,6 +364,7 @@ def main():
     d = browser()
     try:
         check_good(d, tgc, src, work, opt.get('--screenshot'))
+        check_sharding(d, tgc, src, work)
         check_bad(d, tgc, src, work)
         if '--tgrun' in opt:
             check_run(d, opt['--tgrun'], src, work)
