@@ -21,6 +21,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An integer in decimal, as "%lld" writes it: the IR is mostly numbers,
+ * and tgc --report html prints it after every pass, where fprintf's
+ * parsing of its format is most of the time. */
+static void put_int(FILE *out, long long v) {
+  char buf[24], *p = buf + sizeof buf;
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+  do *--p = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0) *--p = '-';
+  fwrite(p, 1, (size_t)(buf + sizeof buf - p), out);
+}
+
 /* Quoted string: '"' and '\' escaped, bytes outside printable ASCII as \xNN
  * so the text stays one line of plain ASCII whatever a name contains. */
 static void print_quoted(FILE *out, const char *s) {
@@ -47,29 +59,31 @@ static int node_pos(const tg_graph *g, const tg_node *n) {
 
 static void print_ref(FILE *out, const tg_graph *g, const tg_node *n) {
   int k = node_pos(g, n);
-  if (k >= 0)
-    fprintf(out, "%%%d", k);
-  else
+  if (k >= 0) {
+    fputc('%', out);
+    put_int(out, k);
+  } else
     fputs("%?", out); /* not in the graph: unreadable on purpose */
 }
 
-/* tg_type_str into a buffer big enough for any symbol names, so long
- * names are never cut short (that would break the round trip). */
+/* As tg_type_str spells it ("f32[B=8, T=1024, 64]"), written straight
+ * out: no symbol name is ever cut short (that would break the round trip). */
 static void print_type(FILE *out, const tg_type *t) {
   if (t->rank < 0 || t->rank > TG_MAX_RANK) {
     fprintf(out, "%s[<rank %d>]", tg_dtype_name(t->dtype), t->rank);
     return;
   }
-  size_t need = 16;
-  for (int i = 0; i < t->rank; i++) need += 24 + (t->dim[i].sym ? strlen(t->dim[i].sym) + 1 : 0);
-  char small[TG_TYPE_STR_MAX];
-  char *buf = need <= sizeof small ? small : malloc(need);
-  if (!buf) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
+  fputs(tg_dtype_name(t->dtype), out);
+  fputc('[', out);
+  for (int i = 0; i < t->rank; i++) {
+    if (i) fputs(", ", out);
+    if (t->dim[i].sym) {
+      fputs(t->dim[i].sym, out);
+      fputc('=', out);
+    }
+    put_int(out, (long long)t->dim[i].size);
   }
-  fputs(tg_type_str(t, buf, need), out);
-  if (buf != small) free(buf);
+  fputc(']', out);
 }
 
 static void print_list(FILE *out, const char *key, const int *v, int n) {
@@ -79,8 +93,30 @@ static void print_list(FILE *out, const char *key, const int *v, int n) {
 }
 
 /* The " {...}" part, for the ops whose tg_ops[op].attr needs one. */
-static void print_attr(FILE *out, const tg_node *n) {
-  char num[40];
+/* The spellings of the constants printed so far, by value: a graph holds
+ * a few constants many times (a layer's scales and epsilons, once per
+ * layer), and finding a double's shortest spelling (tg_fmt_double) costs
+ * more than the rest of its line. */
+enum { SPELLED = 64 };
+typedef struct spelled {
+  double value[SPELLED];
+  char text[SPELLED][40];
+  bool used[SPELLED];
+} spelled;
+
+static const char *spell(spelled *c, double d) {
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  unsigned slot = (unsigned)((bits * 0x9E3779B97F4A7C15ULL) >> 58); /* 6 bits: SPELLED slots */
+  if (!c->used[slot] || memcmp(&c->value[slot], &d, sizeof d)) {
+    c->value[slot] = d;
+    c->used[slot] = true;
+    tg_fmt_double(d, c->text[slot], sizeof c->text[slot]);
+  }
+  return c->text[slot];
+}
+
+static void print_attr(FILE *out, const tg_node *n, spelled *sp) {
   switch (tg_ops[n->op].attr) {
   case TG_ATTR_INIT:
     if (n->init.kind == TG_INIT_ZEROS)
@@ -88,7 +124,7 @@ static void print_attr(FILE *out, const tg_node *n) {
     else if (n->init.kind == TG_INIT_ONES)
       fputs(" {init=ones", out);
     else if (n->init.kind == TG_INIT_NORMAL)
-      fprintf(out, " {init=normal(%s)", tg_fmt_double(n->init.std, num, sizeof num));
+      fprintf(out, " {init=normal(%s)", spell(sp, n->init.std));
     else
       fprintf(out, " {init=<kind %d>", (int)n->init.kind);
     if (n->init.split != TG_SPLIT_NONE) {
@@ -97,7 +133,11 @@ static void print_attr(FILE *out, const tg_node *n) {
     }
     fputc('}', out);
     break;
-  case TG_ATTR_VALUE: fprintf(out, " {value=%s}", tg_fmt_double(n->value, num, sizeof num)); break;
+  case TG_ATTR_VALUE:
+    fputs(" {value=", out);
+    fputs(spell(sp, n->value), out);
+    fputc('}', out);
+    break;
   case TG_ATTR_AXIS: fprintf(out, " {axis=%d}", n->axis); break;
   case TG_ATTR_RANKS: fprintf(out, " {ranks=%d%s}", n->ranks, n->over_tensor ? ", over=tensor" : ""); break;
   case TG_ATTR_AXES: {
@@ -124,7 +164,7 @@ static void print_attr(FILE *out, const tg_node *n) {
   }
 }
 
-static void print_node(FILE *out, const tg_graph *g, int k) {
+static void print_node(FILE *out, const tg_graph *g, int k, spelled *sp) {
   const tg_node *n = g->nodes[k];
   if (!n) {
     fprintf(out, "%%%d = <null>\n", k);
@@ -134,12 +174,15 @@ static void print_node(FILE *out, const tg_graph *g, int k) {
     fprintf(out, "%%%d = <op %d>\n", k, (int)n->op);
     return;
   }
-  fprintf(out, "%%%d = %s", k, tg_ops[n->op].name);
+  fputc('%', out);
+  put_int(out, k);
+  fputs(" = ", out);
+  fputs(tg_ops[n->op].name, out);
   for (int i = 0; i < n->nin; i++) {
     fputs(i ? ", " : " ", out);
     print_ref(out, g, n->in[i]);
   }
-  print_attr(out, n);
+  print_attr(out, n, sp);
   fputs(" : ", out);
   print_type(out, &n->type);
   if (n->name) {
@@ -147,13 +190,25 @@ static void print_node(FILE *out, const tg_graph *g, int k) {
     print_quoted(out, n->name);
   }
   /* before the location, which the reader takes from the line's end */
-  if (n->kernel >= 0) fprintf(out, " in k%d", n->kernel);
-  if (n->loc.file) fprintf(out, " @ %s:%d:%d", n->loc.file, n->loc.line, n->loc.col);
+  if (n->kernel >= 0) {
+    fputs(" in k", out);
+    put_int(out, n->kernel);
+  }
+  if (n->loc.file) {
+    fputs(" @ ", out);
+    fputs(n->loc.file, out);
+    fputc(':', out);
+    put_int(out, n->loc.line);
+    fputc(':', out);
+    put_int(out, n->loc.col);
+  }
   fputc('\n', out);
 }
 
 void tg_print_ir(FILE *out, const tg_graph *g) {
   char num[40];
+  spelled sp;
+  memset(sp.used, 0, sizeof sp.used);
   fputs("# tg IR 1\n", out);
   if (g->source) {
     fputs("source ", out);
@@ -178,7 +233,7 @@ void tg_print_ir(FILE *out, const tg_graph *g) {
       phase = g->nodes[k]->phase;
       fprintf(out, "phase %s\n", tg_phase_name(phase));
     }
-    print_node(out, g, k);
+    print_node(out, g, k, &sp);
   }
   for (int i = 0; i < g->n_outputs; i++) {
     fputs("output ", out);

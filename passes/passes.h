@@ -356,6 +356,7 @@ typedef struct tg_pass_log {
 } tg_pass_log;
 
 /* pipeline.c: every pass after the frontend, in order. */
+struct tg_pass_info;
 typedef struct tg_pipeline_opts {
   tg_precision_policy precision; /* f32 (the default) or bf16 (precision.c) */
   bool grad;              /* add the backward (autodiff) */
@@ -379,6 +380,10 @@ typedef struct tg_pipeline_opts {
   tg_findings *findings;  /* NULL, or where every pass records what it decided
                            * (findings.h; tgc --report html) */
   tg_pass_log *log;       /* NULL, or where each pass's size and time go */
+  /* NULL, or called after each pass, its graph verified (tgc --report
+   * html keeps the IR after every pass) */
+  void (*after_pass)(void *arg, const struct tg_pass_info *pass, const tg_graph *g);
+  void *after_arg;
 } tg_pipeline_opts;
 
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *opts);

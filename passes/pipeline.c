@@ -188,6 +188,7 @@ void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
       r->kernels_after = g->n_kernels;
       r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
+    if (o->after_pass) o->after_pass(o->after_arg, p, g); /* not in the pass's time */
     if (o->dump_after && !strcmp(o->dump_after, p->name) && o->dump) {
       /* The dump reads back with tgc; the comment goes last, since the first
        * line must be the IR header. */

@@ -81,21 +81,62 @@
     }
   }
 
+  /* ---- the IR after each pass (report.c's ir_after: [pass, bytes shared
+   * with the previous text's start, and end, the bytes between gzip'ed and
+   * base64'ed, the text's size]), unpacked when asked for, by the
+   * browser's own gzip (DecompressionStream) */
+  var irBytes = [];
+  function unpackIr(i) {
+    if (irBytes[i]) return Promise.resolve(irBytes[i]);
+    var e = D.ir_after[i];
+    var before = i > 0 ? unpackIr(i - 1) : Promise.resolve(new Uint8Array(0));
+    return before.then(function (prev) {
+      var bin = atob(e[3]), zipped = new Uint8Array(bin.length);
+      for (var k = 0; k < bin.length; k++) zipped[k] = bin.charCodeAt(k);
+      var stream = new Blob([zipped]).stream().pipeThrough(new DecompressionStream("gzip"));
+      return new Response(stream).arrayBuffer().then(function (mid) {
+        var out = new Uint8Array(e[4]);
+        out.set(prev.subarray(0, e[1]), 0);
+        out.set(new Uint8Array(mid), e[1]);
+        out.set(prev.subarray(prev.length - e[2]), e[1] + mid.byteLength);
+        irBytes[i] = out;
+        return out;
+      });
+    });
+  }
+  function showIr(i, view) {
+    var name = D.ir_after[i][0];
+    view.textContent = "";
+    view.setAttribute("data-pass", name);
+    view.appendChild(el("h3", { text: "The IR after " + name + " (" + bytes(D.ir_after[i][4]) + "; tgc --dump-after " + name + ")" }));
+    var pre = el("pre", { "class": "ir-text", text: "unpacking…" });
+    view.appendChild(pre);
+    unpackIr(i).then(function (b) {
+      pre.textContent = new TextDecoder().decode(b);
+      pre.setAttribute("data-ready", "1");
+    }, function (err) { pre.textContent = "could not unpack the IR: " + err; });
+  }
   function drawPipeline() {
     var s = section("pipeline", "Pipeline: the passes, in order");
+    var view = el("div", { "class": "ir-view" }), irOf = {};
+    (D.ir_after || []).forEach(function (e, i) { irOf[e[0]] = i; });
     var rows = D.passes.map(function (p) {
+      var i = irOf[p.name];
       return [p.name, p.what, p.before, p.seconds < 0 ? "—" : p.after, p.seconds < 0 ? "—" : p.kernels,
-              p.seconds < 0 ? "stopped here" : time(p.seconds)];
+              p.seconds < 0 ? "stopped here" : time(p.seconds),
+              i === undefined ? "—" : el("button", { "class": "ir-open", "data-pass": p.name, text: "IR after",
+                                                     click: function () { showIr(i, view); } })];
     });
-    s.appendChild(table(["pass", "what it does", "nodes before", "after", "kernels", "time"], rows,
-                        [0, 0, 1, 1, 1, 1]));
+    s.appendChild(table(["pass", "what it does", "nodes before", "after", "kernels", "time", "its IR"], rows,
+                        [0, 0, 1, 1, 1, 1, 0]));
+    s.appendChild(view);
     if (!D.passes.length) s.appendChild(el("p", { text: "No pass ran: the model stopped in the frontend." }));
     if (D.ir) {
       s.appendChild(el("details", { "class": "ir" }, [el("summary", { text: "The IR after " + D.ir_pass }),
                                                     el("pre", { text: D.ir })]));
     }
-    s.appendChild(el("p", { "class": "muted",
-      text: "The IR after a pass on this page: add --dump-after PASS to its command (" + D.command + ")." }));
+    if (D.ir_after && D.ir_after.length) s.appendChild(el("p", { "class": "muted",
+      text: "The IR after each pass is on this page, packed: its button unpacks it (tgc --dump-after PASS prints the same text)." }));
   }
 
   function drawSummary() {

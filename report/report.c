@@ -449,6 +449,20 @@ static void write_findings(FILE *out, const tg_findings *s, const tg_source *con
   fputs("]", out);
 }
 
+/* The IR after each pass: [pass, bytes the same as the previous text's
+ * first, and last, the packed bytes between, the text's bytes]. */
+static void write_ir_after(FILE *out, const tg_report_page *r) {
+  fputs(",\n\"ir_after\": [", out);
+  for (int i = 0; i < r->n_ir_after; i++) {
+    const tg_report_ir *x = &r->ir_after[i];
+    fputs(i ? ",\n [" : "\n [", out);
+    jstr(out, x->pass);
+    /* base64: nothing to escape */
+    fprintf(out, ", %zu, %zu, \"%s\", %zu]", x->prefix, x->suffix, x->packed, x->bytes);
+  }
+  fputs("]", out);
+}
+
 /* The sources in the order they were read (the ctx's list is newest first). */
 static int collect_sources(const tg_source *s, const tg_source ***files) {
   int n = 0;
@@ -487,6 +501,7 @@ static void write_data(FILE *out, const tg_report_page *r) {
     write_runs(out, r);
     jfield(out, ",\n\"step_svg\": ", r->step_svg);
     write_findings(out, r->findings, files, n_files);
+    write_ir_after(out, r);
     jfield(out, ",\n\"ir_pass\": ", r->ir_pass);
     jfield(out, ", \"ir\": ", r->ir_text);
   }

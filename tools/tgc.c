@@ -211,6 +211,10 @@ typedef struct html_page {
   struct timespec last; /* the end of the last phase timed */
   FILE *diag;           /* the diagnostics, kept for the error page */
   tg_findings *findings; /* what every pass decided, in the compilation's arena */
+  tg_arena *arena;      /* the compilation's: the IR after each pass, packed */
+  tg_report_ir ir_after[TG_PASS_LOG_MAX];
+  const char *last_ir;  /* the IR text after the last pass kept, what the next one shares */
+  size_t last_ir_len;
   FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
   char *ir_text;
   size_t ir_len;
@@ -299,6 +303,45 @@ static char *step_drawing_finish(html_page *html, const char *dir) {
   }
   memmove(svg, at, strlen(at) + 1);
   return svg;
+}
+
+/* --report html: the IR after a pass, for the page (report.h:
+ * tg_report_ir): the bytes it shares with the IR after the pass before,
+ * at its start and its end, counted; the rest packed. */
+static void keep_ir(void *arg, const tg_pass_info *pass, const tg_graph *g) {
+  html_page *html = arg;
+  tg_report_page *page = &html->page;
+  if (page->n_ir_after >= TG_PASS_LOG_MAX) return;
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  if (!f) return;
+  tg_print_ir(f, g);
+  if (fclose(f) != 0) {
+    free(text);
+    return;
+  }
+  const char *last = html->last_ir;
+  size_t last_n = html->last_ir_len, prefix = 0, suffix = 0;
+  while (prefix < n && prefix < last_n && text[prefix] == last[prefix]) prefix++;
+  while (suffix < n - prefix && suffix < last_n - prefix && text[n - 1 - suffix] == last[last_n - 1 - suffix]) suffix++;
+  const char *packed = tg_report_pack(html->arena, text + prefix, n - prefix - suffix);
+  if (packed) {
+    html->ir_after[page->n_ir_after++] = (tg_report_ir){pass->name, prefix, suffix, packed, n};
+    page->ir_after = html->ir_after;
+    html->last_ir = tg_strndup(html->arena, text, n);
+    html->last_ir_len = n;
+  }
+  free(text);
+}
+
+/* --report html: what the passes will give the page, what each decided
+ * (its findings) and the IR after it, in the compilation's arena. */
+static void html_collect(html_page *html, tg_ctx *ctx, tg_pipeline_opts *po) {
+  po->findings = html->findings = tg_findings_new(ctx->arena);
+  html->arena = ctx->arena;
+  po->after_pass = keep_ir;
+  po->after_arg = html;
 }
 
 /* --report html, once the code and manifest are written: the traffic of
@@ -442,8 +485,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
       po.report = fusion;
     }
   }
-  /* the page shows what every pass decided */
-  if (h->html) po.findings = h->html->findings = tg_findings_new(ctx->arena);
+  if (h->html) html_collect(h->html, ctx, &po);
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
   phase_done(h, "passes");

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 SKIP = 77
 SYSTEM_PYTHON = '/usr/bin/python3'
@@ -203,6 +204,40 @@ def check_reports(d, out):
     print('ok: precision\'s %d rules and the schedule\'s %d buckets are drawn' % (len(rules), len(buckets)))
 
 
+def check_ir(d, tgc, src):
+    """The IR after a pass, packed on the page, unpacked in the browser
+    when its button is clicked: the text tgc --dump-after prints for the
+    same step (bf16, the training step), for autodiff (a backward) and
+    fuse (its kernels); every pass that ran has its button."""
+    passes = [tr.find_elements('css selector', 'td')[0].text
+              for tr in d.find_elements('css selector', '#pipeline tr') if tr.find_elements('css selector', 'td')]
+    buttons = [b.get_attribute('data-pass') for b in d.find_elements('css selector', '#pipeline button.ir-open')]
+    if buttons != passes or len(passes) < 10:
+        fail('the IR buttons %s are not one per pass %s' % (buttons, passes))
+    for name, must in (('autodiff', 'phase backward'), ('fuse', 'kernel k0 ')):
+        button = d.find_element('css selector', '#pipeline button.ir-open[data-pass="%s"]' % name)
+        d.execute_script('arguments[0].scrollIntoView({block: "center"})', button)
+        button.click()
+        shown = None
+        for _ in range(100):  # the browser unpacks it asynchronously
+            shown = d.execute_script('var v = document.querySelector("#pipeline .ir-view");'
+                                     'var p = v && v.dataset.pass === arguments[0] && v.querySelector("pre[data-ready]");'
+                                     'return p ? p.textContent : null;', name)
+            if shown is not None:
+                break
+            time.sleep(0.1)
+        if shown is None:
+            fail('the IR after %s was not unpacked' % name)
+        want = subprocess.run([tgc, os.path.join(src, 'models/gpt2.tg'), '--grad', '--precision', 'bf16',
+                               '--dump-after', name], check=True, stdout=subprocess.PIPE, text=True).stdout
+        want = want[:want.rindex('# the IR above')]
+        if shown != want or must not in shown or not re.search(r'^%\d+ = matmul ', shown, re.M):
+            fail('the IR after %s on the page (%d bytes) is not tgc --dump-after %s\'s (%d bytes)' %
+                 (name, len(shown), name, len(want)))
+        print('ok: the IR after %s unpacked on the page: %d bytes, as tgc --dump-after %s prints them' %
+              (name, len(shown), name))
+
+
 def check_sharding(d, tgc, src, work):
     """A model with a tensor axis: its page has the sharding report, a row
     per line of `tgc --report sharding` (each split parameter, split value
@@ -240,6 +275,11 @@ def check_good(d, tgc, src, work, screenshot):
     check_lines(d, json.load(open(os.path.join(out, 'manifest.json'))))
     check_graph(d)
     check_reports(d, out)
+    check_ir(d, tgc, src)
+    size = os.path.getsize(page)
+    if size >= 5 << 20:
+        fail('GPT-2 124M\'s page is %d bytes, over 5 MB' % size)
+    print('ok: GPT-2 124M\'s page is %d bytes (under 5 MB)' % size)
     errors = console_errors(d)
     if errors:
         fail('console errors: %s' % errors)
@@ -286,7 +326,7 @@ def check_bad(d, tgc, src, work):
     d.get('file://' + os.path.join(work, 'no_loss', 'index.html'))
     rows = [[td.text for td in tr.find_elements('css selector', 'td')]
             for tr in d.find_elements('css selector', '#pipeline tr')][1:]
-    if not rows or rows[-1][0] != 'autodiff' or rows[-1][-1] != 'stopped here' or 'stopped here' in rows[-2]:
+    if not rows or rows[-1][0] != 'autodiff' or rows[-1][5] != 'stopped here' or 'stopped here' in rows[-2]:
         fail('the page of a model failing in autodiff shows the passes %s' % rows)
     if "no output named 'loss'" not in d.find_element('css selector', '#error pre').text:
         fail('the page of a model failing in autodiff lacks its error')
