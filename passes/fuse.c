@@ -526,7 +526,7 @@ static void record(tg_findings *out, const fuser *f) {
 
 /* ---- the pass ------------------------------------------------------------ */
 
-void tg_fuse(tg_ctx *ctx, tg_graph *g, tg_findings *out) {
+void tg_fuse(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   if (g->n_kernels) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is already fused");
   fuser f = {.g = g};
   f.free_ = tg_xrealloc(NULL, (size_t)g->n_nodes + 1);
@@ -561,7 +561,7 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, tg_findings *out) {
   }
   place_free(&f);
   tg_kernels_derive(g);
-  if (out) record(out, &f);
+  if (findings) record(findings, &f);
   free(f.ks);
   free(f.free_);
   free(f.barrier);

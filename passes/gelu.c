@@ -76,7 +76,7 @@ static const tg_node *gelu_input(tg_node *h, matcher *m) {
   return match(&gelu, h, m) ? m->x : NULL;
 }
 
-void tg_gelu(tg_ctx *ctx, tg_graph *g, tg_findings *report) {
+void tg_gelu(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   int n = g->n_nodes;
   int *uses = tg_alloc(ctx->arena, sizeof *uses * ((size_t)n + 1));
   bool *candidate = tg_alloc(ctx->arena, (size_t)n + 1);
@@ -98,7 +98,7 @@ void tg_gelu(tg_ctx *ctx, tg_graph *g, tg_findings *report) {
     h->op = TG_OP_gelu;
     tg_node_set_inputs(g, h, 1, &in);
     matched++;
-    tg_finding_num(report, tg_find(report, "gelu", "matched", h->id, h->loc, NULL), "input", x->id);
+    tg_finding_num(findings, tg_find(findings, "gelu", "matched", h->id, h->loc, NULL), "input", x->id);
   }
   if (matched) {
     /* the pattern's nodes nobody uses any more; walking backwards sees a
@@ -115,5 +115,5 @@ void tg_gelu(tg_ctx *ctx, tg_graph *g, tg_findings *report) {
     for (int i = 0; i < out; i++) g->nodes[i]->id = i;
     g->n_nodes = out;
   }
-  tg_finding_num(report, tg_find(report, "gelu", "summary", -1, (tg_loc){0}, NULL), "replaced", matched);
+  tg_finding_num(findings, tg_find(findings, "gelu", "summary", -1, (tg_loc){0}, NULL), "replaced", matched);
 }

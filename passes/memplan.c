@@ -444,7 +444,7 @@ static void record(tg_findings *out, const tg_graph *g, const tg_mem_plan *p) {
 
 /* ---- the pass ------------------------------------------------------------ */
 
-void tg_memplan(tg_ctx *ctx, tg_graph *g, tg_findings *out) {
+void tg_memplan(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   if (!g->n_kernels && g->n_nodes)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan needs a fused graph (run the fuse pass first)");
   tg_mem_plan *p = plan_lifetimes(g);
@@ -453,7 +453,7 @@ void tg_memplan(tg_ctx *ctx, tg_graph *g, tg_findings *out) {
   if (!tg_memplan_check(g, p, why, sizeof why))
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan made a broken plan: %s", why);
   g->memplan = p;
-  if (out) record(out, g, tg_memplan_placed(ctx, g));
+  if (findings) record(findings, g, tg_memplan_placed(ctx, g));
 }
 
 const tg_mem_plan *tg_memplan_placed(tg_ctx *ctx, tg_graph *g) {

@@ -278,10 +278,10 @@ static bool has_backward_or_bf16(const tg_graph *g) {
   return false;
 }
 
-void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, tg_findings *report) {
+void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, tg_findings *findings) {
   if (policy == TG_PRECISION_F32 || has_backward_or_bf16(g)) {
-    tg_finding *x = tg_find(report, "precision", "unchanged", -1, (tg_loc){0}, "every value keeps its declared dtype");
-    tg_finding_text(report, x, "policy", policy == TG_PRECISION_F32 ? "f32" : "already applied");
+    tg_finding *x = tg_find(findings, "precision", "unchanged", -1, (tg_loc){0}, "every value keeps its declared dtype");
+    tg_finding_text(findings, x, "policy", policy == TG_PRECISION_F32 ? "f32" : "already applied");
     return;
   }
   for (int i = 0; i < g->n_nodes; i++)
@@ -296,21 +296,21 @@ void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, tg
   for (int i = 0; i < old_n; i++) rewrite(&w, old[i]);
   g->nodes = w.out;
   g->n_nodes = g->cap_nodes = w.n;
-  if (report) {
+  if (findings) {
     int count[N_RULES] = {0};
     for (int i = 0; i < g->n_nodes; i++) {
       const tg_node *n = g->nodes[i];
       char t[TG_TYPE_STR_MAX];
       count[w.rule_of[i]]++;
-      tg_finding *x = tg_find(report, "precision", "value", n->id, n->loc, NULL);
-      tg_finding_text(report, x, "op", tg_ops[n->op].name);
-      tg_finding_text(report, x, "type", tg_type_str(&n->type, t, sizeof t));
-      tg_finding_text(report, x, "rule", rules[w.rule_of[i]].name);
+      tg_finding *x = tg_find(findings, "precision", "value", n->id, n->loc, NULL);
+      tg_finding_text(findings, x, "op", tg_ops[n->op].name);
+      tg_finding_text(findings, x, "type", tg_type_str(&n->type, t, sizeof t));
+      tg_finding_text(findings, x, "rule", rules[w.rule_of[i]].name);
     }
     for (int r = 0; r < N_RULES; r++) {
-      tg_finding *x = tg_find(report, "precision", "rule", -1, (tg_loc){0}, rules[r].why);
-      tg_finding_text(report, x, "rule", rules[r].name);
-      tg_finding_num(report, x, "values", count[r]);
+      tg_finding *x = tg_find(findings, "precision", "rule", -1, (tg_loc){0}, rules[r].why);
+      tg_finding_text(findings, x, "rule", rules[r].name);
+      tg_finding_num(findings, x, "values", count[r]);
     }
   }
 }

@@ -58,7 +58,7 @@ static void record(tg_findings *out, const tg_graph *g, const tg_allreduce_plan 
   tg_tensor_collectives_record(out, "schedule", g);
 }
 
-void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, tg_findings *report) {
+void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, tg_findings *findings) {
   if (!g->n_kernels) tg_error(ctx, (tg_loc){g->source, 1, 1}, "schedule: the graph is not fused");
   if (bucket_bytes <= 0) bucket_bytes = TG_BUCKET_BYTES_DEFAULT;
   size_t plen = strlen(TG_GRAD_PREFIX);
@@ -92,6 +92,6 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, tg_fi
     i = j;
   }
   g->allreduce = p;
-  if (report) record(report, g, p);
+  if (findings) record(findings, g, p);
   free(gs);
 }
