@@ -8,7 +8,11 @@ Compiles GPT-2 124M (models/gpt2.tg) with --report html and opens the page:
 no console error; every section is there and drawn (a table or an SVG in
 each); clicking each .tg line that has kernels, and a line without, lights
 exactly the kernels the manifest's "where" names for that line; clicking a
-kernel lights its lines.  Then a model with an error: tgc fails, its page
+kernel lights its lines; the reports drawn from the passes' findings agree
+with their text (fusion.txt's stops, a place that lights its line, the
+memory plan, precision, the schedule; a tp=2 model's sharding rows); the
+IR after autodiff and fuse, unpacked in the browser, is tgc --dump-after's
+text; the page is under 5 MB.  Then a model with an error: tgc fails, its page
 shows the error, its caret and the message tgc printed.  With --tgrun, a
 4-step run's out_dir/report.html: its curves, samples and config.
 --screenshot writes a PNG of GPT-2's page (docs/report.png).
