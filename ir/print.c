@@ -18,22 +18,93 @@
  * text stays readable even for a graph whose ids a pass has left stale. */
 #include "ir.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The text goes through a buffer of its own, written out in large
+ * pieces: the IR is many short pieces (a ref, a comma, a type), and
+ * stdio's per-call cost was most of printing it (tgc --report html prints
+ * it after every pass). */
+typedef struct writer {
+  FILE *out;
+  size_t n;
+  char buf[1 << 15];
+} writer;
+
+static void w_flush(writer *w) {
+  if (w->n) fwrite(w->buf, 1, w->n, w->out);
+  w->n = 0;
+}
+
+static void w_put(writer *w, const char *s, size_t n) {
+  if (w->n + n > sizeof w->buf) {
+    w_flush(w);
+    if (n > sizeof w->buf) {
+      fwrite(s, 1, n, w->out);
+      return;
+    }
+  }
+  memcpy(w->buf + w->n, s, n);
+  w->n += n;
+}
+
+static void w_puts(writer *w, const char *s) { w_put(w, s, strlen(s)); }
+
+static void w_putc(writer *w, char c) {
+  if (w->n == sizeof w->buf) w_flush(w);
+  w->buf[w->n++] = c;
+}
+
+static void w_printf(writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void w_printf(writer *w, const char *fmt, ...) {
+  char small[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (k < 0) return;
+  if ((size_t)k < sizeof small) {
+    w_put(w, small, (size_t)k);
+    return;
+  }
+  char *big = malloc((size_t)k + 1);
+  if (!big) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)k + 1, fmt, ap);
+  va_end(ap);
+  w_put(w, big, (size_t)k);
+  free(big);
+}
+
+/* An integer in decimal, as "%lld" writes it: the IR is mostly numbers,
+ * and tgc --report html prints it after every pass, where fprintf's
+ * parsing of its format is most of the time. */
+static void put_int(writer *out, long long v) {
+  char buf[24], *p = buf + sizeof buf;
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+  do *--p = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0) *--p = '-';
+  w_put(out, p, (size_t)(buf + sizeof buf - p));
+}
+
 /* Quoted string: '"' and '\' escaped, bytes outside printable ASCII as \xNN
  * so the text stays one line of plain ASCII whatever a name contains. */
-static void print_quoted(FILE *out, const char *s) {
-  fputc('"', out);
+static void print_quoted(writer *out, const char *s) {
+  w_putc(out, '"');
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\')
-      fprintf(out, "\\%c", *p);
+      w_printf(out, "\\%c", *p);
     else if (*p < 0x20 || *p >= 0x7f)
-      fprintf(out, "\\x%02x", *p);
+      w_printf(out, "\\x%02x", *p);
     else
-      fputc(*p, out);
+      w_putc(out, *p);
   }
-  fputc('"', out);
+  w_putc(out, '"');
 }
 
 /* Position of n in g, or -1.  The id is the fast path; the scan covers a
@@ -45,61 +116,89 @@ static int node_pos(const tg_graph *g, const tg_node *n) {
   return -1;
 }
 
-static void print_ref(FILE *out, const tg_graph *g, const tg_node *n) {
+static void print_ref(writer *out, const tg_graph *g, const tg_node *n) {
   int k = node_pos(g, n);
-  if (k >= 0)
-    fprintf(out, "%%%d", k);
-  else
-    fputs("%?", out); /* not in the graph: unreadable on purpose */
+  if (k >= 0) {
+    w_putc(out, '%');
+    put_int(out, k);
+  } else
+    w_puts(out, "%?"); /* not in the graph: unreadable on purpose */
 }
 
-/* tg_type_str into a buffer big enough for any symbol names, so long
- * names are never cut short (that would break the round trip). */
-static void print_type(FILE *out, const tg_type *t) {
+/* As tg_type_str spells it ("f32[B=8, T=1024, 64]"), written straight
+ * out: no symbol name is ever cut short (that would break the round trip). */
+static void print_type(writer *out, const tg_type *t) {
   if (t->rank < 0 || t->rank > TG_MAX_RANK) {
-    fprintf(out, "%s[<rank %d>]", tg_dtype_name(t->dtype), t->rank);
+    w_printf(out, "%s[<rank %d>]", tg_dtype_name(t->dtype), t->rank);
     return;
   }
-  size_t need = 16;
-  for (int i = 0; i < t->rank; i++) need += 24 + (t->dim[i].sym ? strlen(t->dim[i].sym) + 1 : 0);
-  char small[TG_TYPE_STR_MAX];
-  char *buf = need <= sizeof small ? small : malloc(need);
-  if (!buf) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
+  w_puts(out, tg_dtype_name(t->dtype));
+  w_putc(out, '[');
+  for (int i = 0; i < t->rank; i++) {
+    if (i) w_puts(out, ", ");
+    if (t->dim[i].sym) {
+      w_puts(out, t->dim[i].sym);
+      w_putc(out, '=');
+    }
+    put_int(out, (long long)t->dim[i].size);
   }
-  fputs(tg_type_str(t, buf, need), out);
-  if (buf != small) free(buf);
+  w_putc(out, ']');
 }
 
-static void print_list(FILE *out, const char *key, const int *v, int n) {
-  fprintf(out, " {%s=[", key);
-  for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", v[i]);
-  fputs("]}", out);
+static void print_list(writer *out, const char *key, const int *v, int n) {
+  w_printf(out, " {%s=[", key);
+  for (int i = 0; i < n; i++) w_printf(out, "%s%d", i ? ", " : "", v[i]);
+  w_puts(out, "]}");
 }
 
 /* The " {...}" part, for the ops whose tg_ops[op].attr needs one. */
-static void print_attr(FILE *out, const tg_node *n) {
-  char num[40];
+/* The spellings of the constants printed so far, by value: a graph holds
+ * a few constants many times (a layer's scales and epsilons, once per
+ * layer), and finding a double's shortest spelling (tg_fmt_double) costs
+ * more than the rest of its line. */
+enum { SPELLED = 64 };
+typedef struct spelled {
+  double value[SPELLED];
+  char text[SPELLED][40];
+  bool used[SPELLED];
+} spelled;
+
+static const char *spell(spelled *c, double d) {
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  unsigned slot = (unsigned)((bits * 0x9E3779B97F4A7C15ULL) >> 58); /* 6 bits: SPELLED slots */
+  if (!c->used[slot] || memcmp(&c->value[slot], &d, sizeof d)) {
+    c->value[slot] = d;
+    c->used[slot] = true;
+    tg_fmt_double(d, c->text[slot], sizeof c->text[slot]);
+  }
+  return c->text[slot];
+}
+
+static void print_attr(writer *out, const tg_node *n, spelled *sp) {
   switch (tg_ops[n->op].attr) {
   case TG_ATTR_INIT:
     if (n->init.kind == TG_INIT_ZEROS)
-      fputs(" {init=zeros", out);
+      w_puts(out, " {init=zeros");
     else if (n->init.kind == TG_INIT_ONES)
-      fputs(" {init=ones", out);
+      w_puts(out, " {init=ones");
     else if (n->init.kind == TG_INIT_NORMAL)
-      fprintf(out, " {init=normal(%s)", tg_fmt_double(n->init.std, num, sizeof num));
+      w_printf(out, " {init=normal(%s)", spell(sp, n->init.std));
     else
-      fprintf(out, " {init=<kind %d>", (int)n->init.kind);
+      w_printf(out, " {init=<kind %d>", (int)n->init.kind);
     if (n->init.split != TG_SPLIT_NONE) {
-      fprintf(out, ", split=%s", tg_split_name(n->init.split));
-      if (n->init.split_groups > 1) fprintf(out, "/%d", n->init.split_groups);
+      w_printf(out, ", split=%s", tg_split_name(n->init.split));
+      if (n->init.split_groups > 1) w_printf(out, "/%d", n->init.split_groups);
     }
-    fputc('}', out);
+    w_putc(out, '}');
     break;
-  case TG_ATTR_VALUE: fprintf(out, " {value=%s}", tg_fmt_double(n->value, num, sizeof num)); break;
-  case TG_ATTR_AXIS: fprintf(out, " {axis=%d}", n->axis); break;
-  case TG_ATTR_RANKS: fprintf(out, " {ranks=%d%s}", n->ranks, n->over_tensor ? ", over=tensor" : ""); break;
+  case TG_ATTR_VALUE:
+    w_puts(out, " {value=");
+    w_puts(out, spell(sp, n->value));
+    w_putc(out, '}');
+    break;
+  case TG_ATTR_AXIS: w_printf(out, " {axis=%d}", n->axis); break;
+  case TG_ATTR_RANKS: w_printf(out, " {ranks=%d%s}", n->ranks, n->over_tensor ? ", over=tensor" : ""); break;
   case TG_ATTR_AXES: {
     int v[32], k = 0;
     for (int i = 0; i < 32; i++)
@@ -115,7 +214,7 @@ static void print_attr(FILE *out, const tg_node *n) {
     break;
   }
   case TG_ATTR_SLICE:
-    fprintf(out, " {axis=%d, start=%lld, len=%lld}", n->axis, (long long)n->start,
+    w_printf(out, " {axis=%d, start=%lld, len=%lld}", n->axis, (long long)n->start,
             (long long)n->len);
     break;
   case TG_ATTR_NONE:
@@ -124,67 +223,95 @@ static void print_attr(FILE *out, const tg_node *n) {
   }
 }
 
-static void print_node(FILE *out, const tg_graph *g, int k) {
+static void print_node(writer *out, const tg_graph *g, int k, spelled *sp) {
   const tg_node *n = g->nodes[k];
   if (!n) {
-    fprintf(out, "%%%d = <null>\n", k);
+    w_printf(out, "%%%d = <null>\n", k);
     return;
   }
   if ((unsigned)n->op >= TG_NOPS) {
-    fprintf(out, "%%%d = <op %d>\n", k, (int)n->op);
+    w_printf(out, "%%%d = <op %d>\n", k, (int)n->op);
     return;
   }
-  fprintf(out, "%%%d = %s", k, tg_ops[n->op].name);
+  w_putc(out, '%');
+  put_int(out, k);
+  w_puts(out, " = ");
+  w_puts(out, tg_ops[n->op].name);
   for (int i = 0; i < n->nin; i++) {
-    fputs(i ? ", " : " ", out);
+    w_puts(out, i ? ", " : " ");
     print_ref(out, g, n->in[i]);
   }
-  print_attr(out, n);
-  fputs(" : ", out);
+  print_attr(out, n, sp);
+  w_puts(out, " : ");
   print_type(out, &n->type);
   if (n->name) {
-    fputc(' ', out);
+    w_putc(out, ' ');
     print_quoted(out, n->name);
   }
   /* before the location, which the reader takes from the line's end */
-  if (n->kernel >= 0) fprintf(out, " in k%d", n->kernel);
-  if (n->loc.file) fprintf(out, " @ %s:%d:%d", n->loc.file, n->loc.line, n->loc.col);
-  fputc('\n', out);
+  if (n->kernel >= 0) {
+    w_puts(out, " in k");
+    put_int(out, n->kernel);
+  }
+  if (n->loc.file) {
+    w_puts(out, " @ ");
+    w_puts(out, n->loc.file);
+    w_putc(out, ':');
+    put_int(out, n->loc.line);
+    w_putc(out, ':');
+    put_int(out, n->loc.col);
+  }
+  w_putc(out, '\n');
 }
 
-void tg_print_ir(FILE *out, const tg_graph *g) {
+static void print_graph(writer *out, const tg_graph *g) {
   char num[40];
-  fputs("# tg IR 1\n", out);
+  spelled sp;
+  memset(sp.used, 0, sizeof sp.used);
+  w_puts(out, "# tg IR 1\n");
   if (g->source) {
-    fputs("source ", out);
+    w_puts(out, "source ");
     print_quoted(out, g->source);
-    fputc('\n', out);
+    w_putc(out, '\n');
   }
   for (int i = 0; i < g->n_config; i++)
-    fprintf(out, "config %s = %s\n", g->config[i].name,
+    w_printf(out, "config %s = %s\n", g->config[i].name,
             tg_fmt_double(g->config[i].value, num, sizeof num));
   /* Kernels (after the fuse pass) are declared before the nodes, in run
    * order; a node names its kernel with " in kN", since a kernel's nodes
    * need not be contiguous in graph order. */
   for (int k = 0; k < g->n_kernels; k++) {
-    fprintf(out, "kernel k%d %s ", k, tg_kernel_kind_name(g->kernels[k].kind));
+    w_printf(out, "kernel k%d %s ", k, tg_kernel_kind_name(g->kernels[k].kind));
     print_quoted(out, g->kernels[k].name ? g->kernels[k].name : "");
-    fputc('\n', out);
+    w_putc(out, '\n');
   }
   tg_phase phase = TG_PHASE_FORWARD;
   for (int k = 0; k < g->n_nodes; k++) {
     /* A phase line starts each run of backward or optimizer nodes. */
     if (g->nodes[k]->phase != phase) {
       phase = g->nodes[k]->phase;
-      fprintf(out, "phase %s\n", tg_phase_name(phase));
+      w_printf(out, "phase %s\n", tg_phase_name(phase));
     }
-    print_node(out, g, k);
+    print_node(out, g, k, &sp);
   }
   for (int i = 0; i < g->n_outputs; i++) {
-    fputs("output ", out);
+    w_puts(out, "output ");
     print_quoted(out, g->outputs[i].name ? g->outputs[i].name : "");
-    fputs(" = ", out);
+    w_puts(out, " = ");
     print_ref(out, g, g->outputs[i].node);
-    fputc('\n', out);
+    w_putc(out, '\n');
   }
+}
+
+void tg_print_ir(FILE *out, const tg_graph *g) {
+  writer *w = malloc(sizeof *w);
+  if (!w) {
+    fprintf(stderr, "tg: out of memory\n");
+    exit(1);
+  }
+  w->out = out;
+  w->n = 0;
+  print_graph(w, g);
+  w_flush(w);
+  free(w);
 }

@@ -132,7 +132,20 @@ char *tg_fmt_double(double d, char *buf, size_t n) {
   if (isinf(d)) return snprintf(buf, n, d < 0 ? "-inf" : "inf"), buf;
   /* Sizes and counts read best as plain integers: 50257, not 5.0257e+04. */
   if (d == floor(d) && fabs(d) < 9007199254740992.0) {
-    snprintf(buf, n, "%.0f", d);
+    /* "%.0f" by hand but for -0 (which it spells "-0"): the IR's
+     * constants are mostly integers, and printf's float path is slow */
+    if (d == 0 && signbit(d)) {
+      snprintf(buf, n, "%.0f", d);
+      return buf;
+    }
+    char digits[24], *p = digits + sizeof digits;
+    long long v = (long long)d;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    *--p = 0;
+    do *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0) *--p = '-';
+    snprintf(buf, n, "%s", p);
     return buf;
   }
   for (int prec = 1; prec <= 17; prec++) {

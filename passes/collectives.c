@@ -491,24 +491,18 @@ double tg_tensor_collective_bytes(const tg_graph *g, int *n) {
   return total;
 }
 
-void tg_tensor_collectives_print(FILE *out, const tg_graph *g) {
-  int n = 0, tp = 0;
-  double total = 0;
+void tg_tensor_collectives_record(tg_findings *out, const char *pass, const tg_graph *g) {
   for (int k = 0; k < g->n_kernels; k++) {
     const tg_node *c = tensor_collective(g, k);
     if (!c) continue;
-    int64_t numel = tg_type_numel(&c->type);
-    double sent = tensor_sent(c);
-    if (!n)
-      fprintf(out, "collective: tensor parallelism over %d ranks (passes/shard_tensor.c): each collective of the "
-                   "tensor axis in run order, the bytes a rank sends on a ring\n", c->ranks);
-    fprintf(out, "collective: k%d %s %s of %lld %s values, %.0f bytes sent per rank (%s:%d)\n", k,
-            c->phase == TG_PHASE_FORWARD ? "forward" : c->phase == TG_PHASE_BACKWARD ? "backward" : "optimizer",
-            tg_ops[c->op].name, (long long)numel, tg_dtype_name(c->type.dtype), sent,
-            c->loc.file ? c->loc.file : "?", c->loc.line);
-    total += sent, n++, tp = c->ranks;
+    tg_finding *x = tg_find(out, pass, "collective", c->id, c->loc, NULL);
+    tg_finding_num(out, x, "kernel", k);
+    tg_finding_text(out, x, "phase",
+                    c->phase == TG_PHASE_FORWARD ? "forward" : c->phase == TG_PHASE_BACKWARD ? "backward" : "optimizer");
+    tg_finding_text(out, x, "op", tg_ops[c->op].name);
+    tg_finding_num(out, x, "numel", (double)tg_type_numel(&c->type));
+    tg_finding_text(out, x, "dtype", tg_dtype_name(c->type.dtype));
+    tg_finding_num(out, x, "sent", tensor_sent(c));
+    tg_finding_num(out, x, "ranks", c->ranks);
   }
-  if (n)
-    fprintf(out, "collective: tensor axis total per micro-step per rank: %d collectives, %.0f bytes sent over %d "
-                 "ranks\n", n, total, tp);
 }

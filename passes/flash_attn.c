@@ -32,7 +32,7 @@
 typedef struct fa {
   tg_ctx *ctx;
   tg_graph *g;
-  FILE *report;
+  tg_findings *findings;
   int *uses;       /* per node id: inputs of other nodes and outputs naming it */
   bool *candidate; /* per node id: part of a matched pattern, removed if unused */
   tg_node **lse;   /* per node id of a matched P @ v: the nodes replacing it */
@@ -312,18 +312,17 @@ static const char *nearest_param(const tg_node *n, int depth) {
   return NULL;
 }
 
-static void report_match(const fa *F, const tg_node *pv, const match *m) {
-  char t[TG_TYPE_STR_MAX], num[32];
-  const char *p = nearest_param(m->q, 8);
-  fprintf(F->report, "flash_attn: matched causal attention at %s:%d:%d: q %s, scale %s%s%s\n",
-          pv->loc.file ? pv->loc.file : "?", pv->loc.line, pv->loc.col,
-          tg_type_str(&m->q->type, t, sizeof t), tg_fmt_double(m->scale, num, sizeof num),
-          p ? ", q from " : "", p ? p : "");
+static void record_match(const fa *F, const tg_node *pv, const match *m) {
+  char t[TG_TYPE_STR_MAX];
+  tg_finding *x = tg_find(F->findings, "flash_attn", "matched", pv->id, pv->loc, NULL);
+  tg_finding_text(F->findings, x, "q_type", tg_type_str(&m->q->type, t, sizeof t));
+  tg_finding_num(F->findings, x, "scale", m->scale);
+  tg_finding_text(F->findings, x, "q_from", nearest_param(m->q, 8));
 }
 
-void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report) {
+void tg_flash_attn(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   int n = g->n_nodes;
-  fa F = {ctx, g, report, NULL, NULL, NULL, NULL};
+  fa F = {ctx, g, findings, NULL, NULL, NULL, NULL};
   F.uses = tg_alloc(ctx->arena, sizeof *F.uses * ((size_t)n + 1));
   F.candidate = tg_alloc(ctx->arena, (size_t)n + 1);
   F.lse = tg_alloc(ctx->arena, sizeof *F.lse * ((size_t)n + 1));
@@ -338,14 +337,13 @@ void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report) {
     match m = {0};
     char why[300];
     if (match_attention(&F, pv, &m, why, sizeof why)) {
-      if (report) report_match(&F, pv, &m);
+      if (findings) record_match(&F, pv, &m);
       replace(&F, pv, &m);
       matched++;
-    } else if (why[0] && report) {
-      fprintf(report, "flash_attn: not matched at %s:%d:%d: %s\n",
-              pv->loc.file ? pv->loc.file : "?", pv->loc.line, pv->loc.col, why);
+    } else if (why[0]) {
+      tg_find(findings, "flash_attn", "not_matched", pv->id, pv->loc, why);
     }
   }
   if (matched) rebuild(&F);
-  if (report) fprintf(report, "flash_attn: %d attention%s replaced\n", matched, matched == 1 ? "" : "s");
+  tg_finding_num(findings, tg_find(findings, "flash_attn", "summary", -1, (tg_loc){0}, NULL), "replaced", matched);
 }

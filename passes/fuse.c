@@ -56,6 +56,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "sbuf.h"
 
 typedef struct kstate {
   tg_type dom;        /* the iteration domain (see above) */
@@ -436,13 +437,11 @@ static void mark_barrier(fuser *f, const tg_node *n) {
   f->barrier[n->id] = across || reads_barrier(f, n, n->kernel);
 }
 
-/* ---- the report ---------------------------------------------------------- */
+/* ---- the findings (findings.h) ------------------------------------------ */
 
-static void fmt_bytes(char *buf, size_t n, int64_t b) {
-  if (b < 10000) snprintf(buf, n, "%lld B", (long long)b);
-  else if (b < 10000000) snprintf(buf, n, "%.1f kB", (double)b / 1e3);
-  else if (b < 10000000000LL) snprintf(buf, n, "%.1f MB", (double)b / 1e6);
-  else snprintf(buf, n, "%.2f GB", (double)b / 1e9);
+static bool same_line(const tg_node *a, const tg_node *b) {
+  if (a->loc.line != b->loc.line) return false;
+  return a->loc.file == b->loc.file || (a->loc.file && b->loc.file && !strcmp(a->loc.file, b->loc.file));
 }
 
 static const char *short_file(const char *file) {
@@ -450,22 +449,18 @@ static const char *short_file(const char *file) {
   return s ? s + 1 : file ? file : "?";
 }
 
-static bool same_line(const tg_node *a, const tg_node *b) {
-  if (a->loc.line != b->loc.line) return false;
-  return a->loc.file == b->loc.file || (a->loc.file && b->loc.file && !strcmp(a->loc.file, b->loc.file));
-}
-
 /* The ops of a kernel grouped by source line, in first-seen order:
  * "std.tg:15 sum div sub; std.tg:16 mul sum div".  An op repeated on a
- * line is counted (mul x3) so a multi-tensor kernel stays one row. */
-static void print_ops(FILE *out, const tg_graph *g, const tg_kernel *K) {
-  bool *seen = calloc((size_t)K->n_nodes + 1, sizeof *seen);
-  if (!seen) exit(1);
+ * line is counted (mul x3) so a multi-tensor kernel stays one row.  What a
+ * kernel holds, as one field of its finding. */
+static char *ops_by_line(const tg_graph *g, const tg_kernel *K) {
+  bool *seen = tg_xcalloc((size_t)K->n_nodes + 1, sizeof *seen);
+  tg_sbuf out = {0};
   const char *sep = "";
   for (int a = 0; a < K->n_nodes; a++) {
     if (seen[a]) continue;
     const tg_node *n = g->nodes[K->nodes[a]];
-    fprintf(out, "%s%s:%d", sep, short_file(n->loc.file), n->loc.line);
+    tg_sb_printf(&out, "%s%s:%d", sep, short_file(n->loc.file), n->loc.line);
     sep = "; ";
     /* each op of this line once, with its count, in first-seen order */
     for (int b = a; b < K->n_nodes; b++) {
@@ -479,26 +474,34 @@ static void print_ops(FILE *out, const tg_graph *g, const tg_kernel *K) {
           seen[c] = true;
         }
       }
-      fprintf(out, count > 1 ? " %s x%d" : " %s", tg_ops[m->op].name, count);
+      if (count > 1) tg_sb_printf(&out, " %s x%d", tg_ops[m->op].name, count);
+      else tg_sb_printf(&out, " %s", tg_ops[m->op].name);
     }
   }
   free(seen);
+  return tg_sb_take(&out);
 }
 
-static void report(FILE *out, const fuser *f) {
+/* Each kernel, each stop (why an op is not in the kernel it could have
+ * joined), and the totals with the plan memplan will make of them. */
+static void record(tg_findings *out, const fuser *f) {
   const tg_graph *g = f->g;
-  char r[32], w[32], u[32];
   int64_t fused = 0, unfused = 0;
   int matmuls = 0, ops = 0;
   for (int k = 0; k < g->n_kernels; k++) {
     const tg_kernel *K = &g->kernels[k];
-    fmt_bytes(r, sizeof r, K->bytes_read);
-    fmt_bytes(w, sizeof w, K->bytes_written);
-    fmt_bytes(u, sizeof u, K->bytes_unfused);
-    fprintf(out, "fusion: k%d %s \"%s\": %d ops, reads %s, writes %s, unfused %s: ", k,
-            tg_kernel_kind_name(K->kind), K->name, K->n_nodes, r, w, u);
-    print_ops(out, g, K);
-    fputc('\n', out);
+    const tg_node *first = K->n_nodes ? g->nodes[K->nodes[0]] : NULL;
+    tg_finding *x = tg_find(out, "fuse", "kernel", first ? first->id : -1, first ? first->loc : (tg_loc){0}, NULL);
+    tg_finding_num(out, x, "kernel", k);
+    tg_finding_text(out, x, "kind", tg_kernel_kind_name(K->kind));
+    tg_finding_text(out, x, "name", K->name);
+    tg_finding_num(out, x, "ops", K->n_nodes);
+    tg_finding_num(out, x, "bytes_read", (double)K->bytes_read);
+    tg_finding_num(out, x, "bytes_written", (double)K->bytes_written);
+    tg_finding_num(out, x, "bytes_unfused", (double)K->bytes_unfused);
+    char *by_line = ops_by_line(g, K);
+    tg_finding_text(out, x, "ops_by_line", by_line);
+    free(by_line);
     fused += K->bytes_read + K->bytes_written;
     unfused += K->bytes_unfused;
     matmuls += K->kind == TG_KERNEL_MATMUL;
@@ -506,22 +509,24 @@ static void report(FILE *out, const fuser *f) {
   }
   for (int s = 0; s < f->n_stops; s++) {
     const tg_node *n = g->nodes[f->stops[s].node];
-    fprintf(out, "fusion: stop at %%%d %s (%s:%d): not in k%d: %s\n", n->id, tg_ops[n->op].name,
-            short_file(n->loc.file), n->loc.line, f->stops[s].kernel, f->stops[s].why);
+    tg_finding *x = tg_find(out, "fuse", "stop", n->id, n->loc, f->stops[s].why);
+    tg_finding_text(out, x, "op", tg_ops[n->op].name);
+    tg_finding_num(out, x, "kernel", f->stops[s].kernel);
   }
-  fmt_bytes(r, sizeof r, fused);
-  fmt_bytes(u, sizeof u, unfused);
-  fprintf(out, "fusion: %d kernels (%d matmuls) for %d ops; %d stops\n", g->n_kernels, matmuls, ops,
-          f->n_stops);
-  fprintf(out, "fusion: bytes moved %s fused, %s unfused (%.1fx less)\n", r, u,
-          fused ? (double)unfused / (double)fused : 0.0);
+  tg_finding *x = tg_find(out, "fuse", "summary", -1, (tg_loc){0}, NULL);
+  tg_finding_num(out, x, "kernels", g->n_kernels);
+  tg_finding_num(out, x, "matmuls", matmuls);
+  tg_finding_num(out, x, "ops", ops);
+  tg_finding_num(out, x, "stops", f->n_stops);
+  tg_finding_num(out, x, "bytes_fused", (double)fused);
+  tg_finding_num(out, x, "bytes_unfused", (double)unfused);
   /* the plan memplan will make, from the kernels just made */
-  tg_memplan_print_totals(out, "fusion: ", tg_memplan_compute(f->g));
+  tg_memplan_record_totals(out, x, tg_memplan_compute(f->g));
 }
 
 /* ---- the pass ------------------------------------------------------------ */
 
-void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
+void tg_fuse(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   if (g->n_kernels) tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is already fused");
   fuser f = {.g = g};
   f.free_ = tg_xrealloc(NULL, (size_t)g->n_nodes + 1);
@@ -556,7 +561,7 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *out) {
   }
   place_free(&f);
   tg_kernels_derive(g);
-  if (out) report(out, &f);
+  if (findings) record(findings, &f);
   free(f.ks);
   free(f.free_);
   free(f.barrier);

@@ -76,7 +76,7 @@ static const tg_node *gelu_input(tg_node *h, matcher *m) {
   return match(&gelu, h, m) ? m->x : NULL;
 }
 
-void tg_gelu(tg_ctx *ctx, tg_graph *g, FILE *report) {
+void tg_gelu(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   int n = g->n_nodes;
   int *uses = tg_alloc(ctx->arena, sizeof *uses * ((size_t)n + 1));
   bool *candidate = tg_alloc(ctx->arena, (size_t)n + 1);
@@ -98,9 +98,7 @@ void tg_gelu(tg_ctx *ctx, tg_graph *g, FILE *report) {
     h->op = TG_OP_gelu;
     tg_node_set_inputs(g, h, 1, &in);
     matched++;
-    if (report)
-      fprintf(report, "gelu: matched GELU (tanh form) at %s:%d:%d: %%%d = gelu(%%%d)\n", h->loc.file ? h->loc.file : "?",
-              h->loc.line, h->loc.col, h->id, x->id);
+    tg_finding_num(findings, tg_find(findings, "gelu", "matched", h->id, h->loc, NULL), "input", x->id);
   }
   if (matched) {
     /* the pattern's nodes nobody uses any more; walking backwards sees a
@@ -117,5 +115,5 @@ void tg_gelu(tg_ctx *ctx, tg_graph *g, FILE *report) {
     for (int i = 0; i < out; i++) g->nodes[i]->id = i;
     g->n_nodes = out;
   }
-  if (report) fprintf(report, "gelu: %d GELU%s replaced\n", matched, matched == 1 ? "" : "s");
+  tg_finding_num(findings, tg_find(findings, "gelu", "summary", -1, (tg_loc){0}, NULL), "replaced", matched);
 }

@@ -403,7 +403,7 @@ bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t
   return check_lifetimes(g, p, why, whylen) && (!p->placed || check_placement(g, p, why, whylen));
 }
 
-/* ---- the report ---------------------------------------------------------- */
+/* ---- the findings (findings.h) ------------------------------------------ */
 
 void tg_memplan_format_bytes(char *buf, size_t n, int64_t b) {
   if (b < 10000) snprintf(buf, n, "%lld B", (long long)b);
@@ -412,68 +412,39 @@ void tg_memplan_format_bytes(char *buf, size_t n, int64_t b) {
   else snprintf(buf, n, "%.2f GB", (double)b / 1e9);
 }
 
-void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p) {
-  char a[32], s[32], z[32];
-  tg_memplan_format_bytes(a, sizeof a, p->arena_bytes);
-  tg_memplan_format_bytes(s, sizeof s, p->sum_bytes);
-  tg_memplan_format_bytes(z, sizeof z, p->persistent_bytes);
-  fprintf(out, "%speak memory %s (intermediates, planned) vs %s without reuse; parameters and state %s\n",
-          prefix, a, s, z);
+void tg_memplan_record_totals(tg_findings *s, tg_finding *f, const tg_mem_plan *p) {
+  tg_finding_num(s, f, "peak_bytes", (double)p->arena_bytes);
+  tg_finding_num(s, f, "unreused_bytes", (double)p->sum_bytes);
+  tg_finding_num(s, f, "persistent_bytes", (double)p->persistent_bytes);
 }
 
-/* A buffer's value as a person finds it: its node, op, the name the model
- * gave it if any, and where in the source it comes from. */
-static void describe(char *buf, size_t n, const tg_node *v) {
-  int k = snprintf(buf, n, "%%%d %s", v->id, tg_ops[v->op].name);
-  if (k >= 0 && (size_t)k < n && v->name) k += snprintf(buf + k, n - (size_t)k, " \"%s\"", v->name);
-  /* an assign's buffer is its leaf's (a parameter, an AdamW moment): name that */
-  if (k >= 0 && (size_t)k < n && !v->name && v->op == TG_OP_assign && v->nin > 0 && v->in[0]->name)
-    k += snprintf(buf + k, n - (size_t)k, " into \"%s\"", v->in[0]->name);
-  if (k >= 0 && (size_t)k < n && v->loc.file) {
-    const char *f = strrchr(v->loc.file, '/') ? strrchr(v->loc.file, '/') + 1 : v->loc.file;
-    snprintf(buf + k, n - (size_t)k, " (%s:%d)", f, v->loc.line);
-  }
-}
-
-enum { REPORT_LARGEST = 10 };
-
-/* The totals and the ten largest buffers first (what a person looks for),
- * then every buffer in order of its node. */
-static void report(FILE *out, const tg_graph *g, const tg_mem_plan *p) {
-  char b[32], what[256];
-  tg_memplan_format_bytes(b, sizeof b, p->live_bytes);
-  fprintf(out, "memplan: %d buffers; at most %s live at once (no plan needs less)\n", p->n_buffers, b);
-  tg_memplan_print_totals(out, "memplan: ", p);
-  int top[REPORT_LARGEST], n_top = 0;
+/* The totals, then every buffer in order of its node: its value (node, op,
+ * the name the model gave it, or an assign's leaf's), bytes, offset and
+ * the kernels it is live across (last -1: to the end of the step). */
+static void record(tg_findings *out, const tg_graph *g, const tg_mem_plan *p) {
+  tg_finding *x = tg_find(out, "memplan", "summary", -1, (tg_loc){0}, NULL);
+  tg_finding_num(out, x, "buffers", p->n_buffers);
+  tg_finding_num(out, x, "live_bytes", (double)p->live_bytes);
+  tg_finding_num(out, x, "kernels", g->n_kernels);
+  tg_memplan_record_totals(out, x, p);
   for (int i = 0; i < p->n_buffers; i++) {
-    int64_t bytes = p->buffers[i].bytes;
-    if (n_top == REPORT_LARGEST && bytes <= p->buffers[top[n_top - 1]].bytes) continue;
-    int at = n_top < REPORT_LARGEST ? n_top++ : REPORT_LARGEST - 1;
-    for (; at > 0 && p->buffers[top[at - 1]].bytes < bytes; at--) top[at] = top[at - 1];
-    top[at] = i;
-  }
-  fprintf(out, "memplan: the %d largest:\n", n_top);
-  for (int i = 0; i < n_top; i++) {
-    const tg_buffer *x = &p->buffers[top[i]];
-    tg_memplan_format_bytes(b, sizeof b, x->bytes);
-    describe(what, sizeof what, g->nodes[x->node]);
-    fprintf(out, "memplan:   %s  %s\n", b, what);
-  }
-  fprintf(out, "memplan: every buffer:\n");
-  for (int i = 0; i < p->n_buffers; i++) {
-    const tg_buffer *x = &p->buffers[i];
-    tg_memplan_format_bytes(b, sizeof b, x->bytes);
-    char last[32];
-    if (x->last == g->n_kernels) snprintf(last, sizeof last, "end");
-    else snprintf(last, sizeof last, "k%d", x->last);
-    describe(what, sizeof what, g->nodes[x->node]);
-    fprintf(out, "memplan: %s: %s at 0x%llx, live k%d..%s\n", what, b, (unsigned long long)x->offset, x->first, last);
+    const tg_buffer *b = &p->buffers[i];
+    const tg_node *v = g->nodes[b->node];
+    x = tg_find(out, "memplan", "buffer", v->id, v->loc, NULL);
+    tg_finding_text(out, x, "op", tg_ops[v->op].name);
+    tg_finding_text(out, x, "name", v->name);
+    /* an assign's buffer is its leaf's (a parameter, an AdamW moment) */
+    if (!v->name && v->op == TG_OP_assign && v->nin > 0) tg_finding_text(out, x, "into", v->in[0]->name);
+    tg_finding_num(out, x, "bytes", (double)b->bytes);
+    tg_finding_num(out, x, "offset", (double)b->offset);
+    tg_finding_num(out, x, "first", b->first);
+    tg_finding_num(out, x, "last", b->last == g->n_kernels ? -1 : b->last);
   }
 }
 
 /* ---- the pass ------------------------------------------------------------ */
 
-void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *out) {
+void tg_memplan(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   if (!g->n_kernels && g->n_nodes)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan needs a fused graph (run the fuse pass first)");
   tg_mem_plan *p = plan_lifetimes(g);
@@ -482,7 +453,7 @@ void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *out) {
   if (!tg_memplan_check(g, p, why, sizeof why))
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan made a broken plan: %s", why);
   g->memplan = p;
-  if (out) report(out, g, tg_memplan_placed(ctx, g));
+  if (findings) record(findings, g, tg_memplan_placed(ctx, g));
 }
 
 const tg_mem_plan *tg_memplan_placed(tg_ctx *ctx, tg_graph *g) {

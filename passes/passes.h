@@ -5,6 +5,7 @@
 #ifndef TG_PASSES_H
 #define TG_PASSES_H
 
+#include "findings.h" /* what the passes decided, for their reports */
 #include "ir.h"
 #include "names.h" /* the inputs, outputs and prefixes the passes add */
 #include "shard.h" /* ZeRO's shards: TG_SHARD_ALIGN */
@@ -81,28 +82,28 @@ tg_adamw_slot *tg_append_adamw(tg_ctx *ctx, tg_graph *g, const tg_adamw_opts *op
 /* flash_attn.c: replaces each causal self-attention written from primitive
  * ops (softmax of masked, scaled q @ kᵀ, times v; see models/std.tg) by a
  * flash_attention op and the flash_attention_lse it saves for the
- * backward.  Runs on the forward graph, before autodiff.  When report is
- * not NULL, writes one line per match and one per near miss (an attention
+ * backward.  Runs on the forward graph, before autodiff.  When findings
+ * is not NULL, records each match and each near miss (an attention
  * look-alike that is not replaced, with the reason), then a count. */
-void tg_flash_attn(tg_ctx *ctx, tg_graph *g, FILE *report);
+void tg_flash_attn(tg_ctx *ctx, tg_graph *g, tg_findings *findings);
 
 /* gelu.c: replaces each GELU written from primitive ops (the tanh form of
  * models/std.tg) by one gelu op, whose derivative autodiff writes as one
- * gelu_grad op.  Runs on the forward graph, before autodiff.  When report
- * is not NULL, writes one line per match, then a count. */
-void tg_gelu(tg_ctx *ctx, tg_graph *g, FILE *report);
+ * gelu_grad op.  Runs on the forward graph, before autodiff.  When
+ * findings is not NULL, records each match, then a count. */
+void tg_gelu(tg_ctx *ctx, tg_graph *g, tg_findings *findings);
 
 /* precision.c: the mixed-precision policy.  With TG_PRECISION_BF16, casts
  * on the forward graph (before autodiff) make matmuls, attention and the
  * activations they save bf16, and keep parameters, reductions, the loss
  * and the residual stream f32 (the rules: precision.c's table).  When
- * report is not NULL, writes each value's dtype and the rule that chose
- * it.  A no-op for TG_PRECISION_F32, or on a graph with a backward. */
+ * findings is not NULL, records each value's dtype and the rule that chose
+ * it, and how many values each rule chose.  A no-op for TG_PRECISION_F32, or on a graph with a backward. */
 typedef enum tg_precision_policy { TG_PRECISION_F32, TG_PRECISION_BF16 } tg_precision_policy;
 /* "f32" or "bf16" to a policy (false for anything else), and back. */
 bool tg_precision_parse(const char *s, tg_precision_policy *out);
 const char *tg_precision_name(tg_precision_policy p);
-void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FILE *report);
+void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, tg_findings *findings);
 
 /* A parameter's bf16 copy: a state leaf "bf16.NAME" that the forward reads
  * instead of casting the parameter each time, written once per optimizer
@@ -139,9 +140,10 @@ void tg_shard_params(tg_ctx *ctx, tg_graph *g, int ranks);
  * `rank`'s parts of the parameters the model marks "shard", over the
  * "mesh tensor = N" axis, with the forward's collectives placed and
  * replicate markers where autodiff must sum a gradient over the ranks.
- * Nothing when the model declares no mesh or N = 1.  Writes the
- * "sharding" report to report when given. */
-void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report);
+ * Nothing when the model declares no mesh or N = 1.  Records, when
+ * findings is given, each split parameter and value and each collective
+ * (the "sharding" report). */
+void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, tg_findings *findings);
 /* The replicate markers dropped (their readers read their inputs), once
  * autodiff has read them. */
 void tg_drop_replicates(tg_ctx *ctx, tg_graph *g);
@@ -165,10 +167,10 @@ int tg_split_sums(tg_ctx *ctx, tg_graph *g);
 /* fuse.c: groups the training step's ops into kernels (node->kernel and
  * g->kernels, see ir.h): layernorms, softmax + cross-entropy with its
  * backward, matmul epilogues, the optimizer as multi-tensor kernels.  Runs
- * last, on the whole step.  When report is not NULL, writes a row per
- * kernel (ops with their .tg lines, bytes read and written, bytes unfused),
- * every place fusion stopped and why, and totals. */
-void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *report);
+ * last, on the whole step.  When findings is not NULL, records a finding
+ * per kernel (ops with their .tg lines, bytes read and written, bytes
+ * unfused), every place fusion stopped and why, and totals. */
+void tg_fuse(tg_ctx *ctx, tg_graph *g, tg_findings *findings);
 
 /* memplan.c: plans the memory of the fused step's intermediates (ir.h:
  * tg_mem_plan) and stores the plan in g->memplan.  Runs after fuse.  The
@@ -176,9 +178,9 @@ void tg_fuse(tg_ctx *ctx, tg_graph *g, FILE *report);
  * size), which costs buffers squared, is made when asked for
  * (tg_memplan_placed): the generated code places its own buffers
  * (codegen's lowering), so emitting code never needs this one's offsets.
- * When report is not NULL, places, and writes one line per buffer and the
- * totals. */
-void tg_memplan(tg_ctx *ctx, tg_graph *g, FILE *report);
+ * When findings is not NULL, places, and records the totals and a finding
+ * per buffer. */
+void tg_memplan(tg_ctx *ctx, tg_graph *g, tg_findings *findings);
 /* g->memplan placed (once) and its placement checked: the planned peak of
  * g's intermediates, for the memory check before a run. */
 const tg_mem_plan *tg_memplan_placed(tg_ctx *ctx, tg_graph *g);
@@ -194,9 +196,10 @@ void tg_memplan_place(tg_mem_plan *p);
  * arena, and no two buffers with overlapping lifetimes overlapping in
  * memory.  On failure writes why and returns false. */
 bool tg_memplan_check(const tg_graph *g, const tg_mem_plan *p, char *why, size_t whylen);
-/* "peak memory X (intermediates, planned) vs Y without reuse; parameters
- * and state Z", for reports (the fusion report's totals). */
-void tg_memplan_print_totals(FILE *out, const char *prefix, const tg_mem_plan *p);
+/* The plan's totals as fields of a finding (peak_bytes, unreused_bytes,
+ * persistent_bytes): "peak memory X (intermediates, planned) vs Y without
+ * reuse; parameters and state Z" in the reports (fusion's too). */
+void tg_memplan_record_totals(tg_findings *s, tg_finding *f, const tg_mem_plan *p);
 /* Bytes as reports print them: "3072 B", "12.5 kB", "497.8 MB", "14.93 GB". */
 void tg_memplan_format_bytes(char *buf, size_t n, int64_t b);
 
@@ -243,10 +246,11 @@ void tg_zero_plan_print(FILE *out, const tg_zero_plan *p, const tg_zero_plan *dd
  * right after the kernel that produces its last gradient (ir.h:
  * tg_allreduce_plan), stored in g->allreduce.  Runs after fuse on a graph
  * with gradients.  A bucket closes once it holds bucket_bytes (<= 0: the
- * default, 4 MiB) or at the backward's end.  When report is not NULL,
- * writes a line per bucket. */
+ * default, 4 MiB) or at the backward's end.  When findings is not NULL,
+ * records each bucket with its gradients, and the tensor axis's
+ * collectives. */
 enum { TG_BUCKET_BYTES_DEFAULT = 4 << 20 };
-void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE *report);
+void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, tg_findings *findings);
 
 /* collectives.c: every collective of one training step on N data-parallel
  * ranks at ZeRO stage S, in step order, with the bytes each rank sends
@@ -301,10 +305,10 @@ void tg_collectives_placed(const tg_graph *g, int ranks, tg_collective_plan *out
 /* A line per collective of p, then its total next to ddp's (the same
  * ranks at stage 0). */
 void tg_collectives_print(FILE *out, const tg_graph *g, const tg_collective_plan *p, const tg_collective_plan *ddp);
-/* The tensor axis's collectives of a fused graph (tensor parallelism), one
- * line each with the bytes a rank sends, and their total; nothing when
- * there are none.  Part of the schedule report. */
-void tg_tensor_collectives_print(FILE *out, const tg_graph *g);
+/* The tensor axis's collectives of a fused graph (tensor parallelism), a
+ * finding each ("collective", of pass) with the bytes a rank sends;
+ * nothing when there are none.  Part of the schedule report. */
+void tg_tensor_collectives_record(tg_findings *s, const char *pass, const tg_graph *g);
 /* Their bytes a rank sends a micro-step, and (into *n) how many. */
 double tg_tensor_collective_bytes(const tg_graph *g, int *n);
 /* What tg_zero_plan_make and tg_collectives_plan ask of their arguments:
@@ -352,6 +356,7 @@ typedef struct tg_pass_log {
 } tg_pass_log;
 
 /* pipeline.c: every pass after the frontend, in order. */
+struct tg_pass_info;
 typedef struct tg_pipeline_opts {
   tg_precision_policy precision; /* f32 (the default) or bf16 (precision.c) */
   bool grad;              /* add the backward (autodiff) */
@@ -369,9 +374,16 @@ typedef struct tg_pipeline_opts {
                            * not with step (stage 3's optimizer is a graph apart) */
   const char *dump_after; /* print the IR after this pass (to dump) */
   FILE *dump;
-  const char *report_name; /* the report to print (to report; TG_REPORT_*), or NULL */
+  const char *report_name; /* the report to print (to report; TG_REPORT_*), or NULL: its
+                           * text (findings_text.c), once its pass is done */
   FILE *report;
+  tg_findings *findings;  /* NULL, or where every pass records what it decided
+                           * (findings.h; tgc --report html) */
   tg_pass_log *log;       /* NULL, or where each pass's size and time go */
+  /* NULL, or called after each pass, its graph verified (tgc --report
+   * html keeps the IR after every pass) */
+  void (*after_pass)(void *arg, const struct tg_pass_info *pass, const tg_graph *g);
+  void *after_arg;
 } tg_pipeline_opts;
 
 void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *opts);

@@ -9,91 +9,91 @@
 
 #include "passes.h"
 
-/* Each pass's entry point, called the same way; report is where it writes
- * its report (the table's report, when asked for), or NULL. */
-typedef void run_fn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report);
+/* Each pass's entry point, called the same way; findings is where it
+ * records what it decided (findings.h), or NULL. */
+typedef void run_fn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings);
 
-static void run_pad_vocab(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)report;
+static void run_pad_vocab(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)findings;
   tg_pad_vocab(ctx, g, o->pad_multiple);
 }
 
-static void run_flash_attn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+static void run_flash_attn(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
   (void)o;
-  tg_flash_attn(ctx, g, report);
+  tg_flash_attn(ctx, g, findings);
 }
 
-static void run_gelu(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+static void run_gelu(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
   (void)o;
-  tg_gelu(ctx, g, report);
+  tg_gelu(ctx, g, findings);
 }
 
-static void run_decode(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)o, (void)report;
+static void run_decode(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)o, (void)findings;
   tg_decode(ctx, g);
 }
 
-static void run_precision(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  tg_apply_precision(ctx, g, o->precision, report);
+static void run_precision(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  tg_apply_precision(ctx, g, o->precision, findings);
 }
 
-static void run_weight_copies(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)o, (void)report;
+static void run_weight_copies(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)o, (void)findings;
   tg_hoist_param_copies(ctx, g, NULL);
 }
 
-static void run_narrow_saved(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)o, (void)report;
+static void run_narrow_saved(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)o, (void)findings;
   tg_narrow_saved(ctx, g);
 }
 
-static void run_shard_tensor(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+static void run_shard_tensor(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
   if (o->decode && tg_tensor_degree(g) > 1)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "a decode step with a tensor axis (mesh tensor > 1) is not supported yet");
-  if (!o->no_tensor_split) tg_shard_tensor(ctx, g, o->tensor_rank, report);
+  if (!o->no_tensor_split) tg_shard_tensor(ctx, g, o->tensor_rank, findings);
 }
 
-static void run_drop_replicates(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)o, (void)report;
+static void run_drop_replicates(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)o, (void)findings;
   tg_drop_replicates(ctx, g);
 }
 
-static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)o, (void)report;
+static void run_autodiff(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)o, (void)findings;
   tg_autodiff(ctx, g);
 }
 
-static void run_shard_params(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)report;
+static void run_shard_params(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)findings;
   if (o->step)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "ZeRO stage 3's graphs have their optimizer apart: shard the "
                                              "gradient graph or a forward graph, not the whole step");
   tg_shard_params(ctx, g, o->shard_ranks);
 }
 
-static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)report;
+static void run_adamw(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)findings;
   tg_append_adamw(ctx, g, &o->adamw, NULL);
 }
 
-static void run_split_sums(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
-  (void)o, (void)report;
+static void run_split_sums(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
+  (void)o, (void)findings;
   tg_split_sums(ctx, g);
 }
 
-static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+static void run_fuse(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
   (void)o;
-  tg_fuse(ctx, g, report);
+  tg_fuse(ctx, g, findings);
 }
 
-static void run_memplan(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+static void run_memplan(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
   (void)o;
-  tg_memplan(ctx, g, report);
+  tg_memplan(ctx, g, findings);
 }
 
-static void run_schedule(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, FILE *report) {
+static void run_schedule(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
   (void)o;
-  tg_schedule_allreduce(ctx, g, 0, report);
+  tg_schedule_allreduce(ctx, g, 0, findings);
 }
 
 typedef struct pass {
@@ -165,7 +165,11 @@ void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
   for (int i = 0; i < N_PASSES; i++) {
     const tg_pass_info *p = &passes[i].info;
     if (!runs(p, o)) continue;
-    bool asked = p->report && o->report_name && !strcmp(o->report_name, p->report);
+    /* the report asked for is printed as soon as its pass is done (a later
+     * pass that fails leaves it printed); its findings go to a sink of
+     * their own when no one collects them all */
+    bool asked = p->report && o->report && o->report_name && !strcmp(o->report_name, p->report);
+    tg_findings *findings = o->findings ? o->findings : asked ? tg_findings_new(ctx->arena) : NULL;
     /* logged before it runs, finished after: a pass that bails stays last, unfinished */
     bool logged = o->log && o->log->n < TG_PASS_LOG_MAX;
     struct timespec t0, t1;
@@ -173,9 +177,10 @@ void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
       o->log->at[o->log->n++] = (tg_pass_record){p->name, g->n_nodes, 0, 0, -1};
       clock_gettime(CLOCK_MONOTONIC, &t0);
     }
-    passes[i].run(ctx, g, o, asked ? o->report : NULL);
+    passes[i].run(ctx, g, o, findings);
     if (!tg_verify(ctx, g))
       tg_error(ctx, (tg_loc){g->source, 1, 1}, "the graph is broken after the %s pass", p->name);
+    if (asked) tg_findings_print(o->report, findings, p->name);
     if (logged) {
       clock_gettime(CLOCK_MONOTONIC, &t1);
       tg_pass_record *r = &o->log->at[o->log->n - 1];
@@ -183,6 +188,7 @@ void tg_run_pipeline(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o) {
       r->kernels_after = g->n_kernels;
       r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
+    if (o->after_pass) o->after_pass(o->after_arg, p, g); /* not in the pass's time */
     if (o->dump_after && !strcmp(o->dump_after, p->name) && o->dump) {
       /* The dump reads back with tgc; the comment goes last, since the first
        * line must be the IR header. */

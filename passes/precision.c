@@ -278,9 +278,10 @@ static bool has_backward_or_bf16(const tg_graph *g) {
   return false;
 }
 
-void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FILE *report) {
+void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, tg_findings *findings) {
   if (policy == TG_PRECISION_F32 || has_backward_or_bf16(g)) {
-    if (report) fprintf(report, "precision: %s: every value keeps its declared dtype\n", policy == TG_PRECISION_F32 ? "f32" : "already applied");
+    tg_finding *x = tg_find(findings, "precision", "unchanged", -1, (tg_loc){0}, "every value keeps its declared dtype");
+    tg_finding_text(findings, x, "policy", policy == TG_PRECISION_F32 ? "f32" : "already applied");
     return;
   }
   for (int i = 0; i < g->n_nodes; i++)
@@ -295,19 +296,22 @@ void tg_apply_precision(tg_ctx *ctx, tg_graph *g, tg_precision_policy policy, FI
   for (int i = 0; i < old_n; i++) rewrite(&w, old[i]);
   g->nodes = w.out;
   g->n_nodes = g->cap_nodes = w.n;
-  if (report) {
+  if (findings) {
     int count[N_RULES] = {0};
     for (int i = 0; i < g->n_nodes; i++) {
       const tg_node *n = g->nodes[i];
       char t[TG_TYPE_STR_MAX];
       count[w.rule_of[i]]++;
-      fprintf(report, "precision: %%%d %-10s %-28s %-16s %s:%d\n", n->id, tg_ops[n->op].name,
-              tg_type_str(&n->type, t, sizeof t), rules[w.rule_of[i]].name, n->loc.file ? n->loc.file : "-",
-              n->loc.line);
+      tg_finding *x = tg_find(findings, "precision", "value", n->id, n->loc, NULL);
+      tg_finding_text(findings, x, "op", tg_ops[n->op].name);
+      tg_finding_text(findings, x, "type", tg_type_str(&n->type, t, sizeof t));
+      tg_finding_text(findings, x, "rule", rules[w.rule_of[i]].name);
     }
-    fprintf(report, "precision: bf16: the rules, and how many values each chose:\n");
-    for (int r = 0; r < N_RULES; r++)
-      fprintf(report, "precision:   %-16s %5d  %s\n", rules[r].name, count[r], rules[r].why);
+    for (int r = 0; r < N_RULES; r++) {
+      tg_finding *x = tg_find(findings, "precision", "rule", -1, (tg_loc){0}, rules[r].why);
+      tg_finding_text(findings, x, "rule", rules[r].name);
+      tg_finding_num(findings, x, "values", count[r]);
+    }
   }
 }
 

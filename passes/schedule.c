@@ -30,7 +30,35 @@ static int by_kernel(const void *a, const void *b) {
   return x->node < y->node ? -1 : x->node > y->node;
 }
 
-void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE *report) {
+/* Each bucket and its gradients (each by its parameter's name), the
+ * totals, and the tensor axis's collectives (collectives.c). */
+static void record(tg_findings *out, const tg_graph *g, const tg_allreduce_plan *p) {
+  for (int b = 0; b < p->n_buckets; b++) {
+    const tg_bucket *B = &p->buckets[b];
+    tg_finding *x = tg_find(out, "schedule", "bucket", -1, (tg_loc){0}, NULL);
+    tg_finding_num(out, x, "bucket", b);
+    tg_finding_num(out, x, "gradients", B->n_grads);
+    tg_finding_num(out, x, "bytes", (double)B->bytes);
+    tg_finding_num(out, x, "after_kernel", B->after_kernel);
+    tg_finding_text(out, x, "kernel_name", g->kernels[B->after_kernel].name);
+    for (int k = 0; k < B->n_grads; k++) {
+      const char *param = NULL;
+      for (int o = 0; o < g->n_outputs && !param; o++)
+        if (g->outputs[o].node->id == B->grads[k]) param = tg_gradient_param_name(g->outputs[o].name);
+      const tg_node *n = g->nodes[B->grads[k]];
+      x = tg_find(out, "schedule", "gradient", n->id, n->loc, NULL);
+      tg_finding_num(out, x, "bucket", b);
+      tg_finding_text(out, x, "param", param);
+    }
+  }
+  tg_finding *x = tg_find(out, "schedule", "summary", -1, (tg_loc){0}, NULL);
+  tg_finding_num(out, x, "buckets", p->n_buckets);
+  tg_finding_num(out, x, "bucket_bytes", (double)p->bucket_bytes);
+  tg_finding_num(out, x, "kernels", g->n_kernels);
+  tg_tensor_collectives_record(out, "schedule", g);
+}
+
+void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, tg_findings *findings) {
   if (!g->n_kernels) tg_error(ctx, (tg_loc){g->source, 1, 1}, "schedule: the graph is not fused");
   if (bucket_bytes <= 0) bucket_bytes = TG_BUCKET_BYTES_DEFAULT;
   size_t plen = strlen(TG_GRAD_PREFIX);
@@ -64,24 +92,6 @@ void tg_schedule_allreduce(tg_ctx *ctx, tg_graph *g, int64_t bucket_bytes, FILE 
     i = j;
   }
   g->allreduce = p;
-  if (report) {
-    for (int b = 0; b < p->n_buckets; b++) {
-      const tg_bucket *B = &p->buckets[b];
-      fprintf(report, "schedule: bucket %d: %d gradient%s, %lld bytes, all-reduced after k%d \"%s\":", b, B->n_grads,
-              B->n_grads == 1 ? "" : "s", (long long)B->bytes, B->after_kernel, g->kernels[B->after_kernel].name);
-      for (int k = 0; k < B->n_grads; k++) {
-        /* a gradient by its parameter's name, the node after it */
-        const char *param = NULL;
-        for (int o = 0; o < g->n_outputs && !param; o++)
-          if (g->outputs[o].node->id == B->grads[k]) param = tg_gradient_param_name(g->outputs[o].name);
-        if (param) fprintf(report, "%s %s (%%%d)", k ? "," : "", param, B->grads[k]);
-        else fprintf(report, "%s %%%d", k ? "," : "", B->grads[k]);
-      }
-      fputc('\n', report);
-    }
-    fprintf(report, "schedule: %d bucket%s of up to %lld bytes over %d kernels\n", p->n_buckets,
-            p->n_buckets == 1 ? "" : "s", (long long)bucket_bytes, g->n_kernels);
-    tg_tensor_collectives_print(report, g);
-  }
+  if (findings) record(findings, g, p);
   free(gs);
 }

@@ -61,7 +61,7 @@ typedef struct sharder {
   layout *lay;        /* per old node: its layout */
   bool *trained;      /* per old node: a float value that depends on a param */
   tg_node **rep;      /* per old node: replicate of it, made once */
-  FILE *report;
+  tg_findings *findings;
   int n_collectives;
   double bytes;       /* the forward's collectives' bytes sent per rank (ring) */
 } sharder;
@@ -138,9 +138,10 @@ static tg_node *combine(sharder *s, tg_op op, tg_node *x, tg_loc loc) {
    * all_max the same */
   double sent = 2.0 * (s->tp - 1) / s->tp * 4.0 * (double)numel;
   s->bytes += sent;
-  if (s->report)
-    fprintf(s->report, "  %-19s %-24s f32[%lld] %.0f bytes sent  %s:%d:%d\n", tg_ops[op].name, "", (long long)numel, sent,
-            loc.file ? loc.file : "?", loc.line, loc.col);
+  tg_finding *f = tg_find(s->findings, "shard_tensor", "collective", v->id, loc, NULL);
+  tg_finding_text(s->findings, f, "op", tg_ops[op].name);
+  tg_finding_num(s->findings, f, "numel", (double)numel);
+  tg_finding_num(s->findings, f, "sent", sent);
   v = reshaped(s, v, &shape, loc);
   if (x->type.dtype != TG_F32) {
     tg_node *b = node(s, TG_OP_cast, loc, 1, v, NULL, NULL);
@@ -235,11 +236,15 @@ static void param_leaf(sharder *s, const tg_node *n) {
   tg_type t = local_type(s, n->type, l);
   s->nw[n->id] = rebuilt(s, n, NULL, &t);
   s->lay[n->id] = l;
-  if (s->report && l.axis >= 0)
-    fprintf(s->report, "  param               %-24s split %s%s%.0d: [%lld] of %lld on axis %d  %s:%d:%d\n", n->name,
-            tg_split_name(n->init.split), l.groups > 1 ? "/" : "", l.groups > 1 ? l.groups : 0,
-            (long long)t.dim[l.axis].size, (long long)n->type.dim[l.axis].size, l.axis, n->loc.file ? n->loc.file : "?",
-            n->loc.line, n->loc.col);
+  if (l.axis >= 0) {
+    tg_finding *f = tg_find(s->findings, "shard_tensor", "param", n->id, n->loc, NULL);
+    tg_finding_text(s->findings, f, "name", n->name);
+    tg_finding_text(s->findings, f, "split", tg_split_name(n->init.split));
+    tg_finding_num(s->findings, f, "groups", l.groups);
+    tg_finding_num(s->findings, f, "part", (double)t.dim[l.axis].size);
+    tg_finding_num(s->findings, f, "whole", (double)n->type.dim[l.axis].size);
+    tg_finding_num(s->findings, f, "axis", l.axis);
+  }
 }
 
 /* An elementwise op: its split inputs agree on the (right-aligned) axis; the
@@ -506,11 +511,11 @@ int tg_tensor_degree(const tg_graph *g) {
   return tg_graph_get_config(g, TG_CONFIG_MESH_TENSOR, &degree) && degree > 1 ? (int)degree : 1;
 }
 
-void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report) {
+void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, tg_findings *findings) {
   double degree = 1;
   if (!tg_graph_get_config(g, TG_CONFIG_MESH_TENSOR, &degree) || degree <= 1) {
-    if (report) fprintf(report, "sharding: no tensor axis (the model declares %s)\n",
-                        tg_graph_get_config(g, TG_CONFIG_MESH_TENSOR, &degree) ? "mesh tensor = 1" : "no mesh");
+    tg_finding_text(findings, tg_find(findings, "shard_tensor", "no_axis", -1, (tg_loc){0}, NULL), "declares",
+                    tg_graph_get_config(g, TG_CONFIG_MESH_TENSOR, &degree) ? "mesh tensor = 1" : "no mesh");
     return;
   }
   int tp = (int)degree;
@@ -520,7 +525,7 @@ void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report) {
    * it is: its collectives over the tensor axis say so */
   for (int i = 0; i < g->n_nodes; i++)
     if (g->nodes[i]->over_tensor || g->nodes[i]->op == TG_OP_replicate) {
-      if (report) fprintf(report, "sharding: the graph is split over the tensor axis already\n");
+      tg_find(findings, "shard_tensor", "split_already", -1, (tg_loc){0}, NULL);
       return;
     }
   for (int i = 0; i < g->n_nodes; i++)
@@ -528,7 +533,7 @@ void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report) {
       tg_error(ctx, g->nodes[i]->loc, "shard_tensor: the graph already has a backward; split the forward");
   int n_old = g->n_nodes;
   tg_node **old = g->nodes;
-  sharder s = {.ctx = ctx, .g = g, .tp = tp, .rank = rank, .report = report};
+  sharder s = {.ctx = ctx, .g = g, .tp = tp, .rank = rank, .findings = findings};
   /* in the arena: an error (tg_error) leaves the pass from anywhere */
   s.nw = tg_alloc(ctx->arena, sizeof *s.nw * ((size_t)n_old + 1));
   s.lay = tg_alloc(ctx->arena, sizeof *s.lay * ((size_t)n_old + 1));
@@ -540,33 +545,36 @@ void tg_shard_tensor(tg_ctx *ctx, tg_graph *g, int rank, FILE *report) {
     for (int k = 0; k < n->nin; k++) t |= s.trained[n->in[k]->id];
     s.trained[i] = t && tg_dtype_is_float(n->type.dtype);
   }
-  if (report)
-    fprintf(report, "sharding: tensor axis of %d ranks, rank %d's graph; in graph order, each split parameter, each "
-                    "split value (every other value is replicated: each rank holds all of it) and each collective of "
-                    "the forward with the bytes a rank sends (ring)\n", tp, rank);
+  tg_finding *f = tg_find(findings, "shard_tensor", "axis", -1, (tg_loc){0}, NULL);
+  tg_finding_num(findings, f, "ranks", tp);
+  tg_finding_num(findings, f, "rank", rank);
   /* the graph is rebuilt from its first node: new nodes get new ids, the
    * old ones are read through old[] */
   g->nodes = NULL, g->n_nodes = 0, g->cap_nodes = 0;
   for (int i = 0; i < n_old; i++) {
     one(&s, old[i]);
     const tg_node *n = old[i];
-    if (report && n->op != TG_OP_param && s.lay[i].axis >= 0) {
+    if (findings && n->op != TG_OP_param && s.lay[i].axis >= 0) {
       char t[TG_TYPE_STR_MAX];
-      fprintf(report, "  %-19s %-24s %s split on axis %d%s  %s:%d:%d\n", tg_ops[n->op].name, n->name ? n->name : "",
-              tg_type_str(&s.nw[i]->type, t, sizeof t), s.lay[i].axis, s.lay[i].groups > 1 ? " in groups" : "",
-              n->loc.file ? n->loc.file : "?", n->loc.line, n->loc.col);
+      f = tg_find(findings, "shard_tensor", "value", n->id, n->loc, NULL);
+      tg_finding_text(findings, f, "op", tg_ops[n->op].name);
+      tg_finding_text(findings, f, "name", n->name);
+      tg_finding_text(findings, f, "type", tg_type_str(&s.nw[i]->type, t, sizeof t));
+      tg_finding_num(findings, f, "axis", s.lay[i].axis);
+      tg_finding_num(findings, f, "groups", s.lay[i].groups);
     }
   }
   for (int o = 0; o < g->n_outputs; o++) {
     const tg_node *n = g->outputs[o].node;
     g->outputs[o].node = s.lay[n->id].axis >= 0 ? gathered(&s, n) : s.nw[n->id];
   }
-  if (report) {
+  if (findings) {
     int reps = 0;
     for (int i = 0; i < n_old; i++) reps += s.rep[i] != NULL;
-    fprintf(report, "sharding: %d collectives in the forward, %.0f bytes sent per rank; the backward all-reduces "
-                    "the gradient of each of %d replicated values entering split computations\n",
-            s.n_collectives, s.bytes, reps);
+    f = tg_find(findings, "shard_tensor", "summary", -1, (tg_loc){0}, NULL);
+    tg_finding_num(findings, f, "collectives", s.n_collectives);
+    tg_finding_num(findings, f, "bytes", s.bytes);
+    tg_finding_num(findings, f, "replicated", reps);
   }
 }
 

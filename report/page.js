@@ -81,21 +81,62 @@
     }
   }
 
+  /* ---- the IR after each pass (report.c's ir_after: [pass, bytes shared
+   * with the previous text's start, and end, the bytes between gzip'ed and
+   * base64'ed, the text's size]), unpacked when asked for, by the
+   * browser's own gzip (DecompressionStream) */
+  var irBytes = [];
+  function unpackIr(i) {
+    if (irBytes[i]) return Promise.resolve(irBytes[i]);
+    var e = D.ir_after[i];
+    var before = i > 0 ? unpackIr(i - 1) : Promise.resolve(new Uint8Array(0));
+    return before.then(function (prev) {
+      var bin = atob(e[3]), zipped = new Uint8Array(bin.length);
+      for (var k = 0; k < bin.length; k++) zipped[k] = bin.charCodeAt(k);
+      var stream = new Blob([zipped]).stream().pipeThrough(new DecompressionStream("gzip"));
+      return new Response(stream).arrayBuffer().then(function (mid) {
+        var out = new Uint8Array(e[4]);
+        out.set(prev.subarray(0, e[1]), 0);
+        out.set(new Uint8Array(mid), e[1]);
+        out.set(prev.subarray(prev.length - e[2]), e[1] + mid.byteLength);
+        irBytes[i] = out;
+        return out;
+      });
+    });
+  }
+  function showIr(i, view) {
+    var name = D.ir_after[i][0];
+    view.textContent = "";
+    view.setAttribute("data-pass", name);
+    view.appendChild(el("h3", { text: "The IR after " + name + " (" + bytes(D.ir_after[i][4]) + "; tgc --dump-after " + name + ")" }));
+    var pre = el("pre", { "class": "ir-text", text: "unpacking…" });
+    view.appendChild(pre);
+    unpackIr(i).then(function (b) {
+      pre.textContent = new TextDecoder().decode(b);
+      pre.setAttribute("data-ready", "1");
+    }, function (err) { pre.textContent = "could not unpack the IR: " + err; });
+  }
   function drawPipeline() {
     var s = section("pipeline", "Pipeline: the passes, in order");
+    var view = el("div", { "class": "ir-view" }), irOf = {};
+    (D.ir_after || []).forEach(function (e, i) { irOf[e[0]] = i; });
     var rows = D.passes.map(function (p) {
+      var i = irOf[p.name];
       return [p.name, p.what, p.before, p.seconds < 0 ? "—" : p.after, p.seconds < 0 ? "—" : p.kernels,
-              p.seconds < 0 ? "stopped here" : time(p.seconds)];
+              p.seconds < 0 ? "stopped here" : time(p.seconds),
+              i === undefined ? "—" : el("button", { "class": "ir-open", "data-pass": p.name, text: "IR after",
+                                                     click: function () { showIr(i, view); } })];
     });
-    s.appendChild(table(["pass", "what it does", "nodes before", "after", "kernels", "time"], rows,
-                        [0, 0, 1, 1, 1, 1]));
+    s.appendChild(table(["pass", "what it does", "nodes before", "after", "kernels", "time", "its IR"], rows,
+                        [0, 0, 1, 1, 1, 1, 0]));
+    s.appendChild(view);
     if (!D.passes.length) s.appendChild(el("p", { text: "No pass ran: the model stopped in the frontend." }));
     if (D.ir) {
       s.appendChild(el("details", { "class": "ir" }, [el("summary", { text: "The IR after " + D.ir_pass }),
                                                     el("pre", { text: D.ir })]));
     }
-    s.appendChild(el("p", { "class": "muted",
-      text: "The IR after a pass on this page: add --dump-after PASS to its command (" + D.command + ")." }));
+    if (D.ir_after && D.ir_after.length) s.appendChild(el("p", { "class": "muted",
+      text: "The IR after each pass is on this page, packed: its button unpacks it (tgc --dump-after PASS prints the same text)." }));
   }
 
   function drawSummary() {
@@ -158,9 +199,39 @@
     if (scroll) kernelRows[k.id].scrollIntoView({ block: "nearest" });
     drawDetail(k);
   }
-  function fusionLines(id) {
-    var own = new RegExp("^fusion: k" + id + " "), stop = new RegExp("not in k" + id + ":");
-    return (D.fusion || "").split("\n").filter(function (l) { return own.test(l) || stop.test(l); });
+
+  /* ---- what the passes decided: their findings (passes/findings.h), the
+   * data `tgc --report NAME` prints as text: [pass, verdict, node, source,
+   * line, col, reason, fields] */
+  var F = (D.findings || []).map(function (f) {
+    return { pass: f[0], verdict: f[1], node: f[2], file: f[3], line: f[4], col: f[5], reason: f[6], x: f[7] };
+  });
+  function findings(pass, verdict) {
+    return F.filter(function (f) { return f.pass === pass && (!verdict || f.verdict === verdict); });
+  }
+  /* a finding's .tg place, a link that shows and lights the line */
+  function place(f) {
+    if (f.file < 0 || !D.sources[f.file]) return "—";
+    var text = basename(D.sources[f.file].path) + ":" + f.line + (f.col ? ":" + f.col : "");
+    return el("a", { href: "#source", "class": "place", "data-file": f.file, "data-line": f.line, text: text,
+      click: function (e) {
+        e.preventDefault();
+        showSource(f.file);
+        light(kernelsOfLine(f.file, f.line), [[f.file, f.line]]);
+        var r = document.querySelector('.line[data-file="' + f.file + '"][data-line="' + f.line + '"]');
+        if (r) r.scrollIntoView({ block: "center" });
+      } });
+  }
+  function kernelLink(id) {
+    if (!byId[id]) return "k" + id;
+    return el("a", { href: "#source", text: "k" + id, click: function (e) { e.preventDefault(); selectKernel(byId[id], true); } });
+  }
+  function node(f) { return f.node >= 0 ? "%" + f.node : "—"; }
+  /* a table too long to draw up front: drawn when opened */
+  function later(summary, build) {
+    var d = el("details", {}, [el("summary", { text: summary })]), built = false;
+    d.addEventListener("toggle", function () { if (d.open && !built) { built = true; d.appendChild(build()); } });
+    return d;
   }
   function drawDetail(k) {
     detail.textContent = "";
@@ -175,7 +246,16 @@
       ["folded into", k.folded_into >= 0 ? "k" + k.folded_into : "—"]
     ]));
     detail.appendChild(el("h3", { text: "Fusion: the kernel, and why it stopped at its edges" }));
-    detail.appendChild(el("pre", { text: fusionLines(k.id).join("\n") || "(nothing in the fusion report)" }));
+    var own = findings("fuse", "kernel").filter(function (f) { return f.x.kernel === k.id; })[0];
+    var stops = findings("fuse", "stop").filter(function (f) { return f.x.kernel === k.id; });
+    if (own) detail.appendChild(el("p", { text: "ops by line: " + own.x.ops_by_line }));
+    if (stops.length) {
+      detail.appendChild(table(["stopped at", "op", "place", "why not in k" + k.id], stops.map(function (f) {
+        return [node(f), f.x.op, place(f), f.reason];
+      })));
+    } else {
+      detail.appendChild(el("p", { "class": "muted", text: "No op stopped at its edges." }));
+    }
     detail.appendChild(el("h3", { text: "Generated CUDA" }));
     if (!k.units.length) detail.appendChild(el("p", { text: "No function of its own: cuBLASLt, or folded into another kernel." }));
     k.units.forEach(function (u) { detail.appendChild(el("pre", { text: D.cuda[u].code })); });
@@ -425,14 +505,141 @@
     }
   }
 
+  /* ---- each pass's report, from its findings */
+  var REPORTS = [["fuse", "fusion"], ["memplan", "memplan"], ["schedule", "schedule"], ["precision", "precision"],
+                 ["shard_tensor", "sharding"], ["flash_attn", "flash_attn"], ["gelu", "gelu"]];
+  function reportSection(pass, name, title) {
+    var s = section("report-" + name, title);
+    s.setAttribute("data-pass", pass);
+    s.appendChild(el("p", { "class": "muted", text: "The same findings as text: tgc " + D.model + " --report " + name }));
+    return s;
+  }
+  function totals(f) {
+    return "peak " + bytes(f.x.peak_bytes) + " (intermediates, planned), " + bytes(f.x.unreused_bytes) +
+      " without reuse; parameters and state " + bytes(f.x.persistent_bytes);
+  }
+  function drawFusionReport(s) {
+    var sum = findings("fuse", "summary")[0], stops = findings("fuse", "stop");
+    if (sum) {
+      s.appendChild(table(["", ""], [["kernels", sum.x.kernels + " (" + sum.x.matmuls + " matmuls) for " + sum.x.ops + " ops"],
+        ["bytes moved", bytes(sum.x.bytes_fused) + " fused, " + bytes(sum.x.bytes_unfused) + " unfused (" +
+          (sum.x.bytes_fused ? (sum.x.bytes_unfused / sum.x.bytes_fused).toFixed(1) : "0.0") + "× less)"],
+        ["memory", totals(sum)], ["stops", String(sum.x.stops)]]));
+    }
+    var why = {};
+    stops.forEach(function (f) { why[f.reason] = (why[f.reason] || 0) + 1; });
+    var reasons = Object.keys(why).sort(function (a, b) { return why[b] - why[a]; });
+    s.appendChild(el("h3", { text: "Why fusion stopped, by reason" }));
+    s.appendChild(table(["stops", "reason"], reasons.map(function (r) { return [why[r], r]; }), [1, 0]));
+    s.appendChild(later("every stop (" + stops.length + "): the op, its place, the kernel it is not in, why", function () {
+      return table(["node", "op", "place", "not in", "why"], stops.map(function (f) {
+        return [node(f), f.x.op, place(f), kernelLink(f.x.kernel), f.reason];
+      }));
+    }));
+  }
+  function bufferName(f) {
+    return node(f) + " " + f.x.op + (f.x.name ? " \"" + f.x.name + "\"" : "") + (f.x.into ? " into \"" + f.x.into + "\"" : "");
+  }
+  function bufferRow(f) {
+    return [bufferName(f), bytes(f.x.bytes), "0x" + f.x.offset.toString(16), "k" + f.x.first + "..", f.x.last < 0 ? "end" : "k" + f.x.last,
+            place(f)];
+  }
+  function drawMemplanReport(s) {
+    var sum = findings("memplan", "summary")[0], bufs = findings("memplan", "buffer");
+    if (sum) s.appendChild(table(["", ""], [["buffers", String(sum.x.buffers)],
+      ["live at once", "at most " + bytes(sum.x.live_bytes) + " (no plan needs less)"], ["memory", totals(sum)]]));
+    var head = ["value", "bytes", "offset", "live from", "to", "place"], num = [0, 1, 1, 0, 0, 0];
+    var largest = bufs.slice().sort(function (a, b) { return b.x.bytes - a.x.bytes; }).slice(0, 10);
+    s.appendChild(el("h3", { text: "The " + largest.length + " largest buffers" }));
+    s.appendChild(table(head, largest.map(bufferRow), num));
+    s.appendChild(later("every buffer (" + bufs.length + "), in order of its node", function () {
+      return table(head, bufs.map(bufferRow), num);
+    }));
+  }
+  function drawScheduleReport(s) {
+    var sum = findings("schedule", "summary")[0], grads = findings("schedule", "gradient");
+    if (sum) s.appendChild(el("p", { text: sum.x.buckets + " bucket" + (sum.x.buckets === 1 ? "" : "s") + " of up to " +
+      bytes(sum.x.bucket_bytes) + " over " + sum.x.kernels + " kernels; each all-reduced right after the kernel that makes its last gradient" }));
+    s.appendChild(table(["bucket", "gradients", "bytes", "all-reduced after", "the parameters' gradients"],
+      findings("schedule", "bucket").map(function (b) {
+        var of = grads.filter(function (g) { return g.x.bucket === b.x.bucket; });
+        return [b.x.bucket, b.x.gradients, bytes(b.x.bytes), el("span", {}, [kernelLink(b.x.after_kernel), " " + b.x.kernel_name]),
+                of.map(function (g) { return (g.x.param || "") + " (" + node(g) + ")"; }).join(", ")];
+      }), [1, 1, 1, 0, 0]));
+    var coll = findings("schedule", "collective");
+    if (coll.length) {
+      s.appendChild(el("h3", { text: "The tensor axis's collectives, in run order (over " + coll[0].x.ranks + " ranks)" }));
+      s.appendChild(table(["kernel", "phase", "op", "values", "bytes a rank sends", "place"], coll.map(function (f) {
+        return [kernelLink(f.x.kernel), f.x.phase, f.x.op, f.x.numel + " " + f.x.dtype, bytes(f.x.sent), place(f)];
+      }), [0, 0, 0, 1, 1, 0]));
+    }
+  }
+  function drawPrecisionReport(s) {
+    var same = findings("precision", "unchanged")[0];
+    if (same) { s.appendChild(el("p", { text: same.x.policy + ": " + same.reason })); return; }
+    s.appendChild(el("h3", { text: "bf16: the rules, and how many values each chose" }));
+    s.appendChild(table(["rule", "values", "why"], findings("precision", "rule").map(function (f) {
+      return [f.x.rule, f.x.values, f.reason];
+    }), [0, 1, 0]));
+    var vals = findings("precision", "value");
+    s.appendChild(later("every value (" + vals.length + "): its dtype and the rule that chose it", function () {
+      return table(["node", "op", "type", "rule", "place"], vals.map(function (f) {
+        return [node(f), f.x.op, f.x.type, f.x.rule, place(f)];
+      }));
+    }));
+  }
+  function drawShardingReport(s) {
+    var axis = findings("shard_tensor", "axis")[0], sum = findings("shard_tensor", "summary")[0];
+    s.appendChild(el("p", { text: "A tensor axis of " + axis.x.ranks + " ranks; rank " + axis.x.rank + "'s graph. " +
+      (sum ? sum.x.collectives + " collectives in the forward, " + bytes(sum.x.bytes) + " sent per rank; the backward all-reduces the gradient of " +
+             sum.x.replicated + " replicated values entering split computations." : "") }));
+    var rows = F.filter(function (f) { return f.pass === "shard_tensor" && /^(param|value|collective)$/.test(f.verdict); });
+    s.appendChild(table(["", "op", "name", "layout", "axis", "bytes a rank sends", "place"], rows.map(function (f) {
+      if (f.verdict === "param")
+        return ["split parameter", "param", f.x.name, f.x.split + (f.x.groups > 1 ? "/" + f.x.groups : "") + ": [" + f.x.part + "] of " + f.x.whole,
+                f.x.axis, "", place(f)];
+      if (f.verdict === "value") return ["split value", f.x.op, f.x.name || "", f.x.type + (f.x.groups > 1 ? " in groups" : ""), f.x.axis, "", place(f)];
+      return ["collective", f.x.op, "", "f32[" + f.x.numel + "]", "", bytes(f.x.sent), place(f)];
+    }), [0, 0, 0, 0, 1, 1, 0]));
+  }
+  function drawMatchesReport(s, pass) {
+    var rows = F.filter(function (f) { return f.pass === pass && f.verdict !== "summary"; });
+    var sum = findings(pass, "summary")[0];
+    if (sum) s.appendChild(el("p", { text: sum.x.replaced + " replaced" }));
+    s.appendChild(table(["", "node", "place", "what"], rows.map(function (f) {
+      var what = f.reason || (pass === "gelu" ? "%" + f.node + " = gelu(%" + f.x.input + ")"
+                                              : "q " + f.x.q_type + ", scale " + f.x.scale + (f.x.q_from ? ", q from " + f.x.q_from : ""));
+      return [f.verdict.replace("_", " "), node(f), place(f), what];
+    })));
+  }
   function drawReports() {
-    var s = section("reports", "Reports as text");
-    var d = el("details", {}, [el("summary", { text: "fusion (tgc --report fusion): every kernel, and every stop" }),
-                               el("pre", { text: D.fusion || "" })]);
-    s.appendChild(d);
-    var p = el("details", {}, [el("summary", { text: "the CUDA prelude every function compiles after" }),
-                               el("pre", { text: D.prelude || "" })]);
-    s.appendChild(p);
+    var s = section("reports", "Reports: what each pass decided");
+    s.appendChild(el("p", { "class": "muted", text: "Each pass records its decisions as findings (pass, verdict, node, .tg place, " +
+      "reason, numbers); the sections below draw them, and tgc --report NAME prints the same findings as text." }));
+    var drawn = [];
+    REPORTS.forEach(function (r) {
+      var of = findings(r[0]);
+      if (!of.length || (r[0] === "shard_tensor" && !findings(r[0], "axis").length)) return;
+      drawn.push([r[1], r[0], of.length, el("a", { href: "#report-" + r[1], text: "#report-" + r[1] })]);
+    });
+    s.appendChild(table(["report", "pass", "findings", "section"], drawn, [0, 0, 1, 0]));
+    var draw = { fuse: drawFusionReport, memplan: drawMemplanReport, schedule: drawScheduleReport,
+                 precision: drawPrecisionReport, shard_tensor: drawShardingReport };
+    var titles = { fuse: "Fusion: the kernels' totals, and every place fusion stopped",
+                   memplan: "Memory plan: every buffer, its bytes, offset and lifetime",
+                   schedule: "Schedule: the all-reduce buckets of the gradients",
+                   precision: "Precision: each value's dtype and the rule that chose it",
+                   shard_tensor: "Sharding: tensor parallelism's split parameters, values and collectives",
+                   flash_attn: "flash_attn: each causal attention matched, or why not",
+                   gelu: "gelu: each GELU matched" };
+    drawn.forEach(function (d) {
+      var t = reportSection(d[1], d[0], titles[d[1]]);
+      if (draw[d[1]]) draw[d[1]](t);
+      else drawMatchesReport(t, d[1]);
+    });
+    var p0 = section("prelude", "The CUDA prelude");
+    p0.appendChild(el("details", {}, [el("summary", { text: "the CUDA prelude every function compiles after" }),
+                                      el("pre", { text: D.prelude || "" })]));
   }
 
   /* ---- a run (tgrun's out_dir/report.html): curves, samples, config */

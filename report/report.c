@@ -413,6 +413,56 @@ static void write_collectives(FILE *out, const tg_cuda_plan *plan) {
   fputs("]", out);
 }
 
+/* A finding's number: an integer as one (bytes, ids, counts), else
+ * enough digits to tell it apart. */
+static void jnum(FILE *out, double v) {
+  if (v == (double)(long long)v && v > -1e15 && v < 1e15) fprintf(out, "%lld", (long long)v);
+  else if (v != v || v - v != 0) fputs("null", out); /* NaN, infinities: JSON has none */
+  else fprintf(out, "%.9g", v);
+}
+
+/* What the passes decided (passes/findings.h), as they recorded it:
+ * [pass, verdict, node, source index or -1, line, col, reason or null,
+ * {field: number or text}], in the order recorded; the page draws each
+ * pass's findings as tables, its places linked to the .tg lines. */
+static void write_findings(FILE *out, const tg_findings *s, const tg_source *const *files, int n_files) {
+  fputs(",\n\"findings\": [", out);
+  for (int i = 0; i < tg_findings_count(s); i++) {
+    const tg_finding *f = tg_findings_at(s, i);
+    fputs(i ? ",\n [" : "\n [", out);
+    jstr(out, f->pass);
+    fputs(", ", out);
+    jstr(out, f->verdict);
+    fprintf(out, ", %d, %d, %d, %d, ", f->node, source_index(files, n_files, f->loc.file), f->loc.line, f->loc.col);
+    if (f->reason) jstr(out, f->reason);
+    else fputs("null", out);
+    fputs(", {", out);
+    for (int k = 0; k < f->n_fields; k++) {
+      fputs(k ? ", " : "", out);
+      jstr(out, f->fields[k].name);
+      fputs(": ", out);
+      if (f->fields[k].text) jstr(out, f->fields[k].text);
+      else jnum(out, f->fields[k].number);
+    }
+    fputs("}]", out);
+  }
+  fputs("]", out);
+}
+
+/* The IR after each pass: [pass, bytes the same as the previous text's
+ * first, and last, the packed bytes between, the text's bytes]. */
+static void write_ir_after(FILE *out, const tg_report_page *r) {
+  fputs(",\n\"ir_after\": [", out);
+  for (int i = 0; i < r->n_ir_after; i++) {
+    const tg_report_ir *x = &r->ir_after[i];
+    fputs(i ? ",\n [" : "\n [", out);
+    jstr(out, x->pass);
+    /* base64: nothing to escape */
+    fprintf(out, ", %zu, %zu, \"%s\", %zu]", x->prefix, x->suffix, x->packed, x->bytes);
+  }
+  fputs("]", out);
+}
+
 /* The sources in the order they were read (the ctx's list is newest first). */
 static int collect_sources(const tg_source *s, const tg_source ***files) {
   int n = 0;
@@ -450,7 +500,8 @@ static void write_data(FILE *out, const tg_report_page *r) {
     write_collectives(out, r->plan);
     write_runs(out, r);
     jfield(out, ",\n\"step_svg\": ", r->step_svg);
-    jfield(out, ",\n\"fusion\": ", r->fusion_text);
+    write_findings(out, r->findings, files, n_files);
+    write_ir_after(out, r);
     jfield(out, ",\n\"ir_pass\": ", r->ir_pass);
     jfield(out, ", \"ir\": ", r->ir_text);
   }

@@ -7,8 +7,9 @@
  * kernels, the traffic counts, the pass log) and writes it as data, one
  * JSON block, that the page's own script (report/page.js, embedded at
  * build time with report/page.css) draws.  Nothing is fetched when the
- * page is viewed.  Where only text exists (the fusion report), the text is
- * embedded as it is and the script splits it by kernel. */
+ * page is viewed.  The passes' reports come as their findings (the same
+ * data `tgc --report NAME` renders as text), which the script draws as
+ * tables linked to the .tg lines. */
 #ifndef TG_REPORT_H
 #define TG_REPORT_H
 
@@ -26,6 +27,18 @@ typedef struct tg_report_phase {
   double seconds;
 } tg_report_phase;
 
+/* The IR after one pass (tg_print_ir's text), as the page embeds it,
+ * opened when the reader opens the pass: what it shares with the IR after
+ * the pass before (a pass rewrites a part of the graph: autodiff appends
+ * the backward, a pass that changes nothing changes no byte) is not
+ * embedded again; the rest is packed (tg_report_pack). */
+typedef struct tg_report_ir {
+  const char *pass;
+  size_t prefix, suffix; /* bytes the same as the previous text's first and last */
+  const char *packed;    /* the bytes between, packed */
+  size_t bytes;          /* the text's size */
+} tg_report_ir;
+
 typedef struct tg_report_page {
   const char *model;            /* the input, as named */
   const char *command;          /* the command line, for the reader to rerun */
@@ -40,12 +53,18 @@ typedef struct tg_report_page {
   const tg_cuda_plan *plan;
   const tg_cuda_kernels *ks;
   const tg_traffic *traffic;
-  const char *fusion_text;      /* the fusion report, or NULL */
+  const tg_findings *findings;  /* what the passes decided (passes/findings.h), or NULL */
+  const tg_report_ir *ir_after; /* the IR after each pass that ran, in order */
+  int n_ir_after;
   const char *ir_pass;          /* --dump-after PASS: the pass, and the IR after it, or NULL */
   const char *ir_text;
   const char *step_svg;         /* Graphviz's drawing of tg_report_step_dot, or NULL */
   const char *error;            /* the diagnostics of a model that failed, or NULL */
 } tg_report_page;
+
+/* text (n bytes) gzip'ed (zlib) and base64'ed (pack.c), in arena: what
+ * the page holds of a long text it opens on demand; NULL if zlib failed. */
+char *tg_report_pack(tg_arena *arena, const char *text, size_t n);
 
 /* Writes the page to out. */
 void tg_report_html(FILE *out, const tg_report_page *r);

@@ -210,6 +210,11 @@ typedef struct html_page {
   tg_pass_log log;
   struct timespec last; /* the end of the last phase timed */
   FILE *diag;           /* the diagnostics, kept for the error page */
+  tg_findings *findings; /* what every pass decided, in the compilation's arena */
+  tg_arena *arena;      /* the compilation's: the IR after each pass, packed */
+  tg_report_ir ir_after[TG_PASS_LOG_MAX];
+  const char *last_ir;  /* the IR text after the last pass kept, what the next one shares */
+  size_t last_ir_len;
   FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
   char *ir_text;
   size_t ir_len;
@@ -300,8 +305,47 @@ static char *step_drawing_finish(html_page *html, const char *dir) {
   return svg;
 }
 
+/* --report html: the IR after a pass, for the page (report.h:
+ * tg_report_ir): the bytes it shares with the IR after the pass before,
+ * at its start and its end, counted; the rest packed. */
+static void keep_ir(void *arg, const tg_pass_info *pass, const tg_graph *g) {
+  html_page *html = arg;
+  tg_report_page *page = &html->page;
+  if (page->n_ir_after >= TG_PASS_LOG_MAX) return;
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  if (!f) return;
+  tg_print_ir(f, g);
+  if (fclose(f) != 0) {
+    free(text);
+    return;
+  }
+  const char *last = html->last_ir;
+  size_t last_n = html->last_ir_len, prefix = 0, suffix = 0;
+  while (prefix < n && prefix < last_n && text[prefix] == last[prefix]) prefix++;
+  while (suffix < n - prefix && suffix < last_n - prefix && text[n - 1 - suffix] == last[last_n - 1 - suffix]) suffix++;
+  const char *packed = tg_report_pack(html->arena, text + prefix, n - prefix - suffix);
+  if (packed) {
+    html->ir_after[page->n_ir_after++] = (tg_report_ir){pass->name, prefix, suffix, packed, n};
+    page->ir_after = html->ir_after;
+    html->last_ir = tg_strndup(html->arena, text, n);
+    html->last_ir_len = n;
+  }
+  free(text);
+}
+
+/* --report html: what the passes will give the page, what each decided
+ * (its findings) and the IR after it, in the compilation's arena. */
+static void html_collect(html_page *html, tg_ctx *ctx, tg_pipeline_opts *po) {
+  po->findings = html->findings = tg_findings_new(ctx->arena);
+  html->arena = ctx->arena;
+  po->after_pass = keep_ir;
+  po->after_arg = html;
+}
+
 /* --report html, once the code and manifest are written: the traffic of
- * the step, the fusion report read back, and DIR/index.html. */
+ * the step, and DIR/index.html with the passes' findings. */
 static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   phase_done(h, "write code");
   tg_report_page *page = &h->html->page;
@@ -311,14 +355,7 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   page->ks = e->ks;
   page->sources = ctx->sources;
   page->traffic = tg_traffic_count(e->g->arena, e->plan, tg_gpu_find("h100"));
-  char why[256], *fusion = NULL;
-  size_t n;
-  snprintf(h->dir_file, strlen(dir) + 32, "%s/fusion.txt", dir);
-  if (!tg_read_whole_file(h->dir_file, &fusion, &n, why, sizeof why)) {
-    fprintf(stderr, "tgc: error: %s\n", why);
-    return 1;
-  }
-  page->fusion_text = fusion;
+  page->findings = h->html->findings;
   if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
   h->html->ir = NULL;
   phase_done(h, "traffic");
@@ -331,9 +368,8 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   int status = emit_to_file(h->dir_file, EMIT_HTML, &with_page);
   if (status == 0) printf("wrote %s/index.html: what the compiler did, one page\n", dir);
   h->html->written = status == 0;
-  free(fusion);
   free(svg);
-  page->fusion_text = NULL;
+  page->findings = NULL;
   page->step_svg = NULL;
   return status;
 }
@@ -449,6 +485,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
       po.report = fusion;
     }
   }
+  if (h->html) html_collect(h->html, ctx, &po);
   /* Every pass, in order: passes/pipeline.c. */
   if (status == 0) tg_run_pipeline(ctx, g, &po);
   phase_done(h, "passes");

@@ -8,7 +8,11 @@ Compiles GPT-2 124M (models/gpt2.tg) with --report html and opens the page:
 no console error; every section is there and drawn (a table or an SVG in
 each); clicking each .tg line that has kernels, and a line without, lights
 exactly the kernels the manifest's "where" names for that line; clicking a
-kernel lights its lines.  Then a model with an error: tgc fails, its page
+kernel lights its lines; the reports drawn from the passes' findings agree
+with their text (fusion.txt's stops, a place that lights its line, the
+memory plan, precision, the schedule; a tp=2 model's sharding rows); the
+IR after autodiff and fuse, unpacked in the browser, is tgc --dump-after's
+text; the page is under 5 MB.  Then a model with an error: tgc fails, its page
 shows the error, its caret and the message tgc printed.  With --tgrun, a
 4-step run's out_dir/report.html: its curves, samples and config.
 --screenshot writes a PNG of GPT-2's page (docs/report.png).
@@ -21,10 +25,12 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 SKIP = 77
 SYSTEM_PYTHON = '/usr/bin/python3'
-SECTIONS = ['summary', 'pipeline', 'source', 'graph', 'traffic', 'memory', 'collectives', 'reports']
+SECTIONS = ['summary', 'pipeline', 'source', 'graph', 'traffic', 'memory', 'collectives', 'reports', 'report-fusion',
+            'report-memplan', 'report-schedule', 'report-precision', 'report-flash_attn', 'report-gelu']
 
 
 def browser():
@@ -144,6 +150,120 @@ def check_graph(d):
     print('ok: the own layout: a repeated run opened, %d kernels drawn, before %d' % (opened, tiles))
 
 
+def table_rows(d, css):
+    """The rows (without the heading) of the tables under css, as lists of
+    their cells' text."""
+    return [[td.text for td in tr.find_elements('css selector', 'td')]
+            for tr in d.find_elements('css selector', css + ' tr') if tr.find_elements('css selector', 'td')]
+
+
+def open_details(d, section, summary_start):
+    """Opens the <details> of a section whose summary starts so (its table
+    is drawn when opened); returns the selector of its rows' table."""
+    for i, det in enumerate(d.find_elements('css selector', '#%s details' % section)):
+        summary = det.find_element('css selector', 'summary')
+        if summary.text.startswith(summary_start):
+            d.execute_script('arguments[0].scrollIntoView({block: "center"})', summary)  # not under the header
+            summary.click()
+            return '#%s details:nth-of-type(%d) table' % (section, i + 1)
+    fail('#%s has no details "%s..."' % (section, summary_start))
+
+
+def check_reports(d, out):
+    """The passes' reports drawn from their findings agree with the same
+    findings as text (DIR/fusion.txt, --report memplan's lines): every stop
+    of fusion and every buffer of the memory plan is a row; a stop's place
+    lights its .tg line."""
+    text = open(os.path.join(out, 'fusion.txt'), encoding='utf-8').read()
+    stops = re.findall(r'^fusion: stop at %(\d+) (\S+) \(([^:]+):(\d+)\): not in k(\d+): (.*)$', text, re.M)
+    rows = table_rows(d, open_details(d, 'report-fusion', 'every stop'))
+    if len(rows) != len(stops) or not stops:
+        fail('the fusion report on the page has %d stops, fusion.txt %d' % (len(rows), len(stops)))
+    for row, stop in zip(rows, stops):
+        node, op, file, line, kernel, why = stop
+        if row[0] != '%' + node or row[1] != op or not row[2].startswith('%s:%s:' % (file, line)) or \
+                row[3] != 'k' + kernel or row[4] != why:
+            fail('a stop on the page %s is not fusion.txt\'s %s' % (row, stop))
+    print('ok: fusion\'s %d stops on the page are fusion.txt\'s, place, kernel and reason' % len(stops))
+    link = d.find_elements('css selector', '#report-fusion details table a.place')[0]
+    f, n = link.get_attribute('data-file'), link.get_attribute('data-line')
+    d.execute_script('arguments[0].scrollIntoView({block: "center"})', link)
+    link.click()
+    lit = d.execute_script('return Array.prototype.map.call(document.querySelectorAll(".line.hl"), function (e) {'
+                           ' return e.dataset.file + ":" + e.dataset.line; });')
+    if lit != ['%s:%s' % (f, n)]:
+        fail('clicking the place %s lit the lines %s' % (link.text, lit))
+    print('ok: clicking a stop\'s place %s lights its .tg line' % link.text)
+    largest = table_rows(d, '#report-memplan > table:nth-of-type(2)')
+    buffers = table_rows(d, open_details(d, 'report-memplan', 'every buffer'))
+    if len(largest) != 10 or len(buffers) < 100:
+        fail('the memory plan on the page: %d largest, %d buffers' % (len(largest), len(buffers)))
+    print('ok: the memory plan\'s 10 largest and its %d buffers are drawn' % len(buffers))
+    rules = table_rows(d, '#report-precision > table')
+    if not rules or sum(int(r[1]) for r in rules) < 100:
+        fail('the precision report on the page has rules %s' % rules)
+    buckets = table_rows(d, '#report-schedule > table')
+    if not buckets or any(not r[4] for r in buckets):
+        fail('the schedule on the page: %s' % buckets)
+    print('ok: precision\'s %d rules and the schedule\'s %d buckets are drawn' % (len(rules), len(buckets)))
+
+
+def check_ir(d, tgc, src):
+    """The IR after a pass, packed on the page, unpacked in the browser
+    when its button is clicked: the text tgc --dump-after prints for the
+    same step (bf16, the training step), for autodiff (a backward) and
+    fuse (its kernels); every pass that ran has its button."""
+    passes = [tr.find_elements('css selector', 'td')[0].text
+              for tr in d.find_elements('css selector', '#pipeline tr') if tr.find_elements('css selector', 'td')]
+    buttons = [b.get_attribute('data-pass') for b in d.find_elements('css selector', '#pipeline button.ir-open')]
+    if buttons != passes or len(passes) < 10:
+        fail('the IR buttons %s are not one per pass %s' % (buttons, passes))
+    for name, must in (('autodiff', 'phase backward'), ('fuse', 'kernel k0 ')):
+        button = d.find_element('css selector', '#pipeline button.ir-open[data-pass="%s"]' % name)
+        d.execute_script('arguments[0].scrollIntoView({block: "center"})', button)
+        button.click()
+        shown = None
+        for _ in range(100):  # the browser unpacks it asynchronously
+            shown = d.execute_script('var v = document.querySelector("#pipeline .ir-view");'
+                                     'var p = v && v.dataset.pass === arguments[0] && v.querySelector("pre[data-ready]");'
+                                     'return p ? p.textContent : null;', name)
+            if shown is not None:
+                break
+            time.sleep(0.1)
+        if shown is None:
+            fail('the IR after %s was not unpacked' % name)
+        want = subprocess.run([tgc, os.path.join(src, 'models/gpt2.tg'), '--grad', '--precision', 'bf16',
+                               '--dump-after', name], check=True, stdout=subprocess.PIPE, text=True).stdout
+        want = want[:want.rindex('# the IR above')]
+        if shown != want or must not in shown or not re.search(r'^%\d+ = matmul ', shown, re.M):
+            fail('the IR after %s on the page (%d bytes) is not tgc --dump-after %s\'s (%d bytes)' %
+                 (name, len(shown), name, len(want)))
+        print('ok: the IR after %s unpacked on the page: %d bytes, as tgc --dump-after %s prints them' %
+              (name, len(shown), name))
+
+
+def check_sharding(d, tgc, src, work):
+    """A model with a tensor axis: its page has the sharding report, a row
+    per line of `tgc --report sharding` (each split parameter, split value
+    and collective)."""
+    model, defs = os.path.join(src, 'models/gpt2.tg'), ['-D', 'n_layer=1', '-D', 'tp=2', '--precision', 'bf16']
+    out = os.path.join(work, 'tp')
+    subprocess.run([tgc, model] + defs + ['--report', 'html', '-o', out], check=True, stdout=subprocess.DEVNULL)
+    text = subprocess.run([tgc, model] + defs + ['--report', 'sharding'], check=True, stdout=subprocess.PIPE,
+                          text=True).stdout
+    want = [l for l in text.splitlines() if l.startswith('  ')]
+    d.get('file://' + os.path.join(out, 'index.html'))
+    rows = table_rows(d, '#report-sharding table')
+    if len(rows) != len(want) or not want:
+        fail('the sharding report on the page has %d rows, --report sharding %d' % (len(rows), len(want)))
+    if sum(r[0] == 'collective' for r in rows) != sum(l.split()[0] in ('all_reduce', 'all_max') for l in want):
+        fail('the sharding report on the page has other collectives than --report sharding')
+    errors = console_errors(d)
+    if errors:
+        fail('console errors on the tensor-parallel page: %s' % errors)
+    print('ok: tensor parallelism\'s page: the sharding report\'s %d rows' % len(rows))
+
+
 def check_good(d, tgc, src, work, screenshot):
     out = os.path.join(work, 'gpt2')
     subprocess.run([tgc, os.path.join(src, 'models/gpt2.tg'), '--report', 'html', '-o', out], check=True,
@@ -158,6 +278,12 @@ def check_good(d, tgc, src, work, screenshot):
     check_sections(d)
     check_lines(d, json.load(open(os.path.join(out, 'manifest.json'))))
     check_graph(d)
+    check_reports(d, out)
+    check_ir(d, tgc, src)
+    size = os.path.getsize(page)
+    if size >= 5 << 20:
+        fail('GPT-2 124M\'s page is %d bytes, over 5 MB' % size)
+    print('ok: GPT-2 124M\'s page is %d bytes (under 5 MB)' % size)
     errors = console_errors(d)
     if errors:
         fail('console errors: %s' % errors)
@@ -204,7 +330,7 @@ def check_bad(d, tgc, src, work):
     d.get('file://' + os.path.join(work, 'no_loss', 'index.html'))
     rows = [[td.text for td in tr.find_elements('css selector', 'td')]
             for tr in d.find_elements('css selector', '#pipeline tr')][1:]
-    if not rows or rows[-1][0] != 'autodiff' or rows[-1][-1] != 'stopped here' or 'stopped here' in rows[-2]:
+    if not rows or rows[-1][0] != 'autodiff' or rows[-1][5] != 'stopped here' or 'stopped here' in rows[-2]:
         fail('the page of a model failing in autodiff shows the passes %s' % rows)
     if "no output named 'loss'" not in d.find_element('css selector', '#error pre').text:
         fail('the page of a model failing in autodiff lacks its error')
@@ -282,6 +408,7 @@ def main():
     d = browser()
     try:
         check_good(d, tgc, src, work, opt.get('--screenshot'))
+        check_sharding(d, tgc, src, work)
         check_bad(d, tgc, src, work)
         if '--tgrun' in opt:
             check_run(d, opt['--tgrun'], src, work)

@@ -35,7 +35,9 @@ static char *run_pass(tg_ctx *ctx, tg_graph *g) {
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("flash_attn failed: %s", tu_errors(ctx));
-  tg_flash_attn(ctx, g, f);
+  tg_findings *findings = tg_findings_new(ctx->arena);
+  tg_flash_attn(ctx, g, findings);
+  tg_findings_print(f, findings, "flash_attn");
   fclose(f);
   ck_assert_msg(tg_verify(ctx, g), "graph broken: %s", tu_errors(ctx));
   for (int i = 0; i < g->n_nodes; i++) ck_assert_int_eq(g->nodes[i]->id, i);

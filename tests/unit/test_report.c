@@ -19,25 +19,29 @@ static int count(const char *s, const char *what) {
 }
 
 /* GPT-2 at the given -D overrides, compiled as tgc --report html does:
- * bf16, the whole step with its pass log, lowered for CUDA, planned and
- * its traffic counted; then the page, written into a string. */
+ * bf16, the whole step with its pass log and every pass's findings,
+ * lowered for CUDA, planned and its traffic counted; then the page,
+ * written into a string. */
 static char *gpt2_page(tg_ctx *ctx, int n_defs, const char *const *defs, tg_pass_log *log, size_t *size,
                        const tg_program **program) {
+  tg_findings *findings = tg_findings_new(ctx->arena);
   tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), n_defs, defs);
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("compiling failed: %s", tu_errors(ctx));
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
-                         .pad_multiple = 64, .log = log};
+                         .pad_multiple = 64, .log = log, .findings = findings};
   tg_run_pipeline(ctx, g, &po);
   tg_program *p = tg_lower_ex(ctx, g, true);
   tg_cuda_plan *plan = tg_cuda_plan_make(g->arena, p);
   const tg_cuda_kernels *ks = tg_cuda_kernels_make(g->arena, p, plan);
   ctx->bail = NULL;
+  /* a reason that could close the data's <script> */
+  tg_find(findings, "fuse", "stop", 0, (tg_loc){0}, "</script><b>");
   tg_report_page page = {.model = "models/gpt2.tg", .command = "tgc models/gpt2.tg --report html -o out",
                          .precision = "bf16", .sources = ctx->sources, .passes = log, .g = g, .p = p, .plan = plan,
                          .ks = ks, .traffic = tg_traffic_count(g->arena, plan, tg_gpu_find("h100")),
-                         .fusion_text = "fusion: k0 \"</script><b>\"\n", .ir_pass = "fuse",
+                         .findings = findings, .ir_pass = "fuse",
                          .ir_text = "# tg IR 1 </script>\n"};
   page.phases[page.n_phases++] = (tg_report_phase){"frontend", 0.01};
   char *s = NULL;
@@ -82,6 +86,15 @@ START_TEST(gpt2_124m_page_is_whole_and_self_contained) {
   ck_assert_ptr_nonnull(strstr(page, "\"collectives\": []")); /* no ZeRO: the all-reduces are buckets */
   ck_assert_ptr_nonnull(strstr(page, "\"buckets\": [["));
   ck_assert_ptr_nonnull(strstr(page, "\"runs\": [[0, ")); /* from the first kernel (the layers: tg_report_step_dot's checks) */
+  ck_assert_ptr_nonnull(strstr(page, "\"fuse\", \"stop\", 0, -1, 0, 0, \"\\u003c/script>\\u003cb>\", {}]"));
+  /* the passes' findings: one per kernel, per buffer, per bucket, and
+   * every value's precision (bf16) */
+  const tg_graph *g = p->g;
+  ck_assert_int_eq(count(page, "[\"fuse\", \"kernel\", "), g->n_kernels);
+  ck_assert_int_eq(count(page, "[\"memplan\", \"buffer\", "), g->memplan->n_buffers);
+  ck_assert_int_eq(count(page, "[\"schedule\", \"bucket\", "), g->allreduce->n_buckets);
+  ck_assert_int_gt(count(page, "[\"precision\", \"value\", "), 500);
+  ck_assert_int_eq(count(page, "[\"flash_attn\", \"matched\", "), 12);
   /* every kernel of the program, by number and name */
   for (int i = 0; i < p->n_kernels; i++) {
     char want[512];
