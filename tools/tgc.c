@@ -5,6 +5,7 @@
  * passes of later stages are called here, one line each, in order. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
@@ -213,6 +214,7 @@ typedef struct html_page {
   tg_findings *findings; /* what every pass decided, in the compilation's arena */
   tg_arena *arena;      /* the compilation's: the IR after each pass, packed */
   tg_report_ir ir_after[TG_PASS_LOG_MAX];
+  struct ir_packing *packing[TG_PASS_LOG_MAX]; /* each ir_after's packing, on a thread of its own */
   const char *last_ir;  /* the IR text after the last pass kept, what the next one shares */
   size_t last_ir_len;
   FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
@@ -305,6 +307,51 @@ static char *step_drawing_finish(html_page *html, const char *dir) {
   return svg;
 }
 
+/* The packing of one pass's IR (zlib, base64: a tenth of tgc's time for
+ * GPT-2) runs on a thread while the next passes run; the page waits for
+ * them all (ir_packed).  Each has its text and an arena of its own. */
+typedef struct ir_packing {
+  pthread_t thread;
+  bool threaded;
+  char *text;
+  size_t n;
+  tg_arena *arena;
+  const char *packed; /* NULL: packing failed */
+} ir_packing;
+
+static void *pack_ir(void *arg) {
+  ir_packing *k = arg;
+  k->packed = tg_report_pack(k->arena, k->text, k->n);
+  return NULL;
+}
+
+/* Waits for every packing; the page keeps the IR up to the first that
+ * failed (each later text is told as a change of the one before). */
+static void ir_packed(html_page *html) {
+  int kept = html->page.n_ir_after;
+  for (int i = 0; i < html->page.n_ir_after; i++) {
+    ir_packing *k = html->packing[i];
+    if (!k) continue;
+    if (k->threaded) pthread_join(k->thread, NULL);
+    k->threaded = false;
+    free(k->text);
+    k->text = NULL;
+    html->ir_after[i].packed = k->packed;
+    if (!k->packed && i < kept) kept = i;
+  }
+  html->page.n_ir_after = kept;
+}
+
+static void ir_packings_free(html_page *html) {
+  ir_packed(html);
+  for (int i = 0; i < TG_PASS_LOG_MAX; i++)
+    if (html->packing[i]) {
+      tg_arena_free(html->packing[i]->arena);
+      free(html->packing[i]);
+      html->packing[i] = NULL;
+    }
+}
+
 /* --report html: the IR after a pass, for the page (report.h:
  * tg_report_ir): the bytes it shares with the IR after the pass before,
  * at its start and its end, counted; the rest packed. */
@@ -325,13 +372,18 @@ static void keep_ir(void *arg, const tg_pass_info *pass, const tg_graph *g) {
   size_t last_n = html->last_ir_len, prefix = 0, suffix = 0;
   while (prefix < n && prefix < last_n && text[prefix] == last[prefix]) prefix++;
   while (suffix < n - prefix && suffix < last_n - prefix && text[n - 1 - suffix] == last[last_n - 1 - suffix]) suffix++;
-  const char *packed = tg_report_pack(html->arena, text + prefix, n - prefix - suffix);
-  if (packed) {
-    html->ir_after[page->n_ir_after++] = (tg_report_ir){pass->name, prefix, suffix, packed, n};
-    page->ir_after = html->ir_after;
-    html->last_ir = tg_strndup(html->arena, text, n);
-    html->last_ir_len = n;
-  }
+  ir_packing *k = tg_xcalloc(1, sizeof *k);
+  k->n = n - prefix - suffix;
+  k->text = tg_xmalloc(k->n + 1);
+  memcpy(k->text, text + prefix, k->n);
+  k->arena = tg_arena_new();
+  k->threaded = pthread_create(&k->thread, NULL, pack_ir, k) == 0;
+  if (!k->threaded) pack_ir(k);
+  html->packing[page->n_ir_after] = k;
+  html->ir_after[page->n_ir_after++] = (tg_report_ir){pass->name, prefix, suffix, NULL, n};
+  page->ir_after = html->ir_after;
+  html->last_ir = tg_strndup(html->arena, text, n);
+  html->last_ir_len = n;
   free(text);
 }
 
@@ -356,6 +408,7 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   page->sources = ctx->sources;
   page->traffic = tg_traffic_count(e->g->arena, e->plan, tg_gpu_find("h100"));
   page->findings = h->html->findings;
+  ir_packed(h->html);
   if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
   h->html->ir = NULL;
   phase_done(h, "traffic");
@@ -938,6 +991,7 @@ static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg
 /* The diagnostics kept for the page, to stderr where they belong. */
 static void html_end(html_page *html) {
   if (html->dot_running) waitpid(html->dot_pid, NULL, 0);
+  ir_packings_free(html);
   if (html->ir) fclose(html->ir);
   free(html->ir_text);
   *html = (html_page){.diag = html->diag};
