@@ -325,6 +325,13 @@ static void *pack_ir(void *arg) {
   return NULL;
 }
 
+static void packing_done(ir_packing *k) {
+  if (k->threaded) pthread_join(k->thread, NULL);
+  k->threaded = false;
+  free(k->text);
+  k->text = NULL;
+}
+
 /* Waits for every packing; the page keeps the IR up to the first that
  * failed (each later text is told as a change of the one before). */
 static void ir_packed(html_page *html) {
@@ -332,20 +339,18 @@ static void ir_packed(html_page *html) {
   for (int i = 0; i < html->page.n_ir_after; i++) {
     ir_packing *k = html->packing[i];
     if (!k) continue;
-    if (k->threaded) pthread_join(k->thread, NULL);
-    k->threaded = false;
-    free(k->text);
-    k->text = NULL;
+    packing_done(k);
     html->ir_after[i].packed = k->packed;
     if (!k->packed && i < kept) kept = i;
   }
   html->page.n_ir_after = kept;
 }
 
+/* Every packing, whatever the page kept (an error page keeps none). */
 static void ir_packings_free(html_page *html) {
-  ir_packed(html);
   for (int i = 0; i < TG_PASS_LOG_MAX; i++)
     if (html->packing[i]) {
+      packing_done(html->packing[i]);
       tg_arena_free(html->packing[i]->arena);
       free(html->packing[i]);
       html->packing[i] = NULL;
