@@ -496,6 +496,22 @@ static const char *const_text(emitter *e, const tg_node *n) {
   return tg_sprintf(e->arena, "%lld", (long long)n->value);
 }
 
+/* Coordinates c of an elementwise node's result as coordinates of its
+ * input in (broadcast dims read at 0), as an elementwise op reads its inputs. */
+static const char **input_coords(emitter *e, const tg_node *n, const tg_node *in, const char **c) {
+  const tg_type *it = &in->type;
+  const char **ic = tg_alloc(e->arena, sizeof(char *) * (size_t)(it->rank + 1));
+  for (int j = 0; j < it->rank; j++) ic[j] = it->dim[j].size == 1 ? "0" : c[j + n->type.rank - it->rank];
+  return ic;
+}
+
+/* An in-place update of a state leaf where a condition holds,
+ * assign(s, where(cond, x, s)) with s read whole at the point it is
+ * written (the decode step's key/value cache row: cond is "this row is
+ * pos"), stored only where cond holds: the rows it keeps are neither read
+ * nor written back, which was a fifth of a GPT-2 decode step (the caches
+ * rewritten whole for one row).  The same values land in memory.  C only:
+ * the CUDA nests store per lane, and their traffic count reads the load. */
 /* n's value (computed here) at coordinates c, emitted at depth d. */
 static const char *compute(emitter *e, const tg_node *n, const char **c, int d) {
   const tg_type *t = &n->type;
@@ -504,12 +520,7 @@ static const char *compute(emitter *e, const tg_node *n, const char **c, int d) 
   }
   if (tg_ops[n->op].kind == TG_KIND_ELEMENTWISE) {
     val x[3];
-    for (int i = 0; i < n->nin; i++) {
-      const tg_type *it = &n->in[i]->type;
-      const char **ic = tg_alloc(e->arena, sizeof(char *) * (size_t)(it->rank + 1));
-      for (int j = 0; j < it->rank; j++) ic[j] = it->dim[j].size == 1 ? "0" : c[j + t->rank - it->rank];
-      x[i] = value_at(e, n->in[i], ic, d);
-    }
+    for (int i = 0; i < n->nin; i++) x[i] = value_at(e, n->in[i], input_coords(e, n, n->in[i], c), d);
     return op_expr(e, n, x);
   }
   switch (n->op) {
@@ -695,22 +706,6 @@ static const char *store_conv(emitter *e, tg_dtype t, const char *v) {
  * not vary along a domain axis, only the point at coordinate 0 of that axis
  * stores (the others would write the same value to the same place).  The
  * value's statements go to depth d, the store itself to `to`. */
-/* Coordinates c of an elementwise node's result as coordinates of its
- * input in (broadcast dims read at 0), as compute() reads its inputs. */
-static const char **input_coords(emitter *e, const tg_node *n, const tg_node *in, const char **c) {
-  const tg_type *it = &in->type;
-  const char **ic = tg_alloc(e->arena, sizeof(char *) * (size_t)(it->rank + 1));
-  for (int j = 0; j < it->rank; j++) ic[j] = it->dim[j].size == 1 ? "0" : c[j + n->type.rank - it->rank];
-  return ic;
-}
-
-/* An in-place update of a state leaf where a condition holds,
- * assign(s, where(cond, x, s)) with s read whole at the point it is
- * written (the decode step's key/value cache row: cond is "this row is
- * pos"), stored only where cond holds: the rows it keeps are neither read
- * nor written back, which was a fifth of a GPT-2 decode step (the caches
- * rewritten whole for one row).  The same values land in memory.  C only:
- * the CUDA nests store per lane, and their traffic count reads the load. */
 static bool conditional_update(const emitter *e, const tg_node *n) {
   if (e->d != TG_DIALECT_C || n->op != TG_OP_assign || e->vec > 1) return false;
   const tg_node *w = n->in[1], *s = n->in[0];
