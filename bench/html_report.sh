@@ -1,60 +1,83 @@
 #!/usr/bin/env bash
 # bench/html_report.sh: what tgc --report html costs on top of --emit cuda.
 #
-#   bench/html_report.sh [BUILD_DIR] [RUNS]      (defaults: build, 7)
+#   bench/html_report.sh [BUILD_DIR] [RUNS]      (defaults: build, 15)
 #
 # GPT-2 124M's training step (models/gpt2.tg, bf16): `tgc --grad --emit cuda
 # -o DIR` (the .cu, manifest.json, fusion.txt) against `tgc --report html -o
-# DIR` (the same files and index.html: the step's traffic counted, the step
-# drawn by Graphviz's dot, which tgc runs beside its own work, and the page
-# written), and that again with no dot on PATH (the page's own layout).  The two run in turns, RUNS times each, and the median wall
-# time of each is compared: the page should cost at most 10% (issue 28).
-# The build machines are shared: wall time swings with their load, so the
-# CPU time (user + system) is compared too, and the least of each printed.
+# DIR` (the same files and index.html: the IR after every pass, the step's
+# traffic counted, the step drawn by Graphviz's dot, which tgc runs beside
+# its own work, and the page written), and that again with no dot on PATH
+# (the page's own layout).  Issue 28 allows the page 10%.
+#
+# Three measures, since the build machines are shared virtual machines
+# whose speed swings by half from minute to minute:
+#   - wall and CPU time (user + system, tgc and its children: dot), from
+#     bash's `time` to the millisecond.  The three commands run in turns,
+#     RUNS times; each turn gives a ratio of two neighbouring runs, and the
+#     median of those ratios is the figure (a swing of the machine's speed
+#     moves both runs of a turn alike);
+#   - instructions, counted by valgrind's callgrind where it is installed:
+#     tgc's own, every thread's (the IR's packing runs on threads of its
+#     own), not dot's (a process of its own).  They do not depend on the
+#     load at all.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
-runs=${2:-7}
+runs=${2:-15}
 tgc=$build/tgc
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$src"
 
+emit_cmd=("$tgc" models/gpt2.tg --grad --emit cuda -o "$tmp/emit_dir")
+html_cmd=("$tgc" models/gpt2.tg --report html -o "$tmp/html_dir")
+# without Graphviz (dot not on PATH): the page's own layout only
+nodot_cmd=(env PATH=/nonexistent "$tgc" models/gpt2.tg --report html -o "$tmp/nodot_dir")
+
 secs() { # secs CMD...: runs CMD, prints its wall seconds and its CPU seconds (user + system)
-  /usr/bin/time -f '%e %U %S' -o "$tmp/time" "$@" > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
-  awk '{ printf "%s %.2f\n", $1, $2 + $3 }' "$tmp/time"
+  # bash's own `time` reads the clock and getrusage to the millisecond
+  # (GNU time's %e and %U count in hundredths: a tick was 2.5% of a run)
+  local TIMEFORMAT='%3R %3U %3S' t
+  t=$( { time "$@" > "$tmp/out" 2>&1; } 2>&1 ) || { cat "$tmp/out" >&2; exit 1; }
+  awk '{ printf "%s %.3f\n", $1, $2 + $3 }' <<< "$t"
 }
 
-: > "$tmp/emit"
-: > "$tmp/html"
-: > "$tmp/nodot"
-for _ in $(seq "$runs"); do
-  secs "$tgc" models/gpt2.tg --grad --emit cuda -o "$tmp/emit_dir" >> "$tmp/emit"
-  secs "$tgc" models/gpt2.tg --report html -o "$tmp/html_dir" >> "$tmp/html"
-  # without Graphviz (dot not on PATH): the page's own layout only
-  secs env PATH=/nonexistent "$tgc" models/gpt2.tg --report html -o "$tmp/nodot_dir" >> "$tmp/nodot"
+echo "html_report: GPT-2 124M's step, $runs turns of the three commands (load $(cut -d' ' -f1 /proc/loadavg))"
+: > "$tmp/turns"
+for i in $(seq "$runs"); do
+  # every other turn in the reverse order: neither always runs first
+  if [ $((i % 2)) = 1 ]; then
+    e=$(secs "${emit_cmd[@]}"); h=$(secs "${html_cmd[@]}"); n=$(secs "${nodot_cmd[@]}")
+  else
+    n=$(secs "${nodot_cmd[@]}"); h=$(secs "${html_cmd[@]}"); e=$(secs "${emit_cmd[@]}")
+  fi
+  echo "$e $h $n" >> "$tmp/turns"
+  printf '\r  turn %d/%d' "$i" "$runs" >&2
 done
-# the median and the least of column c
-stats() { sort -n -k "$2" "$1" | awk -v c="$2" '{ v[NR] = $c } END { printf "%.3f %.3f\n", v[int((NR + 1) / 2)], v[1] }'; }
-read -r emit_wall emit_wall_min < <(stats "$tmp/emit" 1)
-read -r html_wall html_wall_min < <(stats "$tmp/html" 1)
-read -r emit_cpu emit_cpu_min < <(stats "$tmp/emit" 2)
-read -r html_cpu html_cpu_min < <(stats "$tmp/html" 2)
-read -r nodot_wall nodot_wall_min < <(stats "$tmp/nodot" 1)
-read -r nodot_cpu nodot_cpu_min < <(stats "$tmp/nodot" 2)
-size=$(stat -c %s "$tmp/html_dir/index.html")
-echo "html_report: GPT-2 124M, $runs runs each in turns; seconds, median (least)"
-printf '  %-34s wall %s (%s)  cpu %s (%s)\n' "tgc --grad --emit cuda -o DIR" "$emit_wall" "$emit_wall_min" "$emit_cpu" "$emit_cpu_min"
-printf '  %-34s wall %s (%s)  cpu %s (%s)  index.html %s bytes\n' "tgc --report html -o DIR" "$html_wall" "$html_wall_min" \
-  "$html_cpu" "$html_cpu_min" "$size"
-printf '  %-34s wall %s (%s)  cpu %s (%s)\n' "... without Graphviz's dot" "$nodot_wall" "$nodot_wall_min" "$nodot_cpu" "$nodot_cpu_min"
-# CPU seconds are counted in hundredths: their sums over all runs compare finer
-emit_sum=$(awk '{ s += $2 } END { print s }' "$tmp/emit")
-html_sum=$(awk '{ s += $2 } END { print s }' "$tmp/html")
-nodot_sum=$(awk '{ s += $2 } END { print s }' "$tmp/nodot")
-awk -v a="$emit_wall" -v b="$html_wall" -v c="$emit_cpu" -v d="$html_cpu" -v e="$emit_sum" -v f="$html_sum" \
-  'BEGIN { printf "  the page costs %+.1f%% wall, %+.1f%% cpu (medians), %+.1f%% cpu (all runs: %.2f s against %.2f s) of --emit cuda (issue 28: at most 10%%)\n",
-           100 * (b / a - 1), 100 * (d / c - 1), 100 * (f / e - 1), f, e }'
-awk -v a="$emit_wall" -v b="$nodot_wall" -v c="$emit_cpu" -v d="$nodot_cpu" -v e="$emit_sum" -v f="$nodot_sum" \
-  'BEGIN { printf "  without dot:   %+.1f%% wall, %+.1f%% cpu (medians), %+.1f%% cpu (all runs: %.2f s)\n",
-           100 * (b / a - 1), 100 * (d / c - 1), 100 * (f / e - 1), f }'
+echo >&2
+# columns: emit wall, cpu, html wall, cpu, nodot wall, cpu
+median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.4f", v[int((NR + 1) / 2)] }'; }
+col() { awk -v c="$1" '{ print $c }' "$tmp/turns" | median; }
+ratio() { awk -v a="$1" -v b="$2" '{ print $b / $a }' "$tmp/turns" | median; }
+printf '  %-34s wall %.3f s  cpu %.3f s (medians)\n' "tgc --grad --emit cuda -o DIR" "$(col 1)" "$(col 2)"
+printf '  %-34s wall %.3f s  cpu %.3f s  index.html %s bytes\n' "tgc --report html -o DIR" "$(col 3)" "$(col 4)" \
+  "$(stat -c %s "$tmp/html_dir/index.html")"
+printf '  %-34s wall %.3f s  cpu %.3f s\n' "... without Graphviz's dot" "$(col 5)" "$(col 6)"
+awk -v w="$(ratio 1 3)" -v c="$(ratio 2 4)" -v nw="$(ratio 1 5)" -v nc="$(ratio 2 6)" 'BEGIN {
+  printf "  the page costs %+.1f%% wall, %+.1f%% cpu (dot'"'"'s included) of --emit cuda (medians of the turns'"'"' ratios; issue 28: at most 10%%)\n", 100 * (w - 1), 100 * (c - 1)
+  printf "  without dot:   %+.1f%% wall, %+.1f%% cpu\n", 100 * (nw - 1), 100 * (nc - 1) }'
+
+if command -v valgrind > /dev/null; then
+  instructions() { # instructions CMD...: what callgrind counts of CMD's own instructions, every thread's
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$@" > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
+    awk '/^summary:/ { print $2 }' "$tmp/cg.out"
+  }
+  ie=$(instructions "${emit_cmd[@]}")
+  ih=$(instructions "${html_cmd[@]}")
+  awk -v e="$ie" -v h="$ih" 'BEGIN {
+    printf "  instructions (callgrind; tgc'"'"'s own, every thread, not dot'"'"'s): --emit cuda %.0f M, --report html %.0f M: %+.1f%%\n",
+           e / 1e6, h / 1e6, 100 * (h / e - 1) }'
+else
+  echo "  instructions: valgrind is not installed (apt-get install valgrind), not counted"
+fi

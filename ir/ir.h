@@ -330,6 +330,19 @@ bool tg_verify(tg_ctx *ctx, const tg_graph *g);
 /* The IR text form (docs/ir.md): one line per node, readable back by
  * tg_read_ir, printing the result reproduces the text byte for byte. */
 void tg_print_ir(FILE *out, const tg_graph *g);
+/* The same text into *text, NUL-terminated: its length.  *text is a
+ * buffer of *cap bytes (NULL and 0 at first) grown with realloc, which the
+ * caller frees: passed back in, it is reused (tgc --report html prints the
+ * IR after every pass: fresh memory for each was a tenth of its cost). */
+size_t tg_print_ir_to(char **text, size_t *cap, const tg_graph *g);
+/* A 64-bit hash of everything tg_print_ir writes, read from the graph's
+ * fields without printing (a fiftieth of the cost): two graphs with the
+ * same fingerprint print the same text, but for a collision.  Strings
+ * count by address (arena strings are never changed in place), so the
+ * same text in a new string changes it: it may say "changed" for a graph
+ * that prints the same, never the reverse.  tgc --report html prints the
+ * IR after a pass only when the pass changed it. */
+uint64_t tg_ir_fingerprint(const tg_graph *g);
 tg_graph *tg_read_ir(tg_ctx *ctx, const tg_source *src); /* bails on error */
 void tg_print_dot(FILE *out, const tg_graph *g);
 
@@ -348,5 +361,11 @@ void tg_print_stats(FILE *out, const tg_graph *g);
 
 /* Shortest decimal text that reads back to exactly d ("0.02", "-inf"). */
 char *tg_fmt_double(double d, char *buf, size_t n);
+/* v in decimal, as "%lld" writes it, into buf (TG_FMT_INT_MAX bytes; no
+ * NUL): where its digits start in buf.  Printers of many numbers (the IR
+ * text, the page's JSON) use it for fprintf's reading of its format costs
+ * more than the number. */
+enum { TG_FMT_INT_MAX = 24 };
+const char *tg_fmt_int(long long v, char *buf, size_t *len);
 
 #endif

@@ -26,14 +26,40 @@
  * pieces: the IR is many short pieces (a ref, a comma, a type), and
  * stdio's per-call cost was most of printing it (tgc --report html prints
  * it after every pass). */
+enum { TYPED_SLOTS = 64 };
+typedef struct typed_slot {
+  tg_type type;
+  size_t len; /* 0: empty */
+  char text[120];
+} typed_slot;
+
 typedef struct writer {
-  FILE *out;
+  FILE *out;   /* or NULL: into *text */
+  char **text; /* tg_print_ir_to's: grown with realloc */
+  size_t *cap, len;
   size_t n;
   char buf[1 << 15];
+  typed_slot types[TYPED_SLOTS]; /* print_type's spellings */
 } writer;
 
+static void w_write(writer *w, const char *s, size_t n) {
+  if (w->out) {
+    fwrite(s, 1, n, w->out);
+    return;
+  }
+  if (w->len + n + 1 > *w->cap) {
+    size_t cap = *w->cap ? *w->cap : 1 << 16;
+    while (w->len + n + 1 > cap) cap *= 2;
+    *w->text = tg_xrealloc(*w->text, cap);
+    *w->cap = cap;
+  }
+  memcpy(*w->text + w->len, s, n);
+  w->len += n;
+  (*w->text)[w->len] = 0;
+}
+
 static void w_flush(writer *w) {
-  if (w->n) fwrite(w->buf, 1, w->n, w->out);
+  if (w->n) w_write(w, w->buf, w->n);
   w->n = 0;
 }
 
@@ -41,7 +67,7 @@ static void w_put(writer *w, const char *s, size_t n) {
   if (w->n + n > sizeof w->buf) {
     w_flush(w);
     if (n > sizeof w->buf) {
-      fwrite(s, 1, n, w->out);
+      w_write(w, s, n);
       return;
     }
   }
@@ -84,12 +110,10 @@ static void w_printf(writer *w, const char *fmt, ...) {
  * and tgc --report html prints it after every pass, where fprintf's
  * parsing of its format is most of the time. */
 static void put_int(writer *out, long long v) {
-  char buf[24], *p = buf + sizeof buf;
-  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-  do *--p = (char)('0' + u % 10);
-  while (u /= 10);
-  if (v < 0) *--p = '-';
-  w_put(out, p, (size_t)(buf + sizeof buf - p));
+  char buf[TG_FMT_INT_MAX];
+  size_t n;
+  const char *p = tg_fmt_int(v, buf, &n);
+  w_put(out, p, n);
 }
 
 /* Quoted string: '"' and '\' escaped, bytes outside printable ASCII as \xNN
@@ -127,27 +151,82 @@ static void print_ref(writer *out, const tg_graph *g, const tg_node *n) {
 
 /* As tg_type_str spells it ("f32[B=8, T=1024, 64]"), written straight
  * out: no symbol name is ever cut short (that would break the round trip). */
+/* t's text into buf (cap bytes): its length, or 0 if it does not fit. */
+static size_t spell_type(const tg_type *t, char *buf, size_t cap) {
+  size_t n = 0;
+#define PUT(s, len)                                                                                                    \
+  do {                                                                                                                 \
+    if (n + (len) >= cap) return 0;                                                                                    \
+    memcpy(buf + n, s, len);                                                                                           \
+    n += len;                                                                                                          \
+  } while (0)
+  const char *dt = tg_dtype_name(t->dtype);
+  PUT(dt, strlen(dt));
+  PUT("[", 1);
+  for (int i = 0; i < t->rank; i++) {
+    if (i) PUT(", ", 2);
+    if (t->dim[i].sym) {
+      PUT(t->dim[i].sym, strlen(t->dim[i].sym));
+      PUT("=", 1);
+    }
+    char num[TG_FMT_INT_MAX];
+    size_t len;
+    const char *digits = tg_fmt_int((long long)t->dim[i].size, num, &len);
+    PUT(digits, len);
+  }
+  PUT("]", 1);
+#undef PUT
+  return n;
+}
+
+static bool same_type(const tg_type *a, const tg_type *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i].size != b->dim[i].size || a->dim[i].sym != b->dim[i].sym) return false;
+  return true;
+}
+
+/* As tg_type_str spells it ("f32[B=8, T=1024, 64]"), written straight
+ * out: no symbol name is ever cut short (that would break the round trip).
+ * A graph has a few dozen types on thousands of nodes: each is spelled
+ * once, in the writer's cache, by its dtype, sizes and symbols. */
 static void print_type(writer *out, const tg_type *t) {
   if (t->rank < 0 || t->rank > TG_MAX_RANK) {
     w_printf(out, "%s[<rank %d>]", tg_dtype_name(t->dtype), t->rank);
     return;
   }
-  w_puts(out, tg_dtype_name(t->dtype));
-  w_putc(out, '[');
-  for (int i = 0; i < t->rank; i++) {
-    if (i) w_puts(out, ", ");
-    if (t->dim[i].sym) {
-      w_puts(out, t->dim[i].sym);
-      w_putc(out, '=');
+  uint64_t h = (uint64_t)t->dtype * 31 + (uint64_t)t->rank;
+  for (int i = 0; i < t->rank; i++) h = (h ^ (uint64_t)t->dim[i].size ^ (uint64_t)(uintptr_t)t->dim[i].sym) * 0x100000001b3ULL;
+  typed_slot *c = &out->types[(h ^ h >> 29) % TYPED_SLOTS];
+  if (!c->len || !same_type(&c->type, t)) {
+    c->type = *t;
+    c->len = spell_type(t, c->text, sizeof c->text);
+    if (!c->len) { /* too long to keep: written a piece at a time */
+      w_puts(out, tg_dtype_name(t->dtype));
+      w_putc(out, '[');
+      for (int i = 0; i < t->rank; i++) {
+        if (i) w_puts(out, ", ");
+        if (t->dim[i].sym) {
+          w_puts(out, t->dim[i].sym);
+          w_putc(out, '=');
+        }
+        put_int(out, (long long)t->dim[i].size);
+      }
+      w_putc(out, ']');
+      return;
     }
-    put_int(out, (long long)t->dim[i].size);
   }
-  w_putc(out, ']');
+  w_put(out, c->text, c->len);
 }
 
 static void print_list(writer *out, const char *key, const int *v, int n) {
-  w_printf(out, " {%s=[", key);
-  for (int i = 0; i < n; i++) w_printf(out, "%s%d", i ? ", " : "", v[i]);
+  w_puts(out, " {");
+  w_puts(out, key);
+  w_puts(out, "=[");
+  for (int i = 0; i < n; i++) {
+    if (i) w_puts(out, ", ");
+    put_int(out, v[i]);
+  }
   w_puts(out, "]}");
 }
 
@@ -303,15 +382,96 @@ static void print_graph(writer *out, const tg_graph *g) {
   }
 }
 
-void tg_print_ir(FILE *out, const tg_graph *g) {
-  writer *w = malloc(sizeof *w);
-  if (!w) {
-    fprintf(stderr, "tg: out of memory\n");
-    exit(1);
-  }
-  w->out = out;
+/* w's text length, and w freed. */
+static size_t print_with(writer *w, const tg_graph *g) {
   w->n = 0;
+  for (int i = 0; i < TYPED_SLOTS; i++) w->types[i].len = 0;
+  w->len = 0;
   print_graph(w, g);
   w_flush(w);
+  size_t len = w->len;
   free(w);
+  return len;
+}
+
+void tg_print_ir(FILE *out, const tg_graph *g) {
+  writer *w = tg_xmalloc(sizeof *w); /* its buffer is large for a stack */
+  w->out = out;
+  print_with(w, g);
+}
+
+size_t tg_print_ir_to(char **text, size_t *cap, const tg_graph *g) {
+  writer *w = tg_xmalloc(sizeof *w);
+  w->out = NULL;
+  w->text = text;
+  w->cap = cap;
+  size_t len = print_with(w, g);
+  if (!*text) { /* an empty graph still prints its header: never NULL */
+    *text = tg_xmalloc(1);
+    **text = 0;
+    *cap = 1;
+  }
+  return len;
+}
+
+/* ---- the fingerprint (ir.h) -------------------------------------------
+ * Reads the fields print_graph prints, in its order: a field added to the
+ * text must be added here too (test_ir_text checks, pass by pass, that the
+ * fingerprint changes exactly when the text does). */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0x100000001b3ULL;
+  return h ^ (h >> 31);
+}
+
+static uint64_t mix_ptr(uint64_t h, const void *p) { return mix(h, (uint64_t)(uintptr_t)p); }
+
+static uint64_t mix_double(uint64_t h, double d) {
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  return mix(h, bits);
+}
+
+static uint64_t node_fingerprint(uint64_t h, const tg_node *n) {
+  h = mix_ptr(h, n);
+  if (!n) return h;
+  h = mix(h, (uint64_t)n->op << 32 | (uint64_t)(uint32_t)n->phase);
+  h = mix(h, (uint64_t)(uint32_t)n->nin << 32 | (uint32_t)n->kernel);
+  for (int i = 0; i < n->nin; i++) h = mix_ptr(h, n->in[i]); /* with the order of g->nodes: the %refs */
+  h = mix(h, (uint64_t)n->type.dtype << 32 | (uint32_t)n->type.rank);
+  for (int i = 0; i < n->type.rank && i < TG_MAX_RANK; i++) h = mix_ptr(mix(h, (uint64_t)n->type.dim[i].size), n->type.dim[i].sym);
+  h = mix_ptr(mix_ptr(h, n->name), n->loc.file);
+  h = mix(h, (uint64_t)(uint32_t)n->loc.line << 32 | (uint32_t)n->loc.col);
+  /* the attributes print_attr writes for the op (an op outside the
+   * table prints as "<op N>": its number is mixed in above) */
+  switch ((unsigned)n->op < TG_NOPS ? tg_ops[n->op].attr : TG_ATTR_NONE) {
+  case TG_ATTR_INIT:
+    h = mix_double(mix(h, (uint64_t)n->init.kind << 32 | (uint32_t)n->init.split), n->init.std);
+    return mix(h, (uint32_t)n->init.split_groups);
+  case TG_ATTR_VALUE: return mix_double(h, n->value);
+  case TG_ATTR_AXIS: return mix(h, (uint32_t)n->axis);
+  case TG_ATTR_RANKS: return mix(h, (uint64_t)(uint32_t)n->ranks << 1 | n->over_tensor);
+  case TG_ATTR_AXES: return mix(h, n->axes);
+  case TG_ATTR_PERM:
+    for (int i = 0; i < TG_MAX_RANK; i++) h = mix(h, (uint32_t)n->perm[i]);
+    return h;
+  case TG_ATTR_SLICE: return mix(mix(mix(h, (uint32_t)n->axis), (uint64_t)n->start), (uint64_t)n->len);
+  case TG_ATTR_NONE:
+  case TG_ATTR_NAME:
+  case TG_ATTR_DTYPE: break;
+  }
+  return h;
+}
+
+uint64_t tg_ir_fingerprint(const tg_graph *g) {
+  uint64_t h = mix_ptr(0xcbf29ce484222325ULL, g->source);
+  h = mix(h, (uint64_t)g->n_config);
+  for (int i = 0; i < g->n_config; i++) h = mix_double(mix_ptr(h, g->config[i].name), g->config[i].value);
+  h = mix(h, (uint64_t)g->n_kernels);
+  for (int k = 0; k < g->n_kernels; k++) h = mix_ptr(mix(h, g->kernels[k].kind), g->kernels[k].name);
+  h = mix(h, (uint64_t)g->n_nodes);
+  for (int k = 0; k < g->n_nodes; k++) h = node_fingerprint(h, g->nodes[k]);
+  h = mix(h, (uint64_t)g->n_outputs);
+  for (int i = 0; i < g->n_outputs; i++) h = mix_ptr(mix_ptr(h, g->outputs[i].name), g->outputs[i].node);
+  return h;
 }

@@ -127,6 +127,16 @@ char *tg_type_str(const tg_type *t, char *buf, size_t n) {
   return buf;
 }
 
+const char *tg_fmt_int(long long v, char *buf, size_t *len) {
+  char *p = buf + TG_FMT_INT_MAX;
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+  do *--p = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0) *--p = '-';
+  *len = (size_t)(buf + TG_FMT_INT_MAX - p);
+  return p;
+}
+
 char *tg_fmt_double(double d, char *buf, size_t n) {
   if (isnan(d)) return snprintf(buf, n, "nan"), buf;
   if (isinf(d)) return snprintf(buf, n, d < 0 ? "-inf" : "inf"), buf;

@@ -22,12 +22,21 @@ extern const char tg_report_js[];
 /* s as a JSON string that is safe inside <script>. */
 static void jstr(FILE *out, const char *s) {
   fputc('"', out);
-  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+  const unsigned char *c = (const unsigned char *)(s ? s : "");
+  for (;;) {
+    /* the run of characters that need no escape goes out in one write:
+     * the kernels' sources are most of the page, a character at a time
+     * was half of writing it */
+    size_t run = 0;
+    while (c[run] >= 0x20 && c[run] != '"' && c[run] != '\\' && c[run] != '<') run++;
+    if (run) fwrite(c, 1, run, out);
+    c += run;
+    if (!*c) break;
     if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
     else if (*c == '\n') fputs("\\n", out);
     else if (*c == '<') fputs("\\u003c", out);
-    else if (*c < 0x20) fprintf(out, "\\u%04x", *c);
-    else fputc(*c, out);
+    else fprintf(out, "\\u%04x", *c);
+    c++;
   }
   fputc('"', out);
 }
@@ -415,8 +424,18 @@ static void write_collectives(FILE *out, const tg_cuda_plan *plan) {
 
 /* A finding's number: an integer as one (bytes, ids, counts), else
  * enough digits to tell it apart. */
+/* v in decimal, as "%lld" writes it: the findings are thousands of
+ * counts, and fprintf's reading of its format cost more than the rest of
+ * writing them. */
+static void jint(FILE *out, long long v) {
+  char buf[TG_FMT_INT_MAX];
+  size_t n;
+  const char *p = tg_fmt_int(v, buf, &n);
+  fwrite(p, 1, n, out);
+}
+
 static void jnum(FILE *out, double v) {
-  if (v == (double)(long long)v && v > -1e15 && v < 1e15) fprintf(out, "%lld", (long long)v);
+  if (v == (double)(long long)v && v > -1e15 && v < 1e15) jint(out, (long long)v);
   else if (v != v || v - v != 0) fputs("null", out); /* NaN, infinities: JSON has none */
   else fprintf(out, "%.9g", v);
 }
@@ -433,7 +452,12 @@ static void write_findings(FILE *out, const tg_findings *s, const tg_source *con
     jstr(out, f->pass);
     fputs(", ", out);
     jstr(out, f->verdict);
-    fprintf(out, ", %d, %d, %d, %d, ", f->node, source_index(files, n_files, f->loc.file), f->loc.line, f->loc.col);
+    const long long place[4] = {f->node, source_index(files, n_files, f->loc.file), f->loc.line, f->loc.col};
+    for (int k = 0; k < 4; k++) {
+      fputs(", ", out);
+      jint(out, place[k]);
+    }
+    fputs(", ", out);
     if (f->reason) jstr(out, f->reason);
     else fputs("null", out);
     fputs(", {", out);

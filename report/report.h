@@ -62,9 +62,26 @@ typedef struct tg_report_page {
   const char *error;            /* the diagnostics of a model that failed, or NULL */
 } tg_report_page;
 
-/* text (n bytes) gzip'ed (zlib) and base64'ed (pack.c), in arena: what
- * the page holds of a long text it opens on demand; NULL if zlib failed. */
-char *tg_report_pack(tg_arena *arena, const char *text, size_t n);
+/* text (n bytes) gzip'ed (libdeflate) and base64'ed (pack.c), in arena:
+ * what the page holds of a long text it opens on demand; NULL if it could
+ * not be.  A packer is one thread's: its compressor and buffer, reused. */
+typedef struct tg_report_packer tg_report_packer;
+tg_report_packer *tg_report_packer_new(void); /* NULL: no memory for the compressor */
+char *tg_report_pack(tg_report_packer *p, tg_arena *arena, const char *text, size_t n);
+void tg_report_packer_free(tg_report_packer *p);
+
+/* The IR after each pass, as the page holds it (tg_report_ir; ir_history.c):
+ * printed only when the pass changed it (tg_ir_fingerprint), told as the
+ * bytes it shares with the IR after the pass before and the rest packed
+ * on a thread of its own while the next passes run.  keep is called after
+ * each pass (tg_pipeline_opts.after_pass); done waits for the packing and
+ * gives the IR after each pass up to the first whose packing failed, in
+ * h's memory (NULL and *n = 0 for none). */
+typedef struct tg_ir_history tg_ir_history;
+tg_ir_history *tg_ir_history_new(void);
+void tg_ir_history_keep(tg_ir_history *h, const char *pass, const tg_graph *g);
+const tg_report_ir *tg_ir_history_done(tg_ir_history *h, int *n);
+void tg_ir_history_free(tg_ir_history *h); /* NULL: nothing */
 
 /* Writes the page to out. */
 void tg_report_html(FILE *out, const tg_report_page *r);

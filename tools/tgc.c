@@ -5,7 +5,6 @@
  * passes of later stages are called here, one line each, in order. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
@@ -212,11 +211,7 @@ typedef struct html_page {
   struct timespec last; /* the end of the last phase timed */
   FILE *diag;           /* the diagnostics, kept for the error page */
   tg_findings *findings; /* what every pass decided, in the compilation's arena */
-  tg_arena *arena;      /* the compilation's: the IR after each pass, packed */
-  tg_report_ir ir_after[TG_PASS_LOG_MAX];
-  struct ir_packing *packing[TG_PASS_LOG_MAX]; /* each ir_after's packing, on a thread of its own */
-  const char *last_ir;  /* the IR text after the last pass kept, what the next one shares */
-  size_t last_ir_len;
+  tg_ir_history *ir_history; /* the IR after each pass (report.h) */
   FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
   char *ir_text;
   size_t ir_len;
@@ -263,7 +258,8 @@ enum { STEP_DOT_MAX_NODES = 200 };
 
 /* Graphviz's drawing of the step (report.h: tg_report_step_dot) where dot
  * is installed: DIR/step.dot, and DIR/step.svg from dot, which runs while
- * tgc writes the code (dot's start alone is most of its 20-100 ms). */
+ * tgc makes the kernels and writes the code (dot's start alone is most of
+ * its 20-100 ms). */
 static void step_drawing_start(held *h, const emitted *e, const char *dir) {
   html_page *html = h->html;
   html->page.g = e->g;
@@ -307,96 +303,17 @@ static char *step_drawing_finish(html_page *html, const char *dir) {
   return svg;
 }
 
-/* The packing of one pass's IR (zlib, base64: a tenth of tgc's time for
- * GPT-2) runs on a thread while the next passes run; the page waits for
- * them all (ir_packed).  Each has its text and an arena of its own. */
-typedef struct ir_packing {
-  pthread_t thread;
-  bool threaded;
-  char *text;
-  size_t n;
-  tg_arena *arena;
-  const char *packed; /* NULL: packing failed */
-} ir_packing;
-
-static void *pack_ir(void *arg) {
-  ir_packing *k = arg;
-  k->packed = tg_report_pack(k->arena, k->text, k->n);
-  return NULL;
-}
-
-static void packing_done(ir_packing *k) {
-  if (k->threaded) pthread_join(k->thread, NULL);
-  k->threaded = false;
-  free(k->text);
-  k->text = NULL;
-}
-
-/* Waits for every packing; the page keeps the IR up to the first that
- * failed (each later text is told as a change of the one before). */
-static void ir_packed(html_page *html) {
-  int kept = html->page.n_ir_after;
-  for (int i = 0; i < html->page.n_ir_after; i++) {
-    ir_packing *k = html->packing[i];
-    if (!k) continue;
-    packing_done(k);
-    html->ir_after[i].packed = k->packed;
-    if (!k->packed && i < kept) kept = i;
-  }
-  html->page.n_ir_after = kept;
-}
-
-/* Every packing, whatever the page kept (an error page keeps none). */
-static void ir_packings_free(html_page *html) {
-  for (int i = 0; i < TG_PASS_LOG_MAX; i++)
-    if (html->packing[i]) {
-      packing_done(html->packing[i]);
-      tg_arena_free(html->packing[i]->arena);
-      free(html->packing[i]);
-      html->packing[i] = NULL;
-    }
-}
-
-/* --report html: the IR after a pass, for the page (report.h:
- * tg_report_ir): the bytes it shares with the IR after the pass before,
- * at its start and its end, counted; the rest packed. */
 static void keep_ir(void *arg, const tg_pass_info *pass, const tg_graph *g) {
   html_page *html = arg;
-  tg_report_page *page = &html->page;
-  if (page->n_ir_after >= TG_PASS_LOG_MAX) return;
-  char *text = NULL;
-  size_t n = 0;
-  FILE *f = open_memstream(&text, &n);
-  if (!f) return;
-  tg_print_ir(f, g);
-  if (fclose(f) != 0) {
-    free(text);
-    return;
-  }
-  const char *last = html->last_ir;
-  size_t last_n = html->last_ir_len, prefix = 0, suffix = 0;
-  while (prefix < n && prefix < last_n && text[prefix] == last[prefix]) prefix++;
-  while (suffix < n - prefix && suffix < last_n - prefix && text[n - 1 - suffix] == last[last_n - 1 - suffix]) suffix++;
-  ir_packing *k = tg_xcalloc(1, sizeof *k);
-  k->n = n - prefix - suffix;
-  k->text = tg_xmalloc(k->n + 1);
-  memcpy(k->text, text + prefix, k->n);
-  k->arena = tg_arena_new();
-  k->threaded = pthread_create(&k->thread, NULL, pack_ir, k) == 0;
-  if (!k->threaded) pack_ir(k);
-  html->packing[page->n_ir_after] = k;
-  html->ir_after[page->n_ir_after++] = (tg_report_ir){pass->name, prefix, suffix, NULL, n};
-  page->ir_after = html->ir_after;
-  html->last_ir = tg_strndup(html->arena, text, n);
-  html->last_ir_len = n;
-  free(text);
+  tg_ir_history_keep(html->ir_history, pass->name, g);
 }
 
 /* --report html: what the passes will give the page, what each decided
- * (its findings) and the IR after it, in the compilation's arena. */
+ * (its findings, in the compilation's arena) and the IR after it (report.h:
+ * tg_ir_history). */
 static void html_collect(html_page *html, tg_ctx *ctx, tg_pipeline_opts *po) {
   po->findings = html->findings = tg_findings_new(ctx->arena);
-  html->arena = ctx->arena;
+  html->ir_history = tg_ir_history_new();
   po->after_pass = keep_ir;
   po->after_arg = html;
 }
@@ -413,7 +330,7 @@ static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
   page->sources = ctx->sources;
   page->traffic = tg_traffic_count(e->g->arena, e->plan, tg_gpu_find("h100"));
   page->findings = h->html->findings;
-  ir_packed(h->html);
+  page->ir_after = tg_ir_history_done(h->html->ir_history, &page->n_ir_after);
   if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
   h->html->ir = NULL;
   phase_done(h, "traffic");
@@ -563,6 +480,8 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && what == EMIT_CUDA) {
     e.plan = tg_cuda_plan_make(g->arena, e.p);
+    /* dot draws the step while the kernels are made, most of tgc's time */
+    if (h->html && out_path) step_drawing_start(h, &e, out_path);
     e.ks = tg_cuda_kernels_make(g->arena, e.p, e.plan);
   }
   phase_done(h, "lower and plan");
@@ -591,7 +510,6 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
     sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
     e.code_name = name;
     sprintf(dir_file, "%s/%s", out_path, name);
-    if (h->html) step_drawing_start(h, &e, out_path);
     status = emit_to_file(dir_file, what, &e);
     sprintf(dir_file, "%s/manifest.json", out_path);
     if (status == 0) status = emit_to_file(dir_file, EMIT_MANIFEST, &e);
@@ -996,7 +914,7 @@ static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg
 /* The diagnostics kept for the page, to stderr where they belong. */
 static void html_end(html_page *html) {
   if (html->dot_running) waitpid(html->dot_pid, NULL, 0);
-  ir_packings_free(html);
+  tg_ir_history_free(html->ir_history); /* the error page's too, which shows none */
   if (html->ir) fclose(html->ir);
   free(html->ir_text);
   *html = (html_page){.diag = html->diag};

@@ -1,8 +1,11 @@
 /* test_report.c: tgc --report html's page as written (report/report.h):
  * self-contained, under 5 MB for GPT-2 124M, every kernel and every CUDA
  * function of the step in it, the pass log filled, and text that could
- * close its <script> escaped.  The page in a browser is
+ * close its <script> escaped; the IR after each pass as the page holds
+ * it, and the fingerprint that spares printing it after a pass that
+ * changed nothing.  The page in a browser is
  * tests/report/check_page.py's. */
+#include <libdeflate.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +122,172 @@ START_TEST(gpt2_124m_page_is_whole_and_self_contained) {
 }
 END_TEST
 
+/* The IR after each pass as the page holds it (report.h: tg_ir_history),
+ * kept beside the text tg_print_ir prints then. */
+typedef struct kept_and_printed {
+  tg_ir_history *history;
+  char *text[TG_PASS_LOG_MAX];
+  uint64_t fingerprint[TG_PASS_LOG_MAX];
+  const char *pass[TG_PASS_LOG_MAX];
+  int n;
+} kept_and_printed;
+
+static void keep_and_print(void *arg, const tg_pass_info *pass, const tg_graph *g) {
+  kept_and_printed *k = arg;
+  tg_ir_history_keep(k->history, pass->name, g);
+  ck_assert_int_lt(k->n, TG_PASS_LOG_MAX);
+  /* tg_print_ir_to, a buffer reused, prints what tg_print_ir does */
+  char *again = NULL;
+  size_t cap = 0, len = 0;
+  for (int i = 0; i < 2; i++) len = tg_print_ir_to(&again, &cap, g);
+  k->text[k->n] = tu_print_ir(g);
+  ck_assert_uint_eq(len, strlen(k->text[k->n]));
+  ck_assert_str_eq(again, k->text[k->n]);
+  free(again);
+  k->fingerprint[k->n] = tg_ir_fingerprint(g);
+  k->pass[k->n++] = pass->name;
+}
+
+/* base64, then gzip: what the page's script undoes (page.js) */
+static char *unpack(const char *packed, size_t *n) {
+  static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t len = strlen(packed), m = 0;
+  unsigned char *bytes = malloc(len / 4 * 3 + 3);
+  for (size_t i = 0; i + 3 < len; i += 4) {
+    unsigned v = 0;
+    int pad = 0;
+    for (int k = 0; k < 4; k++) {
+      const char *d = strchr(digits, packed[i + k]);
+      pad += packed[i + k] == '=';
+      v = v << 6 | (d && packed[i + k] ? (unsigned)(d - digits) : 0);
+    }
+    bytes[m++] = (unsigned char)(v >> 16);
+    if (pad < 2) bytes[m++] = (unsigned char)(v >> 8);
+    if (pad < 1) bytes[m++] = (unsigned char)v;
+  }
+  /* gzip's trailer ends with the text's size, little-endian */
+  ck_assert_uint_ge(m, 18);
+  size_t size = (size_t)bytes[m - 4] | (size_t)bytes[m - 3] << 8 | (size_t)bytes[m - 2] << 16 | (size_t)bytes[m - 1] << 24;
+  char *text = malloc(size + 1);
+  struct libdeflate_decompressor *d = libdeflate_alloc_decompressor();
+  ck_assert_int_eq(libdeflate_gzip_decompress(d, bytes, m, text, size, n), LIBDEFLATE_SUCCESS);
+  libdeflate_free_decompressor(d);
+  free(bytes);
+  text[*n] = 0;
+  return text;
+}
+
+/* GPT-2 (2 layers) through every pass, at tp (-D tp=N) and precision:
+ * the IR the page holds after each pass opens to what tg_print_ir printed
+ * then, and a fingerprint is the last one's exactly when the text is. */
+static void check_ir_after_each_pass(const char *tp, tg_precision_policy precision) {
+  tg_ctx *ctx = tu_ctx();
+  const char *defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "block_size=32", "B=2", "T=32", tp};
+  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), 7, defs);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
+  kept_and_printed k = {.history = tg_ir_history_new()};
+  tg_pipeline_opts po = {.precision = precision, .grad = true, .step = true, .adamw = tg_adamw_defaults,
+                         .pad_multiple = 64, .after_pass = keep_and_print, .after_arg = &k};
+  tg_run_pipeline(ctx, g, &po);
+  ctx->bail = NULL;
+  int n;
+  const tg_report_ir *ir = tg_ir_history_done(k.history, &n);
+  ck_assert_int_eq(n, k.n);
+  ck_assert_int_ge(n, 10);
+  const char *last = "";
+  int unchanged = 0;
+  for (int i = 0; i < n; i++) {
+    ck_assert_str_eq(ir[i].pass, k.pass[i]);
+    size_t len = strlen(k.text[i]), last_len = strlen(last), between;
+    ck_assert_uint_eq(ir[i].bytes, len);
+    ck_assert_uint_le(ir[i].prefix + ir[i].suffix, len);
+    char *middle = unpack(ir[i].packed, &between);
+    ck_assert_uint_eq(ir[i].prefix + between + ir[i].suffix, len);
+    ck_assert_msg(!memcmp(k.text[i], last, ir[i].prefix) && !memcmp(k.text[i] + ir[i].prefix, middle, between) &&
+                      !memcmp(k.text[i] + len - ir[i].suffix, last + last_len - ir[i].suffix, ir[i].suffix),
+                  "the IR after %s does not open to what was printed", ir[i].pass);
+    free(middle);
+    if (i > 0) {
+      bool same_text = !strcmp(k.text[i], k.text[i - 1]);
+      ck_assert_msg(same_text == (k.fingerprint[i] == k.fingerprint[i - 1]),
+                    "after %s the text %s but the fingerprint %s", k.pass[i], same_text ? "is the same" : "changed",
+                    same_text ? "changed" : "is the same");
+      unchanged += same_text;
+    }
+    last = k.text[i];
+  }
+  ck_assert_int_ge(unchanged, 2); /* memplan and schedule at least: the fingerprints spared their printing */
+  for (int i = 0; i < k.n; i++) free(k.text[i]);
+  tg_ir_history_free(k.history);
+  tu_ctx_free(ctx);
+}
+
+START_TEST(ir_after_each_pass_opens_to_the_text_printed) {
+  check_ir_after_each_pass("tp=1", TG_PRECISION_F32);
+  check_ir_after_each_pass("tp=1", TG_PRECISION_BF16);
+  check_ir_after_each_pass("tp=2", TG_PRECISION_F32); /* shard_tensor splits, replicas adds collectives */
+}
+END_TEST
+
+/* Each field the text shows changes the fingerprint (and a copy of a
+ * graph printed the same has the same one). */
+START_TEST(fingerprint_follows_every_printed_field) {
+  tg_ctx *ctx = tu_ctx();
+  const char *defs[] = {"n_layer=1", "n_embd=64", "n_head=4", "block_size=32", "B=2", "T=32"};
+  tg_graph *g = tu_compile(ctx, "models/gpt2.tg", tu_read("models/gpt2.tg"), 6, defs);
+  jmp_buf bail;
+  ctx->bail = &bail;
+  if (setjmp(bail)) ck_abort_msg("the passes failed: %s", tu_errors(ctx));
+  tg_pipeline_opts po = {.grad = true, .step = true, .adamw = tg_adamw_defaults, .pad_multiple = 64};
+  tg_run_pipeline(ctx, g, &po);
+  ctx->bail = NULL;
+  const uint64_t before = tg_ir_fingerprint(g);
+  ck_assert_uint_eq(tg_ir_fingerprint(g), before);
+  tg_node *param = NULL, *reduce = NULL, *konst = NULL;
+  for (int i = 0; i < g->n_nodes; i++) {
+    tg_node *x = g->nodes[i];
+    if (!param && x->op == TG_OP_param) param = x;
+    if (!reduce && tg_ops[x->op].attr == TG_ATTR_AXES) reduce = x;
+    if (!konst && x->op == TG_OP_const) konst = x;
+  }
+  ck_assert(param && reduce && konst);
+  tg_node *last = g->nodes[g->n_nodes - 1];
+  ck_assert_int_gt(last->nin, 0);
+  /* one change at a time, each undone after: the text and the fingerprint both change */
+#define CHANGES(field, value)                                                                                          \
+  do {                                                                                                                 \
+    char *text = tu_print_ir(g);                                                                                       \
+    __typeof__(field) kept = field;                                                                                    \
+    field = value;                                                                                                     \
+    char *changed = tu_print_ir(g);                                                                                    \
+    ck_assert_msg(strcmp(text, changed), "%s: the text did not change", #field);                                       \
+    ck_assert_msg(tg_ir_fingerprint(g) != before, "%s changed the text, not the fingerprint", #field);              \
+    field = kept;                                                                                                      \
+    ck_assert_uint_eq(tg_ir_fingerprint(g), before);                                                                   \
+    free(text);                                                                                                        \
+    free(changed);                                                                                                     \
+  } while (0)
+  CHANGES(last->type.dim[0].size, last->type.dim[0].size + 1);
+  CHANGES(last->type.dtype, last->type.dtype == TG_F32 ? TG_BF16 : TG_F32);
+  CHANGES(last->loc.line, last->loc.line + 1);
+  CHANGES(last->kernel, last->kernel + 1);
+  CHANGES(last->phase, last->phase == TG_PHASE_FORWARD ? TG_PHASE_BACKWARD : TG_PHASE_FORWARD);
+  CHANGES(reduce->axes, reduce->axes ^ 1u);
+  CHANGES(konst->value, konst->value + 0.5);
+  CHANGES(param->init.std, param->init.std + 0.01);
+  CHANGES(param->name, "another name");
+  CHANGES(last->in[0], last->in[last->nin - 1] == last->in[0] ? g->nodes[0] : last->in[last->nin - 1]);
+  CHANGES(g->outputs[0].name, "another output");
+  CHANGES(g->config[0].value, g->config[0].value + 1);
+  CHANGES(g->kernels[0].kind, g->kernels[0].kind == TG_KERNEL_ROW ? TG_KERNEL_ELEMENTWISE : TG_KERNEL_ROW);
+  CHANGES(g->n_outputs, g->n_outputs - 1);
+#undef CHANGES
+  tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(error_page_shows_the_error_escaped) {
   tg_ctx *ctx = tu_ctx();
   tg_pass_log log = {.n = 1, .at = {{"pad_vocab", 10, 10, 0, -1}}};
@@ -146,6 +315,8 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, gpt2_124m_page_is_whole_and_self_contained);
   tcase_add_test(tc, error_page_shows_the_error_escaped);
+  tcase_add_test(tc, ir_after_each_pass_opens_to_the_text_printed);
+  tcase_add_test(tc, fingerprint_follows_every_printed_field);
   suite_add_tcase(s, tc);
   return s;
 }
