@@ -729,8 +729,10 @@ static void save_checkpoint(run *r, int64_t step, uint64_t position) {
 }
 
 /* out_dir/train.cfg: the effective config, written atomically (a
- * temporary, then rename); written again when resume adopts the
- * checkpoint's seed, so that the file always says what the run uses. */
+ * temporary, then rename).  A fresh run writes it at the start; a resume
+ * only once the checkpoint is loaded (with its seed adopted), so that a
+ * resume refused for another model or data keeps the file of the run
+ * whose checkpoint is there: it always says what the run uses. */
 static void write_effective_config(run *r) {
   const tg_train_config *c = &r->cfg;
   const char *cfg_path = path_in(r, c->out_dir, "train.cfg");
@@ -807,13 +809,13 @@ static int64_t initial_state(run *r, uint64_t *position) {
                  (long long)c->seed, used ? used : c->out_dir, (unsigned long long)m.seed, (long long)c->seed);
       if (!c->reseed) {
         r->cfg.seed = (int64_t)m.seed;
-        if (r->rank == 0) write_effective_config(r);
         say(r, "seed %llu: the checkpoint's\n", (unsigned long long)m.seed);
       } else
         say(r, "seed %lld (reseed = true; the checkpoint's was %llu)\n", (long long)c->seed,
             (unsigned long long)m.seed);
     }
     refuse_resume_without_steps(r, m.step, used ? used : c->out_dir);
+    if (r->rank == 0) write_effective_config(r);
     say(r, "resumed from %s: %lld steps done\n", used ? used : c->out_dir, (long long)m.step);
     return m.step;
   }
@@ -1424,8 +1426,10 @@ static int train(run *r) {
     r->log = fopen(path_in(r, c->out_dir, "train.log"), c->resume ? "a" : "w");
     if (!r->log)
       tg_error(r->ctx, (tg_loc){c->out_dir, 0, 0}, "cannot open %s/train.log: %s", c->out_dir, strerror(errno));
-    if (!c->resume) remove(path_in(r, c->out_dir, "samples.txt")); /* a fresh run's samples only */
-    write_effective_config(r);
+    if (!c->resume) { /* a resume's, once its checkpoint is loaded (initial_state) */
+      remove(path_in(r, c->out_dir, "samples.txt")); /* a fresh run's samples only */
+      write_effective_config(r);
+    }
   }
   tg_comm_barrier();
   r->tok = tg_prepare_load_tokenizer(c->data_dir, why, sizeof why);

@@ -5,7 +5,7 @@
 #
 # - a fresh run into an out_dir holding a run is refused before it touches
 #   anything, unless overwrite = true; resume with max_steps at or below
-#   the checkpoint's step is an error;
+#   the checkpoint's step is an error; a refused resume keeps train.cfg;
 # - export refuses to replace its own input (by any path: a link, ./),
 #   refuses while another export holds the output directory's lock, and
 #   refuses NaN weights naming the tensor;
@@ -59,6 +59,17 @@ expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" overwrite=true max_steps=2
 contains "$tmp/r/train.log" "step 2/2"
 expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=4
 contains "$tmp/out" "resumed from"
+# a resume refused (another model; data that cannot be read) keeps the
+# run's train.cfg: the config its checkpoint was trained with
+cp "$tmp/r/train.cfg" "$tmp/cfg.before"
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=6 model.n_embd=32
+contains "$tmp/out" "the checkpoint is of another model"
+cmp -s "$tmp/cfg.before" "$tmp/r/train.cfg" && ok || bad "the refused resume (another model) replaced train.cfg"
+expect_status 1 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=6 data_dir="$tmp/nowhere"
+cmp -s "$tmp/cfg.before" "$tmp/r/train.cfg" && ok || bad "the refused resume (no data) replaced train.cfg"
+# ... and one that runs writes its own
+expect_status 0 "$tgrun" "$s" out_dir="$tmp/r" resume=true max_steps=5
+grep -Eq '^max_steps +=  *5$' "$tmp/r/train.cfg" && ok || bad "the resume that ran did not write its train.cfg (max_steps = 5)"
 
 # export: never over its own input, by any path
 # export carries the run's char tokenizer (its data_dir's, found through
