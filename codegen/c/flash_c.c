@@ -172,17 +172,27 @@ static void emit_exp(FILE *f, const char *fn) {
  * -march=native, pairs of SSE registers without it) so that each load of B
  * feeds four multiply-adds; the row-at-a-time loops this replaced stored
  * their partial sums after every term and ran at a seventh of the matmuls'
- * speed.  Every element of C is still one sum over k in order. */
+ * speed.  Every element of C is still one sum over k in order.
+ * tri skips, on the diagonal tile of causal attention (query row r, key c:
+ * only c <= r count), the work whose result is zero or never read, by
+ * blocks of four rows: 1, columns j past the block's last row (P = q k^T
+ * and do v^T: columns c > r are masked); 2, terms k before the block's
+ * first row (dv += P^T do, dk += dS^T q: P[r][c] is 0 for r < c); 3,
+ * terms k past its last row (o += P v, dq += dS k).  What is skipped is
+ * exactly +-0 or unread, so the results are the same bits; on T = 64
+ * (one tile a head) it is two fifths of the products. */
 static void emit_tile_product(FILE *f, const char *fn, const char *name, const char *a_at) {
   fprintf(f,
           "static inline void %s_%s(int M, int N, int K, const float *a, long lda, const float *b, long ldb,\n"
-          "                         float *c, long ldc, int add) {\n"
+          "                         float *c, long ldc, int add, int tri) {\n"
           "#define A_(m, k) (%s)\n"
           "  int i = 0;\n"
-          "  for (; i + 4 <= M; i += 4)\n"
-          "    for (int j = 0; j < N; j += 16) {\n"
+          "  for (; i + 4 <= M; i += 4) {\n"
+          "    const int jn = tri == 1 && i + 4 < N ? i + 4 : N;\n"
+          "    const int k0 = tri == 2 ? i : 0, k1 = tri == 3 && i + 4 < K ? i + 4 : K;\n"
+          "    for (int j = 0; j < jn; j += 16) {\n"
           "      %s_v8 x00 = {0}, x01 = {0}, x10 = {0}, x11 = {0}, x20 = {0}, x21 = {0}, x30 = {0}, x31 = {0};\n"
-          "      for (int k = 0; k < K; k++) {\n"
+          "      for (int k = k0; k < k1; k++) {\n"
           "        const %s_v8 b0 = *(const %s_v8 *)(b + k * ldb + j), b1 = *(const %s_v8 *)(b + k * ldb + j + 8);\n"
           "        const float a0 = A_(i, k), a1 = A_(i + 1, k), a2 = A_(i + 2, k), a3 = A_(i + 3, k);\n"
           "        x00 += a0 * b0, x01 += a0 * b1, x10 += a1 * b0, x11 += a1 * b1;\n"
@@ -198,7 +208,8 @@ static void emit_tile_product(FILE *f, const char *fn, const char *name, const c
           "        y2[0] = x20, y2[1] = x21, y3[0] = x30, y3[1] = x31;\n"
           "      }\n"
           "    }\n"
-          "  for (; i < M; i++)\n"
+          "  }\n"
+          "  for (; i < M; i++) { /* the last rows, whole: what tri skips is zeros or unread */\n"
           "    for (int j = 0; j < N; j += 16) {\n"
           "      %s_v8 x0 = {0}, x1 = {0};\n"
           "      for (int k = 0; k < K; k++) {\n"
@@ -209,6 +220,7 @@ static void emit_tile_product(FILE *f, const char *fn, const char *name, const c
           "      if (add) y[0] += x0, y[1] += x1;\n"
           "      else y[0] = x0, y[1] = x1;\n"
           "    }\n"
+          "  }\n"
           "#undef A_\n"
           "}\n",
           fn, name, a_at, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn);
@@ -269,7 +281,8 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "          kt[d][c] = c < nk && d < D ? %s : 0.0f;\n"
           "          vt[c][d] = c < nk && d < D ? %s : 0.0f;\n"
           "        }\n"
-          "      %s_mm_nn(nq, BT, DP, &qt[0][0], DP, &kt[0][0], BT, &p[0][0], BT, 0);\n"
+          "      const int diag = j0 == i0; /* the diagonal tile: key c <= query row r */\n"
+          "      %s_mm_nn(nq, BT, DP, &qt[0][0], DP, &kt[0][0], BT, &p[0][0], BT, 0, diag);\n"
           "      for (int r = 0; r < nq; r++) {\n"
           "        const long long i = i0 + r;\n"
           "        /* keys j <= i of this tile: none for the rows above it */\n"
@@ -292,7 +305,7 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "        l[r] = l[r] * alpha + sum;\n"
           "        for (int d = 0; d < DP; d++) acc[r][d] *= alpha;\n"
           "      }\n"
-          "      %s_mm_nn(nq, DP, nk, &p[0][0], BT, &vt[0][0], DP, &acc[0][0], DP, 1);\n"
+          "      %s_mm_nn(nq, DP, nk, &p[0][0], BT, &vt[0][0], DP, &acc[0][0], DP, 1, diag ? 3 : 0);\n"
           "    }\n"
           "    for (int r = 0; r < nq; r++) {\n"
           "      const long long i = i0 + r;\n"
@@ -313,13 +326,14 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
 static void emit_bwd_head_loads(FILE *f, const char *fn, const tg_flash_shape *s) {
   char a[512], b[512], c[512], d[512];
   fprintf(f,
+          "    memset(dqa, 0, sizeof(float) * T * DP);\n"
           "    for (long long i = 0; i < T; i++) {\n"
           "      float dsum = 0.0f;\n"
-          "      for (int d = 0; d < DP; d++) {\n"
-          "        qs[i * DP + d] = d < D ? %s : 0.0f;\n"
-          "        dos[i * DP + d] = d < D ? %s : 0.0f;\n"
-          "        dqa[i * DP + d] = 0.0f;\n"
+          "      for (int d = 0; d < D; d++) {\n"
+          "        qs[i * DP + d] = %s;\n"
+          "        dos[i * DP + d] = %s;\n"
           "      }\n"
+          "      for (int d = D; d < DP; d++) qs[i * DP + d] = dos[i * DP + d] = 0.0f;\n"
           "      for (int d = 0; d < D; d++) dsum += dos[i * DP + d] * %s;\n"
           "      di[i] = dsum;\n"
           "      li[i] = %s;\n"
@@ -335,19 +349,30 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
   fprintf(f,
           "    for (long long j0 = 0; j0 < T; j0 += BT) {\n"
           "      const int nk = T - j0 < BT ? (int)(T - j0) : BT;\n"
-          "      for (int c = 0; c < BT; c++)\n"
-          "        for (int d = 0; d < DP; d++) {\n"
-          "          const float x = c < nk && d < D ? %s : 0.0f;\n"
-          "          kt[d * BT + c] = x;\n"
-          "          kr[c * DP + d] = x;\n"
-          "          vt[d * BT + c] = c < nk && d < D ? %s : 0.0f;\n"
-          "          dka[c * DP + d] = 0.0f;\n"
-          "          dva[c * DP + d] = 0.0f;\n"
+          /* the tile's k and v rows (zeros past the last key and past D),
+           * copied row by row with no test in the loop that loads them, then
+           * transposed from the copies (in L1) */
+          "      for (int c = 0; c < BT; c++) {\n"
+          "        float *kc = kr + c * DP, *vc = vr + c * DP;\n"
+          "        if (c < nk)\n"
+          "          for (int d = 0; d < D; d++) {\n"
+          "            kc[d] = %s;\n"
+          "            vc[d] = %s;\n"
+          "          }\n"
+          "        for (int d = c < nk ? D : 0; d < DP; d++) kc[d] = vc[d] = 0.0f;\n"
+          "      }\n"
+          "      for (int d = 0; d < DP; d++)\n"
+          "        for (int c = 0; c < BT; c++) {\n"
+          "          kt[d * BT + c] = kr[c * DP + d];\n"
+          "          vt[d * BT + c] = vr[c * DP + d];\n"
           "        }\n"
+          "      memset(dka, 0, sizeof(float) * BT * DP);\n"
+          "      memset(dva, 0, sizeof(float) * BT * DP);\n"
           "      for (long long i0 = j0; i0 < T; i0 += BT) {\n"
           "        const int nq = T - i0 < BT ? (int)(T - i0) : BT;\n"
-          "        %s_mm_nn(nq, BT, DP, qs + i0 * DP, DP, kt, BT, p, BT, 0);\n"
-          "        %s_mm_nn(nq, BT, DP, dos + i0 * DP, DP, vt, BT, ds, BT, 0);\n"
+          "        const int diag = i0 == j0; /* the diagonal tile: key c <= query row r */\n"
+          "        %s_mm_nn(nq, BT, DP, qs + i0 * DP, DP, kt, BT, p, BT, 0, diag);\n"
+          "        %s_mm_nn(nq, BT, DP, dos + i0 * DP, DP, vt, BT, ds, BT, 0, diag);\n"
           "        for (int r = 0; r < nq; r++) {\n"
           "          const long long i = i0 + r;\n"
           "          const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
@@ -360,9 +385,9 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
           "          }\n"
           "          for (int c = nc; c < BT; c++) pr[c] = dr[c] = 0.0f;\n"
           "        }\n"
-          "        %s_mm_tn(nk, DP, nq, p, BT, dos + i0 * DP, DP, dva, DP, 1);\n"
-          "        %s_mm_tn(nk, DP, nq, ds, BT, qs + i0 * DP, DP, dka, DP, 1);\n"
-          "        %s_mm_nn(nq, DP, nk, ds, BT, kr, DP, dqa + i0 * DP, DP, 1);\n"
+          "        %s_mm_tn(nk, DP, nq, p, BT, dos + i0 * DP, DP, dva, DP, 1, diag ? 2 : 0);\n"
+          "        %s_mm_tn(nk, DP, nq, ds, BT, qs + i0 * DP, DP, dka, DP, 1, diag ? 2 : 0);\n"
+          "        %s_mm_nn(nq, DP, nk, ds, BT, kr, DP, dqa + i0 * DP, DP, 1, diag ? 3 : 0);\n"
           "      }\n"
           "      for (int c = 0; c < nk; c++)\n"
           "        for (int d = 0; d < D; d++) {\n",
@@ -390,6 +415,7 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   fprintf(f,
           "#include <stdio.h>\n"
           "#include <stdlib.h>\n"
+          "#include <string.h>\n"
           "void %s(const %s *q, const %s *k, const %s *v, const %s *o, const %s *lse, const %s *dout,\n"
           "        %s *dq, %s *dk, %s *dv) {\n",
           fn, ptype(&s->q), ptype(&s->k), ptype(&s->v), ptype(&s->o), ptype(&s->lse), ptype(&s->dout),
@@ -398,7 +424,7 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   fprintf(f,
           "  /* each thread's scratch: the head's q, do and dq rows, Di and lse, and the\n"
           "   * tiles (on the heap: a head of T rows does not fit a thread's stack) */\n"
-          "  enum { SCRATCH = 3 * T * DP + 2 * T + 3 * DP * BT + 2 * BT * BT + 2 * BT * DP };\n"
+          "  enum { SCRATCH = 3 * T * DP + 2 * T + 4 * DP * BT + 2 * BT * BT + 2 * BT * DP };\n"
           "#pragma omp parallel\n"
           "  {\n"
           "    float *w = malloc(sizeof(float) * SCRATCH);\n"
@@ -409,7 +435,7 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "    }\n"
           "    float *qs = w, *dos = qs + T * DP, *dqa = dos + T * DP, *di = dqa + T * DP, *li = di + T;\n"
           "    float *kt = li + T, *vt = kt + DP * BT, *kr = vt + DP * BT, *p = kr + BT * DP, *ds = p + BT * BT;\n"
-          "    float *dka = ds + BT * BT, *dva = dka + BT * DP;\n"
+          "    float *dka = ds + BT * BT, *dva = dka + BT * DP, *vr = dva + BT * DP;\n"
           "#pragma omp for schedule(dynamic, 1)\n"
           "  for (long long bh = 0; bh < (long long)NB * NH; bh++) {\n"
           "    const long long b = bh / NH, h = bh %% NH;\n");
