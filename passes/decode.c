@@ -22,7 +22,9 @@
  *   - iota([T], 0) becomes a new input `pos` (i32 [1]): the position of
  *     the token in `idx`;
  *   - each flash_attention becomes, with caches kv.k.L and kv.v.L
- *     [..., S, D] (state leaves, zeros at first) and
+ *     [..., S, D] (state leaves, zeros at first; S rows, or fewer when
+ *     the caller asks: tgrun sample sizes them to the prompt and the new
+ *     tokens, since the step below costs O(S) whatever pos is) and
  *     at = (iota over S == pos):
  *         k' = assign(kv.k.L, where(at, k, kv.k.L))
  *         v' = assign(kv.v.L, where(at, v, kv.v.L))
@@ -165,7 +167,7 @@ static bool has_sym(const tg_type *t, const char *sym, unsigned axes) {
   return false;
 }
 
-void tg_decode(tg_ctx *ctx, tg_graph *g) {
+void tg_decode(tg_ctx *ctx, tg_graph *g, int64_t positions) {
   dec D = {ctx, g, NULL, NULL, 0, NULL, 0};
   tg_loc top = {g->source, 1, 1};
   int n = g->n_nodes;
@@ -216,6 +218,12 @@ void tg_decode(tg_ctx *ctx, tg_graph *g) {
   if (!pos_iota)
     tg_error(ctx, logits->loc, "decode: no position embedding found (a gather from a parameter table by "
              "iota([T], 0), as models/gpt2.tg's wpe): the decode step needs the model's positions");
+  if (positions > 0 && positions < D.S) { /* caches of fewer rows than the table: a dim of no symbol */
+    tg_dim *rows = tg_alloc(ctx->arena, sizeof *rows);
+    *rows = (tg_dim){positions, NULL};
+    D.S = positions;
+    D.S_dim = rows;
+  }
 
   /* what would mix positions behind the pass's back */
   for (int i = 0; i < n; i++) {
@@ -272,4 +280,14 @@ void tg_decode(tg_ctx *ctx, tg_graph *g) {
              "tgc --report flash_attn says why one was not recognised)");
   g->n_outputs = 0;
   tg_graph_add_output(g, TG_OUTPUT_LOGITS, logits->op == TG_OP_flash_attention ? map[logits->id] : logits);
+}
+
+int64_t tg_decode_context(const tg_graph *g) {
+  const tg_node *pos = tg_graph_leaf(g, TG_OP_input, TG_INPUT_POS);
+  for (int i = 0; pos && i < g->n_nodes; i++) {
+    const tg_node *x = g->nodes[i];
+    if (x->op == TG_OP_gather && x->nin == 2 && x->in[1] == pos && x->in[0]->op == TG_OP_param)
+      return x->in[0]->type.dim[0].size;
+  }
+  return 0;
 }

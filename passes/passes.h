@@ -325,10 +325,17 @@ size_t tg_param_layer_len(const char *name);
  * (i32 [1], the token's position) replaces the position table's iota;
  * each flash_attention becomes a write of its k and v into row pos of
  * state leaves "kv.k.L" and "kv.v.L" [..., S, D] (S: the position table's
- * rows) and the one query's attention over rows 0 .. pos; the only output
+ * rows, or fewer: positions below) and the one query's attention over rows 0 .. pos; the only output
  * is "logits".  Anything else over positions is refused with its .tg line.
  * See decode.c for the rewrite. */
-void tg_decode(tg_ctx *ctx, tg_graph *g);
+void tg_decode(tg_ctx *ctx, tg_graph *g, int64_t positions);
+/* positions > 0: the caches hold that many rows, at most the table's: a
+ * sample of a 16-token prompt and 256 new tokens needs 272 of GPT-2's
+ * 1024, and the step's attention multiplies and masks every row of the
+ * caches, a quarter of a token's time at 1024.  (0: the table's rows.)
+ * tg_decode_context: the decode step's position table's rows, the model's
+ * context (the caches may hold fewer); 0 if g is no decode step. */
+int64_t tg_decode_context(const tg_graph *g);
 
 /* The reports passes write (tgc --report NAME; pipeline.c's table says
  * which pass writes which). */
@@ -362,6 +369,7 @@ typedef struct tg_pipeline_opts {
   bool grad;              /* add the backward (autodiff) */
   bool step;              /* ... and the optimizer: the whole training step */
   bool decode;            /* the forward as a decode step (decode.c); not with grad */
+  int64_t decode_positions; /* decode: the caches' rows (tg_decode); 0: the position table's */
   bool kernels;           /* run the lowering passes (TG_PASS_FOR_KERNELS) even
                            * without the gradient (a forward graph that code
                            * generation will run) */

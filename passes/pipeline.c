@@ -29,8 +29,8 @@ static void run_gelu(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_fin
 }
 
 static void run_decode(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {
-  (void)o, (void)findings;
-  tg_decode(ctx, g);
+  (void)findings;
+  tg_decode(ctx, g, o->decode_positions);
 }
 
 static void run_precision(tg_ctx *ctx, tg_graph *g, const tg_pipeline_opts *o, tg_findings *findings) {

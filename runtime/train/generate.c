@@ -195,8 +195,11 @@ static void put_token(tg_ctx *ctx, const tg_generate_opts *o, gen *s, int32_t id
 
 /* The tokenizer, the prompt's tokens (np of them) and the decode step's
  * graph, through the pipeline, of the model the checkpoint or --model
- * names; the model's context length (block_size). */
-static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t *np, int32_t *vocab_size) {
+ * names; the rows of its caches, and in *context the model's context
+ * length (block_size), which the caches hold only when the sample needs
+ * as many. */
+static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t *np, int32_t *vocab_size,
+                          int64_t *context) {
   /* a checkpoint names its model and config */
   tg_st_file *f = tg_st_read(ctx, o->weights);
   const char *ck_model = tg_st_meta_get(f, "model");
@@ -225,10 +228,18 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
   if (tg_graph_get_config(s->g, "vocab", &vocab) && vocab < V)
     tg_error(ctx, (tg_loc){s->g->source, 1, 1}, "the model's vocab is %g but the tokenizer (%s) has %d ids", vocab,
              tg_tok_source(s->tok), V);
-  tg_pipeline_opts po = {.decode = true, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
+  /* caches for the prompt and the new tokens, not the whole context: the
+   * step attends over every row of them (tg_decode).  Rounded up to 64
+   * rows, so that samples of about the same length share compiled code;
+   * at most the context (the pass takes the least), past which the window
+   * slides as before. */
+  int64_t want = (int64_t)*np + (o->max_new_tokens > 0 ? o->max_new_tokens : 0);
+  tg_pipeline_opts po = {.decode = true, .kernels = true, .pad_multiple = TG_PAD_MULTIPLE_DEFAULT,
+                         .decode_positions = (want + 63) / 64 * 64};
   tg_run_pipeline(ctx, s->g, &po);
   const tg_node *cache = tg_graph_leaf(s->g, TG_OP_state, TG_DECODE_K_PREFIX "0");
   int64_t S = cache->type.dim[cache->type.rank - 2].size;
+  *context = tg_decode_context(s->g);
   if ((int64_t)*np > S)
     tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is %zu tokens, longer than the model's context of %lld "
              "(block_size): shorten it", *np, (long long)S);
@@ -305,7 +316,8 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   need_weights_file(ctx, o->weights);
   size_t np = 0;
   int32_t V;
-  int64_t S = load_model(ctx, o, s, &np, &V);
+  int64_t context = 0;
+  int64_t S = load_model(ctx, o, s, &np, &V, &context);
   check_memory(ctx, o, s->g);
 
   tg_ckpt_meta m;
@@ -326,8 +338,9 @@ static int run(tg_ctx *ctx, const tg_generate_opts *o, gen *s, tg_generate_stats
   double t3 = now();
   st->compile_s = t2 - t1;
   st->load_s = (t1 - t0) + (t3 - t2);
-  fprintf(o->info, "sample: %s on %s, context %lld, prompt %zu tokens; compiled in %.2f s, loaded in %.2f s\n",
-          g->source, tg_device_describe(s->dev), (long long)S, np, st->compile_s, st->load_s);
+  fprintf(o->info, "sample: %s on %s, context %lld", g->source, tg_device_describe(s->dev), (long long)context);
+  if (S < context) fprintf(o->info, " (caches of %lld positions: the prompt and the new tokens)", (long long)S);
+  fprintf(o->info, ", prompt %zu tokens; compiled in %.2f s, loaded in %.2f s\n", np, st->compile_s, st->load_s);
 
   const tg_node *lg = tg_graph_output(g, TG_OUTPUT_LOGITS);
   tg_tensor *idx_t = tg_exec_leaf(s->e, tg_graph_leaf(g, TG_OP_input, TG_INPUT_IDX));

@@ -175,6 +175,22 @@ expect_status 0 "$tgrun" init models/gpt2.tg -D n_layer=1 -D n_head=2 -D n_embd=
 expect_status 0 "$tgrun" sample --weights "$tmp/w.safetensors" "${tiny[@]}" --tokenizer "$tmp/data/tokenizer.json" \
   --prompt "Hi" --tokens 5 --backend ref
 contains "$tmp/out" "context 16, prompt 2 tokens"
+# a context longer than the sample: caches for the prompt and the new
+# tokens only (rounded up to 64 rows), and the same text as a sample that
+# needs the whole context's caches, up to the shorter one's end
+expect_status 0 "$tgrun" init models/gpt2.tg -D n_layer=1 -D n_head=2 -D n_embd=16 -D vocab=65 -D block_size=256 \
+  --out "$tmp/w256.safetensors"
+long=(--weights "$tmp/w256.safetensors" --model models/gpt2.tg -D n_layer=1 -D n_head=2 -D n_embd=16 -D vocab=65
+  -D block_size=256 --tokenizer "$tmp/data/tokenizer.json" --prompt "Hi" --temperature 0)
+expect_status 0 "$tgrun" sample "${long[@]}" --tokens 20
+contains "$tmp/out" "context 256 (caches of 64 positions: the prompt and the new tokens), prompt 2 tokens"
+"$tgrun" sample "${long[@]}" --tokens 20 > "$tmp/short_cache.txt" 2> /dev/null
+"$tgrun" sample "${long[@]}" --tokens 250 > "$tmp/whole_cache.txt" 2> "$tmp/whole_cache.log"
+grep -q "context 256, prompt 2 tokens" "$tmp/whole_cache.log" && ok || bad "250 new tokens should use the whole context"
+# (the shorter text ends with the newline after a sample)
+n=$(($(wc -c < "$tmp/short_cache.txt") - 1))
+if [ "$n" -gt 2 ] && cmp -s <(head -c "$n" "$tmp/short_cache.txt") <(head -c "$n" "$tmp/whole_cache.txt"); then ok
+else bad "caches of 64 rows changed the greedy text"; fi
 
 # <|endoftext|>: a 1-layer model of GPT-2's vocabulary, rigged to say it
 # and little else

@@ -5,7 +5,8 @@
  * sees tokens 0 .. t only), on the reference interpreter (f32 rounding)
  * on the CPU backend (generated C) and on the emulated CUDA device, for a 2-layer GPT-2 model with
  * the vocabulary padded (11 -> 64) and the whole context used (12 of
- * block_size 12).  The weights are the initialiser's times 20, so that
+ * block_size 12), and with caches of 7 rows (tgrun sample's, sized to the
+ * prompt and the new tokens) at positions 0 .. 6.  The weights are the initialiser's times 20, so that
  * logits are O(1) and attention far from uniform (a wrong mask or a
  * cache row off by one changes them by 1e-2 or more).
  *
@@ -36,7 +37,7 @@ static const char *const full_defs[] = {"n_layer=2", "n_head=2", "n_embd=32", "v
 static const char *const step_defs[] = {"n_layer=2", "n_head=2", "n_embd=32", "vocab=11", "block_size=12", "B=1",
                                         "T=1"};
 
-static tg_graph *model(tg_ctx *ctx, const char *const *defs, bool decode) {
+static tg_graph *model(tg_ctx *ctx, const char *const *defs, bool decode, int64_t positions) {
   tg_graph *g = tu_compile(ctx, "gpt2.tg", tu_read("models/gpt2.tg"), 7, defs);
   jmp_buf bail;
   ctx->bail = &bail;
@@ -48,7 +49,7 @@ static tg_graph *model(tg_ctx *ctx, const char *const *defs, bool decode) {
     ck_assert_ptr_nonnull(logits);
     tg_graph_add_output(g, TG_OUTPUT_LOGITS, logits);
   }
-  tg_pipeline_opts po = {.decode = decode, .kernels = true, .pad_multiple = 64};
+  tg_pipeline_opts po = {.decode = decode, .kernels = true, .pad_multiple = 64, .decode_positions = positions};
   tg_run_pipeline(ctx, g, &po);
   ctx->bail = NULL;
   return g;
@@ -65,10 +66,17 @@ static void set_params(tg_ctx *ctx, tg_exec *e, const tg_graph *g, const tg_weig
   }
 }
 
-static void check_backend(const char *backend, const char *full_backend) {
+/* positions > 0: the step's caches hold that many rows (fewer than the
+ * context), and the first that many positions are checked. */
+static void check_backend(const char *backend, const char *full_backend, int64_t positions) {
   tg_ctx *ctx = tu_ctx();
-  tg_graph *full = model(ctx, full_defs, false);
-  tg_graph *step = model(ctx, step_defs, true);
+  tg_graph *full = model(ctx, full_defs, false, 0);
+  tg_graph *step = model(ctx, step_defs, true, positions);
+  const int n_pos = positions > 0 ? (int)positions : NL;
+  const tg_node *cache = tg_graph_leaf(step, TG_OP_state, TG_DECODE_V_PREFIX "1");
+  ck_assert_ptr_nonnull(cache);
+  ck_assert_int_eq(cache->type.dim[cache->type.rank - 2].size, n_pos);
+  ck_assert_int_eq(tg_decode_context(step), NL);
   tg_weights *w = tg_weights_init(full, 7);
   for (int i = 0; i < full->n_nodes; i++)
     if (w->values[i] && full->nodes[i]->op == TG_OP_param)
@@ -105,7 +113,7 @@ static void check_backend(const char *backend, const char *full_backend) {
   tg_tensor *pos = tg_exec_leaf(es, tg_graph_leaf(step, TG_OP_input, TG_INPUT_POS));
   ck_assert_ptr_nonnull(pos);
   double worst = 0, spread = 0;
-  for (int t = 0; t < NL; t++) {
+  for (int t = 0; t < n_pos; t++) {
     int32_t p = t;
     tg_tensor_write(idx, &tokens[t], TG_HOST_I32);
     tg_tensor_write(pos, &p, TG_HOST_I32);
@@ -126,7 +134,8 @@ static void check_backend(const char *backend, const char *full_backend) {
   /* the comparison means something: the logits differ by position and id */
   ck_assert_msg(spread > 0.1, "%s: logits nearly constant (spread %g): the test would not see a wrong mask", backend,
                 spread);
-  printf("test_decode: %s: %d positions, worst relative difference %.2e\n", backend, NL, worst);
+  printf("test_decode: %s: %d positions (caches of %d), worst relative difference %.2e\n", backend, n_pos, n_pos,
+         worst);
   free(want);
   free(got);
   tg_exec_free(es);
@@ -138,10 +147,17 @@ static void check_backend(const char *backend, const char *full_backend) {
   tu_ctx_free(ctx);
 }
 
-START_TEST(decode_matches_forward_ref) { check_backend("ref", "ref"); }
+START_TEST(decode_matches_forward_ref) { check_backend("ref", "ref", 0); }
 END_TEST
 
-START_TEST(decode_matches_forward_cpu) { check_backend("cpu", "cpu"); }
+START_TEST(decode_matches_forward_cpu) { check_backend("cpu", "cpu", 0); }
+
+/* caches of 7 rows of the 12 the position table has (tgrun sample's: the
+ * prompt and the new tokens): the same logits at positions 0 .. 6 */
+START_TEST(decode_with_short_caches_matches_forward) {
+  check_backend("ref", "ref", 7);
+  check_backend("cpu", "cpu", 7);
+}
 END_TEST
 
 /* the generated CUDA, every kernel run on the emulated device, against the
@@ -149,7 +165,7 @@ END_TEST
  * the probabilities to bf16 for its tensor-core products even in f32
  * (docs/precision.md), 3e-3 off, while the decode step's attention is
  * plain f32 matmuls and softmax */
-START_TEST(decode_matches_forward_cuda_emu) { check_backend("cuda-emu", "ref"); }
+START_TEST(decode_matches_forward_cuda_emu) { check_backend("cuda-emu", "ref", 0); }
 END_TEST
 
 /* The pass's error for graph text, compiled with defs. */
@@ -218,6 +234,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, decode_matches_forward_ref);
   tcase_add_test(tc, decode_matches_forward_cpu);
+  tcase_add_test(tc, decode_with_short_caches_matches_forward);
   tcase_add_test(tc, decode_matches_forward_cuda_emu);
   tcase_add_test(tc, refuses_long_T);
   tcase_add_test(tc, refuses_unrecognised_attention);
