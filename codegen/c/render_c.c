@@ -186,10 +186,20 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
  * with the kernels'; on 2 cores that contention cost more than it gave),
  * each a call of fn: "cblas_sgemm" on f32 operands, "cblas_sbgemm" on bf16
  * ones, A, B and C the operands' expressions with their leading dims. */
+/* Whether gemm_rows splits a product of few rows by its columns: the
+ * larger ones, and one-row products (matrix-vector, memory-bound: one
+ * core reads about 15 GB/s of the two's 20) from a megaflop, a decode
+ * step's q, k, v and output projections (768 x 2304, 768 x 768) among
+ * them. */
+static bool split_columns(const tg_gemm *G) {
+  int64_t flops = 2 * G->m * G->n * G->k;
+  return G->m < 64 && G->n >= 128 && (flops >= (1 << 22) || (G->m == 1 && flops >= (1 << 20)));
+}
+
 static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a, long long lda, const char *b,
                       long long ldb, const char *c, long long ldc) {
   int64_t flops = 2 * G->m * G->n * G->k;
-  if (G->m < 64 && G->n >= 128 && flops >= (1 << 22)) {
+  if (split_columns(G)) {
     /* a few rows (a decode step's one token: a matrix-vector product,
      * memory-bound): the columns in two halves instead, so that both
      * threads read half of B */
@@ -309,6 +319,13 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   bool bf16 = p->g->nodes[G->node]->type.dtype == TG_BF16;
   fprintf(out, "  /* %%%d = matmul: %lld x %lld x %lld%s%s */\n", G->node, (long long)G->m, (long long)G->n,
           (long long)G->k, G->batch > 1 ? ", batched" : "", bf16 ? ", bf16 operands and result, f32 accumulation" : "");
+  bool bf16_or_epilogue = bf16 || G->bias >= 0 || G->dgelu || G->bgrad >= 0;
+  if (G->batch > 1 && G->m == 1 && !split_columns(G) && !bf16_or_epilogue &&
+      2 * G->batch * G->n * G->k >= (1 << 18))
+    /* one-row products too small to split, many of them (a decode step's
+     * attention: a head's query against its cache rows, 12 a layer): the
+     * products between the threads, each its own output */
+    fprintf(out, "  #pragma omp parallel for schedule(static)\n");
   fprintf(out, "  for (tg_idx bi = 0; bi < %lld; bi++) {\n", (long long)G->batch);
   fprintf(out, "    tg_idx ao = %lld, bo = %lld, co = 0, r = bi;\n", (long long)G->a_off, (long long)G->b_off);
   for (int j = G->batch_rank - 1; j >= 0; j--) {
