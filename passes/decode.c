@@ -286,8 +286,10 @@ int64_t tg_decode_context(const tg_graph *g) {
   const tg_node *pos = tg_graph_leaf(g, TG_OP_input, TG_INPUT_POS);
   for (int i = 0; pos && i < g->n_nodes; i++) {
     const tg_node *x = g->nodes[i];
-    if (x->op == TG_OP_gather && x->nin == 2 && x->in[1] == pos && x->in[0]->op == TG_OP_param)
-      return x->in[0]->type.dim[0].size;
+    if (x->op != TG_OP_gather || x->nin != 2 || x->in[1] != pos) continue;
+    const tg_node *table = x->in[0];
+    while (table->op == TG_OP_cast && table->nin == 1) table = table->in[0]; /* a table read in another dtype */
+    if (table->op == TG_OP_param) return table->type.dim[0].size;
   }
   return 0;
 }

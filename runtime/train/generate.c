@@ -240,6 +240,7 @@ static int64_t load_model(tg_ctx *ctx, const tg_generate_opts *o, gen *s, size_t
   const tg_node *cache = tg_graph_leaf(s->g, TG_OP_state, TG_DECODE_K_PREFIX "0");
   int64_t S = cache->type.dim[cache->type.rank - 2].size;
   *context = tg_decode_context(s->g);
+  if (*context < S) *context = S; /* a table read through a cast, say: the caches' rows */
   if ((int64_t)*np > S)
     tg_error(ctx, (tg_loc){o->prompt_name, 0, 0}, "the prompt is %zu tokens, longer than the model's context of %lld "
              "(block_size): shorten it", *np, (long long)S);

@@ -165,6 +165,26 @@ END_TEST
  * the probabilities to bf16 for its tensor-core products even in f32
  * (docs/precision.md), 3e-3 off, while the decode step's attention is
  * plain f32 matmuls and softmax */
+/* the model's context and the caches' rows, at f32 and at bf16 precision */
+START_TEST(context_of_a_decode_step) {
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    tg_ctx *ctx = tu_ctx();
+    tg_graph *g = tu_compile(ctx, "gpt2.tg", tu_read("models/gpt2.tg"), 7, step_defs);
+    jmp_buf bail;
+    ctx->bail = &bail;
+    if (setjmp(bail)) ck_abort_msg("pipeline: %s", tu_errors(ctx));
+    tg_pipeline_opts po = {.decode = true, .kernels = true, .pad_multiple = 64, .decode_positions = 5,
+                           .precision = bf16 ? TG_PRECISION_BF16 : TG_PRECISION_F32};
+    tg_run_pipeline(ctx, g, &po);
+    ctx->bail = NULL;
+    ck_assert_int_eq(tg_decode_context(g), NL);
+    const tg_node *cache = tg_graph_leaf(g, TG_OP_state, TG_DECODE_K_PREFIX "0");
+    ck_assert_int_eq(cache->type.dim[cache->type.rank - 2].size, 5);
+    tu_ctx_free(ctx);
+  }
+}
+END_TEST
+
 START_TEST(decode_matches_forward_cuda_emu) { check_backend("cuda-emu", "ref", 0); }
 END_TEST
 
@@ -235,6 +255,7 @@ int main(void) {
   tcase_add_test(tc, decode_matches_forward_ref);
   tcase_add_test(tc, decode_matches_forward_cpu);
   tcase_add_test(tc, decode_with_short_caches_matches_forward);
+  tcase_add_test(tc, context_of_a_decode_step);
   tcase_add_test(tc, decode_matches_forward_cuda_emu);
   tcase_add_test(tc, refuses_long_T);
   tcase_add_test(tc, refuses_unrecognised_attention);
