@@ -505,13 +505,6 @@ static const char **input_coords(emitter *e, const tg_node *n, const tg_node *in
   return ic;
 }
 
-/* An in-place update of a state leaf where a condition holds,
- * assign(s, where(cond, x, s)) with s read whole at the point it is
- * written (the decode step's key/value cache row: cond is "this row is
- * pos"), stored only where cond holds: the rows it keeps are neither read
- * nor written back, which was a fifth of a GPT-2 decode step (the caches
- * rewritten whole for one row).  The same values land in memory.  C only:
- * the CUDA nests store per lane, and their traffic count reads the load. */
 /* n's value (computed here) at coordinates c, emitted at depth d. */
 static const char *compute(emitter *e, const tg_node *n, const char **c, int d) {
   const tg_type *t = &n->type;
@@ -702,10 +695,13 @@ static const char *store_conv(emitter *e, tg_dtype t, const char *v) {
   }
 }
 
-/* Stores n's value at its natural coordinates into its place; where n does
- * not vary along a domain axis, only the point at coordinate 0 of that axis
- * stores (the others would write the same value to the same place).  The
- * value's statements go to depth d, the store itself to `to`. */
+/* An in-place update of a state leaf where a condition holds,
+ * assign(s, where(cond, x, s)) with s read whole at the point it is
+ * written (the decode step's key/value cache row: cond is "this row is
+ * pos"), stored only where cond holds: the rows it keeps are neither read
+ * nor written back, which was a fifth of a GPT-2 decode step (the caches
+ * rewritten whole for one row).  The same values land in memory.  C only:
+ * the CUDA nests store per lane, and their traffic count reads the load. */
 static bool conditional_update(const emitter *e, const tg_node *n) {
   if (e->d != TG_DIALECT_C || n->op != TG_OP_assign || e->vec > 1) return false;
   const tg_node *w = n->in[1], *s = n->in[0];
@@ -726,6 +722,10 @@ static void conditional_store(emitter *e, const tg_node *n, const char **c, int 
                store_conv(e, n->in[0]->type.dtype, x.s));
 }
 
+/* Stores n's value at its natural coordinates into its place; where n does
+ * not vary along a domain axis, only the point at coordinate 0 of that axis
+ * stores (the others would write the same value to the same place).  The
+ * value's statements go to depth d, the store itself to `to`. */
 static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
   const char **c = canon(e, &n->type);
   bool update = conditional_update(e, n);

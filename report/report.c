@@ -422,8 +422,6 @@ static void write_collectives(FILE *out, const tg_cuda_plan *plan) {
   fputs("]", out);
 }
 
-/* A finding's number: an integer as one (bytes, ids, counts), else
- * enough digits to tell it apart. */
 /* v in decimal, as "%lld" writes it: the findings are thousands of
  * counts, and fprintf's reading of its format cost more than the rest of
  * writing them. */
@@ -434,6 +432,8 @@ static void jint(FILE *out, long long v) {
   fwrite(p, 1, n, out);
 }
 
+/* A finding's number: an integer as one (bytes, ids, counts), else
+ * enough digits to tell it apart. */
 static void jnum(FILE *out, double v) {
   if (v == (double)(long long)v && v > -1e15 && v < 1e15) jint(out, (long long)v);
   else if (v != v || v - v != 0) fputs("null", out); /* NaN, infinities: JSON has none */
