@@ -38,11 +38,13 @@ typedef struct writer {
   char **text; /* tg_print_ir_to's: grown with realloc */
   size_t *cap, len;
   size_t n;
+  unsigned writes; /* of the buffer out (w_write): print_type's spelling is in buf while none happened */
   char buf[1 << 15];
   typed_slot types[TYPED_SLOTS]; /* print_type's spellings */
 } writer;
 
 static void w_write(writer *w, const char *s, size_t n) {
+  w->writes++;
   if (w->out) {
     fwrite(s, 1, n, w->out);
     return;
@@ -149,36 +151,6 @@ static void print_ref(writer *out, const tg_graph *g, const tg_node *n) {
     w_puts(out, "%?"); /* not in the graph: unreadable on purpose */
 }
 
-/* As tg_type_str spells it ("f32[B=8, T=1024, 64]"), written straight
- * out: no symbol name is ever cut short (that would break the round trip). */
-/* t's text into buf (cap bytes): its length, or 0 if it does not fit. */
-static size_t spell_type(const tg_type *t, char *buf, size_t cap) {
-  size_t n = 0;
-#define PUT(s, len)                                                                                                    \
-  do {                                                                                                                 \
-    if (n + (len) >= cap) return 0;                                                                                    \
-    memcpy(buf + n, s, len);                                                                                           \
-    n += len;                                                                                                          \
-  } while (0)
-  const char *dt = tg_dtype_name(t->dtype);
-  PUT(dt, strlen(dt));
-  PUT("[", 1);
-  for (int i = 0; i < t->rank; i++) {
-    if (i) PUT(", ", 2);
-    if (t->dim[i].sym) {
-      PUT(t->dim[i].sym, strlen(t->dim[i].sym));
-      PUT("=", 1);
-    }
-    char num[TG_FMT_INT_MAX];
-    size_t len;
-    const char *digits = tg_fmt_int((long long)t->dim[i].size, num, &len);
-    PUT(digits, len);
-  }
-  PUT("]", 1);
-#undef PUT
-  return n;
-}
-
 static bool same_type(const tg_type *a, const tg_type *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
   for (int i = 0; i < a->rank; i++)
@@ -198,25 +170,33 @@ static void print_type(writer *out, const tg_type *t) {
   uint64_t h = (uint64_t)t->dtype * 31 + (uint64_t)t->rank;
   for (int i = 0; i < t->rank; i++) h = (h ^ (uint64_t)t->dim[i].size ^ (uint64_t)(uintptr_t)t->dim[i].sym) * 0x100000001b3ULL;
   typed_slot *c = &out->types[(h ^ h >> 29) % TYPED_SLOTS];
-  if (!c->len || !same_type(&c->type, t)) {
-    c->type = *t;
-    c->len = spell_type(t, c->text, sizeof c->text);
-    if (!c->len) { /* too long to keep: written a piece at a time */
-      w_puts(out, tg_dtype_name(t->dtype));
-      w_putc(out, '[');
-      for (int i = 0; i < t->rank; i++) {
-        if (i) w_puts(out, ", ");
-        if (t->dim[i].sym) {
-          w_puts(out, t->dim[i].sym);
-          w_putc(out, '=');
-        }
-        put_int(out, (long long)t->dim[i].size);
-      }
-      w_putc(out, ']');
-      return;
-    }
+  if (c->len && same_type(&c->type, t)) {
+    w_put(out, c->text, c->len);
+    return;
   }
-  w_put(out, c->text, c->len);
+  /* spelled into the writer's buffer, with room for a slot's worth, and
+   * kept when it fit (a longer one is written a piece at a time, as here,
+   * and spelled again next time) */
+  if (out->n + sizeof c->text > sizeof out->buf) w_flush(out);
+  size_t start = out->n;
+  unsigned writes = out->writes;
+  w_puts(out, tg_dtype_name(t->dtype));
+  w_putc(out, '[');
+  for (int i = 0; i < t->rank; i++) {
+    if (i) w_puts(out, ", ");
+    if (t->dim[i].sym) {
+      w_puts(out, t->dim[i].sym);
+      w_putc(out, '=');
+    }
+    put_int(out, (long long)t->dim[i].size);
+  }
+  w_putc(out, ']');
+  size_t len = out->n - start;
+  c->len = out->writes == writes && len < sizeof c->text ? len : 0;
+  if (c->len) {
+    c->type = *t;
+    memcpy(c->text, out->buf + start, len);
+  }
 }
 
 static void print_list(writer *out, const char *key, const int *v, int n) {
@@ -385,6 +365,7 @@ static void print_graph(writer *out, const tg_graph *g) {
 /* w's text length, and w freed. */
 static size_t print_with(writer *w, const tg_graph *g) {
   w->n = 0;
+  w->writes = 0;
   for (int i = 0; i < TYPED_SLOTS; i++) w->types[i].len = 0;
   w->len = 0;
   print_graph(w, g);
@@ -405,19 +386,13 @@ size_t tg_print_ir_to(char **text, size_t *cap, const tg_graph *g) {
   w->out = NULL;
   w->text = text;
   w->cap = cap;
-  size_t len = print_with(w, g);
-  if (!*text) { /* an empty graph still prints its header: never NULL */
-    *text = tg_xmalloc(1);
-    **text = 0;
-    *cap = 1;
-  }
-  return len;
+  return print_with(w, g); /* the header at least: *text is never NULL after */
 }
 
 /* ---- the fingerprint (ir.h) -------------------------------------------
  * Reads the fields print_graph prints, in its order: a field added to the
- * text must be added here too (test_ir_text checks, pass by pass, that the
- * fingerprint changes exactly when the text does). */
+ * text must be added here too (test_report checks, pass by pass, that the
+ * fingerprint changes exactly when the text does, and field by field). */
 
 static uint64_t mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * 0x100000001b3ULL;

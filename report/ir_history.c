@@ -32,7 +32,6 @@ struct tg_ir_history {
   size_t cap[2];
   int reader[2]; /* the entry whose packing reads text[i], or -1 */
   int last;
-  bool any;
   size_t last_n;
   uint64_t last_fingerprint;
   /* the worker: packs job[done], ..., job[queued - 1] */
@@ -108,7 +107,7 @@ static int add(tg_ir_history *h, const char *pass, const char *text, size_t n, s
 void tg_ir_history_keep(tg_ir_history *h, const char *pass, const tg_graph *g) {
   if (h->n >= TG_PASS_LOG_MAX) return;
   uint64_t fingerprint = tg_ir_fingerprint(g);
-  const char *last = h->any ? h->text[h->last] : NULL;
+  const char *last = h->n > 0 ? h->text[h->last] : NULL; /* the first entry is always printed */
   size_t last_n = h->last_n, prefix = 0, suffix = 0;
   if (last && fingerprint == h->last_fingerprint) {
     add(h, pass, last, last_n, last_n, 0); /* all of it shared: nothing packed, no buffer read */
@@ -125,7 +124,6 @@ void tg_ir_history_keep(tg_ir_history *h, const char *pass, const tg_graph *g) {
   }
   h->reader[at] = add(h, pass, text, n, prefix, suffix);
   h->last = at;
-  h->any = true;
   h->last_n = n;
   h->last_fingerprint = fingerprint;
 }
