@@ -168,7 +168,7 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
   case EMIT_CUDA: tg_render_cuda_from(out, e->p, e->plan, e->ks); break;
   case EMIT_C: tg_render_c(out, e->p); break;
   case EMIT_MANIFEST:
-    if (e->cuda) tg_render_cuda_manifest(out, e->p, e->code_name);
+    if (e->cuda) tg_render_cuda_manifest_from(out, e->p, e->plan, e->code_name);
     else tg_render_c_manifest(out, e->p, e->code_name);
     break;
   case EMIT_NONE: break;

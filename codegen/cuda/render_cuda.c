@@ -101,11 +101,9 @@ static void table_json(FILE *out, const tg_cuda_table *T, bool first) {
   fprintf(out, "]}");
 }
 
-/* CUDA: the plan (cuda_plan.h), exactly as the CUDA backend runs it. */
-static void manifest_cuda(FILE *out, const tg_program *p) {
-  tg_arena *a = tg_arena_new();
-  tg_cuda_plan *plan = tg_cuda_plan_make(a, p);
-  tg_cuda_kernels_make(a, p, plan); /* names each launch's function */
+/* CUDA: the plan (cuda_plan.h), exactly as the CUDA backend runs it, its
+ * launches named by tg_cuda_kernels_make. */
+static void manifest_cuda(FILE *out, const tg_program *p, const tg_cuda_plan *plan) {
   int op = 0;
   for (int k = 0; k < p->n_kernels; k++) {
     const tg_lkernel *lk = &p->kernels[k];
@@ -136,11 +134,18 @@ static void manifest_cuda(FILE *out, const tg_program *p) {
     }
     fprintf(out, "]}");
   }
-  tg_arena_free(a);
 }
 
 void tg_render_cuda_manifest(FILE *out, const tg_program *p, const char *file) {
+  tg_arena *a = tg_arena_new();
+  tg_cuda_plan *plan = tg_cuda_plan_make(a, p);
+  tg_cuda_kernels_make(a, p, plan); /* names each launch's function */
+  tg_render_cuda_manifest_from(out, p, plan, file);
+  tg_arena_free(a);
+}
+
+void tg_render_cuda_manifest_from(FILE *out, const tg_program *p, const tg_cuda_plan *plan, const char *file) {
   tg_manifest_head(out, p, "cuda", file);
-  manifest_cuda(out, p);
+  manifest_cuda(out, p, plan);
   tg_manifest_tail(out);
 }

@@ -43,4 +43,8 @@ void tg_render_cuda_runtime(FILE *out);
  * are and where it lives. */
 void tg_render_cuda_manifest(FILE *out, const tg_program *p, const char *file);
 
+/* tg_render_cuda_manifest from a plan whose kernels tg_cuda_kernels_make
+ * has made already (tgc has it: making them again doubled tgc's time). */
+void tg_render_cuda_manifest_from(FILE *out, const tg_program *p, const tg_cuda_plan *plan, const char *file);
+
 #endif
