@@ -12,4 +12,12 @@ void *tg_xmalloc(size_t n);
 void *tg_xcalloc(size_t n, size_t size);
 void *tg_xrealloc(void *p, size_t n);
 
+/* n bytes of fresh zeroed memory, 2 MB aligned, in huge pages where the
+ * kernel gives them (Linux's transparent huge pages on madvise): one page
+ * fault for 2 MB instead of 512, each some microseconds on a virtual
+ * machine.  For a large buffer filled again and again (tgc's copies of the
+ * graph, ir/snapshot.c).  Freed with tg_huge_free(p, n), the same n. */
+void *tg_huge_alloc(size_t n);
+void tg_huge_free(void *p, size_t n);
+
 #endif

@@ -343,6 +343,15 @@ size_t tg_print_ir_to(char **text, size_t *cap, const tg_graph *g);
  * that prints the same, never the reverse.  tgc --report html prints the
  * IR after a pass only when the pass changed it. */
 uint64_t tg_ir_fingerprint(const tg_graph *g);
+/* A copy of what g's text form shows (ir/snapshot.c): tg_print_ir prints
+ * it as it prints g, while g goes on changing.  Its nodes, their inputs
+ * (pointing into the copy), the config, the kernels' names and kinds, the
+ * outputs; not the kernels' node lists, the memory plan or the schedule,
+ * and no arena (nothing can be added to it).  Strings are shared: arena
+ * strings are never changed in place.  It lives in *buf, *cap bytes (NULL
+ * and 0 at first), grown with tg_huge_alloc: passed back in, the buffer
+ * is reused; the caller frees it with tg_huge_free(*buf, *cap). */
+tg_graph *tg_graph_snapshot(const tg_graph *g, void **buf, size_t *cap);
 tg_graph *tg_read_ir(tg_ctx *ctx, const tg_source *src); /* bails on error */
 void tg_print_dot(FILE *out, const tg_graph *g);
 

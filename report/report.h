@@ -72,8 +72,9 @@ void tg_report_packer_free(tg_report_packer *p);
 
 /* The IR after each pass, as the page holds it (tg_report_ir; ir_history.c):
  * printed only when the pass changed it (tg_ir_fingerprint), told as the
- * bytes it shares with the IR after the pass before and the rest packed
- * on a thread of its own while the next passes run.  keep is called after
+ * bytes it shares with the IR after the pass before and the rest packed,
+ * both on a thread of its own while the next passes run (keep copies the
+ * graph: ir.h's tg_graph_snapshot).  keep is called after
  * each pass (tg_pipeline_opts.after_pass); done waits for the packing and
  * gives the IR after each pass up to the first whose packing failed, in
  * h's memory (NULL and *n = 0 for none). */
