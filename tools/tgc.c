@@ -5,8 +5,8 @@
  * passes of later stages are called here, one line each, in order. */
 #include <errno.h>
 #include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
+#include <pthread.h>
+#include <stdio_ext.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +24,7 @@
 #include "render_c.h"
 #include "render_cuda.h"
 #include "report.h"
+#include "tgc_dot.h"
 #include "tgc_plan.h"
 #include "traffic.h"
 #include "program_dir.h"
@@ -177,29 +178,46 @@ static void emit(FILE *out, enum emit what, const emitted *e) {
   }
 }
 
-/* Writes to path.tmp.PID, then renames: a reader never sees half a file and
- * a failed run leaves the old file as it was. */
-static int emit_to_file(const char *path, enum emit what, const emitted *g) {
+/* Opens path.tmp.PID for writing, its name in *tmp (malloc'ed), or NULL
+ * with a message.  close_replacing renames it to path: a reader never
+ * sees half a file and a failed run leaves the old file as it was. */
+static FILE *open_replacing(const char *path, char **tmp) {
   size_t n = strlen(path) + 32;
-  char *tmp = malloc(n);
-  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
+  *tmp = malloc(n);
+  snprintf(*tmp, n, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(*tmp, "w");
   if (!f) {
-    fprintf(stderr, "tgc: error: cannot write '%s': %s\n", tmp, strerror(errno));
-    free(tmp);
-    return 1;
+    fprintf(stderr, "tgc: error: cannot write '%s': %s\n", *tmp, strerror(errno));
+    free(*tmp);
+    *tmp = NULL;
+    return NULL;
   }
-  emit(f, what, g);
+  /* one thread writes each file: once tgc has threads (--report html's),
+   * stdio would lock f at every call, some ten thousand of them */
+  __fsetlocking(f, FSETLOCKING_BYCALLER);
+  return f;
+}
+
+/* Closes f, written to tmp, and renames it to path; frees tmp.  Returns
+ * the exit status.  keep false: the file is dropped (an error elsewhere). */
+static int close_replacing(FILE *f, char *tmp, const char *path, bool keep) {
   bool ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
-    remove(tmp);
-    free(tmp);
-    return 1;
+  if (keep) {
+    ok = ok && rename(tmp, path) == 0;
+    if (!ok) fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
   }
+  if (!keep || !ok) remove(tmp);
   free(tmp);
-  return 0;
+  return keep && ok ? 0 : 1;
+}
+
+static int emit_to_file(const char *path, enum emit what, const emitted *g) {
+  char *tmp;
+  FILE *f = open_replacing(path, &tmp);
+  if (!f) return 1;
+  emit(f, what, g);
+  return close_replacing(f, tmp, path, true);
 }
 
 /* --report html: the page as it fills, phase by phase; kept in main's
@@ -215,8 +233,7 @@ typedef struct html_page {
   FILE *ir;             /* --dump-after PASS: the IR after it, for the page */
   char *ir_text;
   size_t ir_len;
-  pid_t dot_pid;        /* dot drawing the step, while dot_running */
-  bool dot_running;
+  tgc_dot dot;          /* dot drawing the step, while dot.running */
   bool written;         /* DIR/index.html is the step's page */
 } html_page;
 
@@ -272,28 +289,16 @@ static void step_drawing_start(held *h, const emitted *e, const char *dir) {
   if (!f) return;
   int nodes = tg_report_step_dot(f, &html->page);
   if (fclose(f) != 0 || nodes > STEP_DOT_MAX_NODES) return;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, svg_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  char *argv[] = {"dot", "-Tsvg", dot_path, NULL};
-  extern char **environ;
-  html->dot_running = posix_spawnp(&html->dot_pid, "dot", &fa, NULL, argv, environ) == 0;
-  posix_spawn_file_actions_destroy(&fa);
+  tgc_dot_start(&html->dot, dot_path, svg_path);
 }
 
 /* dot's drawing, once it is done: its <svg> element, malloc'ed, or NULL
  * (no dot, or it failed: the page then draws its own layout). */
 static char *step_drawing_finish(html_page *html, const char *dir) {
-  if (!html->dot_running) return NULL;
-  int status = -1;
-  bool done = waitpid(html->dot_pid, &status, 0) == html->dot_pid;
-  html->dot_running = false;
   char svg_path[4096], why[256], *svg = NULL;
   size_t n;
   snprintf(svg_path, sizeof svg_path, "%s/step.svg", dir);
-  if (!done || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || !tg_read_whole_file(svg_path, &svg, &n, why, sizeof why))
-    return NULL;
+  if (!tgc_dot_finish(&html->dot) || !tg_read_whole_file(svg_path, &svg, &n, why, sizeof why)) return NULL;
   char *at = strstr(svg, "<svg"); /* without the XML prolog and doctype */
   if (!at) {
     free(svg);
@@ -318,35 +323,63 @@ static void html_collect(html_page *html, tg_ctx *ctx, tg_pipeline_opts *po) {
   po->after_arg = html;
 }
 
-/* --report html, once the code and manifest are written: the traffic of
- * the step, and DIR/index.html with the passes' findings. */
-static int write_page(tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
-  phase_done(h, "write code");
+/* --report html for a model that compiled: DIR/index.html, written on a
+ * thread of its own while the main thread writes the code and the
+ * manifest (both only read the plan and the kernels): the traffic of the
+ * step, the wait for the IR's packing and for dot, the page's data and its
+ * fsync, most of what the page costs, are then off tgc's path.  Its
+ * phases are the compilation's, up to the writing of the files. */
+typedef struct page_writer {
+  html_page *html;
+  const char *dir;
+  char path[4096];
+  tg_arena *arena; /* the traffic's */
+  int status;      /* the page's exit status */
+  pthread_t thread;
+  bool started;
+} page_writer;
+
+static void *write_page(void *arg) {
+  page_writer *w = arg;
+  html_page *html = w->html;
+  tg_report_page *page = &html->page;
+  page->traffic = tg_traffic_count(w->arena, page->plan, tg_gpu_find("h100"));
+  page->ir_after = tg_ir_history_done(html->ir_history, &page->n_ir_after);
+  if (html->ir && fclose(html->ir) == 0) page->ir_text = html->ir_text;
+  html->ir = NULL;
+  page->step_svg = step_drawing_finish(html, w->dir);
+  emitted e = {.page = page};
+  w->status = emit_to_file(w->path, EMIT_HTML, &e);
+  return NULL;
+}
+
+static void page_writer_start(page_writer *w, tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
+  *w = (page_writer){.html = h->html, .dir = dir, .arena = tg_arena_new()};
+  snprintf(w->path, sizeof w->path, "%s/index.html", dir);
   tg_report_page *page = &h->html->page;
   page->g = e->g;
   page->p = e->p;
   page->plan = e->plan;
   page->ks = e->ks;
   page->sources = ctx->sources;
-  page->traffic = tg_traffic_count(e->g->arena, e->plan, tg_gpu_find("h100"));
   page->findings = h->html->findings;
-  page->ir_after = tg_ir_history_done(h->html->ir_history, &page->n_ir_after);
-  if (h->html->ir && fclose(h->html->ir) == 0) page->ir_text = h->html->ir_text;
-  h->html->ir = NULL;
-  phase_done(h, "traffic");
-  char *svg = step_drawing_finish(h->html, dir);
-  page->step_svg = svg;
-  phase_done(h, "graphviz (the wait)");
-  emitted with_page = *e;
-  with_page.page = page;
-  snprintf(h->dir_file, strlen(dir) + 32, "%s/index.html", dir);
-  int status = emit_to_file(h->dir_file, EMIT_HTML, &with_page);
-  if (status == 0) printf("wrote %s/index.html: what the compiler did, one page\n", dir);
-  h->html->written = status == 0;
-  free(svg);
+  w->started = pthread_create(&w->thread, NULL, write_page, w) == 0;
+}
+
+/* Once the code is written (status: how that went): waits for the page.
+ * Returns the exit status. */
+static int page_writer_finish(page_writer *w, int status) {
+  if (w->started) pthread_join(w->thread, NULL);
+  else write_page(w); /* no thread: here and now */
+  if (w->status == 0) printf("wrote %s: what the compiler did, one page\n", w->path);
+  w->html->written = w->status == 0;
+  tg_report_page *page = &w->html->page;
+  free((char *)page->step_svg);
   page->findings = NULL;
   page->step_svg = NULL;
-  return status;
+  page->traffic = NULL;
+  tg_arena_free(w->arena);
+  return status == 0 ? w->status : status;
 }
 
 /* --report html for a model that failed: DIR/index.html with the error,
@@ -411,6 +444,43 @@ static int report_zero(tg_ctx *ctx, tg_graph *g, const char *report, const zero_
   }
   tg_zero_plan_print(stdout, &at_stage, &ddp);
   return 0;
+}
+
+/* The code, its manifest (and --report html's page, beside them) into
+ * out_path, the code named after the input; status so far in, the exit
+ * status out. */
+static int write_code_dir(tg_ctx *ctx, held *h, emitted *e, const char *input, const char *out_path, char *dir_file,
+                          int status) {
+  enum emit what = e->cuda ? EMIT_CUDA : EMIT_C;
+  const tg_graph *g = e->g;
+  const char *base = strrchr(input, '/');
+  base = base ? base + 1 : input;
+  const char *dot = strrchr(base, '.');
+  int stem = dot ? (int)(dot - base) : (int)strlen(base);
+  char *name = h->name = malloc((size_t)stem + 8);
+  sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
+  e->code_name = name;
+  page_writer page;
+  if (h->html) page_writer_start(&page, ctx, e, h, out_path); /* beside the code */
+  sprintf(dir_file, "%s/%s", out_path, name);
+  int wrote = emit_to_file(dir_file, what, e);
+  if (status == 0) status = wrote; /* fusion.txt's failure stands */
+  sprintf(dir_file, "%s/manifest.json", out_path);
+  if (status == 0) status = emit_to_file(dir_file, EMIT_MANIFEST, e);
+  if (status == 0) {
+    int launches = 0, functions = 0;
+    if (what == EMIT_CUDA) {
+      functions = e->ks->n_units;
+      for (int i = 0; i < e->plan->n_ops; i++) launches += e->plan->ops[i].kind != TG_CUDA_COLLECTIVE;
+      printf("wrote %s/%s (%d launches, %d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, launches,
+             functions, out_path, out_path);
+    } else {
+      printf("wrote %s/%s (%d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, g->n_kernels, out_path,
+             out_path);
+    }
+  }
+  if (h->html) status = page_writer_finish(&page, status);
+  return status;
 }
 
 /* Reads the model (source or IR), checks it, and emits.  Errors in the
@@ -500,32 +570,12 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   }
   if (status == 0 && code && out_path) {
     h->fusion = NULL;
-    if (fclose(fusion) != 0) status = 1;
-    fusion = NULL;
-    const char *base = strrchr(input, '/');
-    base = base ? base + 1 : input;
-    const char *dot = strrchr(base, '.');
-    int stem = dot ? (int)(dot - base) : (int)strlen(base);
-    char *name = h->name = malloc((size_t)stem + 8);
-    sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
-    e.code_name = name;
-    sprintf(dir_file, "%s/%s", out_path, name);
-    status = emit_to_file(dir_file, what, &e);
-    sprintf(dir_file, "%s/manifest.json", out_path);
-    if (status == 0) status = emit_to_file(dir_file, EMIT_MANIFEST, &e);
-    if (status == 0) {
-      int launches = 0, functions = 0;
-      if (what == EMIT_CUDA) {
-        functions = e.ks->n_units;
-        for (int i = 0; i < e.plan->n_ops; i++) launches += e.plan->ops[i].kind != TG_CUDA_COLLECTIVE;
-        printf("wrote %s/%s (%d launches, %d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, launches,
-               functions, out_path, out_path);
-      } else {
-        printf("wrote %s/%s (%d kernels), %s/manifest.json, %s/fusion.txt\n", out_path, name, g->n_kernels, out_path,
-               out_path);
-      }
+    if (fclose(fusion) != 0) {
+      fprintf(stderr, "tgc: error: cannot write '%s/fusion.txt': %s\n", out_path, strerror(errno));
+      status = 1;
     }
-    if (status == 0 && h->html) status = write_page(ctx, &e, h, out_path);
+    fusion = NULL;
+    status = write_code_dir(ctx, h, &e, input, out_path, dir_file, status);
     if (status == 0 && cubin) status = compile_cubins(e.ks, out_path, arch);
   } else if (status == 0) {
     if (out_path) status = emit_to_file(out_path, what, &e);
@@ -913,7 +963,7 @@ static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg
 
 /* The diagnostics kept for the page, to stderr where they belong. */
 static void html_end(html_page *html) {
-  if (html->dot_running) waitpid(html->dot_pid, NULL, 0);
+  tgc_dot_finish(&html->dot);
   tg_ir_history_free(html->ir_history); /* the error page's too, which shows none */
   if (html->ir) fclose(html->ir);
   free(html->ir_text);

@@ -273,6 +273,23 @@ for f in index.html gpt2.cu manifest.json fusion.txt; do
 done
 if grep -q '"ir_pass": "fuse"' "$tmp/html/index.html"; then ok; else bad "--dump-after fuse: no IR on the page"; fi
 if grep -q '# the IR above is after' "$tmp/out"; then bad "--report html printed the IR to stdout"; else ok; fi
+# dot draws the step with two of its plugins (tools/tgc_dot.c): the page
+# holds dot's drawing, and the config tgc made for dot is gone after; where
+# that config fails (GVBINDIR naming one whose plugins are not there), dot
+# runs as installed, fails the same, and the page draws its own layout
+if command -v dot > /dev/null; then
+  mkdir -p "$tmp/tmpdir" "$tmp/badgv"
+  expect_status 0 env TMPDIR="$tmp/tmpdir" "$tgc" models/gpt2.tg -D n_layer=2 --report html -o "$tmp/html_dot"
+  if grep -q 'class="node"' "$tmp/html_dot/step.svg" && grep -q '"step_svg": "\\u003csvg' "$tmp/html_dot/index.html"
+  then ok; else bad "the page does not hold dot's drawing of the step"; fi
+  if [ -z "$(ls -A "$tmp/tmpdir")" ]; then ok; else bad "tgc left its config for dot behind: $(ls "$tmp/tmpdir")"; fi
+  printf 'libgvplugin_core.so.6 core {\n\tdevice {\n\t\tsvg:svg 1\n\t}\n}\nlibgvplugin_dot_layout.so.6 dot_layout {\n\tlayout {\n\t\tdot 0\n\t}\n}\n' \
+    > "$tmp/badgv/config6a"
+  expect_status 0 env GVBINDIR="$tmp/badgv" TMPDIR="$tmp/tmpdir" "$tgc" models/gpt2.tg -D n_layer=2 --report html \
+    -o "$tmp/html_badgv"
+  if grep -q '"step_svg": "",' "$tmp/html_badgv/index.html"; then ok; else bad "a failed dot left the page without its own layout"; fi
+  if [ -z "$(ls -A "$tmp/tmpdir")" ]; then ok; else bad "tgc left its config for dot behind: $(ls "$tmp/tmpdir")"; fi
+fi
 expect_status 2 "$tgc" models/gpt2.tg --report html
 contains "$tmp/out" "--report html needs -o DIR"
 expect_status 2 "$tgc" models/gpt2.tg --report html --decode -o "$tmp/html2"
