@@ -18,9 +18,10 @@
 #     median of those ratios is the figure (a swing of the machine's speed
 #     moves both runs of a turn alike);
 #   - instructions, counted by valgrind's callgrind where it is installed:
-#     tgc's own, every thread's (the IR's packing runs on threads of its
-#     own), not dot's (a process of its own).  They do not depend on the
-#     load at all.
+#     tgc's own, every thread's (the IR's printing and packing and the
+#     page's data run on threads of their own), and the main thread's
+#     alone (what tgc's time waits for); not dot's (a process of its own).
+#     They do not depend on the load at all.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
@@ -75,15 +76,22 @@ awk -v e="$(least 1)" -v ec="$(least 2)" -v h="$(least 3)" -v hc="$(least 4)" -v
          e, ec, 100 * (h / e - 1), 100 * (hc / ec - 1), 100 * (n / e - 1), 100 * (nc / ec - 1) }'
 
 if command -v valgrind > /dev/null; then
-  instructions() { # instructions CMD...: what callgrind counts of CMD's own instructions, every thread's
-    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$@" > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
-    awk '/^summary:/ { print $2 }' "$tmp/cg.out"
+  # every thread's, and the main thread's alone: the page's work on
+  # threads of its own (the IR's printing and packing, the page's data)
+  # runs beside the main thread's, which is what tgc's time waits for
+  instructions() { # instructions CMD...: "ALL MAIN", what callgrind counts of CMD's own instructions
+    rm -f "$tmp"/cg.out*
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$tmp/cg.out" "$@" > "$tmp/out" 2>&1 ||
+      { cat "$tmp/out" >&2; exit 1; }
+    awk '/^summary:/ { all += $2; if (FILENAME ~ /-01$/) main = $2 } END { print all, main }' "$tmp"/cg.out*
   }
-  ie=$(instructions "${emit_cmd[@]}")
-  ih=$(instructions "${html_cmd[@]}")
-  awk -v e="$ie" -v h="$ih" 'BEGIN {
-    printf "  instructions (callgrind; tgc'"'"'s own, every thread, not dot'"'"'s): --emit cuda %.0f M, --report html %.0f M: %+.1f%%\n",
-           e / 1e6, h / 1e6, 100 * (h / e - 1) }'
+  read -r ie me <<< "$(instructions "${emit_cmd[@]}")"
+  read -r ih mh <<< "$(instructions "${html_cmd[@]}")"
+  awk -v e="$ie" -v h="$ih" -v me="$me" -v mh="$mh" 'BEGIN {
+    printf "  instructions (callgrind; tgc'"'"'s own, not dot'"'"'s): every thread'"'"'s: --emit cuda %.0f M, --report html %.0f M: %+.1f%%\n",
+           e / 1e6, h / 1e6, 100 * (h / e - 1)
+    printf "                the main thread'"'"'s: --emit cuda %.0f M, --report html %.0f M: %+.1f%%\n",
+           me / 1e6, mh / 1e6, 100 * (mh / me - 1) }'
 else
   echo "  instructions: valgrind is not installed (apt-get install valgrind), not counted"
 fi
