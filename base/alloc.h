@@ -15,8 +15,9 @@ void *tg_xrealloc(void *p, size_t n);
 /* n bytes of fresh zeroed memory, 2 MB aligned, in huge pages where the
  * kernel gives them (Linux's transparent huge pages on madvise): one page
  * fault for 2 MB instead of 512, each some microseconds on a virtual
- * machine.  For a large buffer filled again and again (tgc's copies of the
- * graph, ir/snapshot.c).  Freed with tg_huge_free(p, n), the same n. */
+ * machine.  For large blocks of many small pieces (tgc --report html's
+ * IR after each pass, report/ir_history.c).  Freed with tg_huge_free(p,
+ * n), the same n. */
 void *tg_huge_alloc(size_t n);
 void tg_huge_free(void *p, size_t n);
 

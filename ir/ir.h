@@ -330,28 +330,36 @@ bool tg_verify(tg_ctx *ctx, const tg_graph *g);
 /* The IR text form (docs/ir.md): one line per node, readable back by
  * tg_read_ir, printing the result reproduces the text byte for byte. */
 void tg_print_ir(FILE *out, const tg_graph *g);
-/* The same text into *text, NUL-terminated: its length.  *text is a
- * buffer of *cap bytes (NULL and 0 at first) grown with realloc, which the
- * caller frees: passed back in, it is reused (tgc --report html prints the
- * IR after every pass: fresh memory for each was a tenth of its cost). */
-size_t tg_print_ir_to(char **text, size_t *cap, const tg_graph *g);
 /* A 64-bit hash of everything tg_print_ir writes, read from the graph's
  * fields without printing (a fiftieth of the cost): two graphs with the
  * same fingerprint print the same text, but for a collision.  Strings
  * count by address (arena strings are never changed in place), so the
  * same text in a new string changes it: it may say "changed" for a graph
- * that prints the same, never the reverse.  tgc --report html prints the
+ * that prints the same, never the reverse.  tgc --report html keeps the
  * IR after a pass only when the pass changed it. */
 uint64_t tg_ir_fingerprint(const tg_graph *g);
-/* A copy of what g's text form shows (ir/snapshot.c): tg_print_ir prints
- * it as it prints g, while g goes on changing.  Its nodes, their inputs
- * (pointing into the copy), the config, the kernels' names and kinds, the
- * outputs; not the kernels' node lists, the memory plan or the schedule,
- * and no arena (nothing can be added to it).  Strings are shared: arena
- * strings are never changed in place.  It lives in *buf, *cap bytes (NULL
- * and 0 at first), grown with tg_huge_alloc: passed back in, the buffer
- * is reused; the caller frees it with tg_huge_free(*buf, *cap). */
-tg_graph *tg_graph_snapshot(const tg_graph *g, void **buf, size_t *cap);
+/* The text form in pieces, for a reader that joins them itself (the
+ * page keeps the IR after every pass as the nodes each pass changed, not
+ * as text: report/ir_history.c).  The text is the head (the lines before
+ * the nodes); then a line a node: "%K = ", its op, " " and its inputs'
+ * "%J" joined by ", " (K, J: positions in the graph; "%?" for an input
+ * not in it), its middle (attributes, type, name), " in kN" for a node
+ * in kernel N, and its place (" @ file:line:col"); a "phase NAME" line
+ * before each node whose phase is not the last one's (forward at first);
+ * then a line "output " NAME " = %J" an output, NAME quoted.  Each piece
+ * is valid until p's next. */
+typedef struct tg_ir_pieces tg_ir_pieces;
+tg_ir_pieces *tg_ir_pieces_new(void);
+void tg_ir_pieces_free(tg_ir_pieces *p); /* NULL: nothing */
+const char *tg_ir_head(tg_ir_pieces *p, const tg_graph *g, size_t *n);
+const char *tg_ir_node_op(tg_ir_pieces *p, const tg_node *node, size_t *n);     /* "<null>", "<op N>" too */
+const char *tg_ir_node_middle(tg_ir_pieces *p, const tg_node *node, size_t *n); /* "" for those two */
+const char *tg_ir_node_place(tg_ir_pieces *p, const tg_node *node, size_t *n);  /* "" for those two */
+const char *tg_ir_quoted(tg_ir_pieces *p, const char *s, size_t *n);
+/* A hash of what node's line shows but its position, its inputs' and its
+ * kernel (its inputs count by address): it changes when the line's op,
+ * inputs, middle or place do. */
+uint64_t tg_ir_node_fingerprint(const tg_node *node);
 tg_graph *tg_read_ir(tg_ctx *ctx, const tg_source *src); /* bails on error */
 void tg_print_dot(FILE *out, const tg_graph *g);
 

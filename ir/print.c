@@ -35,7 +35,7 @@ typedef struct typed_slot {
 
 typedef struct writer {
   FILE *out;   /* or NULL: into *text */
-  char **text; /* tg_print_ir_to's: grown with realloc */
+  char **text; /* tg_ir_pieces's: grown with realloc */
   size_t *cap, len;
   size_t n;
   unsigned writes; /* of the buffer out (w_write): print_type's spelling is in buf while none happened */
@@ -282,6 +282,40 @@ static void print_attr(writer *out, const tg_node *n, spelled *sp) {
   }
 }
 
+/* A node's line after its inputs is its middle, " {attributes} : type
+ * \"name\"", its kernel, " in kN", and its place, " @ file:line:col" (the
+ * page's pieces keep the three apart: fuse changes only the kernels). */
+static void print_middle(writer *out, const tg_node *n, spelled *sp) {
+  print_attr(out, n, sp);
+  w_puts(out, " : ");
+  print_type(out, &n->type);
+  if (n->name) {
+    w_putc(out, ' ');
+    print_quoted(out, n->name);
+  }
+}
+
+static void print_place(writer *out, const tg_node *n) {
+  if (n->loc.file) {
+    w_puts(out, " @ ");
+    w_puts(out, n->loc.file);
+    w_putc(out, ':');
+    put_int(out, n->loc.line);
+    w_putc(out, ':');
+    put_int(out, n->loc.col);
+  }
+}
+
+static void print_tail(writer *out, const tg_node *n, spelled *sp) {
+  print_middle(out, n, sp);
+  /* before the location, which the reader takes from the line's end */
+  if (n->kernel >= 0) {
+    w_puts(out, " in k");
+    put_int(out, n->kernel);
+  }
+  print_place(out, n);
+}
+
 static void print_node(writer *out, const tg_graph *g, int k, spelled *sp) {
   const tg_node *n = g->nodes[k];
   if (!n) {
@@ -300,33 +334,13 @@ static void print_node(writer *out, const tg_graph *g, int k, spelled *sp) {
     w_puts(out, i ? ", " : " ");
     print_ref(out, g, n->in[i]);
   }
-  print_attr(out, n, sp);
-  w_puts(out, " : ");
-  print_type(out, &n->type);
-  if (n->name) {
-    w_putc(out, ' ');
-    print_quoted(out, n->name);
-  }
-  /* before the location, which the reader takes from the line's end */
-  if (n->kernel >= 0) {
-    w_puts(out, " in k");
-    put_int(out, n->kernel);
-  }
-  if (n->loc.file) {
-    w_puts(out, " @ ");
-    w_puts(out, n->loc.file);
-    w_putc(out, ':');
-    put_int(out, n->loc.line);
-    w_putc(out, ':');
-    put_int(out, n->loc.col);
-  }
+  print_tail(out, n, sp);
   w_putc(out, '\n');
 }
 
-static void print_graph(writer *out, const tg_graph *g) {
+/* The lines before the nodes: the header, source, config and kernels. */
+static void print_head(writer *out, const tg_graph *g) {
   char num[40];
-  spelled sp;
-  memset(sp.used, 0, sizeof sp.used);
   w_puts(out, "# tg IR 1\n");
   if (g->source) {
     w_puts(out, "source ");
@@ -344,6 +358,12 @@ static void print_graph(writer *out, const tg_graph *g) {
     print_quoted(out, g->kernels[k].name ? g->kernels[k].name : "");
     w_putc(out, '\n');
   }
+}
+
+static void print_graph(writer *out, const tg_graph *g) {
+  spelled sp;
+  memset(sp.used, 0, sizeof sp.used);
+  print_head(out, g);
   tg_phase phase = TG_PHASE_FORWARD;
   for (int k = 0; k < g->n_nodes; k++) {
     /* A phase line starts each run of backward or optimizer nodes. */
@@ -362,7 +382,6 @@ static void print_graph(writer *out, const tg_graph *g) {
   }
 }
 
-/* w's text length, and w freed. */
 static size_t print_with(writer *w, const tg_graph *g) {
   w->n = 0;
   w->writes = 0;
@@ -381,12 +400,71 @@ void tg_print_ir(FILE *out, const tg_graph *g) {
   print_with(w, g);
 }
 
-size_t tg_print_ir_to(char **text, size_t *cap, const tg_graph *g) {
-  writer *w = tg_xmalloc(sizeof *w);
-  w->out = NULL;
-  w->text = text;
-  w->cap = cap;
-  return print_with(w, g); /* the header at least: *text is never NULL after */
+/* ---- pieces of the text (ir.h: tg_ir_pieces) -------------------------- */
+
+struct tg_ir_pieces {
+  writer w;
+  char *text;
+  size_t cap;
+  spelled sp;
+};
+
+tg_ir_pieces *tg_ir_pieces_new(void) {
+  tg_ir_pieces *p = tg_xcalloc(1, sizeof *p);
+  p->w.text = &p->text;
+  p->w.cap = &p->cap;
+  return p;
+}
+
+void tg_ir_pieces_free(tg_ir_pieces *p) {
+  if (!p) return;
+  free(p->text);
+  free(p);
+}
+
+/* Each piece is printed from the buffer's start: the type spellings and
+ * constants cached by earlier ones stay. */
+static void piece_start(tg_ir_pieces *p) {
+  p->w.n = 0;
+  p->w.len = 0;
+}
+
+static const char *piece_end(tg_ir_pieces *p, size_t *n) {
+  w_flush(&p->w);
+  *n = p->w.len;
+  return p->text && p->w.len ? p->text : "";
+}
+
+const char *tg_ir_head(tg_ir_pieces *p, const tg_graph *g, size_t *n) {
+  piece_start(p);
+  print_head(&p->w, g);
+  return piece_end(p, n);
+}
+
+const char *tg_ir_node_op(tg_ir_pieces *p, const tg_node *n, size_t *len) {
+  piece_start(p);
+  if (!n) w_puts(&p->w, "<null>");
+  else if ((unsigned)n->op >= TG_NOPS) w_printf(&p->w, "<op %d>", (int)n->op);
+  else w_puts(&p->w, tg_ops[n->op].name);
+  return piece_end(p, len);
+}
+
+const char *tg_ir_node_middle(tg_ir_pieces *p, const tg_node *n, size_t *len) {
+  piece_start(p);
+  if (n && (unsigned)n->op < TG_NOPS) print_middle(&p->w, n, &p->sp);
+  return piece_end(p, len);
+}
+
+const char *tg_ir_node_place(tg_ir_pieces *p, const tg_node *n, size_t *len) {
+  piece_start(p);
+  if (n && (unsigned)n->op < TG_NOPS) print_place(&p->w, n);
+  return piece_end(p, len);
+}
+
+const char *tg_ir_quoted(tg_ir_pieces *p, const char *s, size_t *n) {
+  piece_start(p);
+  print_quoted(&p->w, s ? s : "");
+  return piece_end(p, n);
 }
 
 /* ---- the fingerprint (ir.h) -------------------------------------------
@@ -407,11 +485,12 @@ static uint64_t mix_double(uint64_t h, double d) {
   return mix(h, bits);
 }
 
-static uint64_t node_fingerprint(uint64_t h, const tg_node *n) {
+/* kernel: the node's, or a constant (tg_ir_node_fingerprint leaves it out) */
+static uint64_t node_fields(uint64_t h, const tg_node *n, int kernel) {
   h = mix_ptr(h, n);
   if (!n) return h;
   h = mix(h, (uint64_t)n->op << 32 | (uint64_t)(uint32_t)n->phase);
-  h = mix(h, (uint64_t)(uint32_t)n->nin << 32 | (uint32_t)n->kernel);
+  h = mix(h, (uint64_t)(uint32_t)n->nin << 32 | (uint32_t)kernel);
   for (int i = 0; i < n->nin; i++) h = mix_ptr(h, n->in[i]); /* with the order of g->nodes: the %refs */
   h = mix(h, (uint64_t)n->type.dtype << 32 | (uint32_t)n->type.rank);
   for (int i = 0; i < n->type.rank && i < TG_MAX_RANK; i++) h = mix_ptr(mix(h, (uint64_t)n->type.dim[i].size), n->type.dim[i].sym);
@@ -435,6 +514,16 @@ static uint64_t node_fingerprint(uint64_t h, const tg_node *n) {
   case TG_ATTR_NAME:
   case TG_ATTR_DTYPE: break;
   }
+  return h;
+}
+
+static uint64_t node_fingerprint(uint64_t h, const tg_node *n) { return node_fields(h, n, n ? n->kernel : 0); }
+
+uint64_t tg_ir_node_fingerprint(const tg_node *n) {
+  uint64_t h = node_fields(0xcbf29ce484222325ULL, n, 0);
+  /* a transpose writes as many entries of its perm as its input has dims */
+  if (n && (unsigned)n->op < TG_NOPS && tg_ops[n->op].attr == TG_ATTR_PERM && n->nin > 0 && n->in[0])
+    h = mix(h, (uint32_t)n->in[0]->type.rank);
   return h;
 }
 

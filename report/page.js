@@ -81,40 +81,53 @@
     }
   }
 
-  /* ---- the IR after each pass (report.c's ir_after: [pass, bytes shared
-   * with the previous text's start, and end, the bytes between gzip'ed and
-   * base64'ed, the text's size]), unpacked when asked for, by the
-   * browser's own gzip (DecompressionStream) */
-  var irBytes = [];
-  function unpackIr(i) {
-    if (irBytes[i]) return Promise.resolve(irBytes[i]);
-    var e = D.ir_after[i];
-    var before = i > 0 ? unpackIr(i - 1) : Promise.resolve(new Uint8Array(0));
-    return before.then(function (prev) {
-      var bin = atob(e[3]), zipped = new Uint8Array(bin.length);
-      for (var k = 0; k < bin.length; k++) zipped[k] = bin.charCodeAt(k);
-      var stream = new Blob([zipped]).stream().pipeThrough(new DecompressionStream("gzip"));
-      return new Response(stream).arrayBuffer().then(function (mid) {
-        var out = new Uint8Array(e[4]);
-        out.set(prev.subarray(0, e[1]), 0);
-        out.set(new Uint8Array(mid), e[1]);
-        out.set(prev.subarray(prev.length - e[2]), e[1] + mid.byteLength);
-        irBytes[i] = out;
-        return out;
-      });
+  /* ---- the IR after each pass (report.c's ir_after): a pass's entry is
+   * [pass, 1] for the text of the pass before, else [pass, 0, head, the
+   * nodes' numbers in order and their kernels (each as runs: first,
+   * length; a run of numbers steps by one, of kernels by none), [[number,
+   * phase, op, inputs' numbers, middle, place] a node new or changed
+   * since the pass before], [[quoted name, number] an output]].  Joined
+   * here into tgc --dump-after's text, as ir/print.c prints it: a line a
+   * node numbered by its position, a phase line before each node whose
+   * phase is not the last one's. */
+  function runs(r, step) {
+    var v = [];
+    for (var i = 0; i < r.length; i += 2)
+      for (var k = 0; k < r[i + 1]; k++) v.push(r[i] + step * k);
+    return v;
+  }
+  var irTexts = [];
+  function irText(i) {
+    if (irTexts[i] !== undefined) return irTexts[i];
+    var nodes = {}, at = -1;
+    for (var j = 0; j <= i; j++) {
+      var x = D.ir_after[j];
+      if (x[1]) continue;
+      at = j;
+      x[5].forEach(function (c) { nodes[c[0]] = c; });
+    }
+    var e = D.ir_after[at], order = runs(e[3], 1), kernel = runs(e[4], 0), pos = {}, out = [e[2]], phase = 0;
+    order.forEach(function (id, k) { if (id >= 0) pos[id] = k; });
+    function ref(id) { return id >= 0 && pos[id] !== undefined ? "%" + pos[id] : "%?"; }
+    order.forEach(function (id, k) {
+      if (id < 0) { out.push("%" + k + " = <null>\n"); return; }
+      var c = nodes[id];
+      if (c[1] !== phase) { phase = c[1]; out.push("phase " + D.ir_phases[phase] + "\n"); }
+      out.push("%" + k + " = " + c[2] + (c[3].length ? " " + c[3].map(ref).join(", ") : "") + c[4] +
+               (kernel[k] >= 0 ? " in k" + kernel[k] : "") + c[5] + "\n");
     });
+    e[6].forEach(function (o) { out.push("output " + o[0] + " = " + ref(o[1]) + "\n"); });
+    return (irTexts[i] = out.join(""));
   }
   function showIr(i, view) {
-    var name = D.ir_after[i][0];
+    var name = D.ir_after[i][0], text = irText(i);
     view.textContent = "";
     view.setAttribute("data-pass", name);
-    view.appendChild(el("h3", { text: "The IR after " + name + " (" + bytes(D.ir_after[i][4]) + "; tgc --dump-after " + name + ")" }));
-    var pre = el("pre", { "class": "ir-text", text: "unpacking…" });
+    view.appendChild(el("h3", { text: "The IR after " + name + " (" + bytes(new TextEncoder().encode(text).length) +
+                                      "; tgc --dump-after " + name + ")" }));
+    var pre = el("pre", { "class": "ir-text", text: text });
+    pre.setAttribute("data-ready", "1");
     view.appendChild(pre);
-    unpackIr(i).then(function (b) {
-      pre.textContent = new TextDecoder().decode(b);
-      pre.setAttribute("data-ready", "1");
-    }, function (err) { pre.textContent = "could not unpack the IR: " + err; });
   }
   function drawPipeline() {
     var s = section("pipeline", "Pipeline: the passes, in order");
@@ -136,7 +149,7 @@
                                                     el("pre", { text: D.ir })]));
     }
     if (D.ir_after && D.ir_after.length) s.appendChild(el("p", { "class": "muted",
-      text: "The IR after each pass is on this page, packed: its button unpacks it (tgc --dump-after PASS prints the same text)." }));
+      text: "The IR after each pass is on this page, as the nodes each pass changed: its button writes out the text (tgc --dump-after PASS prints the same)." }));
   }
 
   function drawSummary() {

@@ -19,9 +19,21 @@
 extern const char tg_report_css[];
 extern const char tg_report_js[];
 
+/* The page is some two megabytes of short strings and numbers: stdio's
+ * cost a call (fwrite, fputc) was most of writing it, so short pieces go
+ * through putc_unlocked, which writes into the stream's buffer in line
+ * (each page is written by one thread). */
+static void put_bytes(FILE *out, const unsigned char *s, size_t n) {
+  if (n > 32) {
+    fwrite(s, 1, n, out);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) putc_unlocked(s[i], out);
+}
+
 /* s as a JSON string that is safe inside <script>. */
 static void jstr(FILE *out, const char *s) {
-  fputc('"', out);
+  putc_unlocked('"', out);
   const unsigned char *c = (const unsigned char *)(s ? s : "");
   for (;;) {
     /* the run of characters that need no escape goes out in one write:
@@ -29,16 +41,23 @@ static void jstr(FILE *out, const char *s) {
      * was half of writing it */
     size_t run = 0;
     while (c[run] >= 0x20 && c[run] != '"' && c[run] != '\\' && c[run] != '<') run++;
-    if (run) fwrite(c, 1, run, out);
+    put_bytes(out, c, run);
     c += run;
     if (!*c) break;
-    if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
-    else if (*c == '\n') fputs("\\n", out);
-    else if (*c == '<') fputs("\\u003c", out);
-    else fprintf(out, "\\u%04x", *c);
+    if (*c == '"' || *c == '\\') {
+      putc_unlocked('\\', out);
+      putc_unlocked(*c, out);
+    } else if (*c == '\n') {
+      putc_unlocked('\\', out);
+      putc_unlocked('n', out);
+    } else if (*c == '<') {
+      fputs("\\u003c", out);
+    } else {
+      fprintf(out, "\\u%04x", *c);
+    }
     c++;
   }
-  fputc('"', out);
+  putc_unlocked('"', out);
 }
 
 /* key, already spelled with what comes before it (", \"name\": "), then
@@ -429,7 +448,7 @@ static void jint(FILE *out, long long v) {
   char buf[TG_FMT_INT_MAX];
   size_t n;
   const char *p = tg_fmt_int(v, buf, &n);
-  fwrite(p, 1, n, out);
+  put_bytes(out, (const unsigned char *)p, n);
 }
 
 /* A finding's number: an integer as one (bytes, ids, counts), else
@@ -473,16 +492,85 @@ static void write_findings(FILE *out, const tg_findings *s, const tg_source *con
   fputs("]", out);
 }
 
-/* The IR after each pass: [pass, bytes the same as the previous text's
- * first, and last, the packed bytes between, the text's bytes]. */
+static void jints(FILE *out, const int *v, int n) {
+  putc_unlocked('[', out);
+  for (int i = 0; i < n; i++) {
+    if (i) putc_unlocked(',', out);
+    jint(out, v[i]);
+  }
+  putc_unlocked(']', out);
+}
+
+/* v's n entries as runs, flattened: [first, length, ...] of runs of
+ * numbers each one more than the last (step 1: the nodes' order, mostly
+ * numbered in the order they appear) or of equal ones (step 0: their
+ * kernels) */
+static void jruns(FILE *out, const int *v, int n, int step) {
+  putc_unlocked('[', out);
+  for (int i = 0; i < n;) {
+    int len = 1;
+    while (i + len < n && v[i + len] == v[i] + step * len) len++;
+    if (i) putc_unlocked(',', out);
+    jint(out, v[i]);
+    putc_unlocked(',', out);
+    jint(out, len);
+    i += len;
+  }
+  putc_unlocked(']', out);
+}
+
+/* The IR after each pass (tg_report_ir): [pass, 1] for the text of the
+ * pass before, else [pass, 0, head, the nodes' numbers in order (runs of
+ * step 1), their kernels (runs of step 0), [[number, phase, op, [inputs'
+ * numbers], middle, place] a node changed], [[quoted name, number] an
+ * output]]; ir_phases names the phases. */
 static void write_ir_after(FILE *out, const tg_report_page *r) {
-  fputs(",\n\"ir_after\": [", out);
+  fputs(",\n\"ir_phases\": [", out);
+  for (int p = 0; p < TG_NPHASES; p++) {
+    if (p) fputs(", ", out);
+    jstr(out, tg_phase_name((tg_phase)p));
+  }
+  fputs("],\n\"ir_after\": [", out);
   for (int i = 0; i < r->n_ir_after; i++) {
     const tg_report_ir *x = &r->ir_after[i];
     fputs(i ? ",\n [" : "\n [", out);
     jstr(out, x->pass);
-    /* base64: nothing to escape */
-    fprintf(out, ", %zu, %zu, \"%s\", %zu]", x->prefix, x->suffix, x->packed, x->bytes);
+    if (x->same) {
+      fputs(", 1]", out);
+      continue;
+    }
+    fputs(", 0, ", out);
+    jstr(out, x->head);
+    fputs(",\n  ", out);
+    jruns(out, x->order, x->n_order, 1);
+    fputs(",\n  ", out);
+    jruns(out, x->kernel, x->n_order, 0);
+    fputs(",\n  [", out);
+    for (int k = 0; k < x->n_changed; k++) {
+      const tg_report_ir_node *c = &x->changed[k];
+      fputs(k ? ",\n   [" : "[", out);
+      jint(out, c->id);
+      putc_unlocked(',', out);
+      jint(out, c->phase);
+      putc_unlocked(',', out);
+      jstr(out, c->op);
+      putc_unlocked(',', out);
+      jints(out, c->in, c->nin);
+      putc_unlocked(',', out);
+      jstr(out, c->middle);
+      putc_unlocked(',', out);
+      jstr(out, c->place);
+      putc_unlocked(']', out);
+    }
+    fputs("],\n  [", out);
+    for (int k = 0; k < x->n_outputs; k++) {
+      fputs(k ? ", [" : "[", out);
+      jstr(out, x->outputs[k].name);
+      putc_unlocked(',', out);
+      jint(out, x->outputs[k].id);
+      putc_unlocked(']', out);
+    }
+    fputs("]]", out);
   }
   fputs("]", out);
 }

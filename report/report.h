@@ -27,16 +27,40 @@ typedef struct tg_report_phase {
   double seconds;
 } tg_report_phase;
 
-/* The IR after one pass (tg_print_ir's text), as the page embeds it,
- * opened when the reader opens the pass: what it shares with the IR after
- * the pass before (a pass rewrites a part of the graph: autodiff appends
- * the backward, a pass that changes nothing changes no byte) is not
- * embedded again; the rest is packed (tg_report_pack). */
+/* A node of the IR after a pass as the page holds it: its line's pieces
+ * (ir.h: tg_ir_pieces), its inputs by their numbers.  A node keeps its
+ * number from pass to pass while it lives; the page's script numbers the
+ * lines by position, as the text does. */
+typedef struct tg_report_ir_node {
+  int id;
+  int phase;         /* tg_phase */
+  const char *op;    /* as the line spells it */
+  const int *in;     /* the inputs' numbers; -1: none */
+  int nin;
+  const char *middle, *place; /* the line's, before and after its kernel */
+} tg_report_ir_node;
+
+typedef struct tg_report_ir_output {
+  const char *name; /* quoted, as the text quotes it */
+  int id;           /* the node's number; -1: none */
+} tg_report_ir_output;
+
+/* The IR after one pass (tg_print_ir's text), as the page holds it: the
+ * nodes new or changed since the pass before (autodiff adds the backward;
+ * most passes change a few nodes), the order of all of them and their
+ * kernels (all fuse changes), the lines before the nodes and the outputs.  The page's
+ * script joins them into the text when the reader opens the pass. */
 typedef struct tg_report_ir {
   const char *pass;
-  size_t prefix, suffix; /* bytes the same as the previous text's first and last */
-  const char *packed;    /* the bytes between, packed */
-  size_t bytes;          /* the text's size */
+  bool same;        /* the text is the pass before's: nothing below is set */
+  const char *head; /* the lines before the nodes */
+  const int *order; /* the nodes' numbers in graph order; -1: a NULL node */
+  const int *kernel; /* each one's kernel in the same order; -1: none */
+  int n_order;
+  const tg_report_ir_node *changed;
+  int n_changed;
+  const tg_report_ir_output *outputs;
+  int n_outputs;
 } tg_report_ir;
 
 typedef struct tg_report_page {
@@ -62,22 +86,13 @@ typedef struct tg_report_page {
   const char *error;            /* the diagnostics of a model that failed, or NULL */
 } tg_report_page;
 
-/* text (n bytes) gzip'ed (libdeflate) and base64'ed (pack.c), in arena:
- * what the page holds of a long text it opens on demand; NULL if it could
- * not be.  A packer is one thread's: its compressor and buffer, reused. */
-typedef struct tg_report_packer tg_report_packer;
-tg_report_packer *tg_report_packer_new(void); /* NULL: no memory for the compressor */
-char *tg_report_pack(tg_report_packer *p, tg_arena *arena, const char *text, size_t n);
-void tg_report_packer_free(tg_report_packer *p);
 
-/* The IR after each pass, as the page holds it (tg_report_ir; ir_history.c):
- * printed only when the pass changed it (tg_ir_fingerprint), told as the
- * bytes it shares with the IR after the pass before and the rest packed,
- * both on a thread of its own while the next passes run (keep copies the
- * graph: ir.h's tg_graph_snapshot).  keep is called after
- * each pass (tg_pipeline_opts.after_pass); done waits for the packing and
- * gives the IR after each pass up to the first whose packing failed, in
- * h's memory (NULL and *n = 0 for none). */
+/* The IR after each pass, as the page holds it (tg_report_ir;
+ * ir_history.c): nothing when the pass changed nothing the text shows
+ * (tg_ir_fingerprint), else the nodes it changed (tg_ir_node_fingerprint)
+ * and their order.  keep is called after each pass
+ * (tg_pipeline_opts.after_pass); done gives the IR after each, in h's
+ * memory (NULL and *n = 0 for none). */
 typedef struct tg_ir_history tg_ir_history;
 tg_ir_history *tg_ir_history_new(void);
 void tg_ir_history_keep(tg_ir_history *h, const char *pass, const tg_graph *g);

@@ -6,7 +6,6 @@
 set -euo pipefail
 
 packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz
-  libdeflate-dev  # tgc --report html's page packs the IR after each pass (report/pack.c)
   libopenblas-dev  # the CPU backend's matmuls (the generated C links -lopenblas)
   libopenmpi-dev openmpi-bin  # data parallelism over MPI (tgrun --nproc N)
   python3-torch python3-numpy  # PyTorch on the CPU: the reference in tests/torch
