@@ -585,13 +585,30 @@ static int collect_sources(const tg_source *s, const tg_source ***files) {
   return n;
 }
 
-static void write_data(FILE *out, const tg_report_page *r) {
+/* The data's first part: what the passes left (their findings, the IR
+ * after each), most of the page; write_data_rest needs the kernels. */
+static void write_data_begin(FILE *out, const tg_report_page *r) {
   jfield(out, "{\"model\": ", r->model);
   jfield(out, ", \"command\": ", r->command);
   jfield(out, ", \"precision\": ", r->precision);
   fputs(", \"error\": ", out);
   if (r->error) jstr(out, r->error);
   else fputs("null", out);
+  const tg_source **files;
+  int n_files = collect_sources(r->sources, &files);
+  write_sources(out, files, n_files);
+  write_passes(out, r->passes);
+  if (!r->error && r->g) {
+    write_findings(out, r->findings, files, n_files);
+    write_ir_after(out, r);
+    jfield(out, ",\n\"ir_pass\": ", r->ir_pass);
+    jfield(out, ", \"ir\": ", r->ir_text);
+  }
+  free(files);
+}
+
+/* The rest: the kernels, the step, the phases. */
+static void write_data_rest(FILE *out, const tg_report_page *r) {
   fputs(",\n\"phases\": [", out);
   for (int i = 0; i < r->n_phases; i++) {
     fprintf(out, "%s[", i ? ", " : "");
@@ -599,11 +616,9 @@ static void write_data(FILE *out, const tg_report_page *r) {
     fprintf(out, ", %.6f]", r->phases[i].seconds);
   }
   fputs("]", out);
-  const tg_source **files;
-  int n_files = collect_sources(r->sources, &files);
-  write_sources(out, files, n_files);
-  write_passes(out, r->passes);
   if (!r->error && r->g && r->p && r->plan && r->ks && r->traffic) {
+    const tg_source **files;
+    int n_files = collect_sources(r->sources, &files);
     write_summary(out, r);
     write_kernels(out, r, files, n_files);
     write_units(out, r->ks);
@@ -612,12 +627,8 @@ static void write_data(FILE *out, const tg_report_page *r) {
     write_collectives(out, r->plan);
     write_runs(out, r);
     jfield(out, ",\n\"step_svg\": ", r->step_svg);
-    write_findings(out, r->findings, files, n_files);
-    write_ir_after(out, r);
-    jfield(out, ",\n\"ir_pass\": ", r->ir_pass);
-    jfield(out, ", \"ir\": ", r->ir_text);
+    free(files);
   }
-  free(files);
   fputs("}\n", out);
 }
 
@@ -639,10 +650,19 @@ static void page_head(FILE *out, const char *title, const char *tail) {
 
 static void page_tail(FILE *out) { fprintf(out, "</script>\n<script>\n%s</script>\n</body>\n</html>\n", tg_report_js); }
 
-void tg_report_html(FILE *out, const tg_report_page *r) {
+void tg_report_html_begin(FILE *out, const tg_report_page *r) {
   page_head(out, r->model, r->error ? " (error)" : "");
-  write_data(out, r);
+  write_data_begin(out, r);
+}
+
+void tg_report_html_end(FILE *out, const tg_report_page *r) {
+  write_data_rest(out, r);
   page_tail(out);
+}
+
+void tg_report_html(FILE *out, const tg_report_page *r) {
+  tg_report_html_begin(out, r);
+  tg_report_html_end(out, r);
 }
 
 void tg_report_run_html(FILE *out, const tg_report_run *r) {

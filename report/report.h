@@ -101,6 +101,12 @@ void tg_ir_history_free(tg_ir_history *h); /* NULL: nothing */
 
 /* Writes the page to out. */
 void tg_report_html(FILE *out, const tg_report_page *r);
+/* The same in two parts: begin needs what the passes left (r's model,
+ * sources, passes, findings, IR), end the rest (the kernels, the step's
+ * traffic, the phases).  tgc writes the first while it makes the
+ * kernels. */
+void tg_report_html_begin(FILE *out, const tg_report_page *r);
+void tg_report_html_end(FILE *out, const tg_report_page *r);
 
 /* The step as a graph of kernels in Graphviz's language, a run of kernels
  * repeated layer after layer drawn once as one node "×12" (the page's

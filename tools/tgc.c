@@ -220,6 +220,28 @@ static int emit_to_file(const char *path, enum emit what, const emitted *g) {
   return close_replacing(f, tmp, path, true);
 }
 
+/* --report html for a model that compiles: DIR/index.html, written on a
+ * thread of its own (page_writer_start .. _finish) in two parts.  What the
+ * passes left (their findings, the IR after each: most of the page) is
+ * written while the main thread makes the kernels, which change none of
+ * it; the rest (the kernels, the step's traffic, dot's drawing, the
+ * phases' times) once they are made, while the main thread writes the
+ * code and manifest, which only read them. */
+typedef struct page_writer {
+  struct html_page *html;
+  const char *dir;
+  char path[4096];
+  char *tmp;       /* the page's temporary name, while it is open */
+  FILE *f;
+  tg_arena *arena; /* the traffic's */
+  int status;      /* the page's exit status */
+  pthread_t thread;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int go; /* 0: the kernels are being made; 1: made, write the rest; -1: drop the page */
+} page_writer;
+
 /* --report html: the page as it fills, phase by phase; kept in main's
  * static held, where a longjmp out of run() leaves it, so that a model
  * that fails still gets a page with its error and the passes that ran. */
@@ -234,6 +256,7 @@ typedef struct html_page {
   char *ir_text;
   size_t ir_len;
   tgc_dot dot;          /* dot drawing the step, while dot.running */
+  page_writer writer;   /* the page, while writer.started */
   bool written;         /* DIR/index.html is the step's page */
 } html_page;
 
@@ -323,62 +346,104 @@ static void html_collect(html_page *html, tg_ctx *ctx, tg_pipeline_opts *po) {
   po->after_arg = html;
 }
 
-/* --report html for a model that compiled: DIR/index.html, written on a
- * thread of its own while the main thread writes the code and the
- * manifest (both only read the plan and the kernels): the traffic of the
- * step, the wait for the IR's packing and for dot, the page's data and its
- * fsync, most of what the page costs, are then off tgc's path.  Its
- * phases are the compilation's, up to the writing of the files. */
-typedef struct page_writer {
-  html_page *html;
-  const char *dir;
-  char path[4096];
-  tg_arena *arena; /* the traffic's */
-  int status;      /* the page's exit status */
-  pthread_t thread;
-  bool started;
-} page_writer;
+/* The page's first part: all but what needs the kernels. */
+static void page_begin(page_writer *w) {
+  w->f = open_replacing(w->path, &w->tmp);
+  if (w->f) tg_report_html_begin(w->f, &w->html->page);
+}
+
+/* The rest (go), or the page dropped. */
+static void page_rest(page_writer *w, bool go) {
+  w->status = 1;
+  if (!w->f) return; /* open_replacing said why */
+  tg_report_page *page = &w->html->page;
+  if (go) {
+    page->traffic = tg_traffic_count(w->arena, page->plan, tg_gpu_find("h100"));
+    page->step_svg = step_drawing_finish(w->html, w->dir);
+    tg_report_html_end(w->f, page);
+  }
+  w->status = close_replacing(w->f, w->tmp, w->path, go);
+  w->f = NULL;
+}
 
 static void *write_page(void *arg) {
   page_writer *w = arg;
-  html_page *html = w->html;
-  tg_report_page *page = &html->page;
-  page->traffic = tg_traffic_count(w->arena, page->plan, tg_gpu_find("h100"));
-  page->ir_after = tg_ir_history_done(html->ir_history, &page->n_ir_after);
-  if (html->ir && fclose(html->ir) == 0) page->ir_text = html->ir_text;
-  html->ir = NULL;
-  page->step_svg = step_drawing_finish(html, w->dir);
-  emitted e = {.page = page};
-  w->status = emit_to_file(w->path, EMIT_HTML, &e);
+  page_begin(w);
+  pthread_mutex_lock(&w->mu);
+  while (!w->go) pthread_cond_wait(&w->cv, &w->mu);
+  bool go = w->go > 0;
+  pthread_mutex_unlock(&w->mu);
+  page_rest(w, go);
   return NULL;
 }
 
-static void page_writer_start(page_writer *w, tg_ctx *ctx, const emitted *e, held *h, const char *dir) {
-  *w = (page_writer){.html = h->html, .dir = dir, .arena = tg_arena_new()};
+/* Once the passes are done and the kernels are about to be made, with
+ * dot started: the page's first part, on its thread. */
+static void page_writer_start(html_page *html, tg_ctx *ctx, const char *dir) {
+  page_writer *w = &html->writer;
+  *w = (page_writer){.html = html, .dir = dir, .arena = tg_arena_new()};
   snprintf(w->path, sizeof w->path, "%s/index.html", dir);
-  tg_report_page *page = &h->html->page;
-  page->g = e->g;
-  page->p = e->p;
-  page->plan = e->plan;
-  page->ks = e->ks;
+  tg_report_page *page = &html->page;
   page->sources = ctx->sources;
-  page->findings = h->html->findings;
+  page->findings = html->findings;
+  page->ir_after = tg_ir_history_done(html->ir_history, &page->n_ir_after);
+  if (html->ir && fclose(html->ir) == 0) page->ir_text = html->ir_text;
+  html->ir = NULL;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
   w->started = pthread_create(&w->thread, NULL, write_page, w) == 0;
+  if (!w->started) { /* no thread: the page is written whole at the end */
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+  }
 }
 
-/* Once the code is written (status: how that went): waits for the page.
- * Returns the exit status. */
-static int page_writer_finish(page_writer *w, int status) {
-  if (w->started) pthread_join(w->thread, NULL);
-  else write_page(w); /* no thread: here and now */
+/* The page's thread told to write the rest (go 1) or drop the page (-1);
+ * waits for it.  Nothing when none was started. */
+static void page_writer_stop(page_writer *w, int go) {
+  if (!w->started) return;
+  pthread_mutex_lock(&w->mu);
+  w->go = go;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  w->started = false;
+}
+
+/* Once the kernels are made (the main thread then writes the code): the
+ * page's second part. */
+static void page_writer_kernels_made(html_page *html, const emitted *e) {
+  html->page.ks = e->ks;
+  page_writer *w = &html->writer;
+  if (!w->started) return;
+  pthread_mutex_lock(&w->mu);
+  w->go = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Once the code is written (status: how that went): waits for the page
+ * (or writes it whole, where no thread started).  Returns the exit
+ * status. */
+static int page_writer_finish(html_page *html, int status) {
+  page_writer *w = &html->writer;
+  if (w->started) {
+    page_writer_stop(w, 1);
+  } else { /* no thread: here and now */
+    page_begin(w);
+    page_rest(w, true);
+  }
   if (w->status == 0) printf("wrote %s: what the compiler did, one page\n", w->path);
-  w->html->written = w->status == 0;
-  tg_report_page *page = &w->html->page;
+  html->written = w->status == 0;
+  tg_report_page *page = &html->page;
   free((char *)page->step_svg);
   page->findings = NULL;
   page->step_svg = NULL;
   page->traffic = NULL;
   tg_arena_free(w->arena);
+  w->arena = NULL;
   return status == 0 ? w->status : status;
 }
 
@@ -449,7 +514,7 @@ static int report_zero(tg_ctx *ctx, tg_graph *g, const char *report, const zero_
 /* The code, its manifest (and --report html's page, beside them) into
  * out_path, the code named after the input; status so far in, the exit
  * status out. */
-static int write_code_dir(tg_ctx *ctx, held *h, emitted *e, const char *input, const char *out_path, char *dir_file,
+static int write_code_dir(held *h, emitted *e, const char *input, const char *out_path, char *dir_file,
                           int status) {
   enum emit what = e->cuda ? EMIT_CUDA : EMIT_C;
   const tg_graph *g = e->g;
@@ -460,8 +525,7 @@ static int write_code_dir(tg_ctx *ctx, held *h, emitted *e, const char *input, c
   char *name = h->name = malloc((size_t)stem + 8);
   sprintf(name, "%.*s.%s", stem, base, what == EMIT_CUDA ? "cu" : "c");
   e->code_name = name;
-  page_writer page;
-  if (h->html) page_writer_start(&page, ctx, e, h, out_path); /* beside the code */
+  if (h->html) page_writer_kernels_made(h->html, e); /* the page's rest, beside the code */
   sprintf(dir_file, "%s/%s", out_path, name);
   int wrote = emit_to_file(dir_file, what, e);
   if (status == 0) status = wrote; /* fusion.txt's failure stands */
@@ -479,7 +543,7 @@ static int write_code_dir(tg_ctx *ctx, held *h, emitted *e, const char *input, c
              out_path);
     }
   }
-  if (h->html) status = page_writer_finish(&page, status);
+  if (h->html) status = page_writer_finish(h->html, status);
   return status;
 }
 
@@ -551,7 +615,10 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   if (status == 0 && what == EMIT_CUDA) {
     e.plan = tg_cuda_plan_make(g->arena, e.p);
     /* dot draws the step while the kernels are made, most of tgc's time */
-    if (h->html && out_path) step_drawing_start(h, &e, out_path);
+    if (h->html && out_path) { /* beside the making of the kernels */
+      step_drawing_start(h, &e, out_path);
+      page_writer_start(h->html, ctx, out_path);
+    }
     e.ks = tg_cuda_kernels_make(g->arena, e.p, e.plan);
   }
   phase_done(h, "lower and plan");
@@ -575,7 +642,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
       status = 1;
     }
     fusion = NULL;
-    status = write_code_dir(ctx, h, &e, input, out_path, dir_file, status);
+    status = write_code_dir(h, &e, input, out_path, dir_file, status);
     if (status == 0 && cubin) status = compile_cubins(e.ks, out_path, arch);
   } else if (status == 0) {
     if (out_path) status = emit_to_file(out_path, what, &e);
@@ -963,6 +1030,8 @@ static FILE *html_start(html_page *html, const cli *c, int argc, char **argv, tg
 
 /* The diagnostics kept for the page, to stderr where they belong. */
 static void html_end(html_page *html) {
+  page_writer_stop(&html->writer, -1);
+  tg_arena_free(html->writer.arena);
   tgc_dot_finish(&html->dot);
   tg_ir_history_free(html->ir_history); /* the error page's too, which shows none */
   if (html->ir) fclose(html->ir);
@@ -1006,6 +1075,7 @@ int main(int argc, char **argv) {
     if (setjmp(bail)) status = 1;
     else status = run(ctx, c.input, &opts, c.what, c.out_path, &popts, c.traffic ? c.gpu : NULL, c.arch, &c.zero,
                       &h);
+    if (c.html) page_writer_stop(&html.writer, -1); /* a page begun for a model that then failed */
     bool error_page = status != 0 && c.html && !html.written && write_error_page(ctx, &html, c.out_path, status);
     release(&h);
     if (c.html) html_end(&html);

@@ -287,7 +287,7 @@ if command -v dot > /dev/null; then
     > "$tmp/badgv/config6a"
   expect_status 0 env GVBINDIR="$tmp/badgv" TMPDIR="$tmp/tmpdir" "$tgc" models/gpt2.tg -D n_layer=2 --report html \
     -o "$tmp/html_badgv"
-  if grep -q '"step_svg": "",' "$tmp/html_badgv/index.html"; then ok; else bad "a failed dot left the page without its own layout"; fi
+  if grep -q '"step_svg": ""' "$tmp/html_badgv/index.html"; then ok; else bad "a failed dot left the page without its own layout"; fi
   if [ -z "$(ls -A "$tmp/tmpdir")" ]; then ok; else bad "tgc left its config for dot behind: $(ls "$tmp/tmpdir")"; fi
 fi
 expect_status 2 "$tgc" models/gpt2.tg --report html
