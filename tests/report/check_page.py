@@ -11,7 +11,7 @@ exactly the kernels the manifest's "where" names for that line; clicking a
 kernel lights its lines; the reports drawn from the passes' findings agree
 with their text (fusion.txt's stops, a place that lights its line, the
 memory plan, precision, the schedule; a tp=2 model's sharding rows); the
-IR after autodiff and fuse, unpacked in the browser, is tgc --dump-after's
+IR after autodiff and fuse, joined in the browser, is tgc --dump-after's
 text; the page is under 5 MB.  Then a model with an error: tgc fails, its page
 shows the error, its caret and the message tgc printed.  With --tgrun, a
 4-step run's out_dir/report.html: its curves, samples and config.
@@ -209,7 +209,7 @@ def check_reports(d, out):
 
 
 def check_ir(d, tgc, src):
-    """The IR after a pass, packed on the page, unpacked in the browser
+    """The IR after a pass, kept on the page as the nodes each pass changed, joined in the browser
     when its button is clicked: the text tgc --dump-after prints for the
     same step (bf16, the training step), for autodiff (a backward) and
     fuse (its kernels); every pass that ran has its button."""
@@ -223,7 +223,7 @@ def check_ir(d, tgc, src):
         d.execute_script('arguments[0].scrollIntoView({block: "center"})', button)
         button.click()
         shown = None
-        for _ in range(100):  # the browser unpacks it asynchronously
+        for _ in range(100):  # drawn when the button is clicked
             shown = d.execute_script('var v = document.querySelector("#pipeline .ir-view");'
                                      'var p = v && v.dataset.pass === arguments[0] && v.querySelector("pre[data-ready]");'
                                      'return p ? p.textContent : null;', name)
@@ -231,14 +231,14 @@ def check_ir(d, tgc, src):
                 break
             time.sleep(0.1)
         if shown is None:
-            fail('the IR after %s was not unpacked' % name)
+            fail('the IR after %s was not shown' % name)
         want = subprocess.run([tgc, os.path.join(src, 'models/gpt2.tg'), '--grad', '--precision', 'bf16',
                                '--dump-after', name], check=True, stdout=subprocess.PIPE, text=True).stdout
         want = want[:want.rindex('# the IR above')]
         if shown != want or must not in shown or not re.search(r'^%\d+ = matmul ', shown, re.M):
             fail('the IR after %s on the page (%d bytes) is not tgc --dump-after %s\'s (%d bytes)' %
                  (name, len(shown), name, len(want)))
-        print('ok: the IR after %s unpacked on the page: %d bytes, as tgc --dump-after %s prints them' %
+        print('ok: the IR after %s joined on the page: %d bytes, as tgc --dump-after %s prints them' %
               (name, len(shown), name))
 
 
