@@ -322,7 +322,11 @@ int tg_report_step_dot(FILE *out, const tg_report_page *r) {
   for (int i = 0; i <= r->g->n_kernels; i++) lowered[i] = -1;
   for (int i = 0; i < p->n_kernels; i++) lowered[p->kernels[i].kernel] = i;
   fputs("digraph step {\n  rankdir=TB; nodesep=0.15; ranksep=0.25;\n"
-        "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#dfe8f7\", fontsize=10, height=0.25];\n"
+        /* Courier: dot sizes boxes by its own estimate of the font
+         * (tgc runs it without Pango: tools/tgc_dot.c), and a monospace
+         * font is as wide in any browser as the estimate */
+        "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#dfe8f7\", fontname=\"Courier\", fontsize=10,"
+        " height=0.25];\n"
         "  edge [color=\"#8890a0\", arrowsize=0.5];\n",
         out);
   for (int i = 0; i < n_runs; i++) {
