@@ -352,9 +352,11 @@ typedef struct tg_ir_pieces tg_ir_pieces;
 tg_ir_pieces *tg_ir_pieces_new(void);
 void tg_ir_pieces_free(tg_ir_pieces *p); /* NULL: nothing */
 const char *tg_ir_head(tg_ir_pieces *p, const tg_graph *g, size_t *n);
-const char *tg_ir_node_op(tg_ir_pieces *p, const tg_node *node, size_t *n);     /* "<null>", "<op N>" too */
-const char *tg_ir_node_middle(tg_ir_pieces *p, const tg_node *node, size_t *n); /* "" for those two */
-const char *tg_ir_node_place(tg_ir_pieces *p, const tg_node *node, size_t *n);  /* "" for those two */
+/* a node's (not NULL): its op ("<op N>" outside the table, whose line is
+ * only that), middle and place ("" for such an op) */
+const char *tg_ir_node_op(tg_ir_pieces *p, const tg_node *node, size_t *n);
+const char *tg_ir_node_middle(tg_ir_pieces *p, const tg_node *node, size_t *n);
+const char *tg_ir_node_place(tg_ir_pieces *p, const tg_node *node, size_t *n);
 const char *tg_ir_quoted(tg_ir_pieces *p, const char *s, size_t *n);
 /* A hash of what node's line shows but its position, its inputs' and its
  * kernel (its inputs count by address): it changes when the line's op,

@@ -443,21 +443,20 @@ const char *tg_ir_head(tg_ir_pieces *p, const tg_graph *g, size_t *n) {
 
 const char *tg_ir_node_op(tg_ir_pieces *p, const tg_node *n, size_t *len) {
   piece_start(p);
-  if (!n) w_puts(&p->w, "<null>");
-  else if ((unsigned)n->op >= TG_NOPS) w_printf(&p->w, "<op %d>", (int)n->op);
+  if ((unsigned)n->op >= TG_NOPS) w_printf(&p->w, "<op %d>", (int)n->op);
   else w_puts(&p->w, tg_ops[n->op].name);
   return piece_end(p, len);
 }
 
 const char *tg_ir_node_middle(tg_ir_pieces *p, const tg_node *n, size_t *len) {
   piece_start(p);
-  if (n && (unsigned)n->op < TG_NOPS) print_middle(&p->w, n, &p->sp);
+  if ((unsigned)n->op < TG_NOPS) print_middle(&p->w, n, &p->sp);
   return piece_end(p, len);
 }
 
 const char *tg_ir_node_place(tg_ir_pieces *p, const tg_node *n, size_t *len) {
   piece_start(p);
-  if (n && (unsigned)n->op < TG_NOPS) print_place(&p->w, n);
+  if ((unsigned)n->op < TG_NOPS) print_place(&p->w, n);
   return piece_end(p, len);
 }
 

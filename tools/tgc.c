@@ -398,14 +398,19 @@ static void page_writer_start(html_page *html, tg_ctx *ctx, const char *dir) {
   }
 }
 
-/* The page's thread told to write the rest (go 1) or drop the page (-1);
- * waits for it.  Nothing when none was started. */
-static void page_writer_stop(page_writer *w, int go) {
-  if (!w->started) return;
+/* Tells the page's thread to write the rest (go 1) or drop the page (-1). */
+static void page_writer_tell(page_writer *w, int go) {
   pthread_mutex_lock(&w->mu);
   w->go = go;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
+}
+
+/* page_writer_tell, then waits for the page's thread.  Nothing when none
+ * was started. */
+static void page_writer_stop(page_writer *w, int go) {
+  if (!w->started) return;
+  page_writer_tell(w, go);
   pthread_join(w->thread, NULL);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
@@ -416,12 +421,7 @@ static void page_writer_stop(page_writer *w, int go) {
  * page's second part. */
 static void page_writer_kernels_made(html_page *html, const emitted *e) {
   html->page.ks = e->ks;
-  page_writer *w = &html->writer;
-  if (!w->started) return;
-  pthread_mutex_lock(&w->mu);
-  w->go = 1;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
+  if (html->writer.started) page_writer_tell(&html->writer, 1);
 }
 
 /* Once the code is written (status: how that went): waits for the page
