@@ -32,6 +32,11 @@ def what_functions_run(cache):
 def category(dso, sym, kinds):
     if "openblas" in dso:
         return "matmuls: OpenBLAS's kernel" if "kernel" in sym else "matmuls: OpenBLAS's packing and C = 0", None
+    if "dnnl" in dso:
+        return "matmuls: oneDNN's library (its drivers, packing)", None
+    if dso in ("[unknown]", "//anon", "[anon]") or dso.startswith("[JIT]") or dso.startswith("jitted-"):
+        # code in anonymous memory: oneDNN's JIT-made kernels, the only code tg's process generates in place
+        return "matmuls: oneDNN's JIT kernels", None
     if re.fullmatch(r"[0-9a-f]{64}\.so", dso):
         fn = re.sub(r"(\._omp_fn\.\d+|_mm_\w+.*|_exp.*)$", "", sym)
         kind = kinds.get(fn, "?")

@@ -6,7 +6,8 @@
 set -euo pipefail
 
 packages=(cmake make gcc pkg-config flex bison check libsubunit-dev graphviz
-  libopenblas-dev  # the CPU backend's matmuls (the generated C links -lopenblas)
+  libopenblas-dev  # the CPU backend's one-row and bf16 matmuls (the generated C links -lopenblas)
+  libdnnl2  # oneDNN: the CPU backend's f32 matmuls (runtime/backend/cpu/cpu_gemm.h)
   libopenmpi-dev openmpi-bin  # data parallelism over MPI (tgrun --nproc N)
   python3-torch python3-numpy  # PyTorch on the CPU: the reference in tests/torch
   python3-pip  # the tests install transformers into the build tree (run_hf_transformers.sh, run_sample_hf.sh)

@@ -1,5 +1,7 @@
 /* manifest_c.c: the C target's manifest (render_c.h): each step is a
- * function of the kernel, called in order; matmuls are cblas_sgemm calls. */
+ * function of the kernel, called in order; matmuls are sgemm calls, listed
+ * under "cblas_sgemm" with that function's arguments (whichever library
+ * the backend compiles tg_sgemm to: prelude.h). */
 #include "manifest.h"
 #include "render_c.h"
 

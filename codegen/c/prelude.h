@@ -1,7 +1,7 @@
 /* prelude.h: what the generated C needs before its kernels: libc headers,
  * the index type, vectorisable e^x and tanh, bf16 and f16 conversions, the
  * bf16 matmuls' f32 copies, and the BLAS functions it calls, declared here
- * so that no BLAS header is needed.  GELU follows it (codegen/gelu_kernel.h).
+ * so that no BLAS or oneDNN header is needed.  GELU follows it (codegen/gelu_kernel.h).
  *
  * Embedded at build time (cmake/embed.cmake, without this comment) and
  * printed by render_c.c at the top of every file. */
@@ -79,4 +79,24 @@ void cblas_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, c
 void cblas_sgemv(int order, int ta, int m, int n, float alpha, const float *a, int lda, const float *x,
                  int incx, float beta, float *y, int incy);
 void openblas_set_num_threads(int n);
+/* The f32 matmuls' library, chosen by the CPU backend (runtime/backend/cpu/
+ * cpu_gemm.c) and compiled in by its flag: oneDNN's sgemm (-DTG_GEMM_ONEDNN),
+ * which picks its kernels by the CPU's features (AVX-512 where there is
+ * AVX-512, whatever the model), else OpenBLAS's.  Same arguments as
+ * cblas_sgemm's, row-major. */
+#ifdef TG_GEMM_ONEDNN
+int dnnl_sgemm(char transa, char transb, long m, long n, long k, float alpha, const float *a, long lda,
+               const float *b, long ldb, float beta, float *c, long ldc);
+static inline void tg_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                            const float *b, int ldb, float beta, float *c, int ldc) {
+  (void)order; /* always 101, row-major: dnnl_sgemm's only layout */
+  int status = dnnl_sgemm(ta == 112 ? 'T' : 'N', tb == 112 ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (status) { fprintf(stderr, "tg: oneDNN's sgemm refused a %d x %d x %d product (status %d)\n", m, n, k, status); abort(); }
+}
+#else
+static inline void tg_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                            const float *b, int ldb, float beta, float *c, int ldc) {
+  cblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+#endif
 

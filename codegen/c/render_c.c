@@ -3,9 +3,10 @@
  * A nest becomes an OpenMP loop over its outer points (when there are
  * enough of them to pay for the threads) with the sweeps inside as plain
  * loops over the inner axes; an elementwise sweep and a sum over a row are
- * `omp simd` loops, so gcc vectorises them.  Matmuls call cblas_sgemm
- * (OpenBLAS); flash attention is codegen/c/flash_c.c's.  The file declares
- * what it uses from BLAS itself, so it needs no BLAS header to compile. */
+ * `omp simd` loops, so gcc vectorises them.  Matmuls call tg_sgemm
+ * (prelude.h: oneDNN's or OpenBLAS's sgemm, as the backend compiles it);
+ * flash attention is codegen/c/flash_c.c's.  The file declares what it
+ * uses from the libraries itself, so it needs no header of theirs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -184,7 +185,7 @@ static void nest_body(FILE *out, const tg_program *p, const tg_lkernel *lk, int 
 /* The product's rows split between OpenMP threads (BLAS runs
  * single-threaded: tg_step sets it, so BLAS's own threads never compete
  * with the kernels'; on 2 cores that contention cost more than it gave),
- * each a call of fn: "cblas_sgemm" on f32 operands, "cblas_sbgemm" on bf16
+ * each a call of fn: "tg_sgemm" on f32 operands, "cblas_sbgemm" on bf16
  * ones, A, B and C the operands' expressions with their leading dims. */
 /* Whether gemm_rows splits a product of few rows by its columns: the
  * larger ones, and one-row products (matrix-vector, memory-bound: one
@@ -208,7 +209,7 @@ static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a
     fprintf(out, "      for (tg_idx c0 = 0; c0 < %lld; c0 += %lld) {\n", (long long)G->n, (long long)cols);
     fprintf(out, "        const int nc = %lld - c0 < %lld ? (int)(%lld - c0) : %lld;\n", (long long)G->n,
             (long long)cols, (long long)G->n, (long long)cols);
-    if (G->m == 1 && !strcmp(fn, "cblas_sgemm")) {
+    if (G->m == 1 && !strcmp(fn, "tg_sgemm")) {
       /* one row: sgemm with m = 1 packs (copies) B first, tripling the
        * bytes of what is a memory-bound product; sgemv reads B once.
        * y[c0 .. c0+nc) = x op(B): B stored [N, K] (transposed) is the
@@ -227,7 +228,7 @@ static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a
     fprintf(out, "      }\n");
     return;
   }
-  if (G->m == 1 && !strcmp(fn, "cblas_sgemm")) {
+  if (G->m == 1 && !strcmp(fn, "tg_sgemm")) {
     /* one row, too small to split (a decode step's attention: q against
      * each head's cache, 12 products a layer): sgemv, for sgemm would pack
      * B on every call */
@@ -342,14 +343,14 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   bool epilogue = G->bias >= 0 || G->dgelu;
   if (!bf16 && !epilogue) {
     fprintf(out, "    {\n");
-    gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, c, G->ldc);
+    gemm_rows(out, G, "tg_sgemm", a, G->lda, b, G->ldb, c, G->ldc);
     fprintf(out, "    }\n  }\n");
     return;
   }
   if (!bf16) {
     /* the GPU's lowering (bias, GELU or its derivative in the GEMM): the product first */
     fprintf(out, "    float *const pc = tg_scratch_floats(%lld);\n", (long long)(G->m * G->n));
-    gemm_rows(out, G, "cblas_sgemm", a, G->lda, b, G->ldb, "pc", G->n);
+    gemm_rows(out, G, "tg_sgemm", a, G->lda, b, G->ldb, "pc", G->n);
     epilogue_code(out, p, G, c);
     fprintf(out, "    free(pc);\n  }\n");
     return;
@@ -363,7 +364,7 @@ static void gemm_code(FILE *out, const tg_program *p, const tg_step *st) {
   fprintf(out, "    } else {\n");
   fprintf(out, "      float *const pa = tg_bf16_dense(%s, %lld, %lld, %lld);\n", a, a_rows, a_cols, (long long)G->lda);
   fprintf(out, "      float *const pb = tg_bf16_dense(%s, %lld, %lld, %lld);\n", b, b_rows, b_cols, (long long)G->ldb);
-  gemm_rows(out, G, "cblas_sgemm", "pa", a_cols, "pb", b_cols, "pc", G->n);
+  gemm_rows(out, G, "tg_sgemm", "pa", a_cols, "pb", b_cols, "pc", G->n);
   fprintf(out, "      free(pa), free(pb);\n");
   fprintf(out, "    }\n");
   if (epilogue) epilogue_code(out, p, G, c);

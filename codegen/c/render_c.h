@@ -11,10 +11,11 @@
 
 #include "lower.h"
 
-/* C11 for the CPU backend: OpenMP loops, OpenBLAS's cblas_sgemm for the
- * matmuls, and the entry points of step_abi.h: tg_step runs every kernel
- * in order; leaves[i] points at leaf p->leaves[i]'s elements; arena and
- * scratch are p->arena_bytes and p->scratch_bytes, 256-byte aligned. */
+/* C11 for the CPU backend: OpenMP loops, tg_sgemm for the matmuls
+ * (prelude.h: oneDNN's or OpenBLAS's), and the entry points of
+ * step_abi.h: tg_step runs every kernel in order; leaves[i] points at leaf
+ * p->leaves[i]'s elements; arena and scratch are p->arena_bytes and
+ * p->scratch_bytes, 256-byte aligned. */
 void tg_render_c(FILE *out, const tg_program *p);
 
 /* The C's functions: each nest step calls one function of its shape
@@ -32,7 +33,7 @@ int tg_c_function_count(const tg_c_functions *f);
 void tg_c_functions_free(tg_c_functions *f);
 
 /* The manifest (codegen/manifest.h) of the C file named file: every step
- * function with its loop sizes, the cblas_sgemm calls and the all-reduce
+ * function with its loop sizes, the sgemm calls and the all-reduce
  * points, each kernel's arguments saying which value they are and where
  * it lives. */
 void tg_render_c_manifest(FILE *out, const tg_program *p, const char *file);

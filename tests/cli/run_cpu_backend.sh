@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_cpu_backend.sh TGRUN TGC SRCDIR: the CPU backend (generated C, built
-# with cc and OpenBLAS) against the reference interpreter on a 2-layer GPT.
+# with cc, its matmuls oneDNN's or OpenBLAS's) against the reference interpreter on a 2-layer GPT.
 #
 # Tolerances (float32 on both sides; they differ in summation order: BLAS
 # and the generated loops sum in float in their own order, the reference
@@ -51,6 +51,22 @@ expect_status 0 $cmp "$tmp/ref.safetensors" "$tmp/cpu.safetensors" 1e-5
 cat "$tmp/out"
 # the second build comes from the cache
 ls "$TG_CACHE"/*.so > /dev/null 2>&1 && ok || bad "no shared object in the cache"
+# each matmul library (runtime/backend/cpu/cpu_gemm.h) against the reference,
+# same tolerance: they sum in their own orders, as above.  oneDNN's only
+# outside a sanitizer build, whose LeakSanitizer cannot walk its threads.
+libs=openblas
+[ -z "${TG_SANITIZED:-}" ] && libs="openblas onednn"
+for lib in $libs; do
+  TG_CPU_GEMM=$lib expect_status 0 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/$lib.safetensors" \
+    --backend cpu
+  expect_status 0 $cmp "$tmp/ref.safetensors" "$tmp/$lib.safetensors" 1e-5
+  echo "TG_CPU_GEMM=$lib: $(cat "$tmp/out")"
+done
+# the two libraries' objects are two cache entries (the flag is in the key)
+[ "$(ls "$TG_CACHE"/*.so | wc -l)" -ge 2 ] && ok || bad "one cached object for two matmul libraries"
+TG_CPU_GEMM=mkl expect_status 1 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/x.safetensors" \
+  --backend cpu
+contains "$tmp/out" "TG_CPU_GEMM=mkl names no matmul library: use onednn, openblas or auto"
 
 # the losses of 5 AdamW steps
 expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 --out "$tmp/s1.safetensors"

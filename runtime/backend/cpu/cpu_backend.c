@@ -18,6 +18,7 @@
 #include "ccjit.h"
 #include "comm.h"
 #include "backend_impl.h"
+#include "cpu_gemm.h"
 #include "lower.h"
 #include "render_c.h"
 #include "shard.h"
@@ -25,10 +26,14 @@
 
 typedef struct cpu_device {
   tg_device base;
+  tg_cpu_gemm gemm;   /* the matmuls' library (cpu_gemm.h) */
+  const char *cc_flags[8], *cc_libs[4]; /* cc's words: the fixed ones and the library's */
+  int n_cc_flags, n_cc_libs;
+  char describe[200];
   float *pack;        /* the all-reduce's packed buffer, grown as needed */
   int64_t pack_cap;
   double peak;        /* tg_device_peak_flops, once measured (0: not yet) */
-  char peak_what[160];
+  char peak_what[240];
 } cpu_device;
 
 typedef struct cpu_tensor {
@@ -66,6 +71,7 @@ typedef struct cpu_exec {
  * of CPU against 1.7 s) for no step time we could measure (30 steps each,
  * alternately, twice: docs/performance.md). */
 static const char *const cc_flags[] = {"-O2", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-w"};
+/* OpenBLAS is linked whichever library the matmuls use: sgemv and sbgemm are its */
 static const char *const cc_libs[] = {"-lopenblas", "-lm"};
 
 static void *aligned_zeroed(tg_ctx *ctx, int64_t bytes) {
@@ -86,72 +92,54 @@ static int64_t numel_of(const tg_tensor *t) { return tg_type_numel(&t->type); }
 
 static tg_device *cpu_open(tg_ctx *ctx, const tg_device_opts *o) {
   if (o->precision != TG_PREC_F32) tg_error(ctx, (tg_loc){0}, "the cpu backend computes in f32 only");
-  return &((cpu_device *)tg_xcalloc(1, sizeof(cpu_device)))->base;
+  cpu_device *d = tg_xcalloc(1, sizeof(cpu_device));
+  char why[300];
+  if (!tg_cpu_gemm_choose(&d->gemm, why, sizeof why)) {
+    free(d);
+    tg_error(ctx, (tg_loc){0}, "the cpu backend has no matmul library: %s", why);
+  }
+  for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++) d->cc_flags[d->n_cc_flags++] = cc_flags[i];
+  if (d->gemm.flag) d->cc_flags[d->n_cc_flags++] = d->gemm.flag;
+  if (d->gemm.link) d->cc_libs[d->n_cc_libs++] = d->gemm.link;
+  for (size_t i = 0; i < sizeof cc_libs / sizeof *cc_libs; i++) d->cc_libs[d->n_cc_libs++] = cc_libs[i];
+  snprintf(d->describe, sizeof d->describe, "generated C (cc -O2 -fopenmp), matmuls by %s", d->gemm.name);
+  return &d->base;
 }
 
 static void cpu_close(tg_device *x) {
   cpu_device *d = (cpu_device *)x;
+  tg_cpu_gemm_close(&d->gemm);
   free(d->pack);
   free(d);
 }
 
-static const char *cpu_describe(const tg_device *d) {
-  (void)d;
-  return "generated C (cc -O2 -fopenmp, OpenBLAS)";
-}
+static const char *cpu_describe(const tg_device *d) { return ((const cpu_device *)d)->describe; }
 
 /* A CPU has no datasheet figure tg can look up, so its peak is measured:
- * OpenBLAS's sgemm (what the generated C's matmuls call) on one core, on
- * matrices of 512 (large enough for its best kernel, small enough for the
- * caches), for about 0.2 s, times the threads the kernels run on (each
- * calls BLAS single-threaded: render_c.c).  The library is the one the
- * generated objects link (-lopenblas); dlopen finds it already loaded when
- * a graph has been compiled.  Cores that other work keeps busy while it
- * measures lower the figure, and MFU with it, which is what they do to
- * training too. */
+ * the matmuls' library's sgemm (cpu_gemm.h) on one core, times the
+ * threads the kernels run on (each product's rows are split between them,
+ * each part on one core: render_c.c).  Cores that other work keeps busy
+ * while it measures lower the figure, and MFU with it, which is what they
+ * do to training too. */
 static double cpu_peak_flops(tg_device *x, bool bf16, const char **what) {
   cpu_device *d = (cpu_device *)x;
   (void)bf16; /* the CPU computes in f32 */
   *what = d->peak_what;
   if (d->peak > 0) return d->peak;
-  void *blas = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-  if (!blas) blas = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
-  typedef void sgemm_fn(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
-                        float *, int);
-  sgemm_fn *sgemm = blas ? (sgemm_fn *)dlsym(blas, "cblas_sgemm") : NULL;
-  void (*set_threads)(int) = blas ? (void (*)(int))dlsym(blas, "openblas_set_num_threads") : NULL;
-  if (!sgemm) {
-    snprintf(d->peak_what, sizeof d->peak_what, "cannot time OpenBLAS's cblas_sgemm: %s",
-             blas ? "no such symbol" : dlerror());
-    if (blas) dlclose(blas);
+  char why[160];
+  double per_core = tg_cpu_gemm_flops_one_core(&d->gemm, why, sizeof why);
+  if (!(per_core > 0)) {
+    snprintf(d->peak_what, sizeof d->peak_what, "%s", why);
     return 0;
   }
-  if (set_threads) set_threads(1);
-  enum { N = 512, ROW_MAJOR = 101, NO_TRANS = 111 };
-  float *a = aligned_zeroed(NULL, (int64_t)sizeof(float) * 3 * N * N), *b = a + N * N, *c = b + N * N;
-  for (int i = 0; i < 2 * N * N; i++) a[i] = (float)(i % 7) * 0.25f - 0.75f;
-  sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, N, N, N, 1, a, N, b, N, 0, c, N); /* warm: pages, caches, frequency */
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  double secs = 0;
-  int calls = 0;
-  do {
-    sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, N, N, N, 1, a, N, b, N, 0, c, N);
-    calls++;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-  } while (secs < 0.2);
-  free(a);
-  dlclose(blas);
   /* the kernels' OpenMP threads: OMP_NUM_THREADS (which tgrun sets to the
    * rank's share of the cores, or train.cfg's threads), else every core */
   const char *env = getenv("OMP_NUM_THREADS");
   long threads = env && atol(env) > 0 ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
   if (threads < 1) threads = 1;
-  double per_core = 2.0 * N * N * N * calls / secs;
   d->peak = per_core * (double)threads;
-  snprintf(d->peak_what, sizeof d->peak_what, "measured: OpenBLAS sgemm %dx%dx%d on one core, %.1f GFLOP/s, x %ld thread%s",
-           N, N, N, per_core * 1e-9, threads, threads == 1 ? "" : "s");
+  snprintf(d->peak_what, sizeof d->peak_what, "measured: %s sgemm 512x512x512 on one core, %.1f GFLOP/s, x %ld thread%s",
+           d->gemm.name, per_core * 1e-9, threads, threads == 1 ? "" : "s");
   return d->peak;
 }
 
@@ -307,6 +295,7 @@ static uint64_t cpu_tensor_hash(const tg_tensor *t) {
 /* A graph on its way to an exec: rendered, then built (maybe on another
  * thread), then loaded. */
 typedef struct pending {
+  const cpu_device *dev; /* its cc words */
   const tg_graph *g;
   tg_program *p;
   const char *src; /* in the context's arena */
@@ -342,8 +331,8 @@ static void render_graph(tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o, 
 
 /* cc: the only part that may run on another thread (ccjit is thread safe). */
 static void build_graph(pending *P) {
-  P->ok = tg_ccjit_build(P->src, cc_flags, sizeof cc_flags / sizeof *cc_flags, cc_libs,
-                         sizeof cc_libs / sizeof *cc_libs, &P->so, P->err, sizeof P->err);
+  const cpu_device *d = P->dev;
+  P->ok = tg_ccjit_build(P->src, d->cc_flags, d->n_cc_flags, d->cc_libs, d->n_cc_libs, &P->so, P->err, sizeof P->err);
   clock_gettime(CLOCK_MONOTONIC, &P->t2);
 }
 
@@ -398,6 +387,7 @@ static tg_exec *load_graph(tg_device *d, tg_ctx *ctx, pending *P) {
 static tg_exec *cpu_compile(tg_device *d, tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o) {
   static pending P;
   render_graph(ctx, g, o, &P);
+  P.dev = (const cpu_device *)d;
   build_graph(&P);
   return load_graph(d, ctx, &P);
 }
@@ -425,7 +415,7 @@ static void *build_worker(void *arg) {
 static void cpu_compile_all(tg_device *d, tg_ctx *ctx, const tg_graph *const *g, const tg_exec_opts *o, int n,
                             tg_exec **out) {
   pending *P = tg_alloc(ctx->arena, sizeof *P * (size_t)(n + 1));
-  for (int i = 0; i < n; i++) render_graph(ctx, g[i], &o[i], &P[i]);
+  for (int i = 0; i < n; i++) render_graph(ctx, g[i], &o[i], &P[i]), P[i].dev = (const cpu_device *)d;
   build_jobs J = {P, n, 0, PTHREAD_MUTEX_INITIALIZER};
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const char *env = getenv("TG_COMPILE_THREADS");
