@@ -61,7 +61,7 @@ def main():
     kinds = what_functions_run(cache)
     shares, functions = collections.Counter(), collections.Counter()
     for line in report.splitlines():
-        m = re.match(r"\s+([\d.]+)%\s+(\S+)\s+\[.\]\s+(\S+)", line)
+        m = re.match(r"\s+([\d.]+)%\s+(\[JIT\] tid \d+|\S+)\s+\[.\]\s+(\S+)", line)
         if not m:
             continue
         share = float(m.group(1))

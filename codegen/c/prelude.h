@@ -79,11 +79,12 @@ void cblas_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, c
 void cblas_sgemv(int order, int ta, int m, int n, float alpha, const float *a, int lda, const float *x,
                  int incx, float beta, float *y, int incy);
 void openblas_set_num_threads(int n);
-/* The f32 matmuls' library, chosen by the CPU backend (runtime/backend/cpu/
- * cpu_gemm.c) and compiled in by its flag: oneDNN's sgemm (-DTG_GEMM_ONEDNN),
- * which picks its kernels by the CPU's features (AVX-512 where there is
- * AVX-512, whatever the model), else OpenBLAS's.  Same arguments as
- * cblas_sgemm's, row-major. */
+/* The f32 matmuls' library (tg_sgemm, and tg_sgemv for one-row products),
+ * chosen by the CPU backend (runtime/backend/cpu/cpu_gemm.c) and compiled
+ * in by its flag: oneDNN's sgemm (-DTG_GEMM_ONEDNN), which picks its
+ * kernels by the CPU's features (AVX-512 where there is AVX-512, whatever
+ * the model), else OpenBLAS's.  Same arguments as cblas_sgemm's and
+ * cblas_sgemv's, row-major. */
 #ifdef TG_GEMM_ONEDNN
 int dnnl_sgemm(char transa, char transb, long m, long n, long k, float alpha, const float *a, long lda,
                const float *b, long ldb, float beta, float *c, long ldc);
@@ -93,10 +94,26 @@ static inline void tg_sgemm(int order, int ta, int tb, int m, int n, int k, floa
   int status = dnnl_sgemm(ta == 112 ? 'T' : 'N', tb == 112 ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (status) { fprintf(stderr, "tg: oneDNN's sgemm refused a %d x %d x %d product (status %d)\n", m, n, k, status); abort(); }
 }
+/* y = op(A) x (cblas_sgemv's arguments, row-major, y contiguous) as a one-row
+ * product, x as a 1 x K matrix (strided: the transpose of a K x 1 one):
+ * oneDNN's matrix-vector kernels read A at 1.3 to 1.7 times OpenBLAS's
+ * Prescott ones' speed (docs/performance.md) */
+static inline void tg_sgemv(int order, int ta, int m, int n, float alpha, const float *a, int lda, const float *x,
+                            int incx, float beta, float *y, int incy) {
+  if (incy != 1) { cblas_sgemv(order, ta, m, n, alpha, a, lda, x, incx, beta, y, incy); return; }
+  int k = ta == 112 ? m : n, cols = ta == 112 ? n : m; /* y[cols] = x[k] op(A)^T */
+  int status = dnnl_sgemm(incx == 1 ? 'N' : 'T', ta == 112 ? 'N' : 'T', 1, cols, k, alpha, x, incx == 1 ? k : incx, a,
+                          lda, beta, y, cols);
+  if (status) { fprintf(stderr, "tg: oneDNN's sgemm refused a 1 x %d x %d product (status %d)\n", cols, k, status); abort(); }
+}
 #else
 static inline void tg_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                             const float *b, int ldb, float beta, float *c, int ldc) {
   cblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+static inline void tg_sgemv(int order, int ta, int m, int n, float alpha, const float *a, int lda, const float *x,
+                            int incx, float beta, float *y, int incy) {
+  cblas_sgemv(order, ta, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
 #endif
 

@@ -215,10 +215,10 @@ static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a
        * y[c0 .. c0+nc) = x op(B): B stored [N, K] (transposed) is the
        * matrix of sgemv itself, B stored [K, N] its transpose */
       if (G->trans_b)
-        fprintf(out, "        cblas_sgemv(101, 111, nc, %lld, 1.0f, %s + c0 * %lld, %lld, %s, %lld, 0.0f, %s + c0, 1);\n",
+        fprintf(out, "        tg_sgemv(101, 111, nc, %lld, 1.0f, %s + c0 * %lld, %lld, %s, %lld, 0.0f, %s + c0, 1);\n",
                 (long long)G->k, b, ldb, ldb, a, G->trans_a ? lda : 1LL, c);
       else
-        fprintf(out, "        cblas_sgemv(101, 112, %lld, nc, 1.0f, %s + c0, %lld, %s, %lld, 0.0f, %s + c0, 1);\n",
+        fprintf(out, "        tg_sgemv(101, 112, %lld, nc, 1.0f, %s + c0, %lld, %s, %lld, 0.0f, %s + c0, 1);\n",
                 (long long)G->k, b, ldb, a, G->trans_a ? lda : 1LL, c);
     } else {
       fprintf(out, "        %s(101, %d, %d, %lld, nc, %lld, 1.0f, %s, %lld, %s + c0 * %lld, %lld, 0.0f, %s + c0, %lld);\n",
@@ -233,10 +233,10 @@ static void gemm_rows(FILE *out, const tg_gemm *G, const char *fn, const char *a
      * each head's cache, 12 products a layer): sgemv, for sgemm would pack
      * B on every call */
     if (G->trans_b)
-      fprintf(out, "      cblas_sgemv(101, 111, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, %s, 1);\n", (long long)G->n,
+      fprintf(out, "      tg_sgemv(101, 111, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, %s, 1);\n", (long long)G->n,
               (long long)G->k, b, ldb, a, G->trans_a ? lda : 1LL, c);
     else
-      fprintf(out, "      cblas_sgemv(101, 112, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, %s, 1);\n", (long long)G->k,
+      fprintf(out, "      tg_sgemv(101, 112, %lld, %lld, 1.0f, %s, %lld, %s, %lld, 0.0f, %s, 1);\n", (long long)G->k,
               (long long)G->n, b, ldb, a, G->trans_a ? lda : 1LL, c);
     return;
   }
