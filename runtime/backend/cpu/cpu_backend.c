@@ -100,7 +100,7 @@ static tg_device *cpu_open(tg_ctx *ctx, const tg_device_opts *o) {
   }
   for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++) d->cc_flags[d->n_cc_flags++] = cc_flags[i];
   if (d->gemm.flag) d->cc_flags[d->n_cc_flags++] = d->gemm.flag;
-  if (d->gemm.link) d->cc_libs[d->n_cc_libs++] = d->gemm.link;
+  if (d->gemm.link[0]) d->cc_libs[d->n_cc_libs++] = d->gemm.link;
   for (size_t i = 0; i < sizeof cc_libs / sizeof *cc_libs; i++) d->cc_libs[d->n_cc_libs++] = cc_libs[i];
   snprintf(d->describe, sizeof d->describe, "generated C (cc -O2 -fopenmp), matmuls by %s", d->gemm.name);
   return &d->base;

@@ -1,7 +1,9 @@
 /* cpu_gemm.c: the CPU backend's matmul library (cpu_gemm.h). */
+#define _GNU_SOURCE /* dlinfo: where the loaded library is */
 #include "cpu_gemm.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +49,14 @@ static bool load_onednn(tg_cpu_gemm *g, char *why, size_t whylen) {
   const char *isa_name = onednn_isa_name(isa());
   g->library = TG_CPU_GEMM_ONEDNN;
   g->flag = "-DTG_GEMM_ONEDNN";
-  g->link = "-l:libdnnl.so.2";
+  /* the generated object links the very file loaded here, found where
+   * dlopen found it (LD_LIBRARY_PATH included, which the linker's -l
+   * would not search) */
+  struct link_map *map = NULL;
+  if (dlinfo(g->handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && map->l_name[0] == '/')
+    snprintf(g->link, sizeof g->link, "%s", map->l_name);
+  else
+    snprintf(g->link, sizeof g->link, "-l:%s", onednn_soname);
   if (isa_name) snprintf(g->name, sizeof g->name, "oneDNN %d.%d.%d (%s kernels)", v->major, v->minor, v->patch, isa_name);
   else snprintf(g->name, sizeof g->name, "oneDNN %d.%d.%d (kernels 0x%x)", v->major, v->minor, v->patch, (unsigned)isa());
   return true;
@@ -61,7 +70,7 @@ static bool load_openblas(tg_cpu_gemm *g, char *why, size_t whylen) {
   char *(*config)(void) = (char *(*)(void))dlsym(g->handle, "openblas_get_config");
   g->library = TG_CPU_GEMM_OPENBLAS;
   g->flag = NULL;
-  g->link = NULL;
+  g->link[0] = 0;
   /* its config begins "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": the first two words */
   char library[16] = "OpenBLAS", version[24] = "";
   if (config) sscanf(config(), "%15s %23s", library, version);

@@ -26,7 +26,7 @@ typedef enum { TG_CPU_GEMM_OPENBLAS, TG_CPU_GEMM_ONEDNN } tg_cpu_gemm_library;
 typedef struct tg_cpu_gemm {
   tg_cpu_gemm_library library;
   const char *flag;     /* the compile flag that selects it, or NULL */
-  const char *link;     /* its -l word for the linker, or NULL (OpenBLAS: always linked) */
+  char link[4096];      /* the library's file for the linker, or "" (OpenBLAS: always linked) */
   char name[120];       /* "oneDNN 2.6.3 (avx512_core_bf16 kernels)", "OpenBLAS 0.3.21 (Haswell kernels)" */
   void *handle;         /* dlopen's, kept open for the timing */
 } tg_cpu_gemm;
