@@ -63,7 +63,9 @@ for lib in $libs; do
   echo "TG_CPU_GEMM=$lib: $(cat "$tmp/out")"
 done
 # the two libraries' objects are two cache entries (the flag is in the key)
-[ "$(ls "$TG_CACHE"/*.so | wc -l)" -ge 2 ] && ok || bad "one cached object for two matmul libraries"
+if [ "$libs" != openblas ]; then
+  [ "$(ls "$TG_CACHE"/*.so | wc -l)" -ge 2 ] && ok || bad "one cached object for two matmul libraries"
+fi
 TG_CPU_GEMM=mkl expect_status 1 "$tgrun" grad "${m[@]}" --weights "$W" --batch "$X" --out "$tmp/x.safetensors" \
   --backend cpu
 contains "$tmp/out" "TG_CPU_GEMM=mkl names no matmul library: use onednn, openblas or auto"
