@@ -29,11 +29,11 @@ typedef struct cpu_device {
   tg_cpu_gemm gemm;   /* the matmuls' library (cpu_gemm.h) */
   const char *cc_flags[8], *cc_libs[4]; /* cc's words: the fixed ones and the library's */
   int n_cc_flags, n_cc_libs;
-  char describe[200];
+  char describe[320];
   float *pack;        /* the all-reduce's packed buffer, grown as needed */
   int64_t pack_cap;
   double peak;        /* tg_device_peak_flops, once measured (0: not yet) */
-  char peak_what[240];
+  char peak_what[400];
 } cpu_device;
 
 typedef struct cpu_tensor {

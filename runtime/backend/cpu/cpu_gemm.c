@@ -62,6 +62,20 @@ static bool load_onednn(tg_cpu_gemm *g, char *why, size_t whylen) {
   return true;
 }
 
+/* Whether OpenBLAS chose kernels from before AVX2 on a CPU that has it:
+ * its fallback for a model it does not know (cpu_gemm.h), a fifth of the
+ * speed it could have. */
+static bool older_than_cpu(const char *kernels) {
+#if defined(__x86_64__) || defined(__i386__)
+  static const char *const pre_avx2[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
+                                         "Sandybridge", "Katmai", "Coppermine", "Northwood", "Banias"};
+  for (size_t i = 0; i < sizeof pre_avx2 / sizeof *pre_avx2; i++)
+    if (!strcmp(kernels, pre_avx2[i])) return __builtin_cpu_supports("avx2");
+#endif
+  (void)kernels;
+  return false;
+}
+
 static bool load_openblas(tg_cpu_gemm *g, char *why, size_t whylen) {
   g->handle = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
   if (!g->handle) g->handle = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
@@ -74,7 +88,11 @@ static bool load_openblas(tg_cpu_gemm *g, char *why, size_t whylen) {
   /* its config begins "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": the first two words */
   char library[16] = "OpenBLAS", version[24] = "";
   if (config) sscanf(config(), "%15s %23s", library, version);
-  snprintf(g->name, sizeof g->name, "%s%s%s (%s kernels)", library, *version ? " " : "", version, core ? core() : "unknown");
+  const char *kernels = core ? core() : "unknown";
+  snprintf(g->name, sizeof g->name, "%s%s%s (%s kernels%s)", library, *version ? " " : "", version, kernels,
+           older_than_cpu(kernels) ? ": this OpenBLAS does not know this CPU, which has AVX2; install libdnnl2 "
+                                     "for oneDNN's, or set OPENBLAS_CORETYPE=Haswell"
+                                   : "");
   return true;
 }
 

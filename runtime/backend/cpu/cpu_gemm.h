@@ -27,7 +27,7 @@ typedef struct tg_cpu_gemm {
   tg_cpu_gemm_library library;
   const char *flag;     /* the compile flag that selects it, or NULL */
   char link[4096];      /* the library's file for the linker, or "" (OpenBLAS: always linked) */
-  char name[120];       /* "oneDNN 2.6.3 (avx512_core_bf16 kernels)", "OpenBLAS 0.3.21 (Haswell kernels)" */
+  char name[256];       /* "oneDNN 2.6.3 (avx512_core_bf16 kernels)", "OpenBLAS 0.3.21 (Haswell kernels)" */
   void *handle;         /* dlopen's, kept open for the timing */
 } tg_cpu_gemm;
 
