@@ -1,7 +1,8 @@
 /* prelude.h: what the generated C needs before its kernels: libc headers,
  * the index type, vectorisable e^x and tanh, bf16 and f16 conversions, the
- * bf16 matmuls' f32 copies, and the BLAS functions it calls, declared here
- * so that no BLAS or oneDNN header is needed.  GELU follows it (codegen/gelu_kernel.h).
+ * bf16 matmuls' f32 copies, and the BLAS and oneDNN functions it calls,
+ * declared here so that no header of theirs is needed.  GELU follows it
+ * (codegen/gelu_kernel.h).
  *
  * Embedded at build time (cmake/embed.cmake, without this comment) and
  * printed by render_c.c at the top of every file. */

@@ -73,6 +73,9 @@ typedef struct cpu_exec {
 static const char *const cc_flags[] = {"-O2", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-w"};
 /* OpenBLAS is linked whichever library the matmuls use: sgemv and sbgemm are its */
 static const char *const cc_libs[] = {"-lopenblas", "-lm"};
+/* cpu_device's arrays hold these and the matmul library's one flag and one file */
+_Static_assert(sizeof cc_flags / sizeof *cc_flags + 1 <= 8, "cpu_device.cc_flags too short");
+_Static_assert(sizeof cc_libs / sizeof *cc_libs + 1 <= 4, "cpu_device.cc_libs too short");
 
 static void *aligned_zeroed(tg_ctx *ctx, int64_t bytes) {
   size_t n = (size_t)((bytes + 255) / 256 * 256);
