@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "prepare.h"
 #include "program_dir.h"
+#include "stop_signals.h"
 #include "tgc_plan.h"
 #include "tokenizer.h"
 #include "train.h"
@@ -128,6 +129,12 @@ int tgrun_train_main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   char why[1024];
+  /* first, before MPI or anything else starts a thread: every thread
+   * started from here on inherits the stop signals blocked */
+  if (!tg_stop_signals_route(why, sizeof why)) {
+    fprintf(stderr, "tgrun: error: %s\n", why);
+    return 1;
+  }
   int rank, nranks;
   if (!tg_comm_init(&argc, &argv, &rank, &nranks, why, sizeof why)) {
     fprintf(stderr, "tgrun: error: %s\n", why);

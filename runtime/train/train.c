@@ -58,6 +58,7 @@
 #include "tensor_parts.h"
 #include "tokenizer.h"
 #include "corpus.h"
+#include "stop_signals.h"
 #include "train_config.h"
 #include "weights.h"
 #include "zero.h"
@@ -66,32 +67,8 @@
 
 /* ---- stopping on a signal -------------------------------------------------------- */
 
-/* The first stopping signal received (0: none).  The handler only sets it;
- * the loop reads it after each step. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop_signal(int sig) {
-  if (stop_signal) { /* the second: at once, as the signal's default would */
-    signal(sig, SIG_DFL);
-    raise(sig);
-    return;
-  }
-  stop_signal = sig;
-}
-
-static const int stop_signals[] = {SIGTERM, SIGINT, SIGUSR1};
-
-static void catch_stop_signals(bool on) {
-  for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++) {
-    struct sigaction sa = {0};
-    sa.sa_handler = on ? on_stop_signal : SIG_DFL;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(stop_signals[i], &sa, NULL);
-  }
-  if (!on) stop_signal = 0;
-}
-
+/* stop_signals.h records the first stopping signal; the loop reads it
+ * after each step. */
 static const char *signal_name(int sig) {
   return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
@@ -636,7 +613,7 @@ static void sample(run *r, int64_t step) {
   tg_rng_seed(&rng, (uint64_t)c->seed, 0x5a5a0000u + (uint64_t)step);
   /* a stop cuts a sample short; not at stage 3, where every rank samples
    * in step (a signal reaches one rank; the others would wait for it) */
-  while (n < total && (!stop_signal || sharded_weights(r))) {
+  while (n < total && (!tg_stop_signal() || sharded_weights(r))) {
     /* the last T tokens, left-aligned: causal attention makes the logits at
      * position t depend only on tokens up to t, so the padding after is inert */
     int64_t from = n > T ? n - T : 0, len = n - from;
@@ -1001,7 +978,7 @@ static void train_loop(run *r) {
     float gn = tg_zero_step(r->zero, lr, s + 1);
     /* the loss, and whether any rank was asked to stop: every rank then
      * stops after the same step */
-    double stats[2] = {loss_sum / r->accum, stop_signal};
+    double stats[2] = {loss_sum / r->accum, tg_stop_signal()};
     tg_comm_sum_doubles(stats, 2);
     double dt = now() - t0;
     if (r->dranks > 1 && !sharded_weights(r) && !tg_comm_all_equal(weights_hash(r)))
@@ -1047,7 +1024,7 @@ static void train_loop(run *r) {
     if (stats[1] > 0) {
       if (!due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
       say(r, "stopped by %s after step %lld of %lld: the checkpoint holds it; resume with resume = true\n",
-          stop_signal ? signal_name(stop_signal) : "a signal to another rank", (long long)step, (long long)c->max_steps);
+          tg_stop_signal() ? signal_name(tg_stop_signal()) : "a signal to another rank", (long long)step, (long long)c->max_steps);
       r->stopped = true;
       break;
     }
@@ -1481,10 +1458,15 @@ int tg_train(const tg_train_config *cfg, int rank, int nranks) {
   int status;
   /* the work is in a function of its own: nothing of it lives in this
    * frame across the longjmp of an error */
-  catch_stop_signals(true);
+  tg_stop_signals_catch(true);
   if (setjmp(bail)) status = 1;
   else status = train(r);
-  catch_stop_signals(false);
+  /* A run stopped on a signal goes on catching them until the process
+   * ends: under mpirun a rank may learn of the stop from another rank's
+   * signal (the step's collective) before its own forwarded copy reaches
+   * its signals' thread, and that copy must not end it as a second
+   * signal would. */
+  if (status != TG_TRAIN_STOPPED) tg_stop_signals_catch(false);
   report_held_setup_error(r);
   if (r->log) fclose(r->log);
   if (r->mf) {

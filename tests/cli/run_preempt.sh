@@ -8,6 +8,8 @@
 #   is byte for byte that of a run of the same steps made at once (the
 #   checkpoint holds the step, the weights, the moments and the data
 #   position);
+# - the signals reach a thread of their own ("tg-signals"); every other
+#   thread blocks them (runtime/train/stop_signals.h says why);
 # - a second signal ends the process at once (here during an evaluation
 #   of 2^24 batches that the first one does not cut short): status 143;
 # - on 2 ranks (mpirun forwards SIGUSR1 to every rank) both ranks stop
@@ -81,6 +83,46 @@ if kill -0 $job 2> /dev/null; then bad "a second SIGTERM did not end the run wit
 wait $job
 rc=$?
 [ $rc -eq 143 ] && ok || bad "a second SIGTERM ended the run with status $rc, not 143"
+
+# The signals reach one thread of their own, never one that runs kernels
+# (runtime/train/stop_signals.h: oneDNN's GEMM kernels point the stack
+# pointer into the heap, where a signal's frame would land): on 2 threads
+# every thread but "tg-signals" blocks SIGINT, SIGUSR1 and SIGTERM (bits 2,
+# 10 and 15 of /proc's SigBlk: 0x4202), and tg-signals blocks none of them.
+# The C compiler it starts blocks none of them (a fresh cache, and a CC
+# that notes its mask), or an interrupted run would leave it running.
+# (read with builtins: a child process would read the shell's mask while
+# the shell forks it)
+cat > "$tmp/cc.sh" << CC
+#!/bin/sh
+while read -r key value; do [ "\$key" = SigBlk: ] && echo "\$value" >> "$tmp/cc-masks"; done < /proc/\$\$/status
+exec cc "\$@"
+CC
+chmod +x "$tmp/cc.sh"
+TG_CACHE=$tmp/cache-masks CC=$tmp/cc.sh "$tgrun" "$tmp/s.cfg" out_dir="$tmp/masks" threads=2 > "$tmp/masks.out" 2>&1 &
+job=$!
+wait_for "$tmp/masks.out" "^step  *1/" || bad "the 2-thread run did not reach step 1"
+open=0 blocked=0 receivers=0
+for t in /proc/$job/task/*; do
+  blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$t/status")
+  [ -n "$blk" ] || continue
+  if [ "$(cat "$t/comm")" = tg-signals ]; then
+    receivers=$((receivers + 1))
+    [ $((0x$blk & 0x4202)) -eq 0 ] || bad "the tg-signals thread blocks a stop signal (SigBlk $blk)"
+  elif [ $((0x$blk & 0x4202)) -eq $((0x4202)) ]; then blocked=$((blocked + 1))
+  else open=$((open + 1)); echo "thread $(basename "$t") ($(cat "$t/comm")) leaves a stop signal open: SigBlk $blk"; fi
+done
+[ $receivers -eq 1 ] && ok || bad "$receivers threads named tg-signals, not 1"
+[ $open -eq 0 ] && ok || bad "$open threads besides tg-signals can take a stop signal"
+[ $blocked -ge 2 ] && ok || bad "only $blocked threads run training on 2 threads"
+kill -TERM $job
+wait $job
+rc=$?
+[ $rc -eq 75 ] && ok || bad "SIGTERM ended the 2-thread run with status $rc, not 75"
+if [ -s "$tmp/cc-masks" ]; then
+  while read -r blk; do [ $((0x$blk & 0x4202)) -eq 0 ] || { bad "the C compiler started blocking a stop signal (SigBlk $blk)"; break; }; done < "$tmp/cc-masks"
+  ok
+else bad "the 2-thread run with a fresh cache compiled nothing with \$CC"; fi
 
 # two ranks: SIGUSR1 to mpirun reaches both, and they stop together
 if [ -z "${TG_SANITIZED:-}" ] && command -v mpirun > /dev/null; then
