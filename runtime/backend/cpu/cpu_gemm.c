@@ -90,8 +90,9 @@ static bool load_openblas(tg_cpu_gemm *g, char *why, size_t whylen) {
   if (config) sscanf(config(), "%15s %23s", library, version);
   const char *kernels = core ? core() : "unknown";
   snprintf(g->name, sizeof g->name, "%s%s%s (%s kernels%s)", library, *version ? " " : "", version, kernels,
-           older_than_cpu(kernels) ? ": this OpenBLAS does not know this CPU, which has AVX2; set "
-                                     "OPENBLAS_CORETYPE=Haswell, or SkylakeX where it has AVX-512"
+           older_than_cpu(kernels) ? ": this OpenBLAS does not know this CPU, which has AVX2; install libdnnl2 "
+                                     "for oneDNN's, or set OPENBLAS_CORETYPE=Haswell (SkylakeX where it has "
+                                     "AVX-512)"
                                    : "");
   return true;
 }
@@ -99,8 +100,14 @@ static bool load_openblas(tg_cpu_gemm *g, char *why, size_t whylen) {
 bool tg_cpu_gemm_choose(tg_cpu_gemm *g, char *why, size_t whylen) {
   *g = (tg_cpu_gemm){0};
   const char *want = getenv("TG_CPU_GEMM");
-  /* auto is OpenBLAS until oneDNN's heap corruption is understood (cpu_gemm.h) */
-  if (!want || !*want || !strcmp(want, "auto")) return load_openblas(g, why, whylen);
+  if (!want || !*want || !strcmp(want, "auto")) {
+#ifdef TG_SANITIZE
+    return load_openblas(g, why, whylen);
+#else
+    char ignored[200];
+    return load_onednn(g, ignored, sizeof ignored) || load_openblas(g, why, whylen);
+#endif
+  }
   if (!strcmp(want, "onednn")) {
     if (load_onednn(g, why, whylen)) return true;
     size_t n = strlen(why);

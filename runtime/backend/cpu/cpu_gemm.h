@@ -11,13 +11,14 @@
  * either way: the one-row products (sgemv) and the bf16 ones (sbgemm) are
  * its.
  *
- * TG_CPU_GEMM chooses: "onednn", "openblas", or "auto" (the default),
- * which is OpenBLAS for now: with oneDNN, training stopped by a signal on
- * a loaded machine aborted in glibc's free inside dnnl_sgemm ("corrupted
- * size vs. prev_size", tests/cli/run_preempt.sh beside another test, 5
- * times in 6), not yet explained, so oneDNN is the user's choice.  Under
- * the sanitizers LeakSanitizer cannot walk the thread-local storage of
- * oneDNN's OpenMP threads either (run it with detect_leaks=0). */
+ * TG_CPU_GEMM chooses: "onednn", "openblas", or "auto" (the default:
+ * oneDNN where libdnnl.so.2 loads, else OpenBLAS; OpenBLAS in a sanitizer
+ * build, whose LeakSanitizer cannot walk the thread-local storage of
+ * oneDNN's OpenMP threads).  oneDNN's f32 GEMM kernels before 3.11.2 point
+ * the stack pointer into the heap while they run (uxlfoundation/oneDNN
+ * #4845), so a signal handled on a thread running them corrupts the heap:
+ * training takes its stop signals on a thread of their own
+ * (runtime/train/stop_signals.h). */
 #ifndef TG_CPU_GEMM_H
 #define TG_CPU_GEMM_H
 
