@@ -3,7 +3,7 @@
  * The emitted function copies what it multiplies into small f32 tiles, so
  * that loads from strided (and possibly bf16) operands happen once per tile,
  * and multiplies tiles with a register-blocked product (emit_tile_product:
- * four rows by sixteen columns in vector registers).  The per-row loops it
+ * four rows by two vectors' columns in vector registers).  The per-row loops it
  * replaced kept their partial sums in memory and ran attention at about 10
  * GFLOP/s on one core against OpenBLAS's 70 for the step's matmuls
  * (docs/performance.md).
@@ -167,10 +167,12 @@ static void emit_exp(FILE *f, const char *fn) {
 
 /* C (+)= A B on tiles: C is M x N (ldc), B is K x N with contiguous rows
  * (ldb), N a multiple of 16; A(m, k) is a[m * lda + k] (_nn) or, read
- * transposed, a[k * lda + m] (_tn).  Four rows of C at a time are held in
- * eight 8-float vectors (GNU C vector extensions: AVX's registers under
- * -march=native, pairs of SSE registers without it) so that each load of B
- * feeds four multiply-adds; the row-at-a-time loops this replaced stored
+ * transposed, a[k * lda + m] (_tn).  Four rows by two vectors of C at a
+ * time are held in eight vectors (GNU C vector extensions: 16 floats, a
+ * register each, where the compiler targets AVX-512; else 8, AVX's
+ * registers or pairs of SSE ones) so that each load of B feeds four
+ * multiply-adds; N's last columns, where fewer than two vectors are left,
+ * go one vector at a time; the row-at-a-time loops this replaced stored
  * their partial sums after every term and ran at a seventh of the matmuls'
  * speed.  Every element of C is still one sum over k in order.
  * tri skips, on the diagonal tile of causal attention (query row r, key c:
@@ -186,20 +188,22 @@ static void emit_tile_product(FILE *f, const char *fn, const char *name, const c
           "static inline void %s_%s(int M, int N, int K, const float *a, long lda, const float *b, long ldb,\n"
           "                         float *c, long ldc, int add, int tri) {\n"
           "#define A_(m, k) (%s)\n"
+          "  enum { W = %s_W };\n"
           "  int i = 0;\n"
           "  for (; i + 4 <= M; i += 4) {\n"
           "    const int jn = tri == 1 && i + 4 < N ? i + 4 : N;\n"
           "    const int k0 = tri == 2 ? i : 0, k1 = tri == 3 && i + 4 < K ? i + 4 : K;\n"
-          "    for (int j = 0; j < jn; j += 16) {\n"
-          "      %s_v8 x00 = {0}, x01 = {0}, x10 = {0}, x11 = {0}, x20 = {0}, x21 = {0}, x30 = {0}, x31 = {0};\n"
+          "    int j = 0;\n"
+          "    for (; j < jn && j + 2 * W <= N; j += 2 * W) { /* four rows by two vectors */\n"
+          "      %s_vw x00 = {0}, x01 = {0}, x10 = {0}, x11 = {0}, x20 = {0}, x21 = {0}, x30 = {0}, x31 = {0};\n"
           "      for (int k = k0; k < k1; k++) {\n"
-          "        const %s_v8 b0 = *(const %s_v8 *)(b + k * ldb + j), b1 = *(const %s_v8 *)(b + k * ldb + j + 8);\n"
+          "        const %s_vw b0 = *(const %s_vw *)(b + k * ldb + j), b1 = *(const %s_vw *)(b + k * ldb + j + W);\n"
           "        const float a0 = A_(i, k), a1 = A_(i + 1, k), a2 = A_(i + 2, k), a3 = A_(i + 3, k);\n"
           "        x00 += a0 * b0, x01 += a0 * b1, x10 += a1 * b0, x11 += a1 * b1;\n"
           "        x20 += a2 * b0, x21 += a2 * b1, x30 += a3 * b0, x31 += a3 * b1;\n"
           "      }\n"
-          "      %s_v8 *y0 = (%s_v8 *)(c + i * ldc + j), *y1 = (%s_v8 *)(c + (i + 1) * ldc + j);\n"
-          "      %s_v8 *y2 = (%s_v8 *)(c + (i + 2) * ldc + j), *y3 = (%s_v8 *)(c + (i + 3) * ldc + j);\n"
+          "      %s_vw *y0 = (%s_vw *)(c + i * ldc + j), *y1 = (%s_vw *)(c + (i + 1) * ldc + j);\n"
+          "      %s_vw *y2 = (%s_vw *)(c + (i + 2) * ldc + j), *y3 = (%s_vw *)(c + (i + 3) * ldc + j);\n"
           "      if (add) {\n"
           "        y0[0] += x00, y0[1] += x01, y1[0] += x10, y1[1] += x11;\n"
           "        y2[0] += x20, y2[1] += x21, y3[0] += x30, y3[1] += x31;\n"
@@ -208,27 +212,47 @@ static void emit_tile_product(FILE *f, const char *fn, const char *name, const c
           "        y2[0] = x20, y2[1] = x21, y3[0] = x30, y3[1] = x31;\n"
           "      }\n"
           "    }\n"
+          "    for (; j < jn; j += W) { /* four rows by one vector: N's last columns */\n"
+          "      %s_vw x0 = {0}, x1 = {0}, x2 = {0}, x3 = {0};\n"
+          "      for (int k = k0; k < k1; k++) {\n"
+          "        const %s_vw b0 = *(const %s_vw *)(b + k * ldb + j);\n"
+          "        x0 += A_(i, k) * b0, x1 += A_(i + 1, k) * b0, x2 += A_(i + 2, k) * b0, x3 += A_(i + 3, k) * b0;\n"
+          "      }\n"
+          "      %s_vw *y0 = (%s_vw *)(c + i * ldc + j), *y1 = (%s_vw *)(c + (i + 1) * ldc + j);\n"
+          "      %s_vw *y2 = (%s_vw *)(c + (i + 2) * ldc + j), *y3 = (%s_vw *)(c + (i + 3) * ldc + j);\n"
+          "      if (add) *y0 += x0, *y1 += x1, *y2 += x2, *y3 += x3;\n"
+          "      else *y0 = x0, *y1 = x1, *y2 = x2, *y3 = x3;\n"
+          "    }\n"
           "  }\n"
           "  for (; i < M; i++) { /* the last rows, whole: what tri skips is zeros or unread */\n"
-          "    for (int j = 0; j < N; j += 16) {\n"
-          "      %s_v8 x0 = {0}, x1 = {0};\n"
-          "      for (int k = 0; k < K; k++) {\n"
-          "        const float a0 = A_(i, k);\n"
-          "        x0 += a0 * *(const %s_v8 *)(b + k * ldb + j), x1 += a0 * *(const %s_v8 *)(b + k * ldb + j + 8);\n"
-          "      }\n"
-          "      %s_v8 *y = (%s_v8 *)(c + i * ldc + j);\n"
-          "      if (add) y[0] += x0, y[1] += x1;\n"
-          "      else y[0] = x0, y[1] = x1;\n"
+          "    for (int j = 0; j < N; j += W) {\n"
+          "      %s_vw x0 = {0};\n"
+          "      for (int k = 0; k < K; k++) x0 += A_(i, k) * *(const %s_vw *)(b + k * ldb + j);\n"
+          "      %s_vw *y = (%s_vw *)(c + i * ldc + j);\n"
+          "      if (add) *y += x0;\n"
+          "      else *y = x0;\n"
           "    }\n"
           "  }\n"
           "#undef A_\n"
           "}\n",
-          fn, name, a_at, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn);
+          fn, name, a_at, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn,
+          fn);
 }
 
-/* The vector type (unaligned, may alias the float tiles) and both products. */
+/* The vector type (unaligned, may alias the float tiles): 16 floats where
+ * the compiler targets AVX-512 (-march=native on such a CPU), else 8 (AVX's
+ * registers, or pairs of SSE ones); and both products.  N is a multiple of
+ * 16, so of either width. */
 static void emit_tile_products(FILE *f, const char *fn, bool transposed_too) {
-  fprintf(f, "typedef float %s_v8 __attribute__((vector_size(32), aligned(4), may_alias));\n", fn);
+  fprintf(f,
+          "#ifdef __AVX512F__\n"
+          "typedef float %s_vw __attribute__((vector_size(64), aligned(4), may_alias));\n"
+          "enum { %s_W = 16 };\n"
+          "#else\n"
+          "typedef float %s_vw __attribute__((vector_size(32), aligned(4), may_alias));\n"
+          "enum { %s_W = 8 };\n"
+          "#endif\n",
+          fn, fn, fn, fn);
   emit_tile_product(f, fn, "mm_nn", "a[(m) * lda + (k)]");
   if (transposed_too) emit_tile_product(f, fn, "mm_tn", "a[(k) * lda + (m)]");
 }
