@@ -25,8 +25,8 @@
 enum { C_MAX_D = 256 };
 
 /* Rows (and keys) per tile: 64 up to D = 64, smaller for wider heads so
- * that the forward's five tiles (q, acc, k^T, v: BT x DP floats; p: BT x BT)
- * stay within about 80 KiB of a thread's stack. */
+ * that the forward's six tiles (q, acc, k, k^T, v: BT x DP floats; p: BT x
+ * BT) stay within about 96 KiB of a thread's stack. */
 static int c_tile(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 32 : 16; }
 
 static bool fail(char *why, size_t n, const char *msg) {
@@ -289,7 +289,7 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   head_ptr(f, "", "o", &s->o);
   head_ptr(f, "", "lse", &s->lse);
   fprintf(f,
-          "    float qt[BT][DP], acc[BT][DP], kt[DP][BT], vt[BT][DP], p[BT][BT], m[BT], l[BT];\n"
+          "    float qt[BT][DP], acc[BT][DP], kr[BT][DP], kt[DP][BT], vt[BT][DP], p[BT][BT], m[BT], l[BT];\n"
           "    for (int r = 0; r < nq; r++) {\n"
           "      for (int d = 0; d < DP; d++) {\n"
           "        qt[r][d] = d < D ? %s : 0.0f;\n"
@@ -300,31 +300,44 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "    }\n"
           "    for (long long j0 = 0; j0 < i0 + nq; j0 += BT) {\n"
           "      const int nk = T - j0 < BT ? (int)(T - j0) : BT;\n"
-          "      for (int c = 0; c < BT; c++)\n"
-          "        for (int d = 0; d < DP; d++) {\n"
-          "          kt[d][c] = c < nk && d < D ? %s : 0.0f;\n"
-          "          vt[c][d] = c < nk && d < D ? %s : 0.0f;\n"
-          "        }\n"
+          /* the tile's k and v rows (zeros past the last key and past D),
+           * row by row with no test in the loop that loads them, then k
+           * transposed from its copy (in L1) */
+          "      for (int c = 0; c < BT; c++) {\n"
+          "        if (c < nk)\n"
+          "          for (int d = 0; d < D; d++) {\n"
+          "            kr[c][d] = %s;\n"
+          "            vt[c][d] = %s;\n"
+          "          }\n"
+          "        for (int d = c < nk ? D : 0; d < DP; d++) kr[c][d] = vt[c][d] = 0.0f;\n"
+          "      }\n"
+          "      for (int d = 0; d < DP; d++)\n"
+          "        for (int c = 0; c < BT; c++) kt[d][c] = kr[c][d];\n"
           "      const int diag = j0 == i0; /* the diagonal tile: key c <= query row r */\n"
           "      %s_mm_nn(nq, BT, DP, &qt[0][0], DP, &kt[0][0], BT, &p[0][0], BT, 0, diag);\n"
           "      for (int r = 0; r < nq; r++) {\n"
           "        const long long i = i0 + r;\n"
           "        /* keys j <= i of this tile: none for the rows above it */\n"
           "        const int nc = i < j0 ? 0 : i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk;\n"
+          /* the loops run to nc rounded up to 16 keys, the masked ones
+           * -inf (so exp gives 0): whole vectors, where a count of nc left
+           * up to 15 scalar exps a row */
+          "        const int nv = (nc + 15) / 16 * 16;\n"
           "        float mx = m[r];\n"
           "#pragma omp simd reduction(max: mx)\n"
-          "        for (int c = 0; c < nc; c++) {\n"
-          "          p[r][c] *= scale;\n"
-          "          mx = p[r][c] > mx ? p[r][c] : mx;\n"
+          "        for (int c = 0; c < nv; c++) {\n"
+          "          const float x = c < nc ? p[r][c] * scale : -__builtin_inff();\n"
+          "          p[r][c] = x;\n"
+          "          mx = x > mx ? x : mx;\n"
           "        }\n"
           "        const float alpha = %s_exp(m[r] - mx);\n"
           "        float sum = 0.0f;\n"
           "#pragma omp simd reduction(+: sum)\n"
-          "        for (int c = 0; c < nc; c++) {\n"
+          "        for (int c = 0; c < nv; c++) {\n"
           "          p[r][c] = %s_exp(p[r][c] - mx);\n"
           "          sum += p[r][c];\n"
           "        }\n"
-          "        for (int c = nc; c < BT; c++) p[r][c] = 0.0f;\n"
+          "        for (int c = nv; c < BT; c++) p[r][c] = 0.0f;\n"
           "        m[r] = mx;\n"
           "        l[r] = l[r] * alpha + sum;\n"
           "        for (int d = 0; d < DP; d++) acc[r][d] *= alpha;\n"
@@ -400,14 +413,16 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
           "        for (int r = 0; r < nq; r++) {\n"
           "          const long long i = i0 + r;\n"
           "          const int nc = i - j0 + 1 < nk ? (int)(i - j0 + 1) : nk; /* keys j <= i */\n"
+          "          const int nv = (nc + 15) / 16 * 16; /* whole vectors, as the forward's */\n"
           "          float *pr = p + r * BT, *dr = ds + r * BT;\n"
           "          const float lse_i = li[i], d_i = di[i];\n"
           "#pragma omp simd\n"
-          "          for (int c = 0; c < nc; c++) {\n"
-          "            pr[c] = %s_exp(scale * pr[c] - lse_i);\n"
-          "            dr[c] = pr[c] * (dr[c] - d_i);\n"
+          "          for (int c = 0; c < nv; c++) {\n"
+          "            const float e = %s_exp(c < nc ? scale * pr[c] - lse_i : -__builtin_inff());\n"
+          "            pr[c] = e;\n"
+          "            dr[c] = c < nc ? e * (dr[c] - d_i) : 0.0f; /* a masked key's dS: 0, whatever do v^T held */\n"
           "          }\n"
-          "          for (int c = nc; c < BT; c++) pr[c] = dr[c] = 0.0f;\n"
+          "          for (int c = nv; c < BT; c++) pr[c] = dr[c] = 0.0f;\n"
           "        }\n"
           "        %s_mm_tn(nk, DP, nq, p, BT, dos + i0 * DP, DP, dva, DP, 1, diag ? 2 : 0);\n"
           "        %s_mm_tn(nk, DP, nq, ds, BT, qs + i0 * DP, DP, dka, DP, 1, diag ? 2 : 0);\n"
