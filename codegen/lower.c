@@ -918,7 +918,7 @@ static const tg_node *merged_heads_of(const tg_node *x) {
   return same ? o : NULL;
 }
 
-/* For the GPU: the attention's backward gives dq, dk and dv, which the
+/* The attention's backward gives dq, dk and dv, which the
  * graph pads into the [B, T, 3C] gradient of the qkv projection's output
  * and adds (the backward of its split into q, k, v): a kernel reading
  * 75 MB and writing 75 MB a layer of GPT-2 at B=16 only to move them.
@@ -1575,7 +1575,12 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
     if (is_stored_leaf(p, i)) p->store[i].place = TG_PLACE_LEAF;
     if (tg_op_is_collective(g->nodes[i]->op)) p->store[i].place = TG_PLACE_ARENA;
   }
-  if (remat) fold_bias(&L), fold_dgelu(&L), fold_flash_grads(&L), fold_bgrad(&L);
+  /* the flash backward writing into the qkv gradient recomputes nothing:
+   * it only saves a kernel that moves dq, dk and dv, on a CPU too (the
+   * baby Shakespeare step there: 3% of it) */
+  if (remat) fold_bias(&L), fold_dgelu(&L);
+  fold_flash_grads(&L);
+  if (remat) fold_bgrad(&L);
   L.in_place = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   find_in_place_scatters(&L);
   replan(&L);
