@@ -239,7 +239,8 @@ static void emit_tile_product(FILE *f, const char *fn, const char *name, const c
           fn);
 }
 
-/* The vector type (unaligned, may alias the float tiles): 16 floats where
+/* The vector type (unaligned, may alias the float tiles; and its int twin,
+ * a comparison's mask): 16 floats where
  * the compiler targets AVX-512 (-march=native on such a CPU), else 8 (AVX's
  * registers, or pairs of SSE ones); and both products.  N is a multiple of
  * 16, so of either width. */
@@ -247,12 +248,14 @@ static void emit_tile_products(FILE *f, const char *fn, bool transposed_too) {
   fprintf(f,
           "#ifdef __AVX512F__\n"
           "typedef float %s_vw __attribute__((vector_size(64), aligned(4), may_alias));\n"
+          "typedef int %s_vi __attribute__((vector_size(64)));\n"
           "enum { %s_W = 16 };\n"
           "#else\n"
           "typedef float %s_vw __attribute__((vector_size(32), aligned(4), may_alias));\n"
+          "typedef int %s_vi __attribute__((vector_size(32)));\n"
           "enum { %s_W = 8 };\n"
           "#endif\n",
-          fn, fn, fn, fn);
+          fn, fn, fn, fn, fn, fn);
   emit_tile_product(f, fn, "mm_nn", "a[(m) * lda + (k)]");
   if (transposed_too) emit_tile_product(f, fn, "mm_tn", "a[(k) * lda + (m)]");
 }
@@ -323,21 +326,26 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
            * -inf (so exp gives 0): whole vectors, where a count of nc left
            * up to 15 scalar exps a row */
           "        const int nv = (nc + 15) / 16 * 16;\n"
+          /* the max and the sum over vectors of the row, lane by lane, then
+           * across the lanes: gcc 12 leaves an omp simd reduction here
+           * scalar ("no vectype" for its per-lane array) */
+          "        float *const pr = p[r];\n"
+          "        for (int c = 0; c < nv; c++) pr[c] = c < nc ? pr[c] * scale : -__builtin_inff();\n"
+          "        %s_vw vmx = (%s_vw){0} + m[r];\n"
+          "        for (int c = 0; c < nv; c += %s_W) {\n"
+          "          const %s_vw x = *(const %s_vw *)(pr + c);\n"
+          "          const %s_vi gt = x > vmx;\n"
+          "          vmx = (%s_vw)(((%s_vi)x & gt) | ((%s_vi)vmx & ~gt));\n"
+          "        }\n"
           "        float mx = m[r];\n"
-          "#pragma omp simd reduction(max: mx)\n"
-          "        for (int c = 0; c < nv; c++) {\n"
-          "          const float x = c < nc ? p[r][c] * scale : -__builtin_inff();\n"
-          "          p[r][c] = x;\n"
-          "          mx = x > mx ? x : mx;\n"
-          "        }\n"
+          "        for (int w = 0; w < %s_W; w++) mx = vmx[w] > mx ? vmx[w] : mx;\n"
           "        const float alpha = %s_exp(m[r] - mx);\n"
+          "        for (int c = 0; c < nv; c++) pr[c] = %s_exp(pr[c] - mx);\n"
+          "        %s_vw vsum = {0};\n"
+          "        for (int c = 0; c < nv; c += %s_W) vsum += *(const %s_vw *)(pr + c);\n"
           "        float sum = 0.0f;\n"
-          "#pragma omp simd reduction(+: sum)\n"
-          "        for (int c = 0; c < nv; c++) {\n"
-          "          p[r][c] = %s_exp(p[r][c] - mx);\n"
-          "          sum += p[r][c];\n"
-          "        }\n"
-          "        for (int c = nv; c < BT; c++) p[r][c] = 0.0f;\n"
+          "        for (int w = 0; w < %s_W; w++) sum += vsum[w];\n"
+          "        for (int c = nv; c < BT; c++) pr[c] = 0.0f;\n"
           "        m[r] = mx;\n"
           "        l[r] = l[r] * alpha + sum;\n"
           "        for (int d = 0; d < DP; d++) acc[r][d] *= alpha;\n"
@@ -349,7 +357,8 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "      const float inv = 1.0f / l[r];\n"
           "      for (int d = 0; d < D; d++) {\n",
           ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"), ld(b, sizeof b, fn, "k", &s->k, "j0 + c", "d"),
-          ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"), fn, fn, fn, fn);
+          ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"), fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn,
+          fn, fn, fn, fn, fn);
   st(f, "        ", fn, "o", &s->o, "i", "d", "acc[r][d] * inv");
   fprintf(f, "      }\n");
   st(f, "      ", fn, "lse", &s->lse, "i", NULL, "m[r] + logf(l[r])");
