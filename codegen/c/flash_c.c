@@ -308,6 +308,7 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
            * transposed from its copy (in L1) */
           "      for (int c = 0; c < BT; c++) {\n"
           "        if (c < nk)\n"
+          "          #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
           "          for (int d = 0; d < D; d++) {\n"
           "            kr[c][d] = %s;\n"
           "            vt[c][d] = %s;\n"
@@ -355,6 +356,7 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "    for (int r = 0; r < nq; r++) {\n"
           "      const long long i = i0 + r;\n"
           "      const float inv = 1.0f / l[r];\n"
+          "      #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
           "      for (int d = 0; d < D; d++) {\n",
           ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"), ld(b, sizeof b, fn, "k", &s->k, "j0 + c", "d"),
           ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"), fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn,
@@ -375,6 +377,7 @@ static void emit_bwd_head_loads(FILE *f, const char *fn, const tg_flash_shape *s
           "    memset(dqa, 0, sizeof(float) * T * DP);\n"
           "    for (long long i = 0; i < T; i++) {\n"
           "      float dsum = 0.0f;\n"
+          "      #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
           "      for (int d = 0; d < D; d++) {\n"
           "        qs[i * DP + d] = %s;\n"
           "        dos[i * DP + d] = %s;\n"
@@ -401,6 +404,7 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
           "      for (int c = 0; c < BT; c++) {\n"
           "        float *kc = kr + c * DP, *vc = vr + c * DP;\n"
           "        if (c < nk)\n"
+          "          #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
           "          for (int d = 0; d < D; d++) {\n"
           "            kc[d] = %s;\n"
           "            vc[d] = %s;\n"
@@ -438,6 +442,7 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
           "        %s_mm_nn(nq, DP, nk, ds, BT, kr, DP, dqa + i0 * DP, DP, 1, diag ? 3 : 0);\n"
           "      }\n"
           "      for (int c = 0; c < nk; c++)\n"
+          "        #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
           "        for (int d = 0; d < D; d++) {\n",
           ld(a, sizeof a, fn, "k", &s->k, "j0 + c", "d"), ld(b, sizeof b, fn, "v", &s->v, "j0 + c", "d"), fn,
           fn, fn, fn, fn, fn);
@@ -496,6 +501,7 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   emit_bwd_head_loads(f, fn, s);
   emit_bwd_key_tile(f, fn, s);
   fprintf(f, "    for (long long i = 0; i < T; i++)\n"
+             "      #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
              "      for (int d = 0; d < D; d++) {\n");
   st(f, "        ", fn, "dq", &s->dq, "i", "d", "scale * dqa[i * DP + d]");
   fprintf(f, "      }\n  }\n    free(w);\n  }\n}\n");
