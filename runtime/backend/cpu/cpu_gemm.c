@@ -91,8 +91,8 @@ static bool load_openblas(tg_cpu_gemm *g, char *why, size_t whylen) {
   const char *kernels = core ? core() : "unknown";
   snprintf(g->name, sizeof g->name, "%s%s%s (%s kernels%s)", library, *version ? " " : "", version, kernels,
            older_than_cpu(kernels) ? ": this OpenBLAS does not know this CPU, which has AVX2; install libdnnl2 "
-                                     "for oneDNN's, or set OPENBLAS_CORETYPE=Haswell (SkylakeX where it has "
-                                     "AVX-512)"
+                                     "for oneDNN's, or set OPENBLAS_CORETYPE=Haswell, or SkylakeX where it has "
+                                     "AVX-512" /* no parentheses: the name sits in the mfu line's */
                                    : "");
   return true;
 }
