@@ -443,14 +443,14 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
           "        %s_mm_tn(nk, DP, nq, ds, BT, qs + i0 * DP, DP, dka, DP, 1, diag ? 2 : 0);\n"
           "        %s_mm_nn(nq, DP, nk, ds, BT, kr, DP, dqa + i0 * DP, DP, 1, diag ? 3 : 0);\n"
           "      }\n"
-          "      for (int c = 0; c < nk; c++)\n"
+          "      for (int c = 0; c < nk; c++) {\n"
           "        #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
           "        for (int d = 0; d < D; d++) {\n",
           ld(a, sizeof a, fn, "k", &s->k, "j0 + c", "d"), ld(b, sizeof b, fn, "v", &s->v, "j0 + c", "d"), fn,
           fn, fn, fn, fn, fn);
   st(f, "          ", fn, "dk", &s->dk, "j0 + c", "d", "scale * dka[c * DP + d]");
   st(f, "          ", fn, "dv", &s->dv, "j0 + c", "d", "dva[c * DP + d]");
-  fprintf(f, "        }\n    }\n");
+  fprintf(f, "        }\n      }\n    }\n");
 }
 
 void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
@@ -502,9 +502,9 @@ void tg_flash_emit_c_bwd(FILE *f, const char *fn, const tg_flash_shape *s) {
   head_ptr(f, "", "dv", &s->dv);
   emit_bwd_head_loads(f, fn, s);
   emit_bwd_key_tile(f, fn, s);
-  fprintf(f, "    for (long long i = 0; i < T; i++)\n"
+  fprintf(f, "    for (long long i = 0; i < T; i++) {\n"
              "      #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
              "      for (int d = 0; d < D; d++) {\n");
   st(f, "        ", fn, "dq", &s->dq, "i", "d", "scale * dqa[i * DP + d]");
-  fprintf(f, "      }\n  }\n    free(w);\n  }\n}\n");
+  fprintf(f, "      }\n    }\n  }\n    free(w);\n  }\n}\n");
 }
