@@ -1023,8 +1023,9 @@ static void train_loop(run *r) {
     if (evaluates(r) && due(step, c->sample_interval, c->max_steps)) sample(r, step);
     if (stats[1] > 0) {
       if (!due(step, c->checkpoint_interval, c->max_steps)) save_checkpoint(r, step, tg_loader_position(loaders[0]));
+      int sig = tg_stop_signal();
       say(r, "stopped by %s after step %lld of %lld: the checkpoint holds it; resume with resume = true\n",
-          tg_stop_signal() ? signal_name(tg_stop_signal()) : "a signal to another rank", (long long)step, (long long)c->max_steps);
+          sig ? signal_name(sig) : "a signal to another rank", (long long)step, (long long)c->max_steps);
       r->stopped = true;
       break;
     }
