@@ -265,7 +265,9 @@ typedef struct tg_graph {
   const char *source; /* the file the graph came from */
   tg_kernel *kernels; /* after the fuse pass; in run order */
   int n_kernels, cap_kernels;
-  tg_mem_plan *memplan; /* after the memplan pass; NULL before */
+  tg_mem_plan *memplan; /* after the memplan pass; NULL before (but for
+                         * the fuse pass's, placed when it reports, whose
+                         * places memplan takes: passes/memplan.c) */
   tg_allreduce_plan *allreduce; /* after the schedule pass; NULL before */
   const char *mesh_sym; /* the config constant "mesh tensor = NAME" names (a run's choice, not
                          * the model's size: weights files do not record it), or NULL */
@@ -338,6 +340,9 @@ void tg_print_ir(FILE *out, const tg_graph *g);
  * that prints the same, never the reverse.  tgc --report html keeps the
  * IR after a pass only when the pass changed it. */
 uint64_t tg_ir_fingerprint(const tg_graph *g);
+/* The same, with each node's tg_ir_node_fingerprint written to
+ * node_fingerprints[position] (g->n_nodes of them) on the way. */
+uint64_t tg_ir_fingerprint_nodes(const tg_graph *g, uint64_t *node_fingerprints);
 /* The text form in pieces, for a reader that joins them itself (the
  * page keeps the IR after every pass as the nodes each pass changed, not
  * as text: report/ir_history.c).  The text is the head (the lines before

@@ -516,8 +516,6 @@ static uint64_t node_fields(uint64_t h, const tg_node *n, int kernel) {
   return h;
 }
 
-static uint64_t node_fingerprint(uint64_t h, const tg_node *n) { return node_fields(h, n, n ? n->kernel : 0); }
-
 uint64_t tg_ir_node_fingerprint(const tg_node *n) {
   uint64_t h = node_fields(0xcbf29ce484222325ULL, n, 0);
   /* a transpose writes as many entries of its perm as its input has dims */
@@ -526,14 +524,24 @@ uint64_t tg_ir_node_fingerprint(const tg_node *n) {
   return h;
 }
 
-uint64_t tg_ir_fingerprint(const tg_graph *g) {
+uint64_t tg_ir_fingerprint(const tg_graph *g) { return tg_ir_fingerprint_nodes(g, NULL); }
+
+/* The nodes count through their lines' fingerprints, which a reader
+ * that keeps the lines that changed needs anyway (report/ir_history.c),
+ * and their kernels. */
+uint64_t tg_ir_fingerprint_nodes(const tg_graph *g, uint64_t *node_fingerprints) {
   uint64_t h = mix_ptr(0xcbf29ce484222325ULL, g->source);
   h = mix(h, (uint64_t)g->n_config);
   for (int i = 0; i < g->n_config; i++) h = mix_double(mix_ptr(h, g->config[i].name), g->config[i].value);
   h = mix(h, (uint64_t)g->n_kernels);
   for (int k = 0; k < g->n_kernels; k++) h = mix_ptr(mix(h, g->kernels[k].kind), g->kernels[k].name);
   h = mix(h, (uint64_t)g->n_nodes);
-  for (int k = 0; k < g->n_nodes; k++) h = node_fingerprint(h, g->nodes[k]);
+  for (int k = 0; k < g->n_nodes; k++) {
+    const tg_node *n = g->nodes[k];
+    uint64_t line = tg_ir_node_fingerprint(n);
+    if (node_fingerprints) node_fingerprints[k] = line;
+    h = mix(mix(h, line), (uint64_t)(uint32_t)(n ? n->kernel : 0));
+  }
   h = mix(h, (uint64_t)g->n_outputs);
   for (int i = 0; i < g->n_outputs; i++) h = mix_ptr(mix_ptr(h, g->outputs[i].name), g->outputs[i].node);
   return h;

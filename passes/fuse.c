@@ -520,8 +520,10 @@ static void record(tg_findings *out, const fuser *f) {
   tg_finding_num(out, x, "stops", f->n_stops);
   tg_finding_num(out, x, "bytes_fused", (double)fused);
   tg_finding_num(out, x, "bytes_unfused", (double)unfused);
-  /* the plan memplan will make, from the kernels just made */
-  tg_memplan_record_totals(out, x, tg_memplan_compute(f->g));
+  /* the plan memplan will make, from the kernels just made; left on the
+   * graph, where memplan takes its places rather than place again */
+  f->g->memplan = tg_memplan_compute(f->g);
+  tg_memplan_record_totals(out, x, f->g->memplan);
 }
 
 /* ---- the pass ------------------------------------------------------------ */

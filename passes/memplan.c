@@ -444,16 +444,36 @@ static void record(tg_findings *out, const tg_graph *g, const tg_mem_plan *p) {
 
 /* ---- the pass ------------------------------------------------------------ */
 
+/* The places of fused, the plan the fuse pass placed for its report's
+ * peak (fuse.c), when its buffers are p's: placing is a function of the
+ * buffers alone, so they are p's places, and the page (which reports both
+ * passes) pays for one placing.  Whether it took them. */
+static bool take_places(tg_mem_plan *p, const tg_mem_plan *fused) {
+  if (!fused || !fused->placed || fused->n_buffers != p->n_buffers) return false;
+  for (int b = 0; b < p->n_buffers; b++) {
+    const tg_buffer *x = &p->buffers[b], *y = &fused->buffers[b];
+    if (x->node != y->node || x->first != y->first || x->last != y->last || x->bytes != y->bytes) return false;
+  }
+  for (int b = 0; b < p->n_buffers; b++) p->buffers[b].offset = fused->buffers[b].offset;
+  p->arena_bytes = fused->arena_bytes;
+  p->placed = true;
+  return true;
+}
+
 void tg_memplan(tg_ctx *ctx, tg_graph *g, tg_findings *findings) {
   if (!g->n_kernels && g->n_nodes)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan needs a fused graph (run the fuse pass first)");
+  const tg_mem_plan *fused = g->memplan; /* fuse's, when it reported; else NULL */
   tg_mem_plan *p = plan_lifetimes(g);
   char why[256];
   /* cheap next to the rest, and a broken plan is silent corruption later */
   if (!tg_memplan_check(g, p, why, sizeof why))
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan made a broken plan: %s", why);
   g->memplan = p;
-  if (findings) record(findings, g, tg_memplan_placed(ctx, g));
+  if (!findings) return; /* placed when asked (tg_memplan_placed) */
+  if (take_places(p, fused) && !check_placement(g, p, why, sizeof why))
+    tg_error(ctx, (tg_loc){g->source, 1, 1}, "memplan made a broken plan: %s", why);
+  record(findings, g, tg_memplan_placed(ctx, g));
 }
 
 const tg_mem_plan *tg_memplan_placed(tg_ctx *ctx, tg_graph *g) {

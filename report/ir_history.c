@@ -48,6 +48,9 @@ struct tg_ir_history {
   uint64_t *line;
   unsigned char *kept;
   int n_ids, cap_ids;
+  /* one pass's nodes' fingerprints, by position (tg_ir_fingerprint_nodes) */
+  uint64_t *this_pass;
+  int cap_this_pass;
   /* one pass's changed nodes, before they are copied into a block */
   tg_report_ir_node *changed;
   int cap_changed;
@@ -146,7 +149,11 @@ void tg_ir_history_keep(tg_ir_history *h, const char *pass, const tg_graph *g) {
   if (h->n >= TG_PASS_LOG_MAX) return;
   tg_report_ir *e = &h->at[h->n++];
   *e = (tg_report_ir){.pass = pass};
-  uint64_t fingerprint = tg_ir_fingerprint(g);
+  if (h->cap_this_pass < g->n_nodes) {
+    h->cap_this_pass = g->n_nodes;
+    h->this_pass = tg_xrealloc(h->this_pass, (size_t)h->cap_this_pass * sizeof *h->this_pass);
+  }
+  uint64_t fingerprint = tg_ir_fingerprint_nodes(g, h->this_pass);
   if (h->n > 1 && fingerprint == h->last_fingerprint) {
     e->same = true;
     return;
@@ -165,7 +172,7 @@ void tg_ir_history_keep(tg_ir_history *h, const char *pass, const tg_graph *g) {
     int id = order[k] = number(h, node);
     kernel[k] = node ? node->kernel : -1;
     if (id < 0) continue;
-    uint64_t line = tg_ir_node_fingerprint(node);
+    uint64_t line = h->this_pass[k];
     if (h->kept[id] && h->line[id] == line) continue;
     h->kept[id] = 1;
     h->line[id] = line;
@@ -208,5 +215,6 @@ void tg_ir_history_free(tg_ir_history *h) {
   free(h->line);
   free(h->kept);
   free(h->changed);
+  free(h->this_pass);
   free(h);
 }

@@ -8,6 +8,12 @@
 "use strict";
 (function () {
   var D = JSON.parse(document.getElementById("tg-data").textContent);
+  /* tgc writes what the kernels are before their code is made, and what
+   * the code costs after (report.c): the costs go onto the kernels here */
+  (D.kernels || []).forEach(function (k, i) {
+    var c = (D.kernel_costs || [])[i] || [0, 0, 0, 0, 0, "", []];
+    k.read = c[0]; k.written = c[1]; k.flops = c[2]; k.seconds = c[3]; k.launches = c[4]; k.category = c[5]; k.units = c[6];
+  });
   var app = document.getElementById("app");
   var SVG = "http://www.w3.org/2000/svg";
 

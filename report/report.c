@@ -123,7 +123,10 @@ static void write_summary(FILE *out, const tg_report_page *r) {
     fprintf(out, ",\n\"memory\": {\"arena\": %lld, \"scratch\": %lld, \"live\": %lld, \"sum\": %lld, \"persistent\": %lld}",
             (long long)r->p->arena_bytes, (long long)r->p->scratch_bytes, (long long)m->live_bytes,
             (long long)m->sum_bytes, (long long)m->persistent_bytes);
-  const tg_gpu_spec *gpu = r->traffic->gpu;
+}
+
+/* The GPU the step's roofline is for. */
+static void write_gpu(FILE *out, const tg_gpu_spec *gpu) {
   jfield(out, ",\n\"gpu\": {\"name\": ", gpu->description);
   fprintf(out, ", \"hbm\": %g, \"bf16\": %g, \"f32\": %g}", gpu->hbm_bytes_per_s, gpu->bf16_flops_per_s,
           gpu->f32_flops_per_s);
@@ -199,7 +202,7 @@ static void write_kernel_inputs(FILE *out, const tg_graph *g, const tg_kernel *K
 
 /* The CUDA units (cuda_kernels.h) the kernel's launches run. */
 static void write_kernel_units(FILE *out, const tg_report_page *r, int lkernel) {
-  fputs(", \"units\": [", out);
+  fputs(", [", out);
   int written = 0, last = -1;
   for (int i = 0; i < r->plan->n_ops; i++) {
     const tg_cuda_op *op = &r->plan->ops[i];
@@ -214,28 +217,42 @@ static void write_kernel_units(FILE *out, const tg_report_page *r, int lkernel) 
   fputs("]", out);
 }
 
+/* What the kernels are, known before their code is made: each one's
+ * name, kind, phase, place, .tg lines, ops and the kernels it reads from.
+ * What their code costs comes later (write_kernel_costs). */
 static void write_kernels(FILE *out, const tg_report_page *r, const tg_source *const *files, int n_files) {
   const tg_graph *g = r->g;
   const tg_program *p = r->p;
-  kernel_traffic *kt = traffic_by_kernel(r);
   fputs(",\n\"kernels\": [", out);
   for (int i = 0; i < p->n_kernels; i++) {
     const tg_lkernel *lk = &p->kernels[i];
     const tg_kernel *K = &g->kernels[lk->kernel];
-    const kernel_traffic *t = &kt[lk->kernel];
     fprintf(out, "%s\n {\"id\": %d, \"name\": ", i ? "," : "", lk->kernel);
     jstr(out, K->name);
     fprintf(out, ", \"kind\": \"%s\", \"phase\": \"%s\", \"folded_into\": %d, \"where\": ", tg_kernel_kind_name(K->kind),
             K->n_nodes ? tg_phase_name(g->nodes[K->nodes[0]]->phase) : "", lk->folded_into);
     jstr(out, r->plan->where[i]);
-    fprintf(out, ", \"read\": %lld, \"written\": %lld, \"flops\": %.17g, \"seconds\": %.9g, \"launches\": %d, "
-                 "\"category\": \"%s\"",
-            (long long)t->bytes_read, (long long)t->bytes_written, t->flops, t->seconds, t->launches,
-            t->category >= 0 ? tg_traffic_category_name((tg_traffic_category)t->category) : "");
     write_kernel_places(out, r, K, files, n_files);
     write_kernel_inputs(out, g, K);
-    write_kernel_units(out, r, i);
     fputc('}', out);
+  }
+  fputs("]", out);
+}
+
+/* Once the kernels' code is made, per kernel in write_kernels' order:
+ * [bytes read, written, FLOPs, roofline seconds, launches, category, its
+ * CUDA units] (page.js puts them on the kernels by name). */
+static void write_kernel_costs(FILE *out, const tg_report_page *r) {
+  const tg_program *p = r->p;
+  kernel_traffic *kt = traffic_by_kernel(r);
+  fputs(",\n\"kernel_costs\": [", out);
+  for (int i = 0; i < p->n_kernels; i++) {
+    const kernel_traffic *t = &kt[p->kernels[i].kernel];
+    fprintf(out, "%s\n [%lld, %lld, %.17g, %.9g, %d, \"%s\"", i ? "," : "", (long long)t->bytes_read,
+            (long long)t->bytes_written, t->flops, t->seconds, t->launches,
+            t->category >= 0 ? tg_traffic_category_name((tg_traffic_category)t->category) : "");
+    write_kernel_units(out, r, i);
+    fputc(']', out);
   }
   fputs("]", out);
   free(kt);
@@ -590,7 +607,9 @@ static int collect_sources(const tg_source *s, const tg_source ***files) {
 }
 
 /* The data's first part: what the passes left (their findings, the IR
- * after each), most of the page; write_data_rest needs the kernels. */
+ * after each), most of the page, and what the step's plan gives before
+ * the kernels' code is made (the kernels, the memory plan, the
+ * collectives, the runs of layers); write_data_rest needs the code. */
 static void write_data_begin(FILE *out, const tg_report_page *r) {
   jfield(out, "{\"model\": ", r->model);
   jfield(out, ", \"command\": ", r->command);
@@ -608,10 +627,18 @@ static void write_data_begin(FILE *out, const tg_report_page *r) {
     jfield(out, ",\n\"ir_pass\": ", r->ir_pass);
     jfield(out, ", \"ir\": ", r->ir_text);
   }
+  if (!r->error && r->g && r->p && r->plan) {
+    write_summary(out, r);
+    write_kernels(out, r, files, n_files);
+    write_memory_and_buckets(out, r->g);
+    write_collectives(out, r->plan);
+    write_runs(out, r);
+  }
   free(files);
 }
 
-/* The rest: the kernels, the step, the phases. */
+/* The rest: the kernels' code and costs, the step's traffic, dot's
+ * drawing, the phases. */
 static void write_data_rest(FILE *out, const tg_report_page *r) {
   fputs(",\n\"phases\": [", out);
   for (int i = 0; i < r->n_phases; i++) {
@@ -621,17 +648,11 @@ static void write_data_rest(FILE *out, const tg_report_page *r) {
   }
   fputs("]", out);
   if (!r->error && r->g && r->p && r->plan && r->ks && r->traffic) {
-    const tg_source **files;
-    int n_files = collect_sources(r->sources, &files);
-    write_summary(out, r);
-    write_kernels(out, r, files, n_files);
+    write_gpu(out, r->traffic->gpu);
+    write_kernel_costs(out, r);
     write_units(out, r->ks);
     write_traffic(out, r);
-    write_memory_and_buckets(out, r->g);
-    write_collectives(out, r->plan);
-    write_runs(out, r);
     jfield(out, ",\n\"step_svg\": ", r->step_svg);
-    free(files);
   }
   fputs("}\n", out);
 }

@@ -300,12 +300,8 @@ enum { STEP_DOT_MAX_NODES = 200 };
 /* Graphviz's drawing of the step (report.h: tg_report_step_dot) where dot
  * is installed: DIR/step.dot, and DIR/step.svg from dot, which runs while
  * tgc makes the kernels and writes the code (dot's start alone is most of
- * its 20-100 ms). */
-static void step_drawing_start(held *h, const emitted *e, const char *dir) {
-  html_page *html = h->html;
-  html->page.g = e->g;
-  html->page.p = e->p;
-  html->page.plan = e->plan;
+ * its 20-100 ms).  Needs the page's g, p and plan. */
+static void step_drawing_start(html_page *html, const char *dir) {
   char dot_path[4096], svg_path[4096];
   snprintf(dot_path, sizeof dot_path, "%s/step.dot", dir);
   snprintf(svg_path, sizeof svg_path, "%s/step.svg", dir);
@@ -369,6 +365,7 @@ static void page_rest(page_writer *w, bool go) {
 
 static void *write_page(void *arg) {
   page_writer *w = arg;
+  step_drawing_start(w->html, w->dir);
   page_begin(w);
   pthread_mutex_lock(&w->mu);
   while (!w->go) pthread_cond_wait(&w->cv, &w->mu);
@@ -378,13 +375,17 @@ static void *write_page(void *arg) {
   return NULL;
 }
 
-/* Once the passes are done and the kernels are about to be made, with
- * dot started: the page's first part, on its thread. */
-static void page_writer_start(html_page *html, tg_ctx *ctx, const char *dir) {
+/* Once the passes are done and the step is planned, as its kernels are
+ * about to be made: dot started and the page's first part, on the page's
+ * thread. */
+static void page_writer_start(html_page *html, tg_ctx *ctx, const emitted *e, const char *dir) {
   page_writer *w = &html->writer;
   *w = (page_writer){.html = html, .dir = dir, .arena = tg_arena_new()};
   snprintf(w->path, sizeof w->path, "%s/index.html", dir);
   tg_report_page *page = &html->page;
+  page->g = e->g;
+  page->p = e->p;
+  page->plan = e->plan;
   page->sources = ctx->sources;
   page->findings = html->findings;
   page->ir_after = tg_ir_history_done(html->ir_history, &page->n_ir_after);
@@ -393,9 +394,10 @@ static void page_writer_start(html_page *html, tg_ctx *ctx, const char *dir) {
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
   w->started = pthread_create(&w->thread, NULL, write_page, w) == 0;
-  if (!w->started) { /* no thread: the page is written whole at the end */
+  if (!w->started) { /* no thread: dot now, the page whole at the end */
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
+    step_drawing_start(html, dir);
   }
 }
 
@@ -615,11 +617,9 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
   if (status == 0 && what == EMIT_CUDA) {
     e.plan = tg_cuda_plan_make(g->arena, e.p);
-    /* dot draws the step while the kernels are made, most of tgc's time */
-    if (h->html && out_path) { /* beside the making of the kernels */
-      step_drawing_start(h, &e, out_path);
-      page_writer_start(h->html, ctx, out_path);
-    }
+    /* dot draws the step and the page's thread writes most of the page
+     * while the kernels are made, most of tgc's time */
+    if (h->html && out_path) page_writer_start(h->html, ctx, &e, out_path);
     e.ks = tg_cuda_kernels_make(g->arena, e.p, e.plan);
   }
   phase_done(h, "lower and plan");

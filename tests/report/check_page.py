@@ -291,7 +291,7 @@ def check_good(d, tgc, src, work, screenshot):
     if screenshot:  # the source beside its kernels, a row kernel (layernorm) chosen
         d.set_window_size(1280, 900)
         d.execute_script('var D = JSON.parse(document.getElementById("tg-data").textContent);'
-                         'var k = D.kernels.filter(function (k) { return k.kind === "row" && k.units.length; })[0];'
+                         'var k = D.kernels.filter(function (k, i) { return k.kind === "row" && D.kernel_costs[i][6].length; })[0];'
                          'document.querySelector(\'.kernel[data-k="\' + k.id + \'"]\').click();'
                          'document.getElementById("source").scrollIntoView(); window.scrollBy(0, -70);')
         d.save_screenshot(screenshot)
