@@ -102,9 +102,10 @@ void tg_ir_history_free(tg_ir_history *h); /* NULL: nothing */
 /* Writes the page to out. */
 void tg_report_html(FILE *out, const tg_report_page *r);
 /* The same in two parts: begin needs what the passes left (r's model,
- * sources, passes, findings, IR), end the rest (the kernels, the step's
- * traffic, the phases).  tgc writes the first while it makes the
- * kernels. */
+ * sources, passes, findings, IR) and, for the step's kernels, memory and
+ * collectives, r's g, p and plan; end the rest (the kernels' code and
+ * costs, the step's traffic, dot's drawing, the phases).  tgc writes the
+ * first while it makes the kernels. */
 void tg_report_html_begin(FILE *out, const tg_report_page *r);
 void tg_report_html_end(FILE *out, const tg_report_page *r);
 
