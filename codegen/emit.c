@@ -511,6 +511,10 @@ static const char *compute(emitter *e, const tg_node *n, const char **c, int d) 
   if (n->op == TG_OP_sum || n->op == TG_OP_max) {
     internal(n, "a reduction read before its sweep finished");
   }
+  /* x's buffer holds gelu_grad(x) (lower.c: store_gelu_grads) */
+  if (n->op == TG_OP_gelu_grad && e->p->holds_gelu_grad && e->p->holds_gelu_grad[n->in[0]->id] &&
+      in_memory(e, n->in[0]))
+    return value_at(e, n->in[0], input_coords(e, n, n->in[0], c), d).s;
   if (tg_ops[n->op].kind == TG_KIND_ELEMENTWISE) {
     val x[3];
     for (int i = 0; i < n->nin; i++) x[i] = value_at(e, n->in[i], input_coords(e, n, n->in[i], c), d);
@@ -754,6 +758,8 @@ static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
     return;
   }
   const char *stmt = tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv_of(e, n, bn->type.dtype, v.s));
+  if (e->p->holds_gelu_grad && e->p->holds_gelu_grad[n->id]) /* what the backward reads of it */
+    stmt = tg_sprintf(e->arena, "b%d[%s] = tg_gelu_grad(%s); /* %%%d as its GELU's derivative */", base, off, v.s, n->id);
   if (g.n) tg_sb_printf(to, "if (%s) %s\n", g.s, stmt);
   else tg_sb_printf(to, "%s\n", stmt);
   tg_sb_free(&g);

@@ -902,6 +902,54 @@ static void fold_dgelu(lowerer *L) {
   free(readers);
 }
 
+/* ---- GELU's derivative, stored by the forward -------------------------------- */
+
+/* Without recomputation (the CPU): x of h = gelu(x), which the forward's
+ * matmul epilogue stores only for the backward's gelu_grad(x), is stored
+ * as gelu_grad(x) instead.  The forward has x's tanh at hand (the C
+ * compiler computes it once for gelu and gelu_grad, which inline the same
+ * expression), and the backward's multiply loads the derivative where it
+ * computed it with a tanh of its own: GELU's derivative was 4.3% of the
+ * baby Shakespeare step on a CPU.  The same bytes move, and the values are
+ * the same floats: gelu_grad of the same f32 x, by the same function.
+ *
+ * Only where every reader of x is either in x's own nest step (its kernel
+ * has one: a matmul and its epilogue) or an f32 gelu_grad of x itself in
+ * another kernel, and x is an f32 value in the arena that nothing reads
+ * through a view or after the step.  On a GPU, fold_dgelu does the same
+ * job inside cuBLASLt. */
+static void store_gelu_grads(lowerer *L) {
+  const tg_graph *g = L->g;
+  tg_program *p = L->p;
+  int *readers = count_readers(g);
+  int *fits = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *fits);  /* readers that allow it */
+  int *grads = tg_xcalloc((size_t)g->n_nodes + 1, sizeof *grads); /* ... of them gelu_grads */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *r = g->nodes[i];
+    for (int j = 0; j < r->nin; j++) {
+      const tg_node *x = r->in[j];
+      if (tg_kernel_base(x) != x || x->kernel < 0) continue; /* a view's reader does not fit */
+      if (r->kernel == x->kernel && r->op != TG_OP_matmul) fits[x->id]++;
+      else if (r->op == TG_OP_gelu_grad && r->type.dtype == TG_F32 && r->kernel >= 0) fits[x->id]++, grads[x->id]++;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tg_node *x = g->nodes[i];
+    if (!grads[i] || fits[i] != readers[i] || x->type.dtype != TG_F32 || tg_ops[x->op].kind != TG_KIND_ELEMENTWISE ||
+        p->store[i].place != TG_PLACE_ARENA || p->remat[i] || p->order[i] || p->step_of[i] < 0)
+      continue;
+    const tg_lkernel *lk = &p->kernels[x->kernel];
+    int nests = 0;
+    for (int s = 0; s < lk->n_steps; s++) nests += lk->steps[s].kind == TG_STEP_NEST;
+    if (nests != 1 || lk->steps[p->step_of[i]].kind != TG_STEP_NEST) continue;
+    if (!p->holds_gelu_grad) p->holds_gelu_grad = tg_alloc(L->arena, (size_t)g->n_nodes + 1);
+    p->holds_gelu_grad[i] = true;
+  }
+  free(readers);
+  free(fits);
+  free(grads);
+}
+
 /* The flash backward output that x is the heads-merged [B, T, C] view of
  * (transpose [0, 2, 1, 3] of [B, H, T, D], then reshape), or NULL. */
 static const tg_node *merged_heads_of(const tg_node *x) {
@@ -1593,6 +1641,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.seen);
   free(L.marked.v);
   place_values(&L);
+  if (!remat) store_gelu_grads(&L);
   check_assigns(&L);
   check_collectives(ctx, p);
   bool *args_r = tg_xcalloc((size_t)g->n_nodes + 1, 1), *args_w = tg_xcalloc((size_t)g->n_nodes + 1, 1);

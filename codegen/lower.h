@@ -168,6 +168,11 @@ typedef struct tg_program {
                            * first (flash attention's output: [B, T, H, D]
                            * for a [B, H, T, D] value, so that the heads side
                            * by side are a plain [B·T, C] matrix) */
+  bool *holds_gelu_grad;  /* per graph position: a value its kernel stores as
+                           * gelu_grad of itself, for the backward's gelu_grad
+                           * nodes, its only readers elsewhere, to load
+                           * (lower.c: store_gelu_grads; without recomputation
+                           * only); NULL: none */
   int *step_of;           /* per graph position: the step computing it in its
                            * kernel, or -1 (leaves, views, inlined values), or
                            * TG_STEP_ELSEWHERE: in memory, written by an

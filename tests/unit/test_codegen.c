@@ -394,6 +394,59 @@ static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, tg_precision_policy pr
   return e;
 }
 
+/* Without recomputation (the CPU), each MLP's pre-activation x is stored
+ * as gelu_grad(x), and its backward loads it instead of computing the
+ * derivative: in f32 only (bf16 stores round), and never with
+ * recomputation (the GPU's DGELU GEMM reads x).  That the values agree is
+ * recomputing_changes_nothing's (the remat lowering does not do it) and
+ * run_cpu_backend.sh's (the interpreter). */
+START_TEST(gelu_grad_stored_by_the_forward) {
+  const char *defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
+  tg_ctx *ctx = tu_ctx();
+  cuda_remat = false;
+  tg_program *p = step_program(ctx, 7, defs);
+  ck_assert_ptr_nonnull(p->holds_gelu_grad);
+  int held = 0;
+  for (int i = 0; i < p->g->n_nodes; i++) {
+    if (!p->holds_gelu_grad[i]) continue;
+    held++;
+    /* read elsewhere only by gelu_grad, and fed to a gelu where it is made */
+    const tg_node *x = p->g->nodes[i];
+    bool gelu = false;
+    for (int j = 0; j < p->g->n_nodes; j++) {
+      const tg_node *r = p->g->nodes[j];
+      for (int k = 0; k < r->nin; k++) {
+        if (r->in[k] != x) continue;
+        if (r->kernel != x->kernel) ck_assert_int_eq(r->op, TG_OP_gelu_grad);
+        gelu |= r->op == TG_OP_gelu;
+      }
+    }
+    ck_assert(gelu);
+  }
+  ck_assert_int_eq(held, 2);
+  char *c = render(p, false);
+  /* the layers' epilogues are one function: one store of the derivative,
+   * and no other call of it but its definition */
+  ck_assert_int_eq(count(c, "as its GELU's derivative"), 1);
+  ck_assert_int_eq(count(c, "tg_gelu_grad("), 1 + 1);
+  free(c);
+  tg_ctx *bf = tu_ctx();
+  const char *bdefs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
+  tg_graph *g = tu_compile(bf, "models/gpt2.tg", tu_read("models/gpt2.tg"), 7, bdefs);
+  tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
+                         .pad_multiple = 64};
+  tg_run_pipeline(bf, g, &po);
+  ck_assert_ptr_null(tg_lower_ex(bf, g, false)->holds_gelu_grad);
+  tu_ctx_free(bf);
+  tg_ctx *gpu = tu_ctx();
+  cuda_remat = true;
+  ck_assert_ptr_null(step_program(gpu, 7, defs)->holds_gelu_grad);
+  cuda_remat = false;
+  tu_ctx_free(gpu);
+  tu_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(recomputing_changes_nothing) {
   tg_precision_policy prec = _i ? TG_PRECISION_BF16 : TG_PRECISION_F32;
   tg_ctx *ctx[2] = {tu_ctx(), tu_ctx()};
@@ -643,6 +696,7 @@ static Suite *suite(void) {
   tcase_add_test(t, output_is_deterministic);
   tcase_add_test(t, every_kernel_has_its_ops_comment);
   tcase_add_test(t, c_builds_cleanly);
+  tcase_add_test(t, gelu_grad_stored_by_the_forward);
   tcase_add_loop_test(t, recomputing_changes_nothing, 0, 2); /* f32, bf16 */
   tcase_add_test(t, computed_matmul_operand);
   tcase_add_test(t, collectives_lower_to_collective_points);
