@@ -258,6 +258,51 @@ static void emit_tile_products(FILE *f, const char *fn, bool transposed_too) {
           fn, fn, fn, fn, fn, fn);
   emit_tile_product(f, fn, "mm_nn", "a[(m) * lda + (k)]");
   if (transposed_too) emit_tile_product(f, fn, "mm_tn", "a[(k) * lda + (m)]");
+  /* A tile transposed (k for q k^T, v for dP = do v^T), by 16 x 16 blocks
+   * in registers where the compiler targets AVX-512: four rounds of
+   * two-vector shuffles (vpermt2ps), each swapping one bit of the row
+   * index with the same bit of the column index; element by element, a
+   * strided scalar load and store each, it was a sixth of the forward.
+   * Both sides are multiples of 16 (BT and DP are). */
+  fprintf(f,
+          "/* dst[c * ldd + r] = src[r * lds + c] for r < R, c < C */\n"
+          "static inline void %s_transpose(const float *src, int lds, float *dst, int ldd, int R, int C) {\n"
+          "#if defined(__AVX512F__) && !defined(__clang__) /* __builtin_shuffle is gcc's */\n"
+          "  if (R %% 16 == 0 && C %% 16 == 0) {\n"
+          "    for (int r0 = 0; r0 < R; r0 += 16)\n"
+          "      for (int c0 = 0; c0 < C; c0 += 16) {\n"
+          "        %s_vw x[16];\n"
+          "        for (int i = 0; i < 16; i++) x[i] = *(const %s_vw *)(src + (r0 + i) * lds + c0);\n",
+          fn, fn, fn);
+  /* round sb: row i (bit sb clear) takes row i + sb's columns j - sb
+   * where j has bit sb; row i + sb takes row i's columns j + sb where j
+   * lacks it */
+  for (int sb = 8; sb >= 1; sb /= 2) {
+    char lo[256], hi[256];
+    int nl = 0, nh = 0;
+    for (int j = 0; j < 16; j++) {
+      nl += snprintf(lo + nl, sizeof lo - (size_t)nl, "%s%d", j ? ", " : "", (j & sb) ? 16 + j - sb : j);
+      nh += snprintf(hi + nh, sizeof hi - (size_t)nh, "%s%d", j ? ", " : "", (j & sb) ? 16 + j : j + sb);
+    }
+    /* unrolled, so that x stays in registers */
+    fprintf(f, "        {\n          const %s_vi lo = {%s}, hi = {%s};\n", fn, lo, hi);
+    for (int i = 0; i < 16; i++)
+      if (!(i & sb))
+        fprintf(f, "          { const %s_vw a = x[%d], b = x[%d]; x[%d] = __builtin_shuffle(a, b, lo); "
+                   "x[%d] = __builtin_shuffle(a, b, hi); }\n",
+                fn, i, i + sb, i, i + sb);
+    fprintf(f, "        }\n");
+  }
+  fprintf(f,
+          "        for (int i = 0; i < 16; i++) *(%s_vw *)(dst + (c0 + i) * ldd + r0) = x[i];\n"
+          "      }\n"
+          "    return;\n"
+          "  }\n"
+          "#endif\n"
+          "  for (int c = 0; c < C; c++)\n"
+          "    for (int r = 0; r < R; r++) dst[c * ldd + r] = src[r * lds + c];\n"
+          "}\n",
+          fn);
 }
 
 /* ---- forward --------------------------------------------------------------- */
@@ -316,8 +361,7 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "        }\n"
           "        for (int d = c < nk ? D : 0; d < DP; d++) kr[c][d] = vt[c][d] = 0.0f;\n"
           "      }\n"
-          "      for (int d = 0; d < DP; d++)\n"
-          "        for (int c = 0; c < BT; c++) kt[d][c] = kr[c][d];\n"
+          "      %s_transpose(&kr[0][0], DP, &kt[0][0], BT, BT, DP);\n"
           "      const int diag = j0 == i0; /* the diagonal tile: key c <= query row r */\n"
           "      %s_mm_nn(nq, BT, DP, &qt[0][0], DP, &kt[0][0], BT, &p[0][0], BT, 0, diag);\n"
           "      for (int r = 0; r < nq; r++) {\n"
@@ -361,7 +405,7 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "      for (int d = 0; d < D; d++) {\n",
           ld(a, sizeof a, fn, "q", &s->q, "i0 + r", "d"), ld(b, sizeof b, fn, "k", &s->k, "j0 + c", "d"),
           ld(c, sizeof c, fn, "v", &s->v, "j0 + c", "d"), fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn, fn,
-          fn, fn, fn, fn, fn);
+          fn, fn, fn, fn, fn, fn);
   st(f, "        ", fn, "o", &s->o, "i", "d", "acc[r][d] * inv");
   fprintf(f, "      }\n");
   st(f, "      ", fn, "lse", &s->lse, "i", NULL, "m[r] + logf(l[r])");
@@ -413,11 +457,8 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
           "        }\n"
           "        for (int d = c < nk ? D : 0; d < DP; d++) kc[d] = vc[d] = 0.0f;\n"
           "      }\n"
-          "      for (int d = 0; d < DP; d++)\n"
-          "        for (int c = 0; c < BT; c++) {\n"
-          "          kt[d * BT + c] = kr[c * DP + d];\n"
-          "          vt[d * BT + c] = vr[c * DP + d];\n"
-          "        }\n"
+          "      %s_transpose(kr, DP, kt, BT, BT, DP);\n"
+          "      %s_transpose(vr, DP, vt, BT, BT, DP);\n"
           "      memset(dka, 0, sizeof(float) * BT * DP);\n"
           "      memset(dva, 0, sizeof(float) * BT * DP);\n"
           "      for (long long i0 = j0; i0 < T; i0 += BT) {\n"
@@ -447,7 +488,7 @@ static void emit_bwd_key_tile(FILE *f, const char *fn, const tg_flash_shape *s) 
           "        #pragma omp simd /* independent columns: -O2 alone would not vectorize (the pointers may alias) */\n"
           "        for (int d = 0; d < D; d++) {\n",
           ld(a, sizeof a, fn, "k", &s->k, "j0 + c", "d"), ld(b, sizeof b, fn, "v", &s->v, "j0 + c", "d"), fn,
-          fn, fn, fn, fn, fn);
+          fn, fn, fn, fn, fn, fn, fn);
   st(f, "          ", fn, "dk", &s->dk, "j0 + c", "d", "scale * dka[c * DP + d]");
   st(f, "          ", fn, "dv", &s->dv, "j0 + c", "d", "dva[c * DP + d]");
   fprintf(f, "        }\n      }\n    }\n");
