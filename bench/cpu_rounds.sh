@@ -126,5 +126,16 @@ for t in threads:
     print("%-8s" % t + cells + ratios)
     spread = ", ".join("%s %.1f-%.1f" % (s, m[s][1], m[s][2]) for s in sides)
     print("%-8s rounds' range (ms/step): %s" % ("", spread))
+    # each round's runs are neighbours in time: a swing of the machine's
+    # speed (these are shared virtual machines) moves both alike, so the
+    # ratio within a round is steadier than the ratio of the medians
+    if versus and rounds > 1:
+        paired = []
+        for s in versus:
+            rs = sorted(json.load(open(os.path.join(work, "t%s-r%d-%s.json" % (t, r, s))))["median_ms_per_step"] /
+                        json.load(open(os.path.join(work, "t%s-r%d-tg.json" % (t, r))))["median_ms_per_step"]
+                        for r in range(1, rounds + 1))
+            paired.append("tg vs %s %.2fx (rounds %s)" % (s, med(rs), " ".join("%.2f" % x for x in rs)))
+        print("%-8s median of the rounds' own ratios: %s" % ("", "; ".join(paired)))
 PY
 }
