@@ -757,9 +757,11 @@ static void store(emitter *e, const tg_node *n, int d, tg_sbuf *to) {
     tg_sb_free(&g);
     return;
   }
-  const char *stmt = tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv_of(e, n, bn->type.dtype, v.s));
-  if (e->p->holds_gelu_grad && e->p->holds_gelu_grad[n->id]) /* what the backward reads of it */
-    stmt = tg_sprintf(e->arena, "b%d[%s] = tg_gelu_grad(%s); /* %%%d as its GELU's derivative */", base, off, v.s, n->id);
+  /* f32 only (lower.c: store_gelu_grads), so no conversion to wrap */
+  bool derivative = e->p->holds_gelu_grad && e->p->holds_gelu_grad[n->id];
+  const char *stmt =
+      derivative ? tg_sprintf(e->arena, "b%d[%s] = tg_gelu_grad(%s); /* %%%d as its GELU's derivative */", base, off, v.s, n->id)
+                 : tg_sprintf(e->arena, "b%d[%s] = %s;", base, off, store_conv_of(e, n, bn->type.dtype, v.s));
   if (g.n) tg_sb_printf(to, "if (%s) %s\n", g.s, stmt);
   else tg_sb_printf(to, "%s\n", stmt);
   tg_sb_free(&g);

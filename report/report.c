@@ -241,7 +241,7 @@ static void write_kernels(FILE *out, const tg_report_page *r, const tg_source *c
 
 /* Once the kernels' code is made, per kernel in write_kernels' order:
  * [bytes read, written, FLOPs, roofline seconds, launches, category, its
- * CUDA units] (page.js puts them on the kernels by name). */
+ * CUDA units] (page.js puts them on the kernels by position). */
 static void write_kernel_costs(FILE *out, const tg_report_page *r) {
   const tg_program *p = r->p;
   kernel_traffic *kt = traffic_by_kernel(r);

@@ -431,8 +431,7 @@ START_TEST(gelu_grad_stored_by_the_forward) {
   ck_assert_int_eq(count(c, "tg_gelu_grad("), 1 + 1);
   free(c);
   tg_ctx *bf = tu_ctx();
-  const char *bdefs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
-  tg_graph *g = tu_compile(bf, "models/gpt2.tg", tu_read("models/gpt2.tg"), 7, bdefs);
+  tg_graph *g = tu_compile(bf, "models/gpt2.tg", tu_read("models/gpt2.tg"), 7, defs);
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
                          .pad_multiple = 64};
   tg_run_pipeline(bf, g, &po);
