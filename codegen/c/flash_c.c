@@ -239,6 +239,36 @@ static void emit_tile_product(FILE *f, const char *fn, const char *name, const c
           fn);
 }
 
+/* The max and the sum of a vector's lanes (the forward's rows): log2(W)
+ * rounds, each combining every lane with the lane s away (lane ^ s), so
+ * every lane ends with the whole; lane by lane they were a chain of W
+ * dependent scalar maxes and adds, 4 cycles each, a tenth of the
+ * forward.  The sum's order is a tree's, not left to right. */
+static void emit_lane_reductions(FILE *f, const char *fn) {
+  for (int w = 16; w >= 8; w /= 2) {
+    fprintf(f, "%s\n", w == 16 ? "#ifdef __AVX512F__" : "#else");
+    for (int sum = 0; sum <= 1; sum++) {
+      fprintf(f, "static inline float %s_lanes_%s(%s_vw v) {\n", fn, sum ? "sum" : "max", fn);
+      for (int sb = w / 2; sb >= 1; sb /= 2) {
+        char idx[256];
+        int n = 0;
+        for (int j = 0; j < w; j++) n += snprintf(idx + n, sizeof idx - (size_t)n, "%s%d", j ? ", " : "", j ^ sb);
+        fprintf(f,
+                "#ifdef __clang__\n"
+                "  { const %s_vw u = __builtin_shufflevector(v, v, %s);\n"
+                "#else\n"
+                "  { const %s_vw u = __builtin_shuffle(v, (%s_vi){%s});\n"
+                "#endif\n",
+                fn, idx, fn, fn, idx);
+        if (sum) fprintf(f, "    v += u; }\n");
+        else fprintf(f, "    const %s_vi gt = u > v;\n    v = (%s_vw)(((%s_vi)u & gt) | ((%s_vi)v & ~gt)); }\n", fn, fn, fn, fn);
+      }
+      fprintf(f, "  return v[0];\n}\n");
+    }
+  }
+  fprintf(f, "#endif\n");
+}
+
 /* The vector type (unaligned, may alias the float tiles; and its int twin,
  * a comparison's mask): 16 floats where
  * the compiler targets AVX-512 (-march=native on such a CPU), else 8 (AVX's
@@ -258,6 +288,7 @@ static void emit_tile_products(FILE *f, const char *fn, bool transposed_too) {
           fn, fn, fn, fn, fn, fn);
   emit_tile_product(f, fn, "mm_nn", "a[(m) * lda + (k)]");
   if (transposed_too) emit_tile_product(f, fn, "mm_tn", "a[(k) * lda + (m)]");
+  emit_lane_reductions(f, fn);
   /* A tile transposed (k for q k^T, v for dP = do v^T), by 16 x 16 blocks
    * in registers where the compiler targets AVX-512: four rounds of
    * two-vector shuffles (vpermt2ps), each swapping one bit of the row
@@ -373,8 +404,9 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
            * up to 15 scalar exps a row */
           "        const int nv = (nc + 15) / 16 * 16;\n"
           /* the max and the sum over vectors of the row, lane by lane, then
-           * across the lanes: gcc 12 leaves an omp simd reduction here
-           * scalar ("no vectype" for its per-lane array) */
+           * across the lanes by a tree (lanes_max, lanes_sum): gcc 12 leaves
+           * an omp simd reduction here scalar ("no vectype" for its per-lane
+           * array) */
           "        float *const pr = p[r];\n"
           "        for (int c = 0; c < nv; c++) pr[c] = c < nc ? pr[c] * scale : -__builtin_inff();\n"
           "        %s_vw vmx = (%s_vw){0} + m[r];\n"
@@ -383,14 +415,12 @@ void tg_flash_emit_c_fwd(FILE *f, const char *fn, const tg_flash_shape *s) {
           "          const %s_vi gt = x > vmx;\n"
           "          vmx = (%s_vw)(((%s_vi)x & gt) | ((%s_vi)vmx & ~gt));\n"
           "        }\n"
-          "        float mx = m[r];\n"
-          "        for (int w = 0; w < %s_W; w++) mx = vmx[w] > mx ? vmx[w] : mx;\n"
+          "        const float mx = %s_lanes_max(vmx);\n"
           "        const float alpha = %s_exp(m[r] - mx);\n"
           "        for (int c = 0; c < nv; c++) pr[c] = %s_exp(pr[c] - mx);\n"
           "        %s_vw vsum = {0};\n"
           "        for (int c = 0; c < nv; c += %s_W) vsum += *(const %s_vw *)(pr + c);\n"
-          "        float sum = 0.0f;\n"
-          "        for (int w = 0; w < %s_W; w++) sum += vsum[w];\n"
+          "        const float sum = %s_lanes_sum(vsum);\n"
           "        for (int c = nv; c < BT; c++) pr[c] = 0.0f;\n"
           "        m[r] = mx;\n"
           "        l[r] = l[r] * alpha + sum;\n"
@@ -428,6 +458,8 @@ static void emit_bwd_head_loads(FILE *f, const char *fn, const tg_flash_shape *s
           "        dos[i * DP + d] = %s;\n"
           "      }\n"
           "      for (int d = D; d < DP; d++) qs[i * DP + d] = dos[i * DP + d] = 0.0f;\n"
+          "      #pragma omp simd reduction(+: dsum) /* lanes, then a tree: a chain of D dependent adds was a\n"
+          "                                            * fifteenth of the backward */\n"
           "      for (int d = 0; d < D; d++) dsum += dos[i * DP + d] * %s;\n"
           "      di[i] = dsum;\n"
           "      li[i] = %s;\n"
