@@ -12,7 +12,9 @@
 # never timed; tg compiles before its first step); each side's figure is
 # the median over the rounds of its runs' medians.  Each run is printed
 # as it finishes, then the ratios: tg's speed over compile's and over
-# eager's (ms/step of torch over ms/step of tg: above 1, tg is faster).
+# eager's (ms/step of torch over ms/step of tg: above 1, tg is faster),
+# three ways: of the sides' medians, the median of each round's own ratio,
+# and of each side's fastest run.
 #
 # The caller calls rounds_init with its name, its defaults and its own
 # arguments (STEPS ROUNDS THREADS...), which sets rounds_steps,
@@ -137,5 +139,10 @@ for t in threads:
                         for r in range(1, rounds + 1))
             paired.append("tg vs %s %.2fx (rounds %s)" % (s, med(rs), " ".join("%.2f" % x for x in rs)))
         print("%-8s median of the rounds' own ratios: %s" % ("", "; ".join(paired)))
+        # the machine's interference only ever adds time: each side's
+        # fastest run is the one least disturbed, the nearest to what the
+        # code costs on a quiet machine
+        print("%-8s fastest runs' ratio: %s" % ("", "; ".join(
+            "tg vs %s %.2fx (%.1f / %.1f ms)" % (s, m[s][1] / m["tg"][1], m[s][1], m["tg"][1]) for s in versus)))
 PY
 }
