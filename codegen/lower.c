@@ -179,6 +179,7 @@ typedef struct lowerer {
   int n_steps, cap_steps;
   int kernel;     /* the kernel being lowered */
   tg_mem_plan *plan; /* the arena's plan, made once recomputation is chosen */
+  tg_remat remat;    /* what is recomputed instead of stored (lower.h) */
   int *bias_add;  /* per kernel: the bias add its GEMM computes (fold_bias), or -1 */
   int *gelu_out;  /* per kernel: the GELU of that add the GEMM computes, or -1 */
   int *dgelu_out; /* per kernel: product * gelu_grad(x) its GEMM computes (fold_dgelu), or -1 */
@@ -690,8 +691,22 @@ static int cross_reads(lowerer *L, int s, const tg_node *n, int kernel, bool *se
  *     it costs.
  * A kernel left with nothing to store has no launch.  Which values live
  * in memory, and how long, changes with this, so the arena is planned
- * again afterwards (replan). */
+ * again afterwards (replan).
+ *
+ * TG_REMAT_CHEAP (the CPU's choice) recomputes only what adds, multiplies
+ * and compares remake: no exp, log, tanh, GELU, square root or division,
+ * which cost a CPU more than the stores they save, and nothing a
+ * backward's gelu_grad reads (store_gelu_grads stores its derivative
+ * instead).  On the baby Shakespeare step that is layernorm's normalised
+ * x, remade from x - mean and 1/std: 3 MB of stores and loads fewer. */
 enum { REMAT_DEPTH = 12, SMALL_STATISTIC = 16 };
+
+/* An op a CPU computes in many cycles (a division's or a square root's
+ * unit, or a polynomial): TG_REMAT_CHEAP does not recompute it. */
+static bool costly_op(tg_op op) {
+  return op == TG_OP_exp || op == TG_OP_log || op == TG_OP_sqrt || op == TG_OP_rsqrt || op == TG_OP_tanh ||
+         op == TG_OP_gelu || op == TG_OP_gelu_grad || op == TG_OP_div;
+}
 
 typedef struct remat_try {
   int *loads, n_loads;    /* distinct base values in memory the readers would load */
@@ -706,7 +721,7 @@ static void try_add(int **v, int *n, int cap, int x) {
 }
 
 static bool remat_inputs_ok(const lowerer *L, const tg_node *n, remat_try *t, int depth, int64_t numel) {
-  if (depth > REMAT_DEPTH) return false;
+  if (depth > REMAT_DEPTH || (L->remat == TG_REMAT_CHEAP && costly_op(n->op))) return false;
   for (int i = 0; i < n->nin; i++) {
     const tg_node *b = tg_kernel_base(n->in[i]);
     if (tg_ops[b->op].kind == TG_KIND_LEAF) {
@@ -755,6 +770,7 @@ static void find_remat(lowerer *L) {
       bool nest = tg_ops[r->op].kind == TG_KIND_ELEMENTWISE || r->op == TG_OP_sum || r->op == TG_OP_max ||
                   r->op == TG_OP_gather || r->op == TG_OP_pad || r->op == TG_OP_concat;
       if (!nest || r->op == TG_OP_assign) nest_readers[b->id] = false;
+      if (L->remat == TG_REMAT_CHEAP && r->op == TG_OP_gelu_grad) nest_readers[b->id] = false;
     }
   }
   remat_try t = {.cap = 64};
@@ -1550,7 +1566,7 @@ int tg_lkernel_arg(const tg_lkernel *lk, long node) {
 
 tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g, false); }
 
-tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
+tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, tg_remat remat) {
   if (!g->n_kernels || !g->memplan)
     tg_error(ctx, (tg_loc){g->source, 1, 1}, "code generation needs a fused and planned graph");
   /* before anything is allocated: MPI has no bf16 sum, and NCCL's would
@@ -1591,7 +1607,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   p->n_leaves = leaves.n;
   free(leaves.v);
 
-  lowerer L = {.ctx = ctx, .g = g, .p = p, .arena = ctx->arena};
+  lowerer L = {.ctx = ctx, .g = g, .p = p, .arena = ctx->arena, .remat = remat};
   L.stored = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   L.sweep_of = tg_xcalloc((size_t)g->n_nodes + 1, sizeof(int));
   for (int k = 0; k < g->n_kernels; k++) {
@@ -1615,7 +1631,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   for (int k = 0; k < g->n_kernels; k++) L.folded_into[k] = -1;
   for (int k = 0; k < g->n_kernels; k++) L.bias_add[k] = L.gelu_out[k] = L.dgelu_out[k] = L.bgrad_out[k] = -1;
   for (int i = 0; i < g->n_nodes; i++) L.writer[i] = -1;
-  if (remat) find_remat(&L);
+  if (remat != TG_REMAT_NONE) find_remat(&L);
   /* leaves' places, for fold_bias's layouts (set again below); a
    * collective's output is in the arena (check_collectives), and a bias
    * may be a view of one (ZeRO stage 3's gathered weights) */
@@ -1626,9 +1642,9 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   /* the flash backward writing into the qkv gradient recomputes nothing:
    * it only saves a kernel that moves dq, dk and dv, on a CPU too (the
    * baby Shakespeare step there: 3% of it) */
-  if (remat) fold_bias(&L), fold_dgelu(&L);
+  if (remat == TG_REMAT_ALL) fold_bias(&L), fold_dgelu(&L);
   fold_flash_grads(&L);
-  if (remat) fold_bgrad(&L);
+  if (remat == TG_REMAT_ALL) fold_bgrad(&L);
   L.in_place = tg_xcalloc((size_t)g->n_nodes + 1, 1);
   find_in_place_scatters(&L);
   replan(&L);
@@ -1641,7 +1657,7 @@ tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat) {
   free(L.seen);
   free(L.marked.v);
   place_values(&L);
-  if (!remat) store_gelu_grads(&L);
+  if (remat != TG_REMAT_ALL) store_gelu_grads(&L);
   check_assigns(&L);
   check_collectives(ctx, p);
   bool *args_r = tg_xcalloc((size_t)g->n_nodes + 1, 1), *args_w = tg_xcalloc((size_t)g->n_nodes + 1, 1);

@@ -190,11 +190,22 @@ typedef struct tg_program {
  * BLAS cannot take, an in-place update that a later read would see) is
  * reported through ctx and bails. */
 tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g);
-/* The same, choosing whether matmul epilogue intermediates are recomputed
- * by their readers instead of stored (lower.c, "recomputing"): worth it on
- * a GPU, where the step is memory-bound; on a CPU with small activations
- * in cache, recomputing the tanh costs more than the stores it saves. */
-tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, bool remat);
+/* What the lowering recomputes in readers instead of storing (lower.c,
+ * "recomputing"): NONE and ALL are false and true, as callers once passed
+ * them. */
+typedef enum {
+  TG_REMAT_NONE = 0,  /* store every value another kernel reads */
+  TG_REMAT_ALL = 1,   /* recompute epilogue and layernorm intermediates, and
+                       * fold bias, GELU and bias gradients into the GEMMs'
+                       * epilogues: worth it on a GPU, where the step is
+                       * memory-bound */
+  TG_REMAT_CHEAP = 2, /* recompute only what adds and multiplies remake: on
+                       * a CPU recomputing a tanh, exp or division costs more
+                       * than the stores it saves */
+} tg_remat;
+
+/* The same, choosing what is recomputed. */
+tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, tg_remat remat);
 
 /* The view `n` (a chain of views over a materialised value) as strides;
  * false when a reshape breaks the strided form. */

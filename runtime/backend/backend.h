@@ -63,7 +63,8 @@ typedef struct tg_exec_opts {
   const char *source_path; /* write the generated source here; NULL: nowhere */
   int remat;               /* lowering: recompute matmul epilogue values in
                             * their readers (1) or store them (0); -1: the
-                            * backend's choice */
+                            * backend's choice (the CPU's: recompute only
+                            * what adds and multiplies remake, lower.h) */
 } tg_exec_opts;
 
 /* How long compiling a graph took and what it compiled (for tgrun's

@@ -446,6 +446,40 @@ START_TEST(gelu_grad_stored_by_the_forward) {
 }
 END_TEST
 
+/* The CPU's choice, TG_REMAT_CHEAP: it recomputes some values (layernorm's
+ * normalised x), none through an exp, tanh, GELU, square root or
+ * division, still stores the GELU's derivative for the backward, and
+ * needs a smaller arena than storing everything.  That the numbers are
+ * the same is every CPU test's against the interpreter (it is the CPU
+ * backend's default). */
+START_TEST(cpu_recomputes_only_cheap_ops) {
+  const char *defs[] = {"n_layer=2", "n_embd=64", "n_head=4", "vocab=65", "block_size=32", "B=2", "T=32"};
+  tg_program *p[2];
+  tg_ctx *ctx[2] = {tu_ctx(), tu_ctx()};
+  for (int r = 0; r < 2; r++) {
+    tg_graph *g = tu_compile(ctx[r], "models/gpt2.tg", tu_read("models/gpt2.tg"), 7, defs);
+    tg_pipeline_opts po = {.grad = true, .step = true, .adamw = tg_adamw_defaults, .pad_multiple = 64};
+    tg_run_pipeline(ctx[r], g, &po);
+    p[r] = tg_lower_ex(ctx[r], g, r ? TG_REMAT_CHEAP : TG_REMAT_NONE);
+  }
+  int recomputed = 0, held = 0;
+  for (int i = 0; i < p[1]->g->n_nodes; i++) {
+    held += p[1]->holds_gelu_grad && p[1]->holds_gelu_grad[i];
+    if (!p[1]->remat[i]) continue;
+    recomputed++;
+    tg_op op = p[1]->g->nodes[i]->op;
+    ck_assert_msg(op == TG_OP_add || op == TG_OP_sub || op == TG_OP_mul || op == TG_OP_neg || op == TG_OP_cast ||
+                      op == TG_OP_where || op == TG_OP_maximum || (op >= TG_OP_lt && op <= TG_OP_ne),
+                  "%s recomputed", tg_ops[op].name);
+  }
+  /* per layer: layernorm 1's and 2's normalised x, at least */
+  ck_assert_int_ge(recomputed, 2 * 2);
+  ck_assert_int_eq(held, 2);
+  ck_assert_int_lt(p[1]->arena_bytes, p[0]->arena_bytes);
+  for (int r = 0; r < 2; r++) tu_ctx_free(ctx[r]);
+}
+END_TEST
+
 START_TEST(recomputing_changes_nothing) {
   tg_precision_policy prec = _i ? TG_PRECISION_BF16 : TG_PRECISION_F32;
   tg_ctx *ctx[2] = {tu_ctx(), tu_ctx()};
@@ -696,6 +730,7 @@ static Suite *suite(void) {
   tcase_add_test(t, every_kernel_has_its_ops_comment);
   tcase_add_test(t, c_builds_cleanly);
   tcase_add_test(t, gelu_grad_stored_by_the_forward);
+  tcase_add_test(t, cpu_recomputes_only_cheap_ops);
   tcase_add_loop_test(t, recomputing_changes_nothing, 0, 2); /* f32, bf16 */
   tcase_add_test(t, computed_matmul_operand);
   tcase_add_test(t, collectives_lower_to_collective_points);

@@ -312,9 +312,10 @@ static void render_graph(tg_ctx *ctx, const tg_graph *g, const tg_exec_opts *o, 
   memset(P, 0, sizeof *P);
   P->g = g;
   clock_gettime(CLOCK_MONOTONIC, &P->t0);
-  /* On a CPU the activations stay in cache, and recomputing the GELU's
-   * tanh costs more than the stores it saves: store by default. */
-  P->p = tg_lower_ex(ctx, g, o->remat > 0);
+  /* On a CPU recomputing the GELU's tanh, an exp or a division costs more
+   * than the stores it saves; what adds and multiplies remake (layernorm's
+   * normalised x) is cheaper remade: by default, only that. */
+  P->p = tg_lower_ex(ctx, g, o->remat > 0 ? TG_REMAT_ALL : o->remat == 0 ? TG_REMAT_NONE : TG_REMAT_CHEAP);
   size_t len = 0;
   char *src = NULL;
   FILE *f = open_memstream(&src, &len);

@@ -1178,7 +1178,7 @@ static tg_exec *cuda_compile(tg_device *x, tg_ctx *ctx, const tg_graph *g, const
   cuda_device *d = (cuda_device *)x;
   tg_cuda_api *A = &d->api;
   double t0 = seconds_now();
-  tg_program *p = tg_lower_ex(ctx, g, o->remat != 0);
+  tg_program *p = tg_lower_ex(ctx, g, o->remat != 0 ? TG_REMAT_ALL : TG_REMAT_NONE);
   cuda_exec *e = tg_xcalloc(1, sizeof *e);
   e->base.d = x;
   e->base.g = g;
