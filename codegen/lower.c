@@ -710,6 +710,7 @@ static bool costly_op(tg_op op) {
 
 typedef struct remat_try {
   int *loads, n_loads;    /* distinct base values in memory the readers would load */
+  int64_t *load_bytes;    /* per load: the most of its bytes a view of it shows */
   int *stats, n_stats;    /* statistics that would have to be stored */
   int cap;
 } remat_try;
@@ -720,12 +721,40 @@ static void try_add(int **v, int *n, int cap, int x) {
   if (*n < cap) (*v)[(*n)++] = x;
 }
 
+/* The bytes of its source that reading `ref` touches: the fewest elements
+ * along its chain of views (a slice or a reshape of a part of a buffer
+ * reads that part; an expand reads its source once).  Not the whole
+ * source: ZeRO stage 3's gathered layernorm weight is a slice of a buffer
+ * padded to the ranks' shards (128 floats each), and costing the whole
+ * buffer made stage 3 recompute less than stage 0, whose weight is a leaf
+ * of 4 floats, so the two no longer computed the same bits (a recomputed
+ * product contracts into its reader's add). */
+static int64_t touched_bytes(const tg_node *ref) {
+  int64_t least = tg_type_numel(&ref->type);
+  for (const tg_node *v = ref; tg_is_view(v); v = v->in[0]) {
+    int64_t n = tg_type_numel(&v->in[0]->type);
+    if (n < least) least = n;
+  }
+  return least * tg_dtype_size(tg_kernel_base(ref)->type.dtype);
+}
+
+static void add_load(remat_try *t, const tg_node *ref) {
+  int b = tg_kernel_base(ref)->id;
+  int64_t bytes = touched_bytes(ref);
+  for (int i = 0; i < t->n_loads; i++)
+    if (t->loads[i] == b) {
+      if (bytes > t->load_bytes[i]) t->load_bytes[i] = bytes;
+      return;
+    }
+  if (t->n_loads < t->cap) t->loads[t->n_loads] = b, t->load_bytes[t->n_loads++] = bytes;
+}
+
 static bool remat_inputs_ok(const lowerer *L, const tg_node *n, remat_try *t, int depth, int64_t numel) {
   if (depth > REMAT_DEPTH || (L->remat == TG_REMAT_CHEAP && costly_op(n->op))) return false;
   for (int i = 0; i < n->nin; i++) {
     const tg_node *b = tg_kernel_base(n->in[i]);
     if (tg_ops[b->op].kind == TG_KIND_LEAF) {
-      if (b->op != TG_OP_const && b->op != TG_OP_iota) try_add(&t->loads, &t->n_loads, t->cap, b->id);
+      if (b->op != TG_OP_const && b->op != TG_OP_iota) add_load(t, n->in[i]);
       continue;
     }
     if (L->p->remat[b->id]) {
@@ -733,7 +762,7 @@ static bool remat_inputs_ok(const lowerer *L, const tg_node *n, remat_try *t, in
       continue;
     }
     if (L->stored[b->id]) {
-      try_add(&t->loads, &t->n_loads, t->cap, b->id);
+      add_load(t, n->in[i]);
       continue;
     }
     if (b->kernel != n->kernel) return false; /* (cannot happen: what another kernel reads is stored) */
@@ -742,7 +771,7 @@ static bool remat_inputs_ok(const lowerer *L, const tg_node *n, remat_try *t, in
     } else if ((b->op == TG_OP_sum || b->op == TG_OP_max) &&
                tg_type_numel(&b->type) * SMALL_STATISTIC <= numel) {
       try_add(&t->stats, &t->n_stats, t->cap, b->id);
-      try_add(&t->loads, &t->n_loads, t->cap, b->id);
+      add_load(t, b);
     } else {
       return false;
     }
@@ -775,6 +804,7 @@ static void find_remat(lowerer *L) {
   }
   remat_try t = {.cap = 64};
   t.loads = tg_alloc(L->arena, sizeof(int) * (size_t)t.cap);
+  t.load_bytes = tg_alloc(L->arena, sizeof(int64_t) * (size_t)t.cap);
   t.stats = tg_alloc(L->arena, sizeof(int) * (size_t)t.cap);
   for (int i = 0; i < g->n_nodes; i++) {
     const tg_node *n = g->nodes[i];
@@ -785,7 +815,7 @@ static void find_remat(lowerer *L) {
     t.n_loads = t.n_stats = 0;
     if (!remat_inputs_ok(L, n, &t, 0, tg_type_numel(&n->type)) || t.n_loads == t.cap) continue;
     int64_t load = 0, keep = value_bytes(n) * (1 + readers[i]);
-    for (int k = 0; k < t.n_loads; k++) load += value_bytes(g->nodes[t.loads[k]]) * readers[i];
+    for (int k = 0; k < t.n_loads; k++) load += t.load_bytes[k] * readers[i];
     if (load > keep) continue;
     L->p->remat[i] = true;
     L->stored[i] = false;
