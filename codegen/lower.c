@@ -728,7 +728,10 @@ static void try_add(int **v, int *n, int cap, int x) {
  * padded to the ranks' shards (128 floats each), and costing the whole
  * buffer made stage 3 recompute less than stage 0, whose weight is a leaf
  * of 4 floats, so the two no longer computed the same bits (a recomputed
- * product contracts into its reader's add). */
+ * product contracts into its reader's add).  ir/kernel.c's read_bytes,
+ * which fusion's costs use, takes the lesser of the view and its source
+ * only; this one looks at every view between, and is kept apart so that
+ * fusion's choices do not move with it. */
 static int64_t touched_bytes(const tg_node *ref) {
   int64_t least = tg_type_numel(&ref->type);
   for (const tg_node *v = ref; tg_is_view(v); v = v->in[0]) {
@@ -1594,7 +1597,7 @@ int tg_lkernel_arg(const tg_lkernel *lk, long node) {
   return lo < lk->n_args && lk->args[lo] == node ? lo : -1;
 }
 
-tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g, false); }
+tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g) { return tg_lower_ex(ctx, g, TG_REMAT_NONE); }
 
 tg_program *tg_lower_ex(tg_ctx *ctx, const tg_graph *g, tg_remat remat) {
   if (!g->n_kernels || !g->memplan)

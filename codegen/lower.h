@@ -191,15 +191,14 @@ typedef struct tg_program {
  * reported through ctx and bails. */
 tg_program *tg_lower(tg_ctx *ctx, const tg_graph *g);
 /* What the lowering recomputes in readers instead of storing (lower.c,
- * "recomputing"): NONE and ALL are false and true, as callers once passed
- * them. */
+ * "recomputing"). */
 typedef enum {
-  TG_REMAT_NONE = 0,  /* store every value another kernel reads */
-  TG_REMAT_ALL = 1,   /* recompute epilogue and layernorm intermediates, and
+  TG_REMAT_NONE,      /* store every value another kernel reads */
+  TG_REMAT_ALL,       /* recompute epilogue and layernorm intermediates, and
                        * fold bias, GELU and bias gradients into the GEMMs'
                        * epilogues: worth it on a GPU, where the step is
                        * memory-bound */
-  TG_REMAT_CHEAP = 2, /* recompute only what adds and multiplies remake: on
+  TG_REMAT_CHEAP,     /* recompute only what adds and multiplies remake: on
                        * a CPU recomputing a tanh, exp or division costs more
                        * than the stores it saves */
 } tg_remat;

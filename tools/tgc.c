@@ -614,7 +614,9 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   if (status == 0 && zero->given && popts->report_name && !popts->shard_ranks)
     status = report_zero(ctx, g, popts->report_name, zero, sharded);
   emitted e = {g, NULL, NULL, NULL, NULL, what == EMIT_CUDA, NULL};
-  if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA);
+  /* lowered as the backend that runs it lowers: the CPU's C recomputes
+   * only what is cheap (cpu_backend.c), the CUDA all it can */
+  if (status == 0 && code) e.p = tg_lower_ex(ctx, g, what == EMIT_CUDA ? TG_REMAT_ALL : TG_REMAT_CHEAP);
   if (status == 0 && what == EMIT_CUDA) {
     e.plan = tg_cuda_plan_make(g->arena, e.p);
     /* dot draws the step and the page's thread writes most of the page
@@ -625,7 +627,7 @@ static int run(tg_ctx *ctx, const char *input, const tg_compile_opts *opts, enum
   phase_done(h, "lower and plan");
   if (status == 0 && traffic_gpu) {
     /* the CUDA step as the backend would run it */
-    const tg_program *p = what == EMIT_CUDA && e.p ? e.p : tg_lower_ex(ctx, g, true);
+    const tg_program *p = what == EMIT_CUDA && e.p ? e.p : tg_lower_ex(ctx, g, TG_REMAT_ALL);
     tg_cuda_plan *plan = e.plan;
     if (!plan) { /* with its kernels made: the multi-tensor launches' tables are read too */
       plan = tg_cuda_plan_make(g->arena, p);

@@ -79,7 +79,7 @@ static tg_graph *compile_step(tg_ctx *ctx, const tgc_plan_opts *o, int tp, int b
 }
 
 static double roofline_seconds(tg_ctx *ctx, tg_graph *g, const tg_gpu_spec *gpu) {
-  const tg_program *p = tg_lower_ex(ctx, g, true);
+  const tg_program *p = tg_lower_ex(ctx, g, TG_REMAT_ALL);
   tg_cuda_plan *plan = tg_cuda_plan_make(g->arena, p);
   tg_cuda_kernels_make(g->arena, p, plan);
   return tg_traffic_count(g->arena, plan, gpu)->seconds;

@@ -75,7 +75,7 @@ static tg_program *step_program(tg_ctx *ctx, int n_defs, const char *const *defs
   if (setjmp(bail)) ck_abort_msg("lowering failed: %s", tu_errors(ctx));
   tg_pipeline_opts po = {.grad = true, .step = true, .adamw = tg_adamw_defaults, .pad_multiple = 64};
   tg_run_pipeline(ctx, g, &po);
-  tg_program *p = tg_lower_ex(ctx, g, cuda_remat);
+  tg_program *p = tg_lower_ex(ctx, g, cuda_remat ? TG_REMAT_ALL : TG_REMAT_NONE);
   ctx->bail = NULL;
   return p;
 }
@@ -367,7 +367,7 @@ static tg_exec *grad_backend(tg_ctx *ctx, tg_device *dev, tg_precision_policy pr
   if (setjmp(bail)) ck_abort_msg("%s", tu_errors(ctx));
   tg_pipeline_opts po = {.precision = prec, .grad = true, .pad_multiple = 64};
   tg_run_pipeline(ctx, g, &po);
-  tg_program *p = tg_lower_ex(ctx, g, remat);
+  tg_program *p = tg_lower_ex(ctx, g, remat ? TG_REMAT_ALL : TG_REMAT_NONE);
   *n_remat = 0;
   for (int i = 0; i < g->n_nodes; i++) *n_remat += p->remat[i];
   tg_exec_opts eo = {.name = "grad", .remat = remat};
@@ -435,7 +435,7 @@ START_TEST(gelu_grad_stored_by_the_forward) {
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
                          .pad_multiple = 64};
   tg_run_pipeline(bf, g, &po);
-  ck_assert_ptr_null(tg_lower_ex(bf, g, false)->holds_gelu_grad);
+  ck_assert_ptr_null(tg_lower_ex(bf, g, TG_REMAT_NONE)->holds_gelu_grad);
   tu_ctx_free(bf);
   tg_ctx *gpu = tu_ctx();
   cuda_remat = true;

@@ -419,7 +419,7 @@ START_TEST(test_scatter_of_a_common_word) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  tg_render_cuda(f, tg_lower_ex(c, g, true));
+  tg_render_cuda(f, tg_lower_ex(c, g, TG_REMAT_ALL));
   fclose(f);
   c->bail = NULL;
   ck_assert_msg(strstr(text, "tg_scatter_acc") != NULL, "the scatter does not sum in shared memory");
@@ -473,7 +473,7 @@ START_TEST(test_long_rows_in_shared_memory) {
   jmp_buf bail;
   c->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("lowering failed: %s", tu_errors(c));
-  const tg_cuda_plan *plan = tg_cuda_plan_make(g->arena, tg_lower_ex(c, g, true));
+  const tg_cuda_plan *plan = tg_cuda_plan_make(g->arena, tg_lower_ex(c, g, TG_REMAT_ALL));
   c->bail = NULL;
   size_t shared = 0;
   for (int i = 0; i < plan->n_ops; i++)

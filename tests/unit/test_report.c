@@ -34,7 +34,7 @@ static char *gpt2_page(tg_ctx *ctx, int n_defs, const char *const *defs, tg_pass
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
                          .pad_multiple = 64, .log = log, .findings = findings};
   tg_run_pipeline(ctx, g, &po);
-  tg_program *p = tg_lower_ex(ctx, g, true);
+  tg_program *p = tg_lower_ex(ctx, g, TG_REMAT_ALL);
   tg_cuda_plan *plan = tg_cuda_plan_make(g->arena, p);
   const tg_cuda_kernels *ks = tg_cuda_kernels_make(g->arena, p, plan);
   ctx->bail = NULL;

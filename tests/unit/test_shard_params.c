@@ -116,7 +116,7 @@ static void check(tg_precision_policy precision, int ranks) {
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("lowering failed: %s", tu_errors(ctx));
-  tg_program *p = tg_lower_ex(ctx, g, true), *pw = tg_lower_ex(ctx, whole, true);
+  tg_program *p = tg_lower_ex(ctx, g, TG_REMAT_ALL), *pw = tg_lower_ex(ctx, whole, TG_REMAT_ALL);
   ctx->bail = NULL;
   for (int i = 0; i < p->n_leaves; i++) ck_assert(reads(g, g->nodes[p->leaves[i]]));
   int collectives = 0;
@@ -154,7 +154,7 @@ START_TEST(gpt2_width_lowers) {
   jmp_buf bail;
   ctx->bail = &bail;
   if (setjmp(bail)) ck_abort_msg("lowering failed: %s", tu_errors(ctx));
-  tg_program *c = tg_lower_ex(ctx, g, false), *cuda = tg_lower_ex(ctx, g, true);
+  tg_program *c = tg_lower_ex(ctx, g, TG_REMAT_NONE), *cuda = tg_lower_ex(ctx, g, TG_REMAT_ALL);
   ctx->bail = NULL;
   ck_assert_int_gt(c->n_kernels, 0);
   ck_assert_int_eq(c->n_kernels, cuda->n_kernels);

@@ -83,7 +83,7 @@ static tg_traffic *count_ex(tg_ctx *c, const char *text, tg_precision_policy p, 
   if (setjmp(bail)) ck_abort_msg("compiling failed: %s", tu_errors(c));
   tg_pipeline_opts po = {.precision = p, .kernels = true, .grad = grad};
   tg_run_pipeline(c, g, &po);
-  tg_program *prog = tg_lower_ex(c, g, remat);
+  tg_program *prog = tg_lower_ex(c, g, remat ? TG_REMAT_ALL : TG_REMAT_NONE);
   c->bail = NULL;
   return tg_traffic_count(g->arena, tg_cuda_plan_make(g->arena, prog), tg_gpu_find("h100"));
 }
@@ -451,7 +451,7 @@ static tg_program *gpt2_step(tg_ctx *c, const char *define) {
   tg_pipeline_opts po = {.precision = TG_PRECISION_BF16, .grad = true, .step = true, .adamw = tg_adamw_defaults,
                          .pad_multiple = TG_PAD_MULTIPLE_DEFAULT};
   tg_run_pipeline(c, g, &po);
-  tg_program *p = tg_lower_ex(c, g, true);
+  tg_program *p = tg_lower_ex(c, g, TG_REMAT_ALL);
   c->bail = NULL;
   return p;
 }
