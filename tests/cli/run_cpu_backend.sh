@@ -73,7 +73,8 @@ contains "$tmp/out" "TG_CPU_GEMM=mkl names no matmul library: use onednn, openbl
 # the losses of 5 AdamW steps
 expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 --out "$tmp/s1.safetensors"
 grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/ref_losses"
-expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 --out "$tmp/s2.safetensors" --backend cpu
+TG_KEEP_C=$tmp/step.c expect_status 0 "$tgrun" step "${m[@]}" --weights "$W" --batch "$X" --lr 1e-2 --steps 5 \
+  --out "$tmp/s2.safetensors" --backend cpu
 grep -o 'loss [0-9.e+-]*' "$tmp/out" > "$tmp/cpu_losses"
 if $py - "$tmp/ref_losses" "$tmp/cpu_losses" <<'PY'
 import sys
@@ -112,6 +113,12 @@ then ok; else bad "the CPU backend's bf16 step losses differ from the reference'
 # tgc --emit c and --emit cuda write the code, the manifest and the fusion report
 expect_status 0 "$tgc" "${m[@]}" --emit c -o "$tmp/c"
 for f in gpt2.c manifest.json fusion.txt; do [ -s "$tmp/c/$f" ] && ok || bad "--emit c -o wrote no $f"; done
+# the C that tgc shows is the C the CPU backend ran for the same step
+# (lowered alike: what is recomputed, what is stored), but for the
+# header's first lines, which name the program that wrote it
+expect_status 0 "$tgc" "${m[@]}" -D B=4 -D T=32 --emit c -o "$tmp/c4"
+if cmp -s <(sed 1,3d "$tmp/c4/gpt2.c") <(sed 1,3d "$tmp/step.c"); then ok
+else bad "tgc --emit c's C differs from the C tgrun step --backend cpu ran ($tmp/c4/gpt2.c, $tmp/step.c)"; fi
 expect_status 0 "$tgc" "${m[@]}" --emit cuda -o "$tmp/cu"
 for f in gpt2.cu manifest.json fusion.txt; do [ -s "$tmp/cu/$f" ] && ok || bad "--emit cuda -o wrote no $f"; done
 $py -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['kernels'] and all(k['launches'] or 'folded_into' in k for k in m['kernels'])" \
