@@ -79,7 +79,7 @@ static int number(const char *opt, const char *v, int64_t lo, int64_t *out) {
 static int option(args *a, const char *opt, const char *v) {
   tg_prepare_opts *o = &a->one;
   tg_corpus_opts *c = &a->corpus;
-  int64_t n;
+  int64_t n = 0; /* set by number() on success; zero keeps -O3's maybe-uninitialized quiet */
   int rc = -1;
   if (!strcmp(opt, "--tokenizer")) o->tokenizer = v;
   else if (!strcmp(opt, "--out")) o->out = c->out = v;

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# run_gpu_rehearsal.sh TGRUN TGC SRCDIR: tools/gpu_check.sh rehearsed on the
-# emulated device (TG_GPU_CHECK_BACKEND=cuda-emu, the same script the GPU
-# machine runs, with small sizes), under a deadline that fits CI
-# (TG_GPU_REHEARSAL_DEADLINE, default 300 s), so that the few minutes a GPU
-# is lent are not spent on a broken harness.  Checks what the GPU run
-# relies on: the exit status; every row of the table, in order, none FAIL
+# run_gpu_rehearsal.sh SRCDIR: what a GPU session runs, rehearsed here:
+# tools/gpu_pack.sh builds the pack (Release, without MPI; into this
+# test's own folders), then tools/gpu_check.sh runs through that pack on
+# the emulated device (TG_GPU_CHECK_BACKEND=cuda-emu, with small sizes),
+# under a deadline that fits CI (TG_GPU_REHEARSAL_DEADLINE, default 300
+# s), so that the few minutes a GPU is lent are not spent on a broken pack
+# or harness.  (The pack's Release build once failed where the suites'
+# builds passed: -O3's maybe-uninitialized under -Werror.)  Checks what
+# the GPU run relies on: the pack builds; the check ran the pack's
+# binaries; the exit status; every row of the table, in order, none FAIL
 # or missing (rows that need what this machine lacks, compute-sanitizer and
 # torch.compile on CUDA, say so and pass); each row appended to table.txt as
 # it finished (a kill leaves the rows so far) and again in the final table;
@@ -13,15 +17,18 @@
 # names).  One rank (TG_ONE_RANK), as on the GPU machine: the 2-rank run is
 # cuda_emu_backend's.
 set -u
-src=$(cd "$3" && pwd)
+src=$(cd "$1" && pwd)
 # shellcheck source=tests/cli/testlib.sh
 . "$src/tests/cli/testlib.sh"
-tgrun=$(abspath "$1")
-tgc=$(abspath "$2")
 deadline=${TG_GPU_REHEARSAL_DEADLINE:-300}
 rows=(device grads steps graphs train memcheck numerics throughput racecheck)
 mkdir "$tmp/out"
-TG_GPU_CHECK_BACKEND=cuda-emu TG_GPU_CHECK_DEADLINE=$deadline TG_ONE_RANK=1 TGRUN=$tgrun TGC=$tgc OUT=$tmp/out \
+TG_GPU_PACK_DIR=$tmp/pack TG_GPU_PACK_BUILD=$tmp/build-gpu bash "$src/tools/gpu_pack.sh" > "$tmp/pack.log" 2>&1
+rc=$?
+cat "$tmp/pack.log"
+if [ $rc -eq 0 ] && [ -s "$tmp/pack/tg-gpu.tar.xz" ]; then ok; else bad "gpu_pack.sh exited $rc"; finish; exit; fi
+unset TGRUN TGC
+TG_GPU_CHECK_BACKEND=cuda-emu TG_GPU_CHECK_DEADLINE=$deadline TG_GPU_PACK=$tmp/pack OUT=$tmp/out \
   bash "$src/tools/gpu_check.sh" > "$tmp/check.log" 2>&1
 rc=$?
 cat "$tmp/check.log"
@@ -37,6 +44,8 @@ for t in live final; do
   if awk '$2 == "FAIL" || $2 == "missing" { bad = 1 } END { exit bad }' "$tmp/$t"; then ok; else
     bad "a $t row failed:"; grep -E '^[a-z0-9-]+ +(FAIL|missing) ' "$tmp/$t"; fi
 done
+# the pack's binaries ran, not a build's
+contains "$tmp/final" "pack of $(git -C "$src" rev-parse HEAD | cut -c1-12)"
 # the rows a GPU needs say what ran instead
 contains "$tmp/final" "compute-sanitizer needs a GPU"
 contains "$tmp/final" "no torch.compile on CUDA here"
