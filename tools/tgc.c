@@ -115,8 +115,9 @@ static const char usage[] =
     "                     stage, micro-batch), its memory a device, compute and\n"
     "                     communication estimated from what the compiler counts,\n"
     "                     ranked, with the reasons (docs/parallel.md); also\n"
-    "                     --device-memory GB (80), --link nvlink|ib|ethernet\n"
-    "                     (nvlink), --devices-per-node N (8), --gpu, --precision\n"
+    "                     --gpu (h100), --device-memory GB (the --gpu's: 80 for\n"
+    "                     h100, 141 for h200), --link nvlink|ib|ethernet\n"
+    "                     (nvlink), --devices-per-node N (8), --precision\n"
     "  --pad-multiple N   pad the vocabulary dims to a multiple of N (default 64:\n"
     "                     50257 -> 50304); the extra logits are masked, so the\n"
     "                     loss and gradients do not change; 1 turns padding off\n"
@@ -894,10 +895,10 @@ static int run_plan(cli *c) {
   tgc_plan_opts o = {.arena = arena, .model = c->input, .defines = c->defines, .n_defines = c->n_defines,
                      .include_dirs = c->incs, .n_include_dirs = c->n_incs, .devices = c->devices,
                      .devices_per_node = c->devices_per_node ? c->devices_per_node : 8,
-                     .device_bytes = (c->device_gb > 0 ? c->device_gb : 80) * 1e9,
                      .link = c->link ? c->link : tgc_plan_find_link("nvlink"),
                      .gpu = c->gpu ? c->gpu : tg_gpu_find("h100"), .precision = (tg_precision_policy)c->precision,
                      .out = stdout};
+  o.device_bytes = c->device_gb > 0 ? c->device_gb * 1e9 : o.gpu->memory_bytes;
   int status = tgc_plan_parallel(&o, NULL);
   tg_arena_free(arena);
   return status;

@@ -224,8 +224,12 @@ int tgc_plan_parallel(const tgc_plan_opts *o, tgc_plan_choice *choice) {
   int all = n;
   n = shown;
   const row *best = n && !rows[0].refused ? &rows[0] : NULL;
-  fprintf(out, "plan: %s on %d x %s (%.0f GB), %s%s; %lld tokens a step (B %g x T %g x %d devices), precision %s\n",
-         o->model, o->devices, o->gpu->description, o->device_bytes / 1e9, o->link->what,
+  const char *device = o->device_name && *o->device_name
+                           ? tg_sprintf(o->arena, "%s (%.0f GB; the roofline of an %s)", o->device_name,
+                                        o->device_bytes / 1e9, o->gpu->description)
+                           : tg_sprintf(o->arena, "%s (%.0f GB)", o->gpu->description, o->device_bytes / 1e9);
+  fprintf(out, "plan: %s on %d x %s, %s%s; %lld tokens a step (B %g x T %g x %d devices), precision %s\n",
+         o->model, o->devices, device, o->link->what,
          o->devices > o->devices_per_node ? tg_sprintf(o->arena, " between nodes of %d", o->devices_per_node) : "",
          (long long)(B * T * o->devices), B, T, o->devices, o->precision == TG_PRECISION_BF16 ? "bf16" : "f32");
   fprintf(out, "plan: %-13s %-4s %-13s %10s %10s %10s %10s %10s %11s  %s\n", "data x tensor", "zero", "micro x accum",

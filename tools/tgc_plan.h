@@ -27,7 +27,8 @@ typedef struct tgc_plan_opts {
   const char *const *include_dirs;
   int n_include_dirs;
   int devices, devices_per_node;
-  double device_bytes;           /* --device-memory */
+  double device_bytes;           /* --device-memory, or what the GPU says */
+  const char *device_name;       /* the GPU as its driver names it (tgrun), or NULL: the gpu's spec (tgc) */
   const tgc_plan_link *link;     /* between nodes (and all devices when they are one node on it) */
   const tg_gpu_spec *gpu;
   tg_precision_policy precision;

@@ -6,16 +6,35 @@
 
 #include "emit.h"
 
-/* Vendors' figures: HBM bandwidth, dense bf16 tensor and f32 FMA peaks. */
+/* HBM bandwidth, f32 FMA peak, SMs, L2 and memory: the vendor's
+ * datasheets.  The bf16 peak of the H100 and H200 is what dense cuBLAS
+ * GEMMs reach, not the sheets' 989 TFLOP/s dense: about 80% of it (an
+ * 8192^3 bf16 product through PyTorch measured 769 to 798 TFLOP/s on an
+ * H200); the A100's is its sheet's 312. */
 static const tg_gpu_spec gpus[] = {
-    {"h100", "H100 SXM", 3.35e12, 790e12, 67e12, 132, 50e6},
-    {"h200", "H200 SXM", 4.8e12, 790e12, 67e12, 132, 50e6},
-    {"a100", "A100 SXM 80GB", 2.04e12, 312e12, 19.5e12, 108, 40e6},
+    {"h100", "H100 SXM", 3.35e12, 790e12, 67e12, 132, 50e6, 80e9, "H100"},
+    {"h200", "H200 SXM", 4.8e12, 790e12, 67e12, 132, 50e6, 141e9, "H200"},
+    {"a100", "A100 SXM 80GB", 2.04e12, 312e12, 19.5e12, 108, 40e6, 80e9, "A100"},
 };
 
 const tg_gpu_spec *tg_gpu_find(const char *name) {
   for (size_t i = 0; i < sizeof gpus / sizeof *gpus; i++)
     if (!strcmp(gpus[i].name, name)) return &gpus[i];
+  return NULL;
+}
+
+static bool is_word_char(char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+
+bool tg_gpu_name_has(const char *driver_name, const char *key) {
+  size_t n = strlen(key);
+  for (const char *p = strstr(driver_name, key); p; p = strstr(p + 1, key))
+    if ((p == driver_name || !is_word_char(p[-1])) && !is_word_char(p[n])) return true;
+  return false;
+}
+
+const tg_gpu_spec *tg_gpu_for_device(const char *driver_name) {
+  for (size_t i = 0; i < sizeof gpus / sizeof *gpus; i++)
+    if (tg_gpu_name_has(driver_name, gpus[i].driver_key)) return &gpus[i];
   return NULL;
 }
 

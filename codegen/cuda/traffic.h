@@ -38,12 +38,22 @@ typedef struct tg_gpu_spec {
   double f32_flops_per_s;    /* f32 FMA (CUDA cores) */
   int sms;
   double l2_bytes;
+  double memory_bytes;       /* the HBM, as sold: 80e9; the planner's default device memory */
+  const char *driver_key;    /* in the name the driver reports for it: "H100" */
 } tg_gpu_spec;
 
 /* The GPUs the report knows, by name ("h100", "h200", "a100"); NULL for an
  * unknown name.  tg_gpu_names() lists them for messages. */
 const tg_gpu_spec *tg_gpu_find(const char *name);
 const char *tg_gpu_names(void);
+
+/* The spec of the GPU a driver names ("NVIDIA H200", "NVIDIA H100 80GB
+ * HBM3": the entry whose driver_key is in it as a whole word; a PCIe or
+ * NVL variant gets its family's SXM figures); NULL when none is. */
+const tg_gpu_spec *tg_gpu_for_device(const char *driver_name);
+/* Whether key is in a driver's GPU name as a whole word ("H100" is in
+ * "NVIDIA H100 80GB HBM3", not in "NVIDIA H1000"; "A10" not in "A100"). */
+bool tg_gpu_name_has(const char *driver_name, const char *key);
 
 typedef enum tg_traffic_category {
   TG_TRAFFIC_MATMUL,      /* cuBLASLt calls */

@@ -58,6 +58,12 @@ double tg_device_peak_flops(tg_device *d, bool bf16, const char **what) {
   return 0;
 }
 
+bool tg_backend_probe(const tg_backend *x, int local_rank, tg_device_facts *out, char *why, size_t whylen) {
+  if (x->probe) return x->probe(local_rank, out, why, whylen);
+  snprintf(why, whylen, "backend %s runs on the host: no device to ask", x->name);
+  return false;
+}
+
 int64_t tg_device_memory_free(tg_device *d, const char **what) {
   return d->x->memory_free ? d->x->memory_free(d, what) : -1;
 }

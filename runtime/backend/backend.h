@@ -85,6 +85,17 @@ typedef struct tg_compile_stats {
  * through ctx and bail. */
 tg_device *tg_device_open(tg_ctx *ctx, const tg_backend *x, const tg_device_opts *o);
 void tg_device_close(tg_device *d);
+
+/* What the device x would open on this machine is, asked without opening
+ * it (no context, nothing compiled): the accelerator's name as its driver
+ * reports it ("NVIDIA H200") and its memory in bytes, for the parallel
+ * planner before a run.  False, with why, for a backend that runs on the
+ * host (ref, cpu) or when the driver cannot answer. */
+typedef struct tg_device_facts {
+  char name[128];
+  double memory_bytes;
+} tg_device_facts;
+bool tg_backend_probe(const tg_backend *x, int local_rank, tg_device_facts *out, char *why, size_t whylen);
 const char *tg_device_name(const tg_device *d); /* the backend's name: "cpu" */
 /* A line saying what runs it: "the reference interpreter, f32" */
 const char *tg_device_describe(const tg_device *d);

@@ -41,6 +41,8 @@ struct tg_backend {
                                   * (passes.h): "bf16" on a GPU; NULL: "f32" */
 
   tg_device *(*open)(tg_ctx *ctx, const tg_device_opts *o);
+  /* backend.h's tg_backend_probe; NULL: the host's backends */
+  bool (*probe)(int local_rank, tg_device_facts *out, char *why, size_t whylen);
   void (*close)(tg_device *d);
   const char *(*describe)(const tg_device *d);
   void (*allreduce_average)(tg_device *d, tg_tensor *const *ts, int n);

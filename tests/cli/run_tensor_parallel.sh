@@ -258,12 +258,19 @@ if [ $? -eq 0 ]; then ok; else bad "tp=2 on cuda-emu: the losses differ from tp=
 # parallel = auto: the planner's choice for the run's 2 devices, logged
 run auto 2 backend=cuda-emu parallel=auto max_steps=2 lr_decay_steps=2 eval_interval=0 sample_tokens=0
 contains "$tmp/auto.out" "plan: choice: data 2 x tensor 1"
+# planned for the device the run has (the emulated one models an H100's
+# 80 GiB), not for an assumed one
+contains "$tmp/auto.out" "on 2 x emulated device (86 GB; the roofline of an H100 SXM)"
 contains "$tmp/auto/train.log" "parallel = auto: the planner chose data 2 x tensor 1"
 contains "$tmp/tp2/train.log" "training models/gpt2.tg: 27552 parameters"
 
 # ---- refusals, before any work ----
 expect_status 1 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/auto-cpu" parallel=auto
 contains "$tmp/out" "parallel = auto plans for GPUs (backend = cuda)"
+# no GPU here: refused before the planner compiles anything
+expect_status 1 "$tgrun" "$tmp/small.cfg" out_dir="$tmp/auto-nogpu" backend=cuda parallel=auto
+contains "$tmp/out" "parallel = auto cannot ask the GPU what it is: "
+if grep -q "plan: compiling" "$tmp/out"; then bad "the planner ran before the GPU was asked"; else ok; fi
 expect_status 1 "$tgrun" --nproc 2 "$tmp/small.cfg" out_dir="$tmp/auto-tp" backend=cuda-emu parallel=auto tp=2
 contains "$tmp/out" "parallel = auto chooses tp and zero itself"
 expect_status 1 "$tgrun" --nproc 3 "$tmp/small.cfg" out_dir="$tmp/three" tp=2

@@ -570,6 +570,24 @@ START_TEST(test_report_lines) {
 }
 END_TEST
 
+/* The spec of the GPU a driver names: its family by whole word (the names
+ * as cuDeviceGetName gives them), nothing for a GPU the report does not
+ * know, and each spec's memory, the planner's default. */
+START_TEST(test_gpu_for_device) {
+  ck_assert_ptr_eq(tg_gpu_for_device("NVIDIA H100 80GB HBM3"), tg_gpu_find("h100"));
+  ck_assert_ptr_eq(tg_gpu_for_device("NVIDIA H100 PCIe"), tg_gpu_find("h100"));
+  ck_assert_ptr_eq(tg_gpu_for_device("NVIDIA H200"), tg_gpu_find("h200"));
+  ck_assert_ptr_eq(tg_gpu_for_device("NVIDIA A100-SXM4-80GB"), tg_gpu_find("a100"));
+  ck_assert_ptr_null(tg_gpu_for_device("NVIDIA GH200 480GB"));
+  ck_assert_ptr_null(tg_gpu_for_device("NVIDIA A10"));
+  ck_assert_ptr_null(tg_gpu_for_device("NVIDIA H1000"));
+  ck_assert_ptr_null(tg_gpu_for_device("emulated device"));
+  ck_assert_ptr_null(tg_gpu_for_device(""));
+  ck_assert(tg_gpu_find("h100")->memory_bytes == 80e9);
+  ck_assert(tg_gpu_find("h200")->memory_bytes == 141e9);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("traffic");
   TCase *t = tcase_create("core");
@@ -587,6 +605,7 @@ int main(void) {
   tcase_add_test(t, test_counted_as_rendered);
   tcase_add_test(t, test_serial_sum_is_flagged);
   tcase_add_test(t, test_report_lines);
+  tcase_add_test(t, test_gpu_for_device);
   suite_add_tcase(s, t);
   return tu_run(s);
 }

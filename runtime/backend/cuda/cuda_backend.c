@@ -66,6 +66,7 @@
 #include "nvrtc.h"
 #include "render_cuda.h"
 #include "shard.h"
+#include "traffic.h"
 
 /* ---- the device ------------------------------------------------------------------ */
 
@@ -420,6 +421,46 @@ static tg_device *open_device(tg_ctx *ctx, const tg_device_opts *o, bool emulate
 static tg_device *cuda_open(tg_ctx *ctx, const tg_device_opts *o) { return open_device(ctx, o, false); }
 static tg_device *emu_open(tg_ctx *ctx, const tg_device_opts *o) { return open_device(ctx, o, true); }
 
+/* backend.h's tg_backend_probe: the device open_device would take, asked
+ * for its name and memory with no context made (cuInit may run again:
+ * later calls do nothing).  The emulated device answers as the H100 it
+ * models (80 GiB; its name says it is emulated). */
+static bool probe_device(bool emulated, int local_rank, tg_device_facts *out, char *why, size_t whylen) {
+  cuda_device *d = tg_xcalloc(1, sizeof *d);
+  bool ok = false;
+  if (emulated) tg_cuda_api_emulated(&d->api);
+  else if (!tg_cuda_api_load(&d->api, why, whylen)) goto done;
+  tg_cuda_api *A = &d->api;
+  int count = 0, which = emulated ? 0 : local_rank;
+  CUdevice dev = 0;
+  size_t bytes = 0;
+  CUresult r;
+  const char *call = "cuInit";
+  if ((r = A->cuInit(0)) || (call = "cuDeviceGetCount", r = A->cuDeviceGetCount(&count))) goto failed;
+  if (which >= count) {
+    snprintf(why, whylen, "local rank %d needs GPU %d, and this machine has %d", local_rank, which, count);
+    goto done;
+  }
+  if ((call = "cuDeviceGet", r = A->cuDeviceGet(&dev, which)) ||
+      (call = "cuDeviceGetName", r = A->cuDeviceGetName(out->name, (int)sizeof out->name, dev)) ||
+      (call = "cuDeviceTotalMem", r = A->cuDeviceTotalMem(&bytes, dev)))
+    goto failed;
+  out->memory_bytes = (double)bytes;
+  ok = true;
+  goto done;
+failed:
+  snprintf(why, whylen, "%s failed: %s", call, cu_error(d, r));
+done:
+  free(d);
+  return ok;
+}
+static bool cuda_probe(int local_rank, tg_device_facts *out, char *why, size_t whylen) {
+  return probe_device(false, local_rank, out, why, whylen);
+}
+static bool emu_probe(int local_rank, tg_device_facts *out, char *why, size_t whylen) {
+  return probe_device(true, local_rank, out, why, whylen);
+}
+
 /* The real device's free memory; the emulated device's is host memory
  * (its 80 GiB are a model of an H100's, not a reservation), so the caller
  * asks the host for it. */
@@ -461,8 +502,9 @@ static const char *cuda_describe(const tg_device *x) { return ((const cuda_devic
  * on the tensor cores, and plain f32.  The sheets print bf16 "with
  * sparsity"; the dense figure is half of it.  Found by the name the driver
  * reports (cuDeviceGetName: "NVIDIA H100 80GB HBM3"), the first entry whose
- * key appears in it as a whole word, so the variants come before their
- * family (H100 PCIe before H100) and A10 does not match A100 or A10G. */
+ * key appears in it as a whole word (tg_gpu_name_has), so the variants come
+ * before their family (H100 PCIe before H100) and A10 does not match A100
+ * or A10G. */
 static const struct gpu_peak {
   const char *key;
   double bf16, f32;
@@ -481,15 +523,6 @@ static const struct gpu_peak {
     {"RTX 4090", 165.2, 82.6, "NVIDIA Ada GPU architecture whitepaper (RTX 4090, FP32 accumulate)"},
 };
 
-/* key in name, not followed by a letter or digit */
-static bool names_gpu(const char *name, const char *key) {
-  for (const char *p = strstr(name, key); p; p = strstr(p + 1, key)) {
-    char next = p[strlen(key)];
-    if (!((next >= '0' && next <= '9') || (next >= 'A' && next <= 'Z') || (next >= 'a' && next <= 'z'))) return true;
-  }
-  return false;
-}
-
 static double cuda_peak_flops(tg_device *x, bool bf16, const char **what) {
   cuda_device *d = (cuda_device *)x;
   if (d->emulated) {
@@ -497,7 +530,7 @@ static double cuda_peak_flops(tg_device *x, bool bf16, const char **what) {
     return 0;
   }
   for (size_t i = 0; i < sizeof gpu_peaks / sizeof *gpu_peaks; i++)
-    if (names_gpu(d->name, gpu_peaks[i].key)) {
+    if (tg_gpu_name_has(d->name, gpu_peaks[i].key)) {
       *what = gpu_peaks[i].source;
       return (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].f32) * 1e12;
     }
@@ -1856,6 +1889,7 @@ const tg_backend tg_backend_cuda = {
     .name = "cuda",
     .summary = "the fused step as CUDA on an NVIDIA GPU: NVRTC, cuBLASLt, NCCL, CUDA graphs (dlopen'ed)",
     .open = cuda_open,
+    .probe = cuda_probe,
     CUDA_BACKEND_FUNCTIONS,
 };
 
@@ -1863,5 +1897,6 @@ const tg_backend tg_backend_cuda_emu = {
     .name = "cuda-emu",
     .summary = "the same CUDA on the emulated device: every kernel run on the CPU, with bounds and race checks",
     .open = emu_open,
+    .probe = emu_probe,
     CUDA_BACKEND_FUNCTIONS,
 };
