@@ -157,17 +157,21 @@ finish() {
 echo "== tg GPU checks: backend $backend, deadline $deadline s; rows as they finish (also $table)"
 echo "== tg GPU checks: backend $backend, deadline $deadline s" >> "$table"
 how=
-if [ -n "${TG_GPU_PACK:-}" ] && [ ! -f "$TG_GPU_PACK/tg-gpu.tar.xz" ]; then
-  row device FAIL 0 "TG_GPU_PACK names $TG_GPU_PACK, which holds no tg-gpu.tar.xz (make one: tools/gpu_pack.sh)"
+if [ -n "${TG_GPU_PACK:-}" ] && [ ! -f "$TG_GPU_PACK/tg-gpu.tar.gz" ]; then
+  row device FAIL 0 "TG_GPU_PACK names $TG_GPU_PACK, which holds no tg-gpu.tar.gz (make one: tools/gpu_pack.sh)"
   finish
 fi
 if [ -n "${TGRUN:-}" ] && [ -n "${TGC:-}" ]; then
   tgrun=$TGRUN tgc=$TGC how="binaries $tgrun"
   export TG_DATA=${TG_DATA:-$src/../shared/data}
-elif [ -f "${TG_GPU_PACK:-.gpu}/tg-gpu.tar.xz" ]; then
+elif [ -f "${TG_GPU_PACK:-.gpu}/tg-gpu.tar.gz" ]; then
   packdir=${TG_GPU_PACK:-.gpu}
   root=$work/pack
-  mkdir -p "$root" && tar -C "$root" -xJf "$packdir/tg-gpu.tar.xz"
+  # gzip, not xz: gzip is on every Debian or Ubuntu image (Essential)
+  if ! { mkdir -p "$root" && tar -C "$root" -xzf "$packdir/tg-gpu.tar.gz" >> "$setup" 2>&1; }; then
+    row device FAIL 0 "cannot unpack $packdir/tg-gpu.tar.gz: $(tail -1 "$setup" | cut -c1-120)"
+    finish
+  fi
   export PATH="$root/bin:$PATH" LD_LIBRARY_PATH="$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export LIBRARY_PATH="$root/lib${LIBRARY_PATH:+:$LIBRARY_PATH}" TG_DATA=$root/data
   export TG_ONE_RANK=1 # the pack's tgrun is built without MPI

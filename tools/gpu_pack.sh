@@ -5,7 +5,7 @@
 # toolkit and driver, a C compiler, CMake and PyTorch, but no package
 # registry, so nothing can be installed there.
 #
-#   .gpu/tg-gpu.tar.xz   bin/tgc, bin/tgrun: built here (Release, without MPI:
+#   .gpu/tg-gpu.tar.gz   bin/tgc, bin/tgrun: built here (Release, without MPI:
 #                        one GPU there, one rank); lib/: OpenBLAS and its
 #                        Fortran runtime, which the CPU backend's generated C
 #                        links (the checks compare the GPU with it); data/:
@@ -54,8 +54,9 @@ for l in $(ldd "$blas" | awk '/gfortran|quadmath/ { print $3 }'); do cp "$(readl
 cp "$data/tinyshakespeare/input.txt" "$stage/data/tinyshakespeare/"
 cp "$data/gpt2/encoder.json" "$data/gpt2/vocab.bpe" "$stage/data/gpt2/"
 rm -rf "$pack" && mkdir -p "$pack"
-tar -C "$stage" -cJf "$pack/tg-gpu.tar.xz" .
+# gzip: the GPU image may lack xz, never gzip (Essential)
+tar -C "$stage" -czf "$pack/tg-gpu.tar.gz" .
 git rev-parse HEAD > "$pack/SOURCE"
 git diff --quiet HEAD || echo "(with uncommitted changes)" >> "$pack/SOURCE"
-echo "gpu_pack: $pack/tg-gpu.tar.xz $(du -h "$pack/tg-gpu.tar.xz" | cut -f1) for $(head -1 "$pack/SOURCE")"
+echo "gpu_pack: $pack/tg-gpu.tar.gz $(du -h "$pack/tg-gpu.tar.gz" | cut -f1) for $(head -1 "$pack/SOURCE")"
 echo "then: device run(command=\"bash tools/gpu_check.sh\", carry=[\".gpu\"], timeout_s=600): at most 8 minutes (TG_GPU_CHECK_DEADLINE)"

@@ -26,7 +26,7 @@ mkdir "$tmp/out"
 TG_GPU_PACK_DIR=$tmp/pack TG_GPU_PACK_BUILD=$tmp/build-gpu bash "$src/tools/gpu_pack.sh" > "$tmp/pack.log" 2>&1
 rc=$?
 cat "$tmp/pack.log"
-if [ $rc -eq 0 ] && [ -s "$tmp/pack/tg-gpu.tar.xz" ]; then ok; else bad "gpu_pack.sh exited $rc"; finish; exit; fi
+if [ $rc -eq 0 ] && [ -s "$tmp/pack/tg-gpu.tar.gz" ]; then ok; else bad "gpu_pack.sh exited $rc"; finish; exit; fi
 unset TGRUN TGC
 TG_GPU_CHECK_BACKEND=cuda-emu TG_GPU_CHECK_DEADLINE=$deadline TG_GPU_PACK=$tmp/pack OUT=$tmp/out \
   bash "$src/tools/gpu_check.sh" > "$tmp/check.log" 2>&1
