@@ -227,8 +227,14 @@ done
 # ---- device
 t=$SECONDS
 if [ "$backend" = cuda ]; then
-  if timeout 60 nvidia-smi -L > "$work/gpus" 2>&1; then
-    driver=$(timeout 60 nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
+  # nvidia-smi where the PATH may not reach (the driver's own folder); if
+  # there is none, the stages ask the driver themselves: say so, go on
+  smi=$(command -v nvidia-smi || ls /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi 2> /dev/null | head -1)
+  if [ -z "$smi" ]; then
+    toolkit=$( [ -n "$nvcc" ] && "$nvcc" --version | grep -o 'release [0-9.]*')
+    row device ok $(( SECONDS - t )) "no nvidia-smi found (PATH, /usr/local/nvidia/bin): the stages will ask the driver; nvcc ${toolkit:-none}; $how"
+  elif timeout 60 "$smi" -L > "$work/gpus" 2>&1; then
+    driver=$(timeout 60 "$smi" --query-gpu=driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
     toolkit=$( [ -n "$nvcc" ] && "$nvcc" --version | grep -o 'release [0-9.]*')
     { cat "$work/gpus"; echo "driver, memory: $driver"; echo "nvcc: $toolkit"; } >> "$setup"
     row device ok $(( SECONDS - t )) "$(head -1 "$work/gpus" | cut -c1-90); driver $driver; nvcc ${toolkit:-none}; $how"
