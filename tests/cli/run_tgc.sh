@@ -220,6 +220,13 @@ n=$(sed -n 's/^compiled \([0-9]*\) kernels for sm_90 .*/\1/p' "$tmp/out")
 [ -n "$n" ] && [ "$(ls "$tmp/cubin"/f_*.cubin | wc -l)" -eq "$n" ] && ok || bad "--emit cubin: $n kernels, $(ls "$tmp/cubin" | tr '\n' ' ')"
 TG_CACHE=$tmp/cache expect_status 0 "$tgc" models/gpt2.tg "${small[@]}" --emit cubin -o "$tmp/cubin"
 contains "$tmp/out" "(warm: 0 compiled, $n cached"
+# GPT-2 124M's own kernels (T = 1024, the 50304-wide padded vocabulary, bf16),
+# at the batches the GPU check's numerics and throughput stages run: what a
+# GPU session would compile first, compiled here by NVRTC for sm_90
+for b in 8 64; do
+  TG_CACHE=$tmp/cache expect_status 0 "$tgc" models/gpt2.tg -D B=$b --emit cubin -o "$tmp/cubin124m"
+  contains "$tmp/out" "kernels for sm_90"
+done
 expect_status 2 "$tgc" models/gpt2.tg --emit cubin
 contains "$tmp/out" "--emit cubin needs -o DIR"
 expect_status 2 "$tgc" models/gpt2.tg --emit cuda --arch sm_90
