@@ -159,13 +159,22 @@ def table_rows(d, css):
 
 def open_details(d, section, summary_start):
     """Opens the <details> of a section whose summary starts so (its table
-    is drawn when opened); returns the selector of its rows' table."""
+    is drawn when opened); returns the selector of its rows' table, once
+    the table is there.  The page draws it on the details' toggle event,
+    which the browser fires as a task of its own after the click returns
+    (HTML: "queue a details toggle event task"), so reading the rows right
+    after the click can find none: once in a while it did, and the memory
+    plan read 0 buffers."""
     for i, det in enumerate(d.find_elements('css selector', '#%s details' % section)):
         summary = det.find_element('css selector', 'summary')
         if summary.text.startswith(summary_start):
             d.execute_script('arguments[0].scrollIntoView({block: "center"})', summary)  # not under the header
             summary.click()
-            return '#%s details:nth-of-type(%d) table' % (section, i + 1)
+            css = '#%s details:nth-of-type(%d) table' % (section, i + 1)
+            deadline = time.time() + 10
+            while not d.find_elements('css selector', css + ' tr td') and time.time() < deadline:
+                time.sleep(0.05)
+            return css
     fail('#%s has no details "%s..."' % (section, summary_start))
 
 
