@@ -88,16 +88,16 @@ static int plan_layout(tg_train_config *cfg, int rank, int nranks) {
                                                             "backends set tp and zero yourself"
                         : cfg->tp != 1 || cfg->zero != 0 ? "chooses tp and zero itself: remove them, or set parallel = manual"
                                                           : NULL;
-  char why[512];
+  char why[512], probe_why[600];
   /* the GPUs this run will have: their memory, and their roofline when the
    * traffic report knows the model (else an H100's) */
   tg_device_facts facts = {0};
   const tg_backend *backend = refusal ? NULL : tg_backend_find(cfg->backend);
-  static char probe_why[600];
   if (backend && !tg_backend_probe(backend, tg_comm_local_rank(), &facts, why, sizeof why)) {
     snprintf(probe_why, sizeof probe_why, "cannot ask the GPU what it is: %s", why);
     refusal = probe_why;
   }
+  const tg_gpu_spec *gpu = tg_gpu_for_device(facts.name);
   tg_tokenizer *tok = refusal ? NULL : tg_prepare_load_tokenizer(cfg->data_dir, why, sizeof why);
   if (!refusal && !tok) refusal = why;
   if (refusal) {
@@ -118,7 +118,7 @@ static int plan_layout(tg_train_config *cfg, int rank, int nranks) {
                      .devices_per_node = tg_comm_local_size() > 0 ? tg_comm_local_size() : 8,
                      .device_bytes = facts.memory_bytes, .device_name = facts.name,
                      .link = tgc_plan_find_link(nranks > tg_comm_local_size() ? "ib" : "nvlink"),
-                     .gpu = tg_gpu_for_device(facts.name) ? tg_gpu_for_device(facts.name) : tg_gpu_find("h100"),
+                     .gpu = gpu ? gpu : tg_gpu_find("h100"),
                      .precision = tg_train_config_precision(cfg),
                      .out = rank == 0 ? stdout : NULL};
   tgc_plan_choice c;
